@@ -1,0 +1,104 @@
+"""Compile worker: a long-lived process that compiles one binary per request with triton.compile.
+
+Protocol: one JSON job per line on stdin; one result line per job, prefixed with RESULT_MARK, on the file
+descriptor the parent reads. Anything Triton, LLVM or ptxas print goes to stderr. The parent enforces the
+per-binary timeout by killing this process; a crash loses only the job in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+RESULT_MARK = "@@forge-aot-result@@"
+_modules: dict[str, Any] = {}
+
+
+def _load(path: str) -> Any:
+    module = _modules.get(path)
+    if module is None:
+        directory = os.path.dirname(path)
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+        name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        _modules[path] = module
+    return module
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def compile_one(job: dict[str, Any]) -> dict[str, Any]:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(_load(job["source"]), job["function"])
+    t = job["target_info"]
+    target = GPUTarget(t["backend"], t["arch"], t["warp_size"])
+    attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
+    src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    cfg = job["config"]
+    start = time.perf_counter()
+    compiled = triton.compile(src, target=target,
+                              options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    seconds = time.perf_counter() - start
+    ext = "cubin" if t["backend"] == "cuda" else "hsaco"
+    image = compiled.asm[ext]
+    md = compiled.metadata
+    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False) \
+            or getattr(md, "launch_pdl", False):
+        raise RuntimeError("clusters, cooperative grids and PDL launches are not supported by the forge-aot loader")
+    arch = f"sm_{t['arch']}{'a' if int(t['arch']) >= 90 else ''}" if t["backend"] == "cuda" else t["arch"]
+    sidecar = {
+        "kernel": job["kernel"], "function": md.name, "variant": job["variant"], "target": job["target"],
+        "arch": arch, "config": cfg, "specialization": job["specialization"], "signature": job["signature"],
+        "divisible": job["divisible"], "num_warps": md.num_warps, "num_stages": md.num_stages,
+        "warp_size": md.warp_size, "shared": md.shared,
+        "global_scratch_size": getattr(md, "global_scratch_size", 0),
+        "global_scratch_align": getattr(md, "global_scratch_align", 1),
+        "profile_scratch_size": getattr(md, "profile_scratch_size", 0),
+        "profile_scratch_align": getattr(md, "profile_scratch_align", 1),
+        "triton_version": triton.__version__, "format": ext, "size": len(image),
+        "sha256": hashlib.sha256(image).hexdigest(),
+    }
+    stem = os.path.join(job["out_dir"], job["binary_stem"])
+    _atomic_write(f"{stem}.{ext}", image)
+    _atomic_write(f"{stem}.json", (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())
+    return {"ok": True, "sidecar": sidecar, "seconds": seconds}
+
+
+def main() -> None:
+    result_fd = os.dup(1)
+    os.dup2(2, 1)  # compiler chatter goes to stderr; results go to the saved descriptor only
+    out = os.fdopen(result_fd, "w", buffering=1)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        try:
+            result = compile_one(job)
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a reported result
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            result = {"ok": False, "error": detail[-4000:]}
+        out.write(RESULT_MARK + json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""Stage 3: compile. Parallel worker processes run triton.compile, one binary per request, with a timeout.
+
+A config whose compile fails (error, crash, timeout, or more shared memory than the target has) is recorded
+with kernel, variant, target and config, and left out; the rows that preferred it move to their next choice.
+An entry fails only when one of its rows has no config left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import CompileError
+from .plan import SPECIALIZATIONS, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
+from .targets import TARGETS
+
+ProgressFn = Callable[[str, int, int, str], None]
+"""progress(stage, done, total, message)."""
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    job: CompileJob
+    ok: bool
+    sidecar: dict[str, Any] | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+
+class _Worker:
+    """One compile process, reused across jobs until it crashes or times out."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "forge_aot._compile_worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+        self.results: queue.Queue[str | None] = queue.Queue()
+        self.stderr: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _pump(self) -> None:
+        from ._compile_worker import RESULT_MARK
+
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(RESULT_MARK):
+                self.results.put(line[len(RESULT_MARK):])
+        self.results.put(None)
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line)
+            del self.stderr[:-50]
+
+    def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(payload) + "\n")
+            self.proc.stdin.flush()
+            line = self.results.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            return {"ok": False, "error": f"timed out after {timeout:g} s", "dead": True}
+        except (BrokenPipeError, OSError):
+            line = None
+        if line is None:
+            self.kill()
+            tail = "".join(self.stderr[-10:]).strip()
+            return {"ok": False, "error": f"compiler process died (exit {self.proc.poll()}): {tail}"[-2000:],
+                    "dead": True}
+        return json.loads(line)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+
+
+class CompilePool:
+    """Runs CompileJobs on up to ``jobs`` worker processes."""
+
+    def __init__(self, jobs: int | None = None, cache_dir: Path | None = None) -> None:
+        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.env = dict(os.environ)
+        if cache_dir is not None:
+            self.env["TRITON_CACHE_DIR"] = str(cache_dir)
+        # The worker imports forge_aot; make sure it resolves to this very installation.
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, self.env.get("PYTHONPATH")) if p)
+
+    def run(self, jobs: list[CompileJob], out_dir: Path, progress: ProgressFn | None = None) -> list[CompileResult]:
+        pending: queue.Queue[tuple[int, CompileJob]] = queue.Queue()
+        for item in enumerate(jobs):
+            pending.put(item)
+        results: list[CompileResult | None] = [None] * len(jobs)
+        done = [0]
+        lock = threading.Lock()
+
+        def work() -> None:
+            worker: _Worker | None = None
+            try:
+                while True:
+                    try:
+                        i, job = pending.get_nowait()
+                    except queue.Empty:
+                        return
+                    if worker is None:
+                        worker = _Worker(self.env)
+                    t = TARGETS[job.target]
+                    payload = {**job.to_json(), "binary_stem": job.binary_stem, "out_dir": str(out_dir),
+                               "target_info": {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}}
+                    start = time.perf_counter()
+                    reply = worker.request(payload, job.timeout)
+                    if reply.get("dead"):
+                        worker = None
+                    results[i] = _check_result(job, reply, time.perf_counter() - start, out_dir)
+                    with lock:
+                        done[0] += 1
+                        if progress:
+                            r = results[i]
+                            status = "ok" if r and r.ok else "FAILED"
+                            progress("compile", done[0], len(jobs), f"{job.binary_stem} {status}")
+            finally:
+                if worker is not None:
+                    worker.close()
+
+        threads = [threading.Thread(target=work, daemon=True) for _ in range(min(self.jobs, len(jobs)))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return [r for r in results if r is not None]
+
+
+def _check_result(job: CompileJob, reply: dict[str, Any], seconds: float, out_dir: Path) -> CompileResult:
+    if not reply.get("ok"):
+        return CompileResult(job, False, error=str(reply.get("error", "unknown error")), seconds=seconds)
+    sidecar = reply["sidecar"]
+    limit = TARGETS[job.target].max_shared
+    if sidecar["shared"] > limit:
+        for ext in (sidecar["format"], "json"):
+            (out_dir / f"{job.binary_stem}.{ext}").unlink(missing_ok=True)
+        return CompileResult(job, False, error=f"out of resources: needs {sidecar['shared']} bytes of shared "
+                             f"memory, {job.target} has {limit}", seconds=seconds)
+    return CompileResult(job, True, sidecar=sidecar, seconds=seconds)
+
+
+@dataclass
+class CompiledEntry:
+    """Outcome for one entry: the config each table row ended with, and its binaries."""
+
+    entry: EntryPlan
+    tables: dict[str, list[tuple[tuple[int, ...], str]]] = field(default_factory=dict)
+    configs: dict[str, ConfigChoice] = field(default_factory=dict)
+    binaries: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """config id → specialization → sidecar."""
+
+
+@dataclass
+class CompileReport:
+    entries: list[CompiledEntry]
+    failures: list[str]
+    """One line per failed config (kernel, variant, target, config, reason)."""
+    results: list[CompileResult]
+    errors: list[CompileError]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "failures": self.failures,
+            "errors": [str(e) for e in self.errors],
+            "binaries": [{"stem": r.job.binary_stem, "ok": r.ok, "seconds": round(r.seconds, 3),
+                          "error": r.error, "sha256": (r.sidecar or {}).get("sha256")} for r in self.results],
+            "entries": [{"kernel": c.entry.kernel, "variant": c.entry.variant, "target": c.entry.target,
+                         "tables": {d: [[list(k), cid] for k, cid in rows] for d, rows in c.tables.items()}}
+                        for c in self.entries],
+        }
+
+
+def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
+                 progress: ProgressFn | None = None) -> CompileReport:
+    """Compile every config the tables need, walking down a row's preferences past failed configs."""
+    status: dict[tuple[str, str, str, str], list[CompileResult]] = {}
+    all_results: list[CompileResult] = []
+
+    def key(e: EntryPlan, c: ConfigChoice) -> tuple[str, str, str, str]:
+        return (e.kernel, e.variant, e.target, c.id)
+
+    def ok(k: tuple[str, str, str, str]) -> bool:
+        return all(r.ok for r in status[k])
+
+    while True:
+        needed: dict[tuple[str, str, str, str], tuple[EntryPlan, ConfigChoice]] = {}
+        for e in plan.entries:
+            for rows in e.tables.values():
+                for row in rows:
+                    for c in row.preferences:
+                        k = key(e, c)
+                        if k not in status:
+                            needed[k] = (e, c)
+                            break
+                        if ok(k):
+                            break
+        if not needed:
+            break
+        jobs = [job_for(plan, e, c, spec) for e, c in needed.values() for spec in SPECIALIZATIONS]
+        results = pool.run(jobs, out_dir, progress)
+        all_results += results
+        for r in results:
+            status.setdefault((r.job.kernel, r.job.variant, r.job.target, r.job.config.id), []).append(r)
+
+    failures = [f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.specialization}): "
+                f"{r.error}" for r in all_results if not r.ok]
+    entries: list[CompiledEntry] = []
+    errors: list[CompileError] = []
+    for e in plan.entries:
+        ce = CompiledEntry(e)
+        failed_entry = False
+        for device, rows in e.tables.items():
+            resolved = []
+            for row in rows:
+                chosen = next((c for c in row.preferences if key(e, c) in status and ok(key(e, c))), None)
+                if chosen is None:
+                    failed_entry = True
+                    break
+                resolved.append((row.key, chosen.id))
+                ce.configs[chosen.id] = chosen
+                ce.binaries[chosen.id] = {r.job.specialization: r.sidecar for r in status[key(e, chosen)]
+                                          if r.sidecar is not None}
+            ce.tables[device] = resolved
+        if failed_entry:
+            mine = [f for f, r in zip(failures, [r for r in all_results if not r.ok], strict=True)
+                    if (r.job.kernel, r.job.variant, r.job.target) == (e.kernel, e.variant, e.target)]
+            errors.append(CompileError(e.kernel, e.variant, e.target, mine))
+        else:
+            entries.append(ce)
+    return CompileReport(entries, failures, all_results, errors)

@@ -1,0 +1,484 @@
+"""The manifest (``kernel_manifest.toml``): a tree of frozen dataclasses, read with key paths in every error.
+
+Each field's docstring is its documentation: the JSON schema (``forge-aot schema``) and the README's
+reference are generated from it, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import itertools
+import keyword
+import re
+import sys
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from .errors import ManifestError, close_match
+from .targets import TARGETS
+from .templates import _forge_runtime as rt
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+Scalar = Union[int, bool, str]  # noqa: UP007 - the converter and schema read this union at run time
+
+ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
+                 "fp8e4nv", "fp8e5")
+"""Triton element types accepted in signatures and dtype variants."""
+SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
+RESERVED_META = ("num_warps", "num_stages")
+
+
+@dataclass(frozen=True)
+class TuneSpace:
+    """The configs a kernel may run with: meta-parameter values × num_warps × num_stages, filtered."""
+
+    meta: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    """Values tried for each tuned constexpr meta-parameter (e.g. ``BLOCK_SIZE = [1024, 2048]``).
+    The first value of each list, in order, makes the first candidate: list your safest choice first."""
+    num_warps: tuple[int, ...] = (4,)
+    """Warps per program (a power of two, 1 to 32)."""
+    num_stages: tuple[int, ...] = (3,)
+    """Software-pipelining depth for loops (1 or more)."""
+    constraints: tuple[str, ...] = ()
+    """Python expressions that every config must satisfy (``and``, ``or``, comparisons, arithmetic, ``min``,
+    ``max``). They may name meta-parameters, ``num_warps``, ``num_stages``, call-site constexprs and key
+    arguments; the loader re-checks them with the actual key values of each call."""
+    default: dict[str, Scalar] | None = None
+    """The config used where no tuning data exists (every meta-parameter plus optional ``num_warps`` and
+    ``num_stages``). Without it, the default is the first candidate, in listed order, that satisfies the
+    constraints for the shape in question."""
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One ``@triton.jit`` kernel: how to compile it, for which dtypes and shapes, and which host ops use it."""
+
+    source: str
+    """``path/to/file.py:function`` relative to the manifest; the function must be decorated ``@triton.jit``."""
+    signature: dict[str, str]
+    """Type of every runtime (non-constexpr) parameter: ``*fp16``/``*T`` for pointers, ``i32``, ``i64``,
+    ``fp32``… for scalars. ``T`` stands for a type variable from ``dtypes``."""
+    ops: tuple[str, ...] = ()
+    """Host functions in the same source file that the package exports (``package.op(...)``)."""
+    dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Type variables and the element types built for each, e.g. ``T = ["fp16", "bf16"]``; one build per
+    combination. At run time the dtype of the first tensor argument typed ``*T`` selects the build."""
+    constexprs: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
+    """Constexpr parameters the host code passes itself (not tuned), with every value to build."""
+    divisible: tuple[str, ...] | None = None
+    """Integer parameters the aligned build assumes divisible by 16 (default: every integer parameter). The
+    aligned binary runs when every pointer is 16-byte aligned and each of these is divisible by 16; otherwise
+    the generic binary runs. List the strides, not the sizes, so odd sizes still get the aligned build.
+    Integers equal to 1 are never specialized (Triton's JIT turns them into constants; forge-aot does not)."""
+    key: tuple[str, ...] = ()
+    """Arguments whose values select the config (integer parameters or call-site constexprs)."""
+    shapes: tuple[dict[str, int], ...] = ()
+    """The key values that matter, as a list of points (``[{M = 4096, N = 4096, K = 4096}]``)."""
+    buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """The key values that matter, as values per key argument; every combination becomes a table row."""
+    tune: TuneSpace = field(default_factory=TuneSpace)
+    """The tuning space."""
+
+
+@dataclass(frozen=True)
+class ProjectSettings:
+    """The generated package."""
+
+    name: str
+    """Distribution and import name of the generated package (a Python identifier)."""
+    version: str
+    """Version of the generated package (PEP 440)."""
+    targets: tuple[str, ...]
+    """GPU targets to build binaries for, e.g. ``["sm_80", "sm_90", "gfx942"]``."""
+    description: str = ""
+    """One-line summary for the package metadata."""
+    dependencies: tuple[str, ...] = ("torch",)
+    """Requirements of the generated package (its ops take torch tensors)."""
+    requires_python: str = ">=3.9"
+    """Python versions the generated package supports."""
+    tuning_data: str | None = None
+    """Directory (relative to the manifest) of tuning-data JSON files; see the README for their format."""
+    compile_timeout: float = 300.0
+    """Seconds one binary may take to compile before it is recorded as failed."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The whole ``kernel_manifest.toml``."""
+
+    project: ProjectSettings
+    """The generated package."""
+    kernels: dict[str, KernelEntry]
+    """Kernel entries by name (the name is used in tables, binaries and error messages)."""
+
+
+@dataclass(frozen=True)
+class LoadedManifest:
+    """A validated manifest and where it came from."""
+
+    manifest: Manifest
+    path: Path
+    sha256: str
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Field docs and generic conversion
+# ---------------------------------------------------------------------------------------------------------
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings (a string literal right after a field) of a dataclass, by field name."""
+    tree = ast.parse(inspect.cleandoc("\n" + inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for stmt, nxt in itertools.pairwise(body):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _toml_name(name: str) -> str:
+    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data") else name
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return "a boolean"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    if origin is tuple:
+        return "an array"
+    if origin is dict or is_dataclass(tp):
+        return "a table"
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+    return str(tp)
+
+
+class _Reader:
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def error(self, path: str, message: str, suggestion: str | None = None) -> ManifestError:
+        return ManifestError(message, file=self.file, key_path=path, suggestion=suggestion)
+
+    def convert(self, value: Any, tp: Any, path: str) -> Any:
+        origin = typing.get_origin(tp)
+        if is_dataclass(tp):
+            return self.dataclass(value, tp, path)
+        if origin in (Union, types.UnionType):
+            options = [a for a in typing.get_args(tp) if a is not type(None)]
+            for option in options:
+                if self._matches(value, option):
+                    return self.convert(value, option, path)
+            raise self.error(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        if origin is tuple:
+            if not isinstance(value, list):
+                raise self.error(path, f"expected an array, got {type(value).__name__} {value!r}")
+            (item,) = typing.get_args(tp)[:1]
+            return tuple(self.convert(v, item, f"{path}[{i}]") for i, v in enumerate(value))
+        if origin is dict:
+            if not isinstance(value, dict):
+                raise self.error(path, f"expected a table, got {type(value).__name__} {value!r}")
+            _, item = typing.get_args(tp)
+            return {k: self.convert(v, item, f"{path}.{k}") for k, v in value.items()}
+        if not self._matches(value, tp):
+            raise self.error(path, f"expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        return float(value) if tp is float else value
+
+    @staticmethod
+    def _matches(value: Any, tp: Any) -> bool:
+        if tp is bool:
+            return isinstance(value, bool)
+        if tp is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if tp is float:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+        if tp is str:
+            return isinstance(value, str)
+        origin = typing.get_origin(tp)
+        if origin is tuple:
+            return isinstance(value, list)
+        if origin is dict or is_dataclass(tp):
+            return isinstance(value, dict)
+        return False
+
+    def dataclass(self, value: Any, cls: type, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise self.error(path, f"expected a table, got {type(value).__name__} {value!r}")
+        hints = typing.get_type_hints(cls)
+        by_toml = {_toml_name(f.name): f for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            if key not in by_toml:
+                accepted = ", ".join(by_toml)
+                raise self.error(sub, f"unknown key (accepted: {accepted})", close_match(key, by_toml))
+            f = by_toml[key]
+            kwargs[f.name] = self.convert(item, hints[f.name], sub)
+        for key, f in by_toml.items():
+            if f.default is MISSING and f.default_factory is MISSING and f.name not in kwargs:
+                raise self.error(f"{path}.{key}" if path else key, "required key is missing")
+        return cls(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading and semantic validation
+# ---------------------------------------------------------------------------------------------------------
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION = re.compile(r"^\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9.]+)?$")
+
+
+def _is_identifier(name: str) -> bool:
+    return bool(_IDENT.match(name)) and not keyword.iskeyword(name)
+
+
+def load_manifest(path: str | Path) -> LoadedManifest:
+    """Read, convert and validate a manifest file. Raises ManifestError naming the key path."""
+    path = Path(path).resolve()
+    display = str(path.name) if path.parent == Path.cwd() else str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError("file not found (run from a project root or pass --manifest)",
+                            file=str(path)) from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"not valid TOML: {exc}", file=display) from None
+    reader = _Reader(display)
+    manifest = reader.dataclass(data, Manifest, "")
+    _validate(manifest, path.parent, reader)
+    return LoadedManifest(manifest=manifest, path=path, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _validate(m: Manifest, root: Path, r: _Reader) -> None:
+    p = m.project
+    if not _is_identifier(p.name):
+        raise r.error("project.name", f"'{p.name}' is not a Python identifier (it is the import name)")
+    if not _VERSION.match(p.version):
+        raise r.error("project.version", f"'{p.version}' is not a PEP 440 version")
+    if not p.targets:
+        raise r.error("project.targets", f"list at least one target (accepted: {', '.join(TARGETS)})")
+    for i, t in enumerate(p.targets):
+        if t not in TARGETS:
+            raise r.error(f"project.targets[{i}]", f"unknown target '{t}' (accepted: {', '.join(TARGETS)})",
+                          close_match(t, TARGETS))
+    if len(set(p.targets)) != len(p.targets):
+        raise r.error("project.targets", "a target is listed twice")
+    if p.tuning_data is not None and not (root / p.tuning_data).is_dir():
+        raise r.error("project.tuning-data", f"directory '{p.tuning_data}' does not exist")
+    if p.compile_timeout <= 0:
+        raise r.error("project.compile-timeout", "must be positive")
+    if not m.kernels:
+        raise r.error("kernels", "define at least one kernel ([kernels.NAME])")
+    seen_sources: dict[str, str] = {}
+    seen_ops: dict[str, str] = {}
+    for name, k in m.kernels.items():
+        _validate_kernel(name, k, root, r)
+        if k.source in seen_sources:
+            raise r.error(f"kernels.{name}.source",
+                          f"'{k.source}' is already the source of kernels.{seen_sources[k.source]}")
+        seen_sources[k.source] = name
+        for op in k.ops:
+            if op in seen_ops and m.kernels[seen_ops[op]].source.split(":")[0] != k.source.split(":")[0]:
+                raise r.error(f"kernels.{name}.ops", f"op '{op}' is also exported by kernels.{seen_ops[op]}")
+            seen_ops[op] = name
+
+
+def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
+    at = f"kernels.{name}"
+    if not _is_identifier(name):
+        raise r.error(at, f"kernel name '{name}' is not an identifier")
+    file, sep, func = k.source.rpartition(":")
+    if not sep or not file.endswith(".py") or not _is_identifier(func):
+        raise r.error(f"{at}.source", f"'{k.source}' is not of the form 'path/to/file.py:function'")
+    if not (root / file).is_file():
+        raise r.error(f"{at}.source", f"file '{file}' does not exist")
+    for i, op in enumerate(k.ops):
+        if not _is_identifier(op):
+            raise r.error(f"{at}.ops[{i}]", f"'{op}' is not an identifier")
+    for tv, dts in k.dtypes.items():
+        if not _is_identifier(tv) or tv in ELEMENT_TYPES:
+            raise r.error(f"{at}.dtypes.{tv}", "type variables are identifiers that are not element types")
+        if not dts:
+            raise r.error(f"{at}.dtypes.{tv}", "list at least one element type")
+        for i, dt in enumerate(dts):
+            if dt not in ELEMENT_TYPES:
+                raise r.error(f"{at}.dtypes.{tv}[{i}]",
+                              f"unknown element type '{dt}' (accepted: {', '.join(ELEMENT_TYPES)})",
+                              close_match(dt, ELEMENT_TYPES))
+    if not k.signature:
+        raise r.error(f"{at}.signature", "list the kernel's runtime parameters and their types")
+    pointer_vars: set[str] = set()
+    for pname, ty in k.signature.items():
+        base = ty[1:] if ty.startswith("*") else ty
+        accepted = ELEMENT_TYPES if ty.startswith("*") else SCALAR_TYPES
+        if base in k.dtypes and ty.startswith("*"):
+            pointer_vars.add(base)
+            continue
+        if base not in accepted:
+            hint = close_match(base, [*accepted, *k.dtypes])
+            raise r.error(f"{at}.signature.{pname}",
+                          f"unknown type '{ty}' (pointers: '*' + element type or type variable; "
+                          f"scalars: {', '.join(SCALAR_TYPES)})", hint and (("*" if ty[0] == "*" else "") + hint))
+    for tv in k.dtypes:
+        if tv not in pointer_vars:
+            raise r.error(f"{at}.dtypes.{tv}", f"type variable '{tv}' types no pointer parameter, so no "
+                          "argument could select its build")
+    for cname, values in k.constexprs.items():
+        if cname in k.signature:
+            raise r.error(f"{at}.constexprs.{cname}", "is also a runtime parameter in signature")
+        if not values:
+            raise r.error(f"{at}.constexprs.{cname}", "list every value to build")
+    int_params = {n for n, t in k.signature.items() if t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32",
+                                                                "u64")}
+    for i, dname in enumerate(k.divisible or ()):
+        if dname not in int_params:
+            raise r.error(f"{at}.divisible[{i}]", f"'{dname}' is not an integer parameter (accepted: "
+                          f"{', '.join(sorted(int_params)) or 'none'})", close_match(dname, int_params))
+    key_names = int_params | set(k.constexprs)
+    for i, kn in enumerate(k.key):
+        if kn not in key_names:
+            raise r.error(f"{at}.key[{i}]", f"'{kn}' is not an integer parameter or call-site constexpr "
+                          f"(accepted: {', '.join(sorted(key_names)) or 'none'})", close_match(kn, key_names))
+    if k.shapes and k.buckets:
+        raise r.error(f"{at}.buckets", "give either shapes or buckets, not both")
+    if k.key and not (k.shapes or k.buckets):
+        raise r.error(f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or buckets)")
+    for i, point in enumerate(k.shapes):
+        if set(point) != set(k.key):
+            raise r.error(f"{at}.shapes[{i}]", f"a shape gives exactly the key arguments {list(k.key)}, got "
+                          f"{list(point)}")
+    if k.buckets and set(k.buckets) != set(k.key):
+        raise r.error(f"{at}.buckets", f"give values for exactly the key arguments {list(k.key)}")
+    for bname, vals in k.buckets.items():
+        if not vals:
+            raise r.error(f"{at}.buckets.{bname}", "list at least one value")
+    t = k.tune
+    for mname, vals in t.meta.items():
+        if mname in k.signature or mname in k.constexprs or mname in RESERVED_META:
+            raise r.error(f"{at}.tune.meta.{mname}", "a tuned meta-parameter must be a constexpr parameter "
+                          "that is neither in signature nor in constexprs")
+        if not vals:
+            raise r.error(f"{at}.tune.meta.{mname}", "list at least one value")
+    for i, w in enumerate(t.num_warps):
+        if w not in (1, 2, 4, 8, 16, 32):
+            raise r.error(f"{at}.tune.num_warps[{i}]", f"{w} is not a power of two between 1 and 32")
+    for i, s in enumerate(t.num_stages):
+        if s < 1:
+            raise r.error(f"{at}.tune.num_stages[{i}]", f"{s} must be at least 1")
+    names = set(t.meta) | set(RESERVED_META) | set(k.constexprs) | set(k.key)
+    for i, text in enumerate(t.constraints):
+        try:
+            expr = rt.Expression(text)
+        except ValueError as exc:
+            raise r.error(f"{at}.tune.constraints[{i}]", str(exc)) from None
+        for unknown in sorted(expr.names - names):
+            raise r.error(f"{at}.tune.constraints[{i}]", f"unknown name '{unknown}' (accepted: "
+                          f"{', '.join(sorted(names))})", close_match(unknown, names))
+    if t.default is not None:
+        for dname in t.default:
+            if dname not in t.meta and dname not in RESERVED_META:
+                raise r.error(f"{at}.tune.default.{dname}", "not a tuned meta-parameter",
+                              close_match(dname, [*t.meta, *RESERVED_META]))
+        for mname in t.meta:
+            if mname not in t.default:
+                raise r.error(f"{at}.tune.default", f"missing meta-parameter '{mname}'")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Derived views used by later stages
+# ---------------------------------------------------------------------------------------------------------
+
+def variants(k: KernelEntry) -> list[dict[str, Scalar]]:
+    """Every build of a kernel: one assignment per type variable and call-site constexpr (product)."""
+    axes = [(tv, dts) for tv, dts in k.dtypes.items()] + [(c, vals) for c, vals in k.constexprs.items()]
+    combos = itertools.product(*[vals for _, vals in axes])
+    return [{name: v for (name, _), v in zip(axes, combo, strict=True)} for combo in combos]
+
+
+def variant_id(assignment: Mapping[str, Scalar]) -> str:
+    """Stable text id of a variant, e.g. ``T=fp16,HAS_BIAS=True`` (``base`` when the kernel has none)."""
+    return ",".join(f"{k}={v}" for k, v in assignment.items()) or "base"
+
+
+def shape_rows(k: KernelEntry) -> list[tuple[int, ...]]:
+    """The table rows of a kernel: key value tuples in key order."""
+    if not k.key:
+        return [()]
+    if k.shapes:
+        return [tuple(int(p[name]) for name in k.key) for p in k.shapes]
+    return [tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in k.key])]
+
+
+def candidates(k: KernelEntry) -> list[dict[str, Scalar]]:
+    """The tuning space in listed order (meta values, then num_warps, then num_stages), unfiltered."""
+    t = k.tune
+    axes = [*t.meta.items(), ("num_warps", t.num_warps), ("num_stages", t.num_stages)]
+    return [dict(zip([a for a, _ in axes], combo, strict=True))
+            for combo in itertools.product(*[vals for _, vals in axes])]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# JSON schema
+# ---------------------------------------------------------------------------------------------------------
+
+def _schema_of(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        docs = field_docs(tp)
+        props: dict[str, Any] = {}
+        required = []
+        for f in fields(tp):
+            sub = _schema_of(hints[f.name])
+            sub["description"] = docs.get(f.name, "")
+            props[_toml_name(f.name)] = sub
+            if f.default is MISSING and f.default_factory is MISSING:
+                required.append(_toml_name(f.name))
+        out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+        if tp.__doc__:
+            out["description"] = " ".join(tp.__doc__.split())
+        if required:
+            out["required"] = required
+        return out
+    if origin in (Union, types.UnionType):
+        options = [_schema_of(a) for a in typing.get_args(tp) if a is not type(None)]
+        return options[0] if len(options) == 1 else {"anyOf": options}
+    if origin is tuple:
+        return {"type": "array", "items": _schema_of(typing.get_args(tp)[0])}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema_of(typing.get_args(tp)[1])}
+    return {"type": {bool: "boolean", int: "integer", float: "number", str: "string"}[tp]}
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON schema of kernel_manifest.toml, generated from the dataclasses above."""
+    schema = _schema_of(Manifest)
+    target_schema = schema["properties"]["project"]["properties"]["targets"]["items"]
+    target_schema["enum"] = list(TARGETS)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://forge-aot.dev/schema/kernel_manifest.json", "title": "kernel_manifest.toml",
+            **schema}

@@ -1,0 +1,163 @@
+"""Stage 4: package. Lay out the generated package from dist_templates/ and build its wheel with `build`.
+
+The generated project carries its own deterministic PEP 517 backend (dist_templates/_forge_build_backend.py),
+so the wheel is built through the standard `build` front end, offline, and two builds of the same inputs
+give the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import string
+import tempfile
+import zipfile
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .compiler import CompileReport
+from .errors import PackageError
+from .index import build_index
+from .plan import BuildPlan
+
+
+def _template(name: str) -> str:
+    return resources.files("forge_aot.templates").joinpath(name).read_text(encoding="utf-8")
+
+
+def _json_bytes(data: Any) -> bytes:
+    return (json.dumps(data, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _toml_str(value: str) -> str:
+    return json.dumps(value)[1:-1]
+
+
+def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, stage_dir: Path,
+                  triton_version: str) -> Path:
+    """Write the generated project (pyproject, backend, package with binaries and index) into stage_dir."""
+    m = plan.loaded.manifest
+    name = m.project.name
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    pkg = stage_dir / name
+    (pkg / "_forge").mkdir(parents=True)
+    (pkg / "_ops").mkdir()
+    module_paths = {mod: f"_ops/{mod}.py" for mod in plan.modules}
+    for mod, spec in plan.modules.items():
+        header = (f"# Host code of {Path(spec['path']).name}, packaged by forge-aot: the kernel definitions are\n"
+                  "# blanked out (line numbers kept); kernel names and `triton` are bound by the runtime.\n")
+        source: str = spec["host_source"]
+        lines = source.splitlines(keepends=True)
+        # Keep every line number: put the header on lines that are blank in the host code, when there are.
+        if len(lines) >= 2 and not lines[0].strip() and not lines[1].strip():
+            lines[0:2] = header.splitlines(keepends=True)
+        (pkg / "_ops" / f"{mod}.py").write_text("".join(lines), encoding="utf-8")
+    (pkg / "_ops" / "__init__.py").write_text('"""Host code of the packaged ops."""\n', encoding="utf-8")
+    index = build_index(plan, report, triton_version, module_paths)
+    binaries: dict[str, str] = {}
+    for spec in index["kernels"].values():
+        for variant in spec["variants"].values():
+            for tentry in variant["targets"].values():
+                for cfg in tentry["configs"].values():
+                    for b in cfg["binaries"].values():
+                        rel = b["path"]
+                        src = binaries_dir / rel.removeprefix("_forge/bin/")
+                        data = src.read_bytes()
+                        if hashlib.sha256(data).hexdigest() != b["sha256"]:
+                            raise PackageError(f"{src}: contents do not match the sha256 its compile recorded")
+                        dst = pkg / rel
+                        dst.parent.mkdir(parents=True, exist_ok=True)
+                        dst.write_bytes(data)
+                        sidecar = src.with_suffix(".json")
+                        dst.with_suffix(".json").write_bytes(sidecar.read_bytes())
+                        binaries[rel] = b["sha256"]
+    (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
+    build_info = {"name": name, "version": m.project.version, "forge_aot_version": __version__,
+                  "triton_version": triton_version, "manifest_sha256": plan.loaded.sha256,
+                  "targets": plan.targets, "binaries": dict(sorted(binaries.items()))}
+    (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
+    shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_runtime.py"),
+                    pkg / "_forge_runtime.py")
+    shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
+                    stage_dir / "_forge_build_backend.py")
+    ops = [op for spec in plan.modules.values() for op in spec["ops"]]
+    description = m.project.description or f"Triton kernels packaged ahead of time by forge-aot: {name}"
+    values = {
+        "name": name, "version": m.project.version, "description": _toml_str(description),
+        "requires_python": m.project.requires_python, "forge_version": __version__,
+        "manifest_name": plan.loaded.path.name, "manifest_sha256": plan.loaded.sha256,
+        "dependencies": ", ".join(json.dumps(d) for d in m.project.dependencies),
+        "triton_version": triton_version, "targets": ", ".join(plan.targets),
+        "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
+        "all": ", ".join(json.dumps(op) for op in ops), "ops": ", ".join(f"`{op}`" for op in ops) or "none",
+    }
+    (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
+                                              encoding="utf-8")
+    (stage_dir / "README.md").write_text(string.Template(_template("README.md.in")).substitute(
+        {**values, "description": description}), encoding="utf-8")
+    (pkg / "__init__.py").write_text(string.Template(_template("package_init.py.in")).substitute(
+        {**values, "description": description}), encoding="utf-8")
+    return stage_dir
+
+
+def build_wheel(stage_dir: Path, out_dir: Path) -> Path:
+    """Build the staged project's wheel through the `build` front end (PEP 517), without network access."""
+    import build
+    import pyproject_hooks
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            builder = build.ProjectBuilder(str(stage_dir), runner=pyproject_hooks.quiet_subprocess_runner)
+            produced = Path(builder.build("wheel", tmp))
+        except build.BuildException as exc:
+            raise PackageError(f"building the wheel failed: {exc}") from None
+        except build.BuildBackendException as exc:
+            raise PackageError(f"the build backend failed: {exc.exception}") from None
+        target = out_dir / produced.name
+        tmp_target = out_dir / f".{produced.name}.tmp"
+        shutil.copyfile(produced, tmp_target)
+        os.replace(tmp_target, target)
+    return target
+
+
+def read_wheel(path: Path) -> dict[str, Any]:
+    """The index, build info and binary sizes of a forge-aot wheel (for ``forge-aot inspect``)."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise PackageError(f"{path}: not a wheel: {exc}") from None
+    with zf:
+        names = zf.namelist()
+        index_name = next((n for n in names if n.endswith("/_forge/index.json") and n.count("/") == 2), None)
+        if index_name is None:
+            raise PackageError(f"{path}: not a forge-aot wheel (no <package>/_forge/index.json)")
+        package = index_name.split("/")[0]
+        index = json.loads(zf.read(index_name))
+        build_info = json.loads(zf.read(f"{package}/_forge/build_info.json"))
+        sizes = {n[len(package) + 1:]: zf.getinfo(n).file_size for n in names if n.startswith(package + "/")}
+        compressed = {n[len(package) + 1:]: zf.getinfo(n).compress_size for n in names
+                      if n.startswith(package + "/")}
+    rows = []
+    for kname, spec in index["kernels"].items():
+        for vid, variant in spec["variants"].items():
+            for target, tentry in variant["targets"].items():
+                for cid, cfg in tentry["configs"].items():
+                    rows.append({
+                        "kernel": kname, "variant": vid, "target": target, "config": cid,
+                        "rows": sum(1 for rows in tentry["tables"].values() for r in rows if r[-1] == cid),
+                        "tables": sorted(tentry["tables"]),
+                        "specializations": sorted(cfg["binaries"]),
+                        "bytes": sum(sizes[b["path"]] for b in cfg["binaries"].values()),
+                        "shared": max(b["shared"] for b in cfg["binaries"].values()),
+                    })
+    return {"wheel": str(path), "package": package, "size": path.stat().st_size,
+            "binary_bytes": sum(v for k, v in sizes.items() if k.startswith("_forge/bin/")),
+            "binary_bytes_compressed": sum(v for k, v in compressed.items() if k.startswith("_forge/bin/")),
+            "build_info": build_info, "ops": [op for m in index["modules"].values() for op in m["ops"]],
+            "rows": rows}

@@ -1,0 +1,77 @@
+"""The build: manifest → plan → tune (tables) → compile → package. Each stage's output can be written as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .compiler import CompilePool, CompileReport, ProgressFn, compile_plan
+from .errors import CompileError, ForgeError
+from .manifest import load_manifest
+from .package import build_wheel, stage_package
+from .plan import BuildPlan, make_plan
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    wheel: Path
+    plan: BuildPlan
+    report: CompileReport
+    build_dir: Path
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_dir: str | Path | None = None,
+          build_dir: str | Path | None = None, jobs: int | None = None,
+          progress: ProgressFn | None = None) -> BuildResult:
+    """Build the wheel of a manifest. Raises ForgeError subclasses; prints nothing."""
+    loaded = load_manifest(manifest_path)
+    root = loaded.root
+    out = Path(out_dir) if out_dir else root / "dist"
+    work = Path(build_dir) if build_dir else root / "build" / "forge-aot"
+    plan = make_plan(loaded, targets)
+    _atomic_json(work / "plan.json", plan.to_json())
+    if progress:
+        total = sum(len(rows) for e in plan.entries for rows in e.tables.values())
+        progress("plan", 1, 1, f"{len(plan.kernels)} kernels, {len(plan.entries)} entries, {total} table rows, "
+                 f"targets {', '.join(plan.targets)}")
+    binaries = work / "binaries"
+    if binaries.exists():
+        shutil.rmtree(binaries)
+    pool = CompilePool(jobs, cache_dir=work / "triton-cache")
+    report = compile_plan(plan, binaries, pool, progress)
+    _atomic_json(work / "compile_report.json", report.to_json())
+    if report.errors:
+        raise BuildFailed(report.errors, report.failures)
+    if progress:
+        progress("package", 0, 1, "writing the package")
+    stage = stage_package(plan, report, binaries, work / "package", triton_version())
+    wheel = build_wheel(stage, out)
+    if progress:
+        progress("package", 1, 1, str(wheel))
+    return BuildResult(wheel, plan, report, work)
+
+
+class BuildFailed(ForgeError):
+    """Some entries have no config that compiled."""
+
+    def __init__(self, errors: list[CompileError], failures: list[str]) -> None:
+        self.errors = errors
+        self.failures = failures
+        super().__init__("\n".join(str(e) for e in errors))

@@ -1,0 +1,1 @@
+"""Example kernels packaged by this repository's kernel_manifest.toml."""
