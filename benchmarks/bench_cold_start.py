@@ -1,0 +1,129 @@
+"""Cold start: fresh process, import → first matmul result, forge-aot wheel vs Triton JIT + autotune.
+
+Modes, each in its own fresh Python process, repeated and reported as medians:
+  forge-aot         the installed wheel (forge_kernels.matmul): no Triton, binaries loaded on first call
+  jit-cold          @triton.autotune over the 8 configs, empty TRITON_CACHE_DIR (compile + benchmark)
+  jit-warm          same, warm TRITON_CACHE_DIR (no compile; autotune benchmarks again)
+  jit-cache-results same with autotune(cache_results=True), warm (no compile, no benchmark)
+"first call" runs from inputs allocated (CUDA context up) to the result synchronised; "total" from the
+process's first line (torch import included). Prints a table and writes JSON (--json).
+
+    python benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json cold_start.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+CHILD_FORGE = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import torch
+    t_torch = time.perf_counter()
+    import forge_kernels
+    t_import = time.perf_counter()
+    n = int(sys.argv[1])
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    t_alloc = time.perf_counter()
+    c = forge_kernels.matmul(a, b)
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    ref = a.float() @ b.float()
+    print(json.dumps({"import_torch": t_torch - t0, "import_pkg": t_import - t_torch,
+                      "first_call": t_first - t_alloc, "total": t_first - t0,
+                      "rel_err": ((c.float() - ref).norm() / ref.norm()).item(),
+                      "triton_imported": "triton" in sys.modules}))
+""")
+
+CHILD_JIT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import torch
+    t_torch = time.perf_counter()
+    import triton
+    sys.path.insert(0, sys.argv[3])
+    from kernels.matmul import matmul_kernel
+    t_import = time.perf_counter()
+    CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, num_warps=w, num_stages=s)
+               for bm, bn, bk, w, s in [(128, 256, 64, 8, 3), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4),
+                                        (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (128, 32, 32, 4, 4),
+                                        (64, 32, 32, 2, 5), (32, 64, 32, 2, 5)]]
+    kernel = triton.autotune(configs=CONFIGS, key=["M", "N", "K"], cache_results=sys.argv[2] == "1")(matmul_kernel)
+    n = int(sys.argv[1])
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    c = torch.empty(n, n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    t_alloc = time.perf_counter()
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+    kernel[grid](a, b, c, n, n, n, a.stride(0), b.stride(0), c.stride(0))
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    ref = a.float() @ b.float()
+    print(json.dumps({"import_torch": t_torch - t0, "import_pkg": t_import - t_torch,
+                      "first_call": t_first - t_alloc, "total": t_first - t0,
+                      "rel_err": ((c.float() - ref).norm() / ref.norm()).item(), "best": str(kernel.best_config)}))
+""")
+
+
+def _run(code: str, args: list[str], env: dict[str, str]) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    n = str(args.size)
+    base_env = dict(os.environ)
+    runs: dict[str, list[dict]] = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.repeats):
+            runs["forge-aot"].append(_run(CHILD_FORGE, [n], base_env))
+            cold = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, f"cold{i}"))
+            runs["jit-cold"].append(_run(CHILD_JIT, [n, "0", str(REPO)], cold))
+        warm = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cold0"))
+        for _ in range(args.repeats):
+            runs["jit-warm"].append(_run(CHILD_JIT, [n, "0", str(REPO)], warm))
+        cached = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cached"))
+        _run(CHILD_JIT, [n, "1", str(REPO)], cached)  # fills the compile cache and the autotune results
+        for _ in range(args.repeats):
+            runs["jit-cache-results"].append(_run(CHILD_JIT, [n, "1", str(REPO)], cached))
+    summary = {}
+    for mode, rs in runs.items():
+        summary[mode] = {k: statistics.median(r[k] for r in rs) for k in ("import_pkg", "first_call", "total")}
+        summary[mode]["first_call_all"] = [r["first_call"] for r in rs]
+        summary[mode]["max_rel_err"] = max(r["rel_err"] for r in rs)
+    aot = summary["forge-aot"]["first_call"]
+    print(f"matmul fp16 {n}^3, fresh process per run, median of {args.repeats}")
+    print(f"{'mode':20s} {'import pkg (s)':>15s} {'first call (s)':>15s} {'total (s)':>10s} "
+          f"{'first call / forge-aot':>24s}")
+    for mode, s in summary.items():
+        print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['total']:10.3f} "
+              f"{s['first_call'] / aot:23.0f}x")
+    print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
+    if args.json:
+        args.json.write_text(json.dumps({"size": args.size, "repeats": args.repeats, "summary": summary,
+                                         "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Shared fixtures: the repository's wheel (built once per session) and GPU gating."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def repo_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of kernel_manifest.toml, built once (or taken from $FORGE_TEST_WHEEL)."""
+    given = os.environ.get("FORGE_TEST_WHEEL")
+    if given:
+        return Path(given)
+    from forge_aot.pipeline import build
+
+    out = tmp_path_factory.mktemp("dist")
+    work = tmp_path_factory.mktemp("work")
+    return build(REPO / "kernel_manifest.toml", out_dir=out, build_dir=work).wheel
+
+
+@pytest.fixture(scope="session")
+def packaged():
+    """The installed forge_kernels wheel (GPU tests use the wheel, never the source tree)."""
+    try:
+        module = importlib.import_module("forge_kernels")
+    except ImportError:
+        pytest.skip("forge_kernels is not installed: forge-aot build && pip install --no-index dist/*.whl")
+    assert "site-packages" in (module.__file__ or "") or os.environ.get("FORGE_ALLOW_UNINSTALLED"), \
+        module.__file__
+    return module
+
+
+@pytest.fixture(scope="session")
+def dev_ops():
+    """The same ops from the source tree through Triton's JIT (development mode)."""
+    from forge_aot.dev import load_dev_ops
+
+    return load_dev_ops(REPO / "kernel_manifest.toml")
+
+
+def poison_allocator(nbytes: int) -> None:
+    """Fill a block of torch's caching allocator with NaN and free it, so a later torch.empty of that size
+    hands back poisoned memory: an output element the kernel fails to write then shows up as NaN."""
+    import torch
+
+    block = torch.empty(nbytes // 4 + 1024, dtype=torch.float32, device="cuda")
+    block.fill_(float("nan"))
+    del block
+
+
+def offset_view(t, offset: int = 1):
+    """The same values at a storage offset of `offset` elements: the pointer is not 16-byte aligned."""
+    import torch
+
+    flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    view = flat[offset:].view(t.shape)
+    view.copy_(t)
+    return view
+
+
+def relative_error(out, ref) -> float:
+    import torch
+
+    out = out.double()
+    if torch.isnan(out).any():
+        return float("inf")
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def reset_handle(module_name: str, function: str) -> None:
+    """Forget a packaged kernel handle's resolved state, so the next call shows which binaries it picks."""
+    getattr(sys.modules[module_name], function)._states.clear()
+
+
+def launched_specializations(module_name: str, function: str) -> set[bool]:
+    """Which binaries (True: aligned, False: generic) a packaged kernel handle launched since its reset."""
+    handle = getattr(sys.modules[module_name], function)
+    return {aligned for state in handle._states.values() for (_, aligned) in state.launchers}
