@@ -13,6 +13,7 @@ import ctypes
 import importlib.util
 import json
 import math
+import operator
 import os
 import struct
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 INDEX_FORMAT = 1
 _SCRATCH_ALIGN = 256
 _MAX_CACHED_KEYS = 4096
+_NO_CONSTEXPRS: dict[str, Any] = {}
 
 
 class ForgeRuntimeError(RuntimeError):
@@ -448,6 +450,8 @@ def _pack_bf16(x: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
 
 
+_STRUCT_CODES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
+                 "u64": "Q", "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d"}
 _CTYPES: dict[str, Any] = {
     "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
     "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
@@ -463,9 +467,16 @@ _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", 
                       "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
 
 
+_DTYPE_CACHE: dict[Any, str] = {}
+
+
 def dtype_name(dtype: Any) -> str:
     """Triton's element-type name of a torch dtype (``torch.float16`` → ``fp16``)."""
-    return _TORCH_DTYPE_NAMES.get(str(dtype).rpartition(".")[2], str(dtype))
+    name = _DTYPE_CACHE.get(dtype)
+    if name is None:
+        text = str(dtype).rpartition(".")[2]
+        name = _DTYPE_CACHE[dtype] = _TORCH_DTYPE_NAMES.get(text, text)
+    return name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -528,11 +539,24 @@ class Kernel:
         # (position, name, type, low, high, must be divisible by 16 for the aligned binary)
         self.int_checks = [(i, self.runtime[i][0], self.runtime[i][1], *_INT_RANGES[self.runtime[i][1]],
                             self.runtime[i][0] in divisible) for i in self.int_pos]
+        self.divisible_pos = [c[0] for c in self.int_checks if c[5]]
         self.type_vars = [(tv, self.runtime_names.index(arg)) for tv, arg in spec["dtype_args"].items()]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
                             else (False, k) for k in spec["key"]]
         self.constraints = [Expression(c) for c in spec.get("constraints", [])]
         self.variants = spec["variants"]
+        # The common call: runtime parameters first, passed positionally, no call-site constexprs.
+        self._plain = self._runtime_first and not self.call_constexprs
+        positions = [src for is_rt, src in self.key_sources if is_rt]
+        self._runtime_key: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
+        if len(positions) == len(self.key_sources):
+            if not positions:
+                self._runtime_key = lambda runtime: ()
+            elif len(positions) == 1:
+                only = positions[0]
+                self._runtime_key = lambda runtime: (runtime[only],)
+            else:
+                self._runtime_key = operator.itemgetter(*positions)
         self._states: dict[tuple[Any, ...], _VariantState] = {}
         self._lock = threading.Lock()
 
@@ -628,9 +652,15 @@ class Kernel:
 
     # -- the call -----------------------------------------------------------------------------------------
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        runtime, constexprs = self._bind(args, kwargs)
+        if kwargs or not self._plain or len(args) != self.n_runtime:
+            runtime, constexprs = self._bind(args, kwargs)
+        else:
+            runtime, constexprs = args, _NO_CONSTEXPRS
         state = self._state(runtime, constexprs)
-        key = tuple(runtime[src] if is_rt else constexprs[src] for is_rt, src in self.key_sources)
+        if self._runtime_key is not None:
+            key = self._runtime_key(runtime)
+        else:
+            key = tuple(runtime[src] if is_rt else constexprs[src] for is_rt, src in self.key_sources)
         config = state.table.lookup(key)
         g = grid(config.launch_meta) if callable(grid) else grid
         self.backend.launch(self, state, config, g, runtime, constexprs)
@@ -699,13 +729,30 @@ class BinaryBackend:
             ptr = values[i] = runtime[i].data_ptr()
             if ptr & 15:
                 aligned = False
-        for i, name, ty, lo, hi, divisible in kernel.int_checks:
-            v = values[i]
-            if not lo <= v <= hi:
-                raise OverflowError(f"{kernel.function}(): {name}={v} does not fit {ty}")
-            if divisible and v & 15:
+        for i in kernel.divisible_pos:
+            if values[i] & 15:
                 aligned = False
-        self._launcher(kernel, state, config, aligned)(grid, values)
+                break
+        try:
+            self._launcher(kernel, state, config, aligned)(grid, values)
+        except struct.error:
+            for i, name, ty, lo, hi, _ in kernel.int_checks:
+                if not lo <= values[i] <= hi:
+                    raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
+            raise
+
+
+class _ArgBuffer:
+    """One thread's kernel-parameter block and the pointer array handed to the driver (reused each launch)."""
+
+    __slots__ = ("args", "ctx", "ctx_ref", "params")
+
+    def __init__(self, launcher: _BinaryLauncher) -> None:
+        self.args = launcher.args_type()
+        base = ctypes.addressof(self.args)
+        self.params = launcher.params_type(*[base + off for off in launcher.offsets])
+        self.ctx = ctypes.c_void_p()
+        self.ctx_ref = ctypes.byref(self.ctx)
 
 
 class _BinaryLauncher:
@@ -725,19 +772,24 @@ class _BinaryLauncher:
         self.profile_scratch = int(binary.get("profile_scratch_size", 0))
         self.name = kernel.function
         fields = []
-        self.converters: list[Callable[[Any], Any] | None] = []
+        self.bf16_pos = [i for i, (_, ty) in enumerate(kernel.runtime) if ty == "bf16"]
         for i, (_, ty) in enumerate(kernel.runtime):
             fields.append((f"a{i}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]))
-            self.converters.append(_pack_fp16 if ty == "fp16" else _pack_bf16 if ty == "bf16" else None)
-        if not any(self.converters):
-            self.converters = []
         # Triton 3.6 kernels take two trailing pointers: global scratch and profile scratch.
         fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
         self.args_type = type("Args", (ctypes.Structure,), {"_fields_": fields})
         self.offsets = [getattr(self.args_type, name).offset for name, _ in fields]
+        # One struct.pack_into fills the whole parameter block: explicit padding reproduces the C layout.
+        codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for _, ty in kernel.runtime] + ["Q", "Q"]
+        fmt, pos = "<", 0
+        for off, code in zip(self.offsets, codes):
+            fmt += "x" * (off - pos) + code
+            pos = off + struct.calcsize("<" + code)
+        self.packer = struct.Struct(fmt)
         self.params_type = ctypes.c_void_p * len(fields)
         self.cuda = self.drv.backend == "cuda"
         self.ctx = self.drv.primary_context(device) if self.cuda else 0
+        self._tls = threading.local()
         try:
             self.raw_stream = torch._C._cuda_getCurrentRawStream
         except AttributeError:  # pragma: no cover - older torch
@@ -745,8 +797,6 @@ class _BinaryLauncher:
         self.torch = torch
 
     def _scratch(self, size: int, programs: int) -> tuple[Any, int]:
-        if size <= 0:
-            return None, 0
         buf = self.torch.empty(programs * size + _SCRATCH_ALIGN, dtype=self.torch.uint8,
                                device=f"cuda:{self.device}")
         ptr = buf.data_ptr()
@@ -758,27 +808,39 @@ class _BinaryLauncher:
         gz = grid[2] if len(grid) > 2 else 1
         if gx * gy * gz == 0:
             return
-        if self.converters:
-            values = [conv(v) if conv else v for conv, v in zip(self.converters, values)]
-        keep_g, gs = self._scratch(self.global_scratch, gx * gy * gz)
-        keep_p, ps = self._scratch(self.profile_scratch, gx * gy * gz)
-        args = self.args_type(*values, gs, ps)
-        base = ctypes.addressof(args)
-        params = self.params_type(*[base + off for off in self.offsets])
+        for i in self.bf16_pos:
+            values[i] = _pack_bf16(values[i])
+        keep = None
+        gs = ps = 0
+        if self.global_scratch:
+            keep, gs = self._scratch(self.global_scratch, gx * gy * gz)
+        if self.profile_scratch:
+            keep2, ps = self._scratch(self.profile_scratch, gx * gy * gz)
+            keep = (keep, keep2)
+        buf = getattr(self._tls, "buf", None)
+        if buf is None:
+            buf = self._tls.buf = _ArgBuffer(self)
+        self.packer.pack_into(buf.args, 0, *values, gs, ps)
         stream = self.raw_stream(self.device)
         drv = self.drv
-        if self.cuda and drv.current_context() != self.ctx:
-            # This thread runs under another context (another device, or none yet): launch under ours.
-            drv.push(self.ctx)
-            try:
-                code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, params, None)
-            finally:
-                drv.pop()
+        if self.cuda:
+            drv.ctx_get_current(buf.ctx_ref)
+            if buf.ctx.value != self.ctx:
+                # This thread runs under another context (another device, or none yet): launch under ours.
+                drv.push(self.ctx)
+                try:
+                    code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream,
+                                      buf.params, None)
+                finally:
+                    drv.pop()
+            else:
+                code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params,
+                                  None)
         else:
-            code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, params, None)
+            code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params, None)
         if code != 0:
             drv.check(code, f"launch of {self.name} (grid {gx}x{gy}x{gz}, block {self.block})")
-        del keep_g, keep_p
+        del keep
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -8,12 +8,12 @@ per-binary timeout by killing this process; a crash loses only the job in flight
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import sys
 import time
 import traceback
+import types
 from typing import Any
 
 RESULT_MARK = "@@forge-aot-result@@"
@@ -21,17 +21,19 @@ _modules: dict[str, Any] = {}
 
 
 def _load(path: str) -> Any:
+    """Import a kernel file under the path the job names (relative to the manifest, the worker's cwd), so
+    the line info Triton writes into binaries does not depend on where the checkout lives."""
     module = _modules.get(path)
     if module is None:
-        directory = os.path.dirname(path)
+        directory = os.path.dirname(os.path.abspath(path))
         if directory not in sys.path:
             sys.path.insert(0, directory)
         name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
+        module = types.ModuleType(name)
+        module.__file__ = path
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        with open(path, encoding="utf-8") as f:
+            exec(compile(f.read(), path, "exec"), module.__dict__)
         _modules[path] = module
     return module
 

@@ -39,10 +39,10 @@ class CompileResult:
 class _Worker:
     """One compile process, reused across jobs until it crashes or times out."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path | None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "forge_aot._compile_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1, cwd=cwd)
         self.results: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
@@ -98,8 +98,9 @@ class _Worker:
 class CompilePool:
     """Runs CompileJobs on up to ``jobs`` worker processes."""
 
-    def __init__(self, jobs: int | None = None, cache_dir: Path | None = None) -> None:
+    def __init__(self, jobs: int | None = None, cache_dir: Path | None = None, root: Path | None = None) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.root = root  # workers run here: job sources are relative to the manifest
         self.env = dict(os.environ)
         if cache_dir is not None:
             self.env["TRITON_CACHE_DIR"] = str(cache_dir)
@@ -124,7 +125,7 @@ class CompilePool:
                     except queue.Empty:
                         return
                     if worker is None:
-                        worker = _Worker(self.env)
+                        worker = _Worker(self.env, self.root)
                     t = TARGETS[job.target]
                     payload = {**job.to_json(), "binary_stem": job.binary_stem, "out_dir": str(out_dir),
                                "target_info": {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}}

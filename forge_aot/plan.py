@@ -330,7 +330,13 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, specializat
             if specialization == "aligned" and (concrete.startswith("*") or (
                     concrete in _DIVISIBLE_INTS and (kp.entry.divisible is None or pname in kp.entry.divisible))):
                 divisible.append(i)
-    return CompileJob(kernel=entry.kernel, function=kp.function, source=str(kp.source), variant=entry.variant,
+    # Relative to the manifest: Triton records the source path in the binary's line info, and a path that
+    # does not depend on the checkout keeps builds of the same inputs byte-identical on any machine.
+    try:
+        source = kp.source.relative_to(plan.loaded.root).as_posix()
+    except ValueError:
+        source = str(kp.source)
+    return CompileJob(kernel=entry.kernel, function=kp.function, source=source, variant=entry.variant,
                       target=entry.target, config=config, specialization=specialization, signature=signature,
                       constexprs=constexprs, divisible=tuple(divisible),
                       timeout=plan.loaded.manifest.project.compile_timeout)

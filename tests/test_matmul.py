@@ -38,7 +38,7 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     torch.cuda.synchronize()
     assert c.shape == (M, N) and c.dtype == a.dtype
     assert relative_error(c, reference(a, b)) < TOLERANCE[dtype]
-    # The strides (K, N, N) are declared divisible, the sizes are not: M never matters.
+    # K and the strides (K, N, N) are declared divisible; M never matters.
     aligned = layout != "misaligned" and K % 16 == 0 and N % 16 == 0
     assert launched_specializations("forge_kernels._ops.matmul", "matmul_kernel") == {aligned}
 
