@@ -1,0 +1,108 @@
+"""Manifest validation: one fixture project per failure case, reported by the CLI without a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forge_aot.cli import main
+from forge_aot.manifest import load_manifest, shape_rows, variants
+from forge_aot.plan import make_plan
+from tests.conftest import FIXTURES, REPO
+
+EXPECTED = json.loads((FIXTURES / "manifests" / "expected_errors.json").read_text())
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_failure_case_is_reported_with_key_path(case: str) -> None:
+    manifest = FIXTURES / "manifests" / case / "kernel_manifest.toml"
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.startswith("error: ")
+    for needle in EXPECTED[case]:
+        assert needle in result.output, (needle, result.output)
+
+
+def test_every_failure_fixture_has_an_expectation() -> None:
+    dirs = {p.name for p in (FIXTURES / "manifests").iterdir() if p.is_dir()}
+    assert dirs == set(EXPECTED)
+
+
+def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 2 and "file not found" in result.output and "Traceback" not in result.output
+
+
+def test_repository_manifest_is_valid() -> None:
+    result = CliRunner().invoke(main, ["check", "--manifest", str(REPO / "kernel_manifest.toml")])
+    assert result.exit_code == 0, result.output
+    assert "3 kernels" in result.output
+
+
+def test_variants_rows_and_plan_of_repository_manifest() -> None:
+    loaded = load_manifest(REPO / "kernel_manifest.toml")
+    kernels = loaded.manifest.kernels
+    assert [v["T"] for v in variants(kernels["matmul"])] == ["fp16", "bf16"]
+    assert shape_rows(kernels["softmax"]) == [(128,), (1024,), (4096,), (16384,)]
+    plan = make_plan(loaded, ["sm_90"])
+    softmax = next(e for e in plan.entries if e.kernel == "softmax" and e.variant == "T=fp32")
+    # The documented default: the first candidate, in listed order, satisfying the constraints per row.
+    firsts = {row.key[0]: row.preferences[0].meta["BLOCK_SIZE"] for row in softmax.tables["default"]}
+    assert firsts == {128: 128, 1024: 1024, 4096: 4096, 16384: 4096}
+    assert {e.target for e in plan.entries} == {"sm_90"}
+    # The plan is a JSON document.
+    json.dumps(plan.to_json())
+
+
+def test_tuning_data_builds_a_per_gpu_table(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    (project / "tuning").mkdir(parents=True)
+    text = (FIXTURES / "projects" / "tiny" / "kernel_manifest.toml").read_text()
+    text = text.replace("../../kernels/tiny.py", str(FIXTURES / "kernels" / "tiny.py"))
+    text = text.replace('version = "0.1.0"', 'version = "0.1.0"\ntuning-data = "tuning"')
+    (project / "kernel_manifest.toml").write_text(text)
+    (project / "tuning" / "add_sm90_h100.json").write_text(json.dumps({
+        "format": 1, "kernel": "add", "target": "sm_90", "device": "NVIDIA H100 80GB HBM3",
+        "entries": [{"variant": {"T": "fp16"}, "key": {"n_elements": 1048576},
+                     "config": {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}, "time_us": 9.5}]}))
+    plan = make_plan(load_manifest(project / "kernel_manifest.toml"))
+    entry = next(e for e in plan.entries if (e.kernel, e.variant, e.target) == ("add", "T=fp16", "sm_90"))
+    assert set(entry.tables) == {"default", "NVIDIA H100 80GB HBM3"}
+    (row,) = entry.tables["NVIDIA H100 80GB HBM3"]
+    assert row.key == (1048576,) and row.preferences[0].meta == {"BLOCK_SIZE": 1024}
+    other = next(e for e in plan.entries if (e.kernel, e.variant, e.target) == ("add", "T=fp32", "sm_90"))
+    assert set(other.tables) == {"default"}
+
+
+def test_schema_matches_committed_file_and_validates_manifest() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from forge_aot.manifest import json_schema
+
+    schema = json_schema()
+    committed = json.loads((REPO / "forge_aot" / "manifest.schema.json").read_text())
+    assert schema == committed, "regenerate: forge-aot schema > forge_aot/manifest.schema.json"
+    data = tomllib.loads((REPO / "kernel_manifest.toml").read_text())
+    jsonschema.validate(data, schema)
+    bad = json.loads(json.dumps(data))
+    bad["kernels"]["add"]["tune"]["num_wraps"] = [4]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+    def walk(node: dict) -> None:
+        for name, prop in node.get("properties", {}).items():
+            assert prop.get("description"), f"field {name} has no docstring"
+            walk(prop)
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"])
+
+    walk(schema)

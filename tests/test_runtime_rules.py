@@ -1,0 +1,103 @@
+"""The packaged runtime's rules, tested on the runtime file itself: table lookup, binary choice, safety."""
+
+from __future__ import annotations
+
+import pytest
+
+from forge_aot.templates import _forge_runtime as rt
+
+TARGETS = {
+    "sm_80": {"backend": "cuda", "arch": 80, "arch_specific": False},
+    "sm_86": {"backend": "cuda", "arch": 86, "arch_specific": False},
+    "sm_90": {"backend": "cuda", "arch": 90, "arch_specific": True},
+    "gfx942": {"backend": "hip", "arch": "gfx942", "arch_specific": False},
+}
+
+
+@pytest.mark.parametrize(("capability", "expected"), [
+    ((8, 0), "sm_80"), ((8, 6), "sm_86"), ((8, 9), "sm_86"), ((8, 7), "sm_86"), ((9, 0), "sm_90"),
+    ((10, 0), None), ((7, 5), None), ((12, 0), None),
+])
+def test_cuda_target_choice_follows_cubin_compatibility(capability, expected) -> None:
+    assert rt.pick_cuda_target(capability, TARGETS) == expected
+
+
+def test_arch_specific_cubin_never_runs_on_a_newer_minor() -> None:
+    only90 = {"sm_90": TARGETS["sm_90"]}
+    assert rt.pick_cuda_target((9, 0), only90) == "sm_90"
+    assert rt.pick_cuda_target((9, 1), only90) is None
+
+
+def test_hip_target_choice_is_exact() -> None:
+    assert rt.pick_hip_target("gfx942:sramecc+:xnack-", TARGETS) == "gfx942"
+    assert rt.pick_hip_target("gfx90a", TARGETS) is None
+
+
+def test_rank_rows_exact_then_log_distance_ties_round_up() -> None:
+    rows = [(1024,), (4096,), (128,), (2048,)]
+    assert rt.rank_rows(rows, (4096,))[0] == 1
+    assert rows[rt.rank_rows(rows, (3000,))[0]] == (4096,)  # log2 3000 is nearer 4096 than 2048
+    assert rt.rank_rows([(1000,), (4000,)], (2000,))[0] == 1  # equally far in log2: a tie rounds up
+    assert rows[rt.rank_rows(rows, (10**9,))[0]] == (4096,)  # beyond the table: clamped to the largest
+    assert rows[rt.rank_rows(rows, (0,))[0]] == (128,)
+    multi = [(4096, 4096, 4096), (512, 4096, 4096)]
+    assert rt.rank_rows(multi, (600, 4000, 4096))[0] == 1
+
+
+def _table(usable=None, constraints=()) -> rt.ConfigTable:
+    configs = {cid: rt.Config(cid, {"BLOCK": b}, 4, 1, {}) for cid, b in (("c128", 128), ("c1024", 1024),
+                                                                           ("c4096", 4096))}
+    rows = [[128, "c128"], [1024, "c1024"], [4096, "c4096"]]
+    return rt.ConfigTable("k", ["n"], rows, configs, [rt.Expression(c) for c in constraints], usable)
+
+
+def test_table_lookup_nearest_and_cached() -> None:
+    table = _table()
+    assert table.lookup((1000,)).id == "c1024"
+    assert table.lookup((100000,)).id == "c4096"
+    assert table.lookup((1000,)) is table.lookup((1000,))
+
+
+def test_table_lookup_skips_configs_unusable_on_this_device() -> None:
+    assert _table(usable={"c128", "c1024"}).lookup((4096,)).id == "c1024"
+
+
+def test_table_lookup_rechecks_constraints_with_actual_key() -> None:
+    table = _table(constraints=["BLOCK < 2 * max(n, 128)"])
+    assert table.lookup((1000,)).id == "c1024"
+    assert table.lookup((500,)).id == "c128"  # the nearest row's 1024 is too wide for 500 columns
+    with pytest.raises(rt.NotBuiltError, match="no packaged config satisfies"):
+        _table(constraints=["BLOCK >= n"]).lookup((10000,))
+
+
+def test_expressions_are_restricted() -> None:
+    e = rt.Expression("BLOCK_M * BLOCK_K <= 8192 and min(num_warps, 8) >= 4")
+    assert e.names == {"BLOCK_M", "BLOCK_K", "num_warps"}
+    assert e({"BLOCK_M": 64, "BLOCK_K": 64, "num_warps": 4})
+    for bad in ("__import__('os')", "x.__class__", "[x for x in y]", "lambda: 1", "a ** b", "open('f')"):
+        with pytest.raises(ValueError):
+            rt.Expression(bad)
+
+
+def test_host_helpers() -> None:
+    assert [rt.cdiv(n, 16) for n in (0, 1, 16, 17)] == [0, 1, 1, 2]
+    assert [rt.next_power_of_2(n) for n in (0, 1, 2, 3, 1000, 1024)] == [1, 1, 2, 4, 1024, 1024]
+    assert rt.host_triton.cdiv(10, 4) == 3
+    with pytest.raises(AttributeError, match="triton.cdiv and triton.next_power_of_2 only"):
+        rt.host_triton.jit  # noqa: B018
+
+
+def test_variant_ids_and_dtype_names() -> None:
+    import torch
+
+    assert rt.variant_id({"T": "fp16", "HAS_BIAS": True}) == "T=fp16,HAS_BIAS=True"
+    assert rt.variant_id({}) == "base"
+    assert rt.dtype_name(torch.bfloat16) == "bf16" and rt.dtype_name(torch.float32) == "fp32"
+
+
+def test_bf16_and_fp16_scalar_packing() -> None:
+    import struct
+
+    assert rt._pack_fp16(1.5) == struct.unpack("<H", struct.pack("<e", 1.5))[0]
+    assert rt._pack_bf16(1.0) == 0x3F80
+    assert rt._pack_bf16(-2.0) == 0xC000
