@@ -260,7 +260,10 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     mod["ops"].append(op)
         for path, src in sources.items():
             declared = {kp.function for kp in kernels.values() if kp.source == path}
+            exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
             for fn, refs in sorted(src.kernel_refs.items()):
+                if fn not in exported:
+                    continue  # an unexported helper; it is not reachable from the package's ops
                 for kern in sorted(refs - declared):
                     raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                       f"{loaded.path.name}")

@@ -1,0 +1,150 @@
+"""Real cross-compilation (sm_80, sm_90, gfx942), failure handling, deterministic wheels, installing the wheel
+into a fresh venv that has no triton, and `forge-aot inspect`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forge_aot.cli import main
+from forge_aot.pipeline import BuildFailed, build
+from tests.conftest import FIXTURES, REPO
+
+pytestmark = pytest.mark.slow
+TINY = FIXTURES / "projects" / "tiny" / "kernel_manifest.toml"
+
+
+@pytest.fixture(scope="module")
+def tiny_build(tmp_path_factory: pytest.TempPathFactory):
+    return build(TINY, out_dir=tmp_path_factory.mktemp("dist"), build_dir=tmp_path_factory.mktemp("work"))
+
+
+def test_cross_compiles_every_target_with_sidecars(tiny_build) -> None:
+    work = tiny_build.build_dir / "binaries"
+    sidecars = [json.loads(p.read_text()) for p in sorted(work.rglob("*.json"))]
+    assert {s["target"] for s in sidecars} == {"sm_80", "sm_90", "gfx942"}
+    assert {s["specialization"] for s in sidecars} == {"aligned", "generic"}
+    by_arch = {s["target"]: s["arch"] for s in sidecars}
+    assert by_arch == {"sm_80": "sm_80", "sm_90": "sm_90a", "gfx942": "gfx942"}
+    for s in sidecars:
+        image = (work / s["kernel"] / s["target"] / s["variant"].replace(",", "_") /
+                 f"{s['config']['meta'] and '-'.join(f'{k}{v}' for k, v in s['config']['meta'].items())}"
+                 f"-w{s['num_warps']}-s{s['num_stages']}.{s['specialization']}.{s['format']}").read_bytes()
+        assert image[:4] == b"\x7fELF"  # cubin and hsaco are both ELF images
+        assert hashlib.sha256(image).hexdigest() == s["sha256"] and len(image) == s["size"]
+        assert s["triton_version"] == "3.6.0" and s["function"] in ("add_kernel", "picky_kernel")
+        assert s["warp_size"] == (64 if s["target"] == "gfx942" else 32)
+        for key in ("shared", "global_scratch_size", "profile_scratch_size", "num_warps", "config"):
+            assert key in s
+        # the aligned build marks pointers and integers divisible by 16, the generic one nothing
+        assert (s["divisible"] != []) == (s["specialization"] == "aligned")
+
+
+def test_failed_config_is_reported_and_left_out(tiny_build) -> None:
+    failures = tiny_build.report.failures
+    assert failures, "BLOCK_SIZE=1024 of picky_kernel must fail (static_assert)"
+    assert all("picky" in f and "BLOCK_SIZE1024" in f for f in failures)
+    assert any("sm_90" in f and "static_assert" in f.lower() for f in failures)
+    (picky,) = [e for e in tiny_build.report.entries if e.entry.kernel == "picky" and e.entry.target == "sm_90"]
+    assert [cid for _, cid in picky.tables["default"]] == ["BLOCK_SIZE256-w4-s1"]
+    with zipfile.ZipFile(tiny_build.wheel) as zf:
+        assert not [n for n in zf.namelist() if "picky" in n and "BLOCK_SIZE1024" in n]
+
+
+def test_entry_with_no_config_left_fails_the_build(tmp_path: Path) -> None:
+    manifest = FIXTURES / "projects" / "all_configs_fail" / "kernel_manifest.toml"
+    with pytest.raises(BuildFailed) as info:
+        build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work")
+    (err,) = info.value.errors
+    assert (err.kernel, err.variant, err.target) == ("picky", "base", "sm_90")
+    assert len(err.failures) == 4 and "BLOCK_SIZE2048" in str(err)
+    result = CliRunner().invoke(main, ["build", "--manifest", str(manifest), "--out", str(tmp_path / "d2"),
+                                       "--build-dir", str(tmp_path / "w2"), "-q"])
+    assert result.exit_code == 1 and "no config compiled" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "d2").exists()
+
+
+def test_same_inputs_give_identical_wheel_bytes(repo_wheel: Path, tmp_path: Path) -> None:
+    # A second build from scratch (fresh work directory, so a cold Triton cache): same bytes.
+    second = build(REPO / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    assert second.name == repo_wheel.name
+    assert second.read_bytes() == repo_wheel.read_bytes()
+
+
+def test_wheel_metadata_records_manifest_triton_targets_and_binaries(repo_wheel: Path) -> None:
+    with zipfile.ZipFile(repo_wheel) as zf:
+        names = zf.namelist()
+        package = [n for n in names if not n.startswith("forge_kernels-0.1.0.dist-info/")]
+        dist_info = [n for n in names if n.startswith("forge_kernels-0.1.0.dist-info/")]
+        # package files sorted, then the dist-info files sorted, RECORD last (computed from written bytes)
+        assert names == package + dist_info and package == sorted(package)
+        assert dist_info[:-1] == sorted(dist_info[:-1]) and dist_info[-1].endswith("RECORD")
+        assert {zf.getinfo(n).date_time for n in names} == {(1980, 1, 1, 0, 0, 0)}
+        info = json.loads(zf.read("forge_kernels-0.1.0.dist-info/forge-aot.json"))
+        manifest_sha = hashlib.sha256((REPO / "kernel_manifest.toml").read_bytes()).hexdigest()
+        assert info["manifest_sha256"] == manifest_sha and info["triton_version"] == "3.6.0"
+        assert info["targets"] == ["sm_80", "sm_90", "gfx942"]
+        for rel, sha in info["binaries"].items():
+            assert hashlib.sha256(zf.read(f"forge_kernels/{rel}")).hexdigest() == sha
+        metadata = zf.read("forge_kernels-0.1.0.dist-info/METADATA").decode()
+        assert "Requires-Dist: torch" in metadata and "Name: forge_kernels" in metadata
+        for n in names:
+            if n.endswith(".py"):
+                text = zf.read(n).decode()
+                assert "import triton" not in text and "forge_aot" not in text, n
+
+
+def test_inspect_lists_kernels_variants_targets_configs(repo_wheel: Path) -> None:
+    result = CliRunner().invoke(main, ["inspect", str(repo_wheel)])
+    assert result.exit_code == 0, result.output
+    for word in ("matmul", "softmax", "add", "T=bf16", "sm_80", "sm_90", "gfx942", "aligned+generic",
+                 "ops: matmul, softmax, vector_add"):
+        assert word in result.output
+    data = json.loads(CliRunner().invoke(main, ["inspect", "--json", str(repo_wheel)]).output)
+    combos = {(r["kernel"], r["variant"], r["target"]) for r in data["rows"]}
+    assert len(combos) == 3 * (3 + 3 + 2)
+    assert all(r["bytes"] > 0 for r in data["rows"])
+    bad = CliRunner().invoke(main, ["inspect", str(TINY)])
+    assert bad.exit_code == 1 and "not a wheel" in bad.output
+
+
+@pytest.fixture(scope="module")
+def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv without system site-packages: torch installed, no triton, no forge-aot."""
+    venv = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    import torch
+
+    subprocess.run([str(py), "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}"],
+                   check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    return py
+
+
+def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh_venv: Path) -> None:
+    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(repo_wheel)],
+                   check=True)
+    code = (
+        "import importlib.util, json, sys, torch, forge_kernels\n"
+        "res = {'triton': importlib.util.find_spec('triton') is not None,\n"
+        "       'forge_aot': importlib.util.find_spec('forge_aot') is not None,\n"
+        "       'ops': forge_kernels.__all__, 'version': forge_kernels.__version__,\n"
+        "       'loaded': sorted(m for m in sys.modules if m.startswith(('triton', 'forge_aot')))}\n"
+        "try:\n"
+        "    forge_kernels.softmax(torch.randn(4, 4))\n"
+        "except Exception as e:\n"
+        "    res['cpu_error'] = f'{type(e).__name__}: {e}'\n"
+        "print(json.dumps(res))\n")
+    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/")
+    res = json.loads(out.stdout)
+    assert res["triton"] is False and res["forge_aot"] is False and res["loaded"] == []
+    assert sorted(res["ops"]) == ["matmul", "softmax", "vector_add"] and res["version"] == "0.1.0"
+    assert res["cpu_error"].startswith("UnsupportedDeviceError") and "CPU tensor" in res["cpu_error"]
