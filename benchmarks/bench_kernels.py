@@ -40,11 +40,11 @@ def main() -> None:
     args = ap.parse_args()
     import sys
 
+    import forge_kernels
     import torch
     import triton
     from triton.testing import do_bench
 
-    import forge_kernels
     from forge_aot.dev import load_dev_ops
 
     sys.path.insert(0, str(REPO))
@@ -73,7 +73,7 @@ def main() -> None:
         for label, fn in (("forge-aot", getattr(forge_kernels, op)), ("triton-jit", dev[op]), ("torch", ref)):
             it = iter(range(10**9))
 
-            def call(fn=fn, it=it):
+            def call(fn=fn, it=it, inputs=inputs):
                 return fn(*inputs[next(it) % len(inputs)])
 
             row[label] = do_bench(call, warmup=50, rep=300, return_mode="median")
@@ -96,7 +96,7 @@ def main() -> None:
         "triton-jit kernel[grid](...)": host_us_per_call(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
         "torch.add(out=)": host_us_per_call(lambda: torch.add(x, y, out=o)),
     }
-    print(f"\nhost time per launch, 4096-element fp32 add (median of 5 x 5000 calls)")
+    print("\nhost time per launch, 4096-element fp32 add (median of 5 x 5000 calls)")
     for k, v in overhead.items():
         print(f"  {k:32s} {v:7.2f} us")
     if args.json:

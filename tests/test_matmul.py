@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import launched_specializations, reset_handle, offset_view, poison_allocator, relative_error
+from tests.conftest import (
+    launched_specializations,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
 SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096, 4096, 4096), (1, 4096, 300)]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import launched_specializations, reset_handle, offset_view, poison_allocator, relative_error
+from tests.conftest import (
+    launched_specializations,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 TOLERANCE = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1e-2}
 SHAPES = [(1, 1), (3, 7), (37, 1000), (128, 4096), (5, 20000), (1024, 257)]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import launched_specializations, reset_handle, offset_view, poison_allocator, relative_error
+from tests.conftest import (
+    launched_specializations,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 TOLERANCE = {"fp32": 1e-6, "fp16": 1e-3, "bf16": 8e-3}
 SIZES = [1, 17, 1000, 4096, 65537, 1 << 20, 3_000_001]
@@ -54,7 +60,7 @@ def test_unbuilt_dtype_and_cpu_tensor_errors(packaged) -> None:
     import torch
 
     x = torch.randn(16, device="cuda", dtype=torch.float64)
-    with pytest.raises(TypeError, match="no build for T=fp64.*bf16, fp16, fp32"):
+    with pytest.raises(TypeError, match=r"no build for T=fp64.*bf16, fp16, fp32"):
         packaged.vector_add(x, x)
     with pytest.raises(RuntimeError, match="CPU tensor"):
         packaged.vector_add(torch.randn(4), torch.randn(4))
