@@ -98,10 +98,13 @@ class _Worker:
 class CompilePool:
     """Runs CompileJobs on up to ``jobs`` worker processes."""
 
-    def __init__(self, jobs: int | None = None, cache_dir: Path | None = None, root: Path | None = None) -> None:
+    def __init__(self, jobs: int | None = None, cache_dir: Path | None = None, root: Path | None = None,
+                 line_info: bool = True) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.root = root  # workers run here: job sources are relative to the manifest
         self.env = dict(os.environ)
+        if not line_info:
+            self.env["TRITON_DISABLE_LINE_INFO"] = "1"
         if cache_dir is not None:
             self.env["TRITON_CACHE_DIR"] = str(cache_dir)
         # The worker imports forge_aot; make sure it resolves to this very installation.

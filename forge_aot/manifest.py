@@ -110,6 +110,10 @@ class ProjectSettings:
     """Directory (relative to the manifest) of tuning-data JSON files; see the README for their format."""
     compile_timeout: float = 300.0
     """Seconds one binary may take to compile before it is recorded as failed."""
+    line_info: bool = True
+    """Keep source line info in binaries (profilers map SASS to source). It records the path of Triton's own
+    library sources, so wheels built with it are byte-identical only where Triton is installed at the same
+    path; set false for wheels that are byte-identical across machines."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _toml_name(name: str) -> str:
-    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data") else name
+    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data",
+                                               "line_info") else name
 
 
 def _type_name(tp: Any) -> str:

@@ -54,7 +54,8 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
     binaries = work / "binaries"
     if binaries.exists():
         shutil.rmtree(binaries)
-    pool = CompilePool(jobs, cache_dir=(work / "triton-cache").resolve(), root=root)
+    pool = CompilePool(jobs, cache_dir=(work / "triton-cache").resolve(), root=root,
+                       line_info=loaded.manifest.project.line_info)
     report = compile_plan(plan, binaries.resolve(), pool, progress)
     _atomic_json(work / "compile_report.json", report.to_json())
     if report.errors:

@@ -44,8 +44,8 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     torch.cuda.synchronize()
     assert c.shape == (M, N) and c.dtype == a.dtype
     assert relative_error(c, reference(a, b)) < TOLERANCE[dtype]
-    # K and the strides (K, N, N) are declared divisible; M never matters.
-    aligned = layout != "misaligned" and K % 16 == 0 and N % 16 == 0
+    # Every integer (M, N, K and the strides K, N, N) must be divisible by 16 for the aligned build.
+    aligned = layout != "misaligned" and M % 16 == 0 and N % 16 == 0 and K % 16 == 0
     assert launched_specializations("forge_kernels._ops.matmul", "matmul_kernel") == {aligned}
 
 
