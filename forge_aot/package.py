@@ -107,9 +107,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
 
 def build_wheel(stage_dir: Path, out_dir: Path) -> Path:
     """Build the staged project's wheel through the `build` front end (PEP 517), without network access."""
-    import pyproject_hooks
-
     import build
+    import pyproject_hooks
 
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
