@@ -148,3 +148,20 @@ def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh
     assert res["triton"] is False and res["forge_aot"] is False and res["loaded"] == []
     assert sorted(res["ops"]) == ["matmul", "softmax", "vector_add"] and res["version"] == "0.1.0"
     assert res["cpu_error"].startswith("UnsupportedDeviceError") and "CPU tensor" in res["cpu_error"]
+
+
+def test_generated_backend_builds_identical_sdists(tiny_build, tmp_path: Path) -> None:
+    import tarfile
+
+    import build as pypa_build
+    import pyproject_hooks
+
+    stage = tiny_build.build_dir / "package"
+    outs = []
+    for i in range(2):
+        builder = pypa_build.ProjectBuilder(str(stage), runner=pyproject_hooks.quiet_subprocess_runner)
+        outs.append(Path(builder.build("sdist", tmp_path / f"s{i}")))
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    with tarfile.open(outs[0]) as tf:
+        names = tf.getnames()
+    assert "tiny_pkg-0.1.0/PKG-INFO" in names and "tiny_pkg-0.1.0/tiny_pkg/_forge/index.json" in names

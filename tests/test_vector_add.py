@@ -64,3 +64,29 @@ def test_unbuilt_dtype_and_cpu_tensor_errors(packaged) -> None:
         packaged.vector_add(x, x)
     with pytest.raises(RuntimeError, match="CPU tensor"):
         packaged.vector_add(torch.randn(4), torch.randn(4))
+
+
+@pytest.mark.gpu
+def test_launch_from_a_fresh_thread(packaged) -> None:
+    """A new thread has no current CUDA context: the loader must launch under the device's primary context."""
+    import threading
+
+    import torch
+
+    x = torch.randn(5000, device="cuda")
+    y = torch.randn(5000, device="cuda")
+    torch.cuda.synchronize()
+    result = {}
+
+    def work() -> None:
+        try:
+            result["out"] = packaged.vector_add(x, y)
+            torch.cuda.synchronize()
+        except Exception as exc:  # reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert "error" not in result, result.get("error")
+    assert relative_error(result["out"], x.double() + y.double()) < 1e-6
