@@ -153,7 +153,7 @@ def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int
 class Config:
     """One compiled config: tuned meta-parameter values plus num_warps and num_stages."""
 
-    __slots__ = ("env", "id", "launch_meta", "meta", "num_stages", "num_warps")
+    __slots__ = ("id", "launch_meta", "meta", "num_stages", "num_warps")
 
     def __init__(self, cid: str, meta: dict[str, Any], num_warps: int, num_stages: int,
                  call_constexprs: dict[str, Any]) -> None:
@@ -163,7 +163,6 @@ class Config:
         self.num_stages = num_stages
         # What a grid function sees, as with Triton: meta-parameters, call-site constexprs, warps, stages.
         self.launch_meta = {**meta, **call_constexprs, "num_warps": num_warps, "num_stages": num_stages}
-        self.env = self.launch_meta
 
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
@@ -195,7 +194,7 @@ class ConfigTable:
             return False
         if not self.constraints:
             return True
-        env = dict(cfg.env)
+        env = dict(cfg.launch_meta)
         env.update(zip(self.key_names, key))
         return all(c(env) for c in self.constraints)
 
@@ -666,12 +665,38 @@ class Kernel:
         self.backend.launch(self, state, config, g, runtime, constexprs)
 
 
+def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any], backend: str,
+                  info: dict[str, Any]) -> tuple[str, ConfigTable]:
+    """The target and config table one build of a kernel uses on a device described by ``info``.
+
+    Shared by the packaged runtime and forge-aot's development mode, so both choose alike.
+    """
+    built = {t: kernel.targets[t] for t in variant["targets"]}
+    cuda = backend == "cuda"
+    target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
+    if target is None:
+        raise UnsupportedDeviceError(
+            f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); it "
+            f"was built for {', '.join(variant['targets']) or 'no target'}. Rebuild with this target "
+            "added to kernel_manifest.toml.")
+    entry = variant["targets"][target]
+    call_constexprs = {k: v for k, v in assignment.items() if k in kernel.call_constexprs}
+    configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_constexprs)
+               for cid, c in entry["configs"].items()}
+    # A binary for an older GPU of the same major may ask for more shared memory than this one has.
+    usable = {cid for cid, c in entry["configs"].items()
+              if max((b["shared"] for b in c.get("binaries", {}).values()), default=0) <= info["max_shared"]}
+    rows = entry["tables"].get(info["name"], entry["tables"]["default"])
+    table = ConfigTable(f"{kernel.function} [{variant_id(assignment)}] on {target}", kernel.spec["key"],
+                        rows, configs, kernel.constraints, usable)
+    return target, table
+
+
 class BinaryBackend:
     """Launches packaged binaries with the driver API; loads each lazily, once per device."""
 
-    def __init__(self, root: str, device_tables: bool = True) -> None:
+    def __init__(self, root: str) -> None:
         self.root = root
-        self.device_tables = device_tables
         self._devices: dict[int, dict[str, Any]] = {}
 
     def device(self, index: int) -> dict[str, Any]:
@@ -682,30 +707,7 @@ class BinaryBackend:
 
     def resolve(self, kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any],
                 device: int) -> tuple[str, ConfigTable]:
-        drv = driver()
-        info = self.device(device)
-        built = {t: kernel.targets[t] for t in variant["targets"]}
-        if drv.backend == "cuda":
-            target = pick_cuda_target(info["capability"], built)
-        else:
-            target = pick_hip_target(info["arch"], built)
-        if target is None:
-            raise UnsupportedDeviceError(
-                f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); it "
-                f"was built for {', '.join(variant['targets']) or 'no target'}. Rebuild with this target "
-                "added to kernel_manifest.toml.")
-        entry = variant["targets"][target]
-        call_constexprs = {k: v for k, v in assignment.items() if k in kernel.call_constexprs}
-        configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_constexprs)
-                   for cid, c in entry["configs"].items()}
-        # A binary for an older GPU of the same major may ask for more shared memory than this one has.
-        usable = {cid for cid, c in entry["configs"].items()
-                  if max(b["shared"] for b in c["binaries"].values()) <= info["max_shared"]}
-        tables = entry["tables"]
-        rows = tables.get(info["name"], tables["default"]) if self.device_tables else tables["default"]
-        table = ConfigTable(f"{kernel.function} [{variant_id(assignment)}] on {target}", kernel.spec["key"],
-                            rows, configs, kernel.constraints, usable)
-        return target, table
+        return resolve_table(kernel, variant, assignment, driver().backend, self.device(device))
 
     def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, aligned: bool) -> Any:
         launcher = state.launchers.get((config.id, aligned))

@@ -231,8 +231,11 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
         for r in results:
             status.setdefault((r.job.kernel, r.job.variant, r.job.target, r.job.config.id), []).append(r)
 
-    failures = [f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.specialization}): "
-                f"{r.error}" for r in all_results if not r.ok]
+    def describe(r: CompileResult) -> str:
+        return f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.specialization}): {r.error}"
+
+    failed = [r for r in all_results if not r.ok]
+    failures = [describe(r) for r in failed]
     entries: list[CompiledEntry] = []
     errors: list[CompileError] = []
     for e in plan.entries:
@@ -251,7 +254,7 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
                                           if r.sidecar is not None}
             ce.tables[device] = resolved
         if failed_entry:
-            mine = [f for f, r in zip(failures, [r for r in all_results if not r.ok], strict=True)
+            mine = [describe(r) for r in failed
                     if (r.job.kernel, r.job.variant, r.job.target) == (e.kernel, e.variant, e.target)]
             errors.append(CompileError(e.kernel, e.variant, e.target, mine))
         else:

@@ -25,23 +25,17 @@ class JitBackend:
         self.functions = functions
 
     def resolve(self, kernel: rt.Kernel, variant: dict[str, Any], assignment: dict[str, Any],
-                       device: int) -> tuple[str, rt.ConfigTable]:
+                device: int) -> tuple[str, rt.ConfigTable]:
         import torch
 
         props = torch.cuda.get_device_properties(device)
-        if getattr(torch.version, "hip", None):
-            target = rt.pick_hip_target(str(props.gcnArchName), kernel.targets)
-        else:
-            target = rt.pick_cuda_target((props.major, props.minor), kernel.targets)
-        if target is None or target not in variant["targets"]:
-            raise rt.UnsupportedDeviceError(f"{kernel.function}: the manifest lists no target for "
-                                            f"{props.name}; built: {list(variant['targets'])}")
-        entry = variant["targets"][target]
-        constexprs = {k: v for k, v in assignment.items() if k in kernel.call_constexprs}
-        configs = {cid: rt.Config(cid, c["meta"], c["num_warps"], c["num_stages"], constexprs)
-                   for cid, c in entry["configs"].items()}
-        rows = entry["tables"].get(props.name, entry["tables"]["default"])
-        return target, rt.ConfigTable(kernel.function, kernel.spec["key"], rows, configs, kernel.constraints)
+        hip = bool(getattr(torch.version, "hip", None))
+        info = {"name": props.name, "capability": (props.major, props.minor),
+                "arch": str(getattr(props, "gcnArchName", "")).split(":")[0] if hip
+                else f"sm_{props.major}{props.minor}",
+                # The JIT compiles on demand: every config is usable.
+                "max_shared": 1 << 30}
+        return rt.resolve_table(kernel, variant, assignment, "hip" if hip else "cuda", info)
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
                runtime: Sequence[Any], constexprs: dict[str, Any]) -> None:

@@ -49,14 +49,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "_ops").mkdir()
     module_paths = {mod: f"_ops/{mod}.py" for mod in plan.modules}
     for mod, spec in plan.modules.items():
-        header = (f"# Host code of {Path(spec['path']).name}, packaged by forge-aot: the kernel definitions are\n"
-                  "# blanked out (line numbers kept); kernel names and `triton` are bound by the runtime.\n")
-        source: str = spec["host_source"]
-        lines = source.splitlines(keepends=True)
-        # Keep every line number: put the header on lines that are blank in the host code, when there are.
-        if len(lines) >= 2 and not lines[0].strip() and not lines[1].strip():
-            lines[0:2] = header.splitlines(keepends=True)
-        (pkg / "_ops" / f"{mod}.py").write_text("".join(lines), encoding="utf-8")
+        # The kernel file with its Triton lines blanked, line numbers kept (see sourcesplit).
+        (pkg / "_ops" / f"{mod}.py").write_text(spec["host_source"], encoding="utf-8")
     (pkg / "_ops" / "__init__.py").write_text('"""Host code of the packaged ops."""\n', encoding="utf-8")
     index = build_index(plan, report, triton_version, module_paths)
     binaries: dict[str, str] = {}

@@ -231,44 +231,41 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     sources: dict[Path, SourceFile] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
-    try:
-        for name, k in m.kernels.items():
-            file, _, func = k.source.rpartition(":")
-            path = (root / file).resolve()
-            if path not in sources:
-                sources[path] = parse_source(path)
-            src = sources[path]
-            try:
-                params, defaults = _kernel_params(name, k, src, func)
-            except ManifestError as exc:
-                exc.file = str(loaded.path)
-                raise
-            module = path.stem
-            kernels[name] = KernelPlan(name, k, func, path, params, defaults, module)
-            mod = modules.setdefault(module, {"path": str(path), "kernels": [], "ops": [],
-                                              "host_source": src.host_source})
-            if mod["path"] != str(path):
-                raise ManifestError(f"two kernel files are named {path.name}; host modules are named after "
-                                    "their file", file=str(loaded.path), key_path=f"kernels.{name}.source")
-            mod["kernels"].append(func)
-            for i, op in enumerate(k.ops):
-                if op not in src.host_functions:
-                    raise ManifestError(f"no host function '{op}' in {file}", file=str(loaded.path),
-                                        key_path=f"kernels.{name}.ops[{i}]",
-                                        suggestion=close_match(op, src.host_functions))
-                if op not in mod["ops"]:
-                    mod["ops"].append(op)
-        for path, src in sources.items():
-            declared = {kp.function for kp in kernels.values() if kp.source == path}
-            exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
-            for fn, refs in sorted(src.kernel_refs.items()):
-                if fn not in exported:
-                    continue  # an unexported helper; it is not reachable from the package's ops
-                for kern in sorted(refs - declared):
-                    raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
-                                      f"{loaded.path.name}")
-    except SourceError:
-        raise
+    for name, k in m.kernels.items():
+        file, _, func = k.source.rpartition(":")
+        path = (root / file).resolve()
+        if path not in sources:
+            sources[path] = parse_source(path)
+        src = sources[path]
+        try:
+            params, defaults = _kernel_params(name, k, src, func)
+        except ManifestError as exc:
+            exc.file = str(loaded.path)
+            raise
+        module = path.stem
+        kernels[name] = KernelPlan(name, k, func, path, params, defaults, module)
+        mod = modules.setdefault(module, {"path": str(path), "kernels": [], "ops": [],
+                                          "host_source": src.host_source})
+        if mod["path"] != str(path):
+            raise ManifestError(f"two kernel files are named {path.name}; host modules are named after "
+                                "their file", file=str(loaded.path), key_path=f"kernels.{name}.source")
+        mod["kernels"].append(func)
+        for i, op in enumerate(k.ops):
+            if op not in src.host_functions:
+                raise ManifestError(f"no host function '{op}' in {file}", file=str(loaded.path),
+                                    key_path=f"kernels.{name}.ops[{i}]",
+                                    suggestion=close_match(op, src.host_functions))
+            if op not in mod["ops"]:
+                mod["ops"].append(op)
+    for path, src in sources.items():
+        declared = {kp.function for kp in kernels.values() if kp.source == path}
+        exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
+        for fn, refs in sorted(src.kernel_refs.items()):
+            if fn not in exported:
+                continue  # an unexported helper; it is not reachable from the package's ops
+            for kern in sorted(refs - declared):
+                raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
+                                  f"{loaded.path.name}")
     tuning = load_tuning_data(root / m.project.tuning_data) if m.project.tuning_data else []
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():

@@ -101,3 +101,35 @@ def test_bf16_and_fp16_scalar_packing() -> None:
     assert rt._pack_fp16(1.5) == struct.unpack("<H", struct.pack("<e", 1.5))[0]
     assert rt._pack_bf16(1.0) == 0x3F80
     assert rt._pack_bf16(-2.0) == 0xC000
+
+
+def _kernel_for_resolution() -> rt.Kernel:
+    def cfg(block: int, shared: int) -> dict:
+        binary = {"shared": shared}
+        return {"meta": {"BLOCK": block}, "num_warps": 4, "num_stages": 2,
+                "binaries": {"aligned": binary, "generic": binary}}
+
+    spec = {
+        "function": "k", "params": [["x_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]], "dtype_args": {"T": "x_ptr"},
+        "key": ["n"], "constraints": [],
+        "variants": {"T=fp16": {"assign": {"T": "fp16"}, "targets": {"sm_80": {
+            "configs": {"big": cfg(256, 150 * 1024), "small": cfg(64, 32 * 1024)},
+            "tables": {"default": [[4096, "big"], [128, "small"]],
+                       "NVIDIA A100-SXM4-80GB": [[4096, "small"]]}}}}},
+    }
+    return rt.Kernel("k", spec, {"sm_80": TARGETS["sm_80"]}, backend=None)
+
+
+def test_resolution_picks_target_device_table_and_drops_configs_too_big_for_the_device() -> None:
+    kernel = _kernel_for_resolution()
+    variant = kernel.variants["T=fp16"]
+    a100 = {"name": "NVIDIA A100-SXM4-80GB", "capability": (8, 0), "arch": "sm_80", "max_shared": 163 * 1024}
+    target, table = rt.resolve_table(kernel, variant, {"T": "fp16"}, "cuda", a100)
+    assert target == "sm_80" and table.lookup((4096,)).id == "small"  # the GPU model's own table
+    rtx = {"name": "NVIDIA GeForce RTX 3090", "capability": (8, 6), "arch": "sm_86", "max_shared": 99 * 1024}
+    target, table = rt.resolve_table(kernel, variant, {"T": "fp16"}, "cuda", rtx)
+    # default table, but the sm_80 binary asking for 150 KB cannot run on a 99 KB sm_86
+    assert target == "sm_80" and table.lookup((4096,)).id == "small"
+    h100 = {"name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "arch": "sm_90", "max_shared": 227 * 1024}
+    with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries for NVIDIA H100.*built for sm_80"):
+        rt.resolve_table(kernel, variant, {"T": "fp16"}, "cuda", h100)
