@@ -22,7 +22,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 _SCRATCH_ALIGN = 256
 _MAX_CACHED_KEYS = 4096
 _NO_CONSTEXPRS: dict[str, Any] = {}
@@ -52,11 +52,12 @@ class DriverError(ForgeRuntimeError):
 # Constraint expressions: a small, safe subset of Python evaluated over config and key values.
 # ---------------------------------------------------------------------------------------------------------
 
-_FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}
+_FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs}  # and the host helpers, below
 _ALLOWED_NODES = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
                   ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.LShift,
                   ast.RShift, ast.BitAnd, ast.BitOr, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE,
-                  ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp)
+                  ast.Gt, ast.GtE, ast.Name, ast.Load, ast.Constant, ast.Call, ast.IfExp, ast.In, ast.NotIn,
+                  ast.Tuple)
 
 
 class Expression:
@@ -73,7 +74,7 @@ class Expression:
                 raise ValueError(f"{type(node).__name__} is not allowed in constraint {text!r}")
             if isinstance(node, ast.Call):
                 if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCS) or node.keywords:
-                    raise ValueError(f"only min(), max() and abs() may be called in constraint {text!r}")
+                    raise ValueError(f"only {', '.join(f + '()' for f in _FUNCS)} may be called in {text!r}")
             elif isinstance(node, ast.Name) and node.id not in _FUNCS:
                 names.add(node.id)
         self.text = text
@@ -81,7 +82,11 @@ class Expression:
         self._code = compile(tree, "<constraint>", "eval")
 
     def __call__(self, env: dict[str, Any]) -> bool:
-        return bool(eval(self._code, {"__builtins__": {}, **_FUNCS}, env))
+        return bool(self.value(env))
+
+    def value(self, env: dict[str, Any]) -> Any:
+        """The expression's value (derived constexprs are expressions of the key, not conditions)."""
+        return eval(self._code, {"__builtins__": {}, **_FUNCS}, env)
 
     def __repr__(self) -> str:
         return f"Expression({self.text!r})"
@@ -98,6 +103,9 @@ def cdiv(x: int, y: int) -> int:
 def next_power_of_2(n: int) -> int:
     n = int(n)
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+_FUNCS.update(cdiv=cdiv, next_power_of_2=next_power_of_2)
 
 
 class _HostTriton(types.ModuleType):
@@ -119,12 +127,52 @@ host_triton = _HostTriton()
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Variants, configs and tables
+# Variants, specializations, configs and tables
 # ---------------------------------------------------------------------------------------------------------
 
-def variant_id(assignment: dict[str, Any]) -> str:
-    """Stable text id of a build variant, e.g. ``T=fp16`` (``base`` when there is nothing to choose)."""
-    return ",".join(f"{k}={v}" for k, v in assignment.items()) or "base"
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+"""Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``)."""
+LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
+"""Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
+HEURISTICS_HOOK = "__forge_heuristics__"
+"""Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
+SPEC_NONE, SPEC_DIV16, SPEC_ONE = "x", "D", "1"
+"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
+divisible by 16; integer equal to 1 (compiled as the constant 1)."""
+
+
+def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
+    """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``.
+
+    ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then
+    call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none.
+    """
+    return ",".join(f"{name}={assignment[name]}" for name in axes) or "base"
+
+
+def spec_fits(built: str, actual: str) -> bool:
+    """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
+    every assumption it makes must hold (an unspecialized position accepts anything)."""
+    return all(b in (SPEC_NONE, a) for b, a in zip(built, actual))
+
+
+def spec_rank(spec: str) -> int:
+    """How specialized a binary is (the more assumptions, the faster it usually runs)."""
+    return sum(c != SPEC_NONE for c in spec)
+
+
+def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
+    """A call's specialization with Triton's rules, over ``values`` (pointers already as addresses):
+    for each (position, is pointer) slot, ``D`` for an aligned pointer or an integer divisible by 16, ``1``
+    for an integer equal to 1, ``x`` otherwise."""
+    spec = ""
+    for i, is_ptr in slots:
+        v = values[i]
+        if is_ptr:
+            spec += SPEC_NONE if v & 15 else SPEC_DIV16
+        else:
+            spec += SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
+    return spec
 
 
 def _log2(v: float) -> float:
@@ -151,18 +199,27 @@ def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int
 
 
 class Config:
-    """One compiled config: tuned meta-parameter values plus num_warps and num_stages."""
+    """One compiled config: tuned meta-parameter values plus the launch options it was compiled with."""
 
-    __slots__ = ("id", "launch_meta", "meta", "num_stages", "num_warps")
+    __slots__ = ("id", "launch_meta", "maxnreg", "meta", "num_stages", "num_warps", "pre_hook")
 
     def __init__(self, cid: str, meta: dict[str, Any], num_warps: int, num_stages: int,
-                 call_constexprs: dict[str, Any]) -> None:
+                 call_constexprs: dict[str, Any], maxnreg: int | None = None, pre_hook: str | None = None) -> None:
         self.id = cid
         self.meta = dict(meta)
         self.num_warps = num_warps
         self.num_stages = num_stages
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
         # What a grid function sees, as with Triton: meta-parameters, call-site constexprs, warps, stages.
         self.launch_meta = {**meta, **call_constexprs, "num_warps": num_warps, "num_stages": num_stages}
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """As ``triton.Config.all_kwargs()``: what heuristics and pre-hooks see of the config."""
+        out = {**self.meta, "num_warps": self.num_warps, "num_ctas": 1, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        return out
 
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
@@ -496,23 +553,28 @@ class _Launch:
 class _VariantState:
     """Everything one (variant, device) needs at launch time, resolved once."""
 
-    __slots__ = ("device", "launchers", "lock", "table", "target", "variant")
+    __slots__ = ("assignment", "device", "launchers", "lock", "table", "target", "variant")
 
-    def __init__(self, variant: str, device: int, target: str, table: ConfigTable) -> None:
+    def __init__(self, variant: str, assignment: dict[str, Any], device: int, target: str,
+                 table: ConfigTable) -> None:
         self.variant = variant
+        self.assignment = assignment
         self.device = device
         self.target = target
         self.table = table
-        self.launchers: dict[tuple[str, bool], Any] = {}
+        self.launchers: dict[tuple[Any, ...], Any] = {}
+        """(config id, heuristic values, specialization) → launcher of the binary that serves them."""
         self.lock = threading.Lock()
 
 
 class Kernel:
     """One packaged kernel, called from host code exactly like a Triton JIT function.
 
-    ``kernel[grid](*args, **call_constexprs)`` binds the arguments like Triton does, picks the build from
-    the dtypes and call-site constexprs, the config from the table, the binary (aligned or generic) from the
-    arguments, computes the grid from the config and launches on torch's current stream.
+    ``kernel[grid](*args, **kwargs)`` binds the arguments like Triton does (call-site constexprs and launch
+    options such as ``num_warps`` included), picks the build variant from the dtypes and the call-site
+    values, the config from the table, evaluates the kernel's ``@triton.heuristics`` on the host, picks the
+    binary from each argument's specialization (pointer alignment, integers divisible by 16 or equal to 1,
+    as Triton's JIT) and launches on torch's current stream.
     """
 
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]],
@@ -523,29 +585,45 @@ class Kernel:
         self.targets = targets
         self.backend = backend
         params = spec["params"]
+        kinds = {"meta", "constexpr", "heuristic"}
         self.param_names = [p[0] for p in params]
-        self.runtime = [(n, t) for n, t in params if t not in ("meta", "constexpr")]
+        self.runtime = [(n, t) for n, t in params if t not in kinds]
         self.runtime_names = [n for n, _ in self.runtime]
         self.meta_names = {n for n, t in params if t == "meta"}
+        self.heuristic_names = [n for n, t in params if t == "heuristic"]
+        self.axes: list[str] = list(spec["axes"])
+        self.launch_axes = [a for a in self.axes if a in LAUNCH_OPTIONS]
+        # Call-site constexprs and launch options: the values the call passes select the build.
         self.call_constexprs = [n for n, t in params if t == "constexpr"]
+        self.call_names = set(self.call_constexprs) | set(self.launch_axes)
         self.constexpr_defaults = spec.get("constexpr_defaults", {})
         self.n_runtime = len(self.runtime)
         # Fast binding applies when the runtime parameters come first, as is usual.
         self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
         self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
-        divisible = set(spec.get("divisible", self.runtime_names))
-        # (position, name, type, low, high, must be divisible by 16 for the aligned binary)
-        self.int_checks = [(i, self.runtime[i][0], self.runtime[i][1], *_INT_RANGES[self.runtime[i][1]],
-                            self.runtime[i][0] in divisible) for i in self.int_pos]
-        self.divisible_pos = [c[0] for c in self.int_checks if c[5]]
-        self.type_vars = [(tv, self.runtime_names.index(arg)) for tv, arg in spec["dtype_args"].items()]
+        spec_params = spec.get("spec_params", [])
+        # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
+        self.spec_slots = [(self.runtime_names.index(n), self.runtime[self.runtime_names.index(n)][1]
+                            .startswith("*")) for n in spec_params]
+        self.int_checks = [(i, self.runtime[i][0], self.runtime[i][1], *_INT_RANGES[self.runtime[i][1]])
+                           for i in self.int_pos]
+        type_args = spec["dtype_args"]
+        self.type_vars = [(tv, self.runtime_names.index(type_args[tv])) for tv in self.axes if tv in type_args]
+        # How each variant axis is read from a call: (True, runtime position) for a type variable's tensor,
+        # (False, name) for a call-site value.
+        self.axis_sources = [(True, self.runtime_names.index(type_args[a])) if a in type_args else (False, a)
+                             for a in self.axes]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
                             else (False, k) for k in spec["key"]]
         self.constraints = [Expression(c) for c in spec.get("constraints", [])]
         self.variants = spec["variants"]
-        # The common call: runtime parameters first, passed positionally, no call-site constexprs.
-        self._plain = self._runtime_first and not self.call_constexprs
+        self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
+        """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""
+        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        """Config pre-hooks by name, bound from the host module (``triton.Config(pre_hook=...)``)."""
+        # The common call: runtime parameters first, passed positionally, nothing chosen at the call site.
+        self._plain = self._runtime_first and not self.call_names
         positions = [src for is_rt, src in self.key_sources if is_rt]
         self._runtime_key: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
         if len(positions) == len(self.key_sources):
@@ -565,9 +643,17 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
 
+    def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
+        """Register one ``@triton.heuristics`` decorator's values (outer decorators register first)."""
+        for name, fn in values.items():
+            if name not in self.heuristic_names:
+                raise ForgeRuntimeError(f"{self.function}: heuristic '{name}' is not a constexpr parameter the "
+                                        f"package knows as heuristic ({self.heuristic_names})")
+            self.heuristics.append((name, fn))
+
     # -- binding ------------------------------------------------------------------------------------------
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
-        if self._runtime_first and len(args) == self.n_runtime and all(k in self.call_constexprs
+        if self._runtime_first and len(args) == self.n_runtime and all(k not in self.runtime_names
                                                                           for k in kwargs):
             runtime: Sequence[Any] = args
             given = dict(kwargs)
@@ -578,29 +664,39 @@ class Kernel:
             for k, v in kwargs.items():
                 if k in given:
                     raise TypeError(f"{self.function}() got multiple values for argument '{k}'")
-                if k not in self.param_names:
-                    raise TypeError(f"{self.function}() got an unexpected keyword argument '{k}'")
                 given[k] = v
             missing = [n for n in self.runtime_names if n not in given]
             if missing:
                 raise TypeError(f"{self.function}() is missing arguments {missing}")
             runtime = [given.pop(n) for n in self.runtime_names]
-        tuned = self.meta_names.intersection(given)
-        if tuned:
-            raise TypeError(f"{self.function}(): {sorted(tuned)} are tuned by forge-aot and come from the "
-                            "config table; do not pass them")
-        constexprs = {}
+        call: dict[str, Any] = {}
+        for k, v in given.items():
+            if k in self.call_names:
+                call[k] = v
+            elif k in self.meta_names:
+                raise TypeError(f"{self.function}(): {k} is tuned by forge-aot and comes from the config table; "
+                                "do not pass it (or declare it a call-site constexpr in the manifest)")
+            elif k in LAUNCH_OPTIONS:
+                if v != LAUNCH_DEFAULTS.get(k, object()):
+                    raise NotBuiltError(f"{self.function}(): the call passes {k}={v!r}, but {k} was not built as a "
+                                        "call-site option; list it under constexprs or derive in the manifest")
+            elif k in self.heuristic_names:
+                pass  # as with Triton, the kernel's heuristics compute it (and win)
+            elif k not in self.param_names:
+                raise TypeError(f"{self.function}() got an unexpected keyword argument '{k}'")
         for n in self.call_constexprs:
-            if n in given:
-                constexprs[n] = given[n]
-            elif n in self.constexpr_defaults:
-                constexprs[n] = self.constexpr_defaults[n]
-            else:
-                raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
-        return runtime, constexprs
+            if n not in call:
+                if n in self.constexpr_defaults:
+                    call[n] = self.constexpr_defaults[n]
+                else:
+                    raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
+        for n in self.launch_axes:
+            if n not in call:
+                call[n] = LAUNCH_DEFAULTS.get(n, {"num_warps": 4, "num_stages": 3}.get(n))
+        return runtime, call
 
     # -- resolution ---------------------------------------------------------------------------------------
-    def _state(self, runtime: Sequence[Any], constexprs: dict[str, Any]) -> _VariantState:
+    def _device(self, runtime: Sequence[Any]) -> int:
         device = -2
         for i in self.ptr_pos:
             arg = runtime[i]
@@ -617,52 +713,87 @@ class Kernel:
                 device = d
             elif d != device:
                 raise UnsupportedDeviceError(f"{self.function}(): tensors on cuda:{device} and cuda:{d}")
-        dtypes = tuple(dtype_name(runtime[pos].dtype) for _, pos in self.type_vars)
-        state_key = (*dtypes, *constexprs.values(), device)
+        return device
+
+    def axis_values(self, runtime: Sequence[Any], call: dict[str, Any]) -> tuple[Any, ...]:
+        """The call's value of every variant axis, in canonical order (dtype names for type variables)."""
+        return tuple(dtype_name(runtime[src].dtype) if is_rt else call[src] for is_rt, src in self.axis_sources)
+
+    def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
+        device = self._device(runtime)
+        values = self.axis_values(runtime, call)
+        state_key = (*values, device)
         state = self._states.get(state_key)
         if state is None:
-            state = self._make_state(dtypes, constexprs, device, state_key)
+            state = self._make_state(values, device, state_key)
         return state
 
-    def _make_state(self, dtypes: tuple[str, ...], constexprs: dict[str, Any], device: int,
-                    state_key: tuple[Any, ...]) -> _VariantState:
-        assignment = dict(zip([tv for tv, _ in self.type_vars], dtypes))
-        for (tv, _), dt in zip(self.type_vars, dtypes):
-            built = sorted({v["assign"][tv] for v in self.variants.values()})
-            if dt not in built:
-                raise UnsupportedDtypeError(f"{self.function}(): no build for {tv}={dt}; this package has "
-                                            f"{', '.join(built)}")
-        for name, value in constexprs.items():
-            built_values = [v["assign"][name] for v in self.variants.values()]
-            if value not in built_values:
-                raise NotBuiltError(f"{self.function}(): constexpr {name}={value!r} was not built; built "
-                                    f"values: {sorted(set(map(repr, built_values)))}")
-            assignment[name] = next(b for b in built_values if b == value)
-        vid = variant_id(assignment)
-        variant = self.variants.get(vid)
-        if variant is None:
+    def find_variant(self, values: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+        """The built variant for the axis values of a call, or a clear error naming what was built."""
+        assignment: dict[str, Any] = {}
+        for axis, value in zip(self.axes, values):
+            built = [v["assign"][axis] for v in self.variants.values()]
+            if axis in dict(self.type_vars):
+                if value not in built:
+                    raise UnsupportedDtypeError(f"{self.function}(): no build for {axis}={value}; this package "
+                                                f"has {', '.join(sorted(set(built)))}")
+            elif value not in built:
+                kind = "launch option" if axis in LAUNCH_OPTIONS else "constexpr"
+                raise NotBuiltError(f"{self.function}(): {kind} {axis}={value!r} was not built; built values: "
+                                    f"{sorted(set(map(repr, built)))}")
+            else:
+                value = next(b for b in built if b == value)
+            assignment[axis] = value
+        vid = variant_id(assignment, self.axes)
+        if vid not in self.variants:
             raise NotBuiltError(f"{self.function}(): the combination {vid} was not built; built: "
                                 f"{list(self.variants)}")
-        target, table = self.backend.resolve(self, variant, assignment, device)
-        state = _VariantState(vid, device, target, table)
+        return vid, assignment
+
+    def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
+        vid, assignment = self.find_variant(values)
+        target, table = self.backend.resolve(self, self.variants[vid], assignment, device)
+        state = _VariantState(vid, assignment, device, target, table)
         with self._lock:
             self._states.setdefault(state_key, state)
         return self._states[state_key]
 
+    def named_args(self, runtime: Sequence[Any], call: dict[str, Any], config: Config) -> dict[str, Any]:
+        """What Triton's heuristics, pre-hooks and grid functions see: every argument by name, the call-site
+        values and the config's keyword arguments."""
+        return {**dict(zip(self.runtime_names, runtime)), **call, **config.all_kwargs()}
+
     # -- the call -----------------------------------------------------------------------------------------
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if kwargs or not self._plain or len(args) != self.n_runtime:
-            runtime, constexprs = self._bind(args, kwargs)
+            runtime, call = self._bind(args, kwargs)
         else:
-            runtime, constexprs = args, _NO_CONSTEXPRS
-        state = self._state(runtime, constexprs)
+            runtime, call = args, _NO_CONSTEXPRS
+        state = self._state(runtime, call)
         if self._runtime_key is not None:
             key = self._runtime_key(runtime)
         else:
-            key = tuple(runtime[src] if is_rt else constexprs[src] for is_rt, src in self.key_sources)
+            key = tuple(runtime[src] if is_rt else call[src] for is_rt, src in self.key_sources)
         config = state.table.lookup(key)
-        g = grid(config.launch_meta) if callable(grid) else grid
-        self.backend.launch(self, state, config, g, runtime, constexprs)
+        heur: tuple[Any, ...] = ()
+        if self.heuristics or config.pre_hook:
+            nargs = self.named_args(runtime, call, config)
+            for name, fn in self.heuristics:
+                nargs[name] = fn(nargs)
+            heur = tuple(nargs[n] for n in self.heuristic_names)
+            if config.pre_hook:
+                self.pre_hooks[config.pre_hook](nargs)
+            if callable(grid):
+                try:
+                    grid = grid({**config.launch_meta, **dict(zip(self.heuristic_names, heur))})
+                except KeyError:
+                    grid = grid(nargs)
+        elif callable(grid):
+            try:
+                grid = grid(config.launch_meta)
+            except KeyError:  # the grid function reads an argument by name, as Triton allows
+                grid = grid(self.named_args(runtime, call, config))
+        self.backend.launch(self, state, config, grid, runtime, call, heur)
 
 
 def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any], backend: str,
@@ -680,16 +811,35 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
             f"was built for {', '.join(variant['targets']) or 'no target'}. Rebuild with this target "
             "added to kernel_manifest.toml.")
     entry = variant["targets"][target]
-    call_constexprs = {k: v for k, v in assignment.items() if k in kernel.call_constexprs}
-    configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_constexprs)
+    call_values = {k: v for k, v in assignment.items() if k in kernel.call_names}
+    configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_values, c.get("maxnreg"),
+                           c.get("pre_hook"))
                for cid, c in entry["configs"].items()}
     # A binary for an older GPU of the same major may ask for more shared memory than this one has.
     usable = {cid for cid, c in entry["configs"].items()
               if max((b["shared"] for b in c.get("binaries", {}).values()), default=0) <= info["max_shared"]}
     rows = entry["tables"].get(info["name"], entry["tables"]["default"])
-    table = ConfigTable(f"{kernel.function} [{variant_id(assignment)}] on {target}", kernel.spec["key"],
-                        rows, configs, kernel.constraints, usable)
+    table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
+                        kernel.spec["key"], rows, configs, kernel.constraints, usable)
     return target, table
+
+
+def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
+                  spec: str) -> dict[str, Any]:
+    """The binary of a config serving a call: same heuristic values, every specialization assumption true
+    for the call's arguments, the most specialized such (the generic one assumes nothing, so it always fits)."""
+    names = kernel.heuristic_names
+    best: dict[str, Any] | None = None
+    for b in binaries.values():
+        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
+            continue
+        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
+            best = b
+    if best is None:
+        built = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
+        raise NotBuiltError(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not "
+                            f"built for this config; built: {[dict(zip(names, h)) for h in built]}")
+    return best
 
 
 class BinaryBackend:
@@ -709,36 +859,34 @@ class BinaryBackend:
                 device: int) -> tuple[str, ConfigTable]:
         return resolve_table(kernel, variant, assignment, driver().backend, self.device(device))
 
-    def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, aligned: bool) -> Any:
-        launcher = state.launchers.get((config.id, aligned))
-        if launcher is None:
-            with state.lock:
-                launcher = state.launchers.get((config.id, aligned))
+    def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
+                  spec: str) -> Any:
+        with state.lock:
+            launcher = state.launchers.get((config.id, heur, spec))
+            if launcher is None:
+                binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]["binaries"]
+                binary = choose_binary(kernel, binaries, heur, spec)
+                # Binaries serving several specializations are loaded once.
+                launcher = next((lr for lr in state.launchers.values() if lr.path.endswith(binary["path"])), None)
                 if launcher is None:
-                    binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id][
-                        "binaries"]
-                    binary = binaries["aligned" if aligned else "generic"]
                     launcher = _BinaryLauncher(kernel, binary, os.path.join(self.root, binary["path"]),
                                                state.device, self.device(state.device)["max_shared"])
-                    state.launchers[(config.id, aligned)] = launcher
+                state.launchers[(config.id, heur, spec)] = launcher
         return launcher
 
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
-               runtime: Sequence[Any], constexprs: dict[str, Any]) -> None:
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
         values = list(runtime)
-        aligned = True
         for i in kernel.ptr_pos:
-            ptr = values[i] = runtime[i].data_ptr()
-            if ptr & 15:
-                aligned = False
-        for i in kernel.divisible_pos:
-            if values[i] & 15:
-                aligned = False
-                break
+            values[i] = runtime[i].data_ptr()
+        spec = argument_spec(kernel.spec_slots, values)
+        launcher = state.launchers.get((config.id, heur, spec))
+        if launcher is None:
+            launcher = self._launcher(kernel, state, config, heur, spec)
         try:
-            self._launcher(kernel, state, config, aligned)(grid, values)
+            launcher(grid, values)
         except struct.error:
-            for i, name, ty, lo, hi, _ in kernel.int_checks:
+            for i, name, ty, lo, hi in kernel.int_checks:
                 if not lo <= values[i] <= hi:
                     raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
             raise
@@ -765,6 +913,8 @@ class _BinaryLauncher:
 
         with open(path, "rb") as f:
             image = f.read()
+        self.path = path
+        self.spec = binary["spec"]
         self.drv = driver()
         self.device = device
         self.function = self.drv.load(device, image, binary["function"], binary["shared"], max_shared)
@@ -773,16 +923,22 @@ class _BinaryLauncher:
         self.global_scratch = int(binary.get("global_scratch_size", 0))
         self.profile_scratch = int(binary.get("profile_scratch_size", 0))
         self.name = kernel.function
+        # Arguments specialized to the constant 1 are compiled into the binary, not passed.
+        ones = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_ONE}
+        kept = [i for i in range(len(kernel.runtime)) if i not in ones]
+        self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
+            if ones else None
+        params = [kernel.runtime[i] for i in kept]
         fields = []
-        self.bf16_pos = [i for i, (_, ty) in enumerate(kernel.runtime) if ty == "bf16"]
-        for i, (_, ty) in enumerate(kernel.runtime):
-            fields.append((f"a{i}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]))
+        self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
+        for j, (_, ty) in enumerate(params):
+            fields.append((f"a{j}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]))
         # Triton 3.6 kernels take two trailing pointers: global scratch and profile scratch.
         fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
         self.args_type = type("Args", (ctypes.Structure,), {"_fields_": fields})
         self.offsets = [getattr(self.args_type, name).offset for name, _ in fields]
         # One struct.pack_into fills the whole parameter block: explicit padding reproduces the C layout.
-        codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for _, ty in kernel.runtime] + ["Q", "Q"]
+        codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for _, ty in params] + ["Q", "Q"]
         fmt, pos = "<", 0
         for off, code in zip(self.offsets, codes):
             fmt += "x" * (off - pos) + code
@@ -810,6 +966,8 @@ class _BinaryLauncher:
         gz = grid[2] if len(grid) > 2 else 1
         if gx * gy * gz == 0:
             return
+        if self.select is not None:
+            values = list(self.select(values))
         for i in self.bf16_pos:
             values[i] = _pack_bf16(values[i])
         keep = None
@@ -864,8 +1022,14 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     else:
         module = types.ModuleType(module_name)
         module.__file__ = filename
+    by_function = {getattr(k, "function", name): k for name, k in kernels.items()}
+
+    def register_heuristics(function: str, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
+        by_function[function].add_heuristics(values)
+
     module.__dict__.update(kernels)
     module.__dict__["triton"] = host_triton
+    module.__dict__[HEURISTICS_HOOK] = register_heuristics
     sys.modules[module_name] = module
     try:
         if source is None:
@@ -875,6 +1039,13 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
+    for handle in kernels.values():
+        for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
+            fn = module.__dict__.get(hook)
+            if not callable(fn):
+                raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} is not a "
+                                        "function of the host module")
+            handle.pre_hooks[hook] = fn
     return module
 
 
@@ -887,19 +1058,27 @@ def load_index(root: str) -> dict[str, Any]:
     return index
 
 
+def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend: Any, kernel_class: Any,
+                source: tuple[str, str | None]) -> types.ModuleType:
+    """Create the kernel handles of one host module and run it (``source``: filename, text or None to read
+    the file)."""
+    specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()}
+    bound = {}
+    for fn in index["modules"][mod_name]["kernels"]:
+        name, spec = specs[fn]
+        bound[fn] = kernel_class(name, spec, index["targets"], backend)
+    return exec_host_module(module_name, source[0], bound, source[1])
+
+
 def bind_ops(package: str, index: dict[str, Any], backend: Any,
              sources: dict[str, tuple[str, str | None]]) -> dict[str, Callable[..., Any]]:
-    """Create the kernel handles and run every host module; returns the exported ops by name.
+    """Run every host module with its kernel handles; returns the exported ops by name.
 
     ``sources`` maps each host module to (filename, source or None to read the file).
     """
-    handles = {spec["function"]: Kernel(name, spec, index["targets"], backend)
-               for name, spec in index["kernels"].items()}
     ops: dict[str, Callable[..., Any]] = {}
     for mod_name, mod in sorted(index["modules"].items()):
-        filename, source = sources[mod_name]
-        bound = {fn: handles[fn] for fn in mod["kernels"]}
-        module = exec_host_module(f"{package}._ops.{mod_name}", filename, bound, source)
+        module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, Kernel, sources[mod_name])
         for op in mod["ops"]:
             ops[op] = getattr(module, op)
     return ops

@@ -13,29 +13,11 @@ import os
 import sys
 import time
 import traceback
-import types
 from typing import Any
 
+from forge_aot.introspect import base_jit_function, load_kernel_module
+
 RESULT_MARK = "@@forge-aot-result@@"
-_modules: dict[str, Any] = {}
-
-
-def _load(path: str) -> Any:
-    """Import a kernel file under the path the job names (relative to the manifest, the worker's cwd), so
-    the line info Triton writes into binaries does not depend on where the checkout lives."""
-    module = _modules.get(path)
-    if module is None:
-        directory = os.path.dirname(os.path.abspath(path))
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
-        name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
-        module = types.ModuleType(name)
-        module.__file__ = path
-        sys.modules[name] = module
-        with open(path, encoding="utf-8") as f:
-            exec(compile(f.read(), path, "exec"), module.__dict__)
-        _modules[path] = module
-    return module
 
 
 def _atomic_write(path: str, data: bytes) -> None:
@@ -51,15 +33,18 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = getattr(_load(job["source"]), job["function"])
+    # The bare @triton.jit function: autotune and heuristics are the build's business (config, constexprs).
+    fn = base_jit_function(getattr(load_kernel_module(job["source"]), job["function"]))
     t = job["target_info"]
     target = GPUTarget(t["backend"], t["arch"], t["warp_size"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
     src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
     cfg = job["config"]
     start = time.perf_counter()
-    compiled = triton.compile(src, target=target,
-                              options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    options = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if cfg.get("maxnreg"):
+        options["maxnreg"] = cfg["maxnreg"]
+    compiled = triton.compile(src, target=target, options=options)
     seconds = time.perf_counter() - start
     ext = "cubin" if t["backend"] == "cuda" else "hsaco"
     image = compiled.asm[ext]
@@ -70,7 +55,8 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
     arch = f"sm_{t['arch']}{'a' if int(t['arch']) >= 90 else ''}" if t["backend"] == "cuda" else t["arch"]
     sidecar = {
         "kernel": job["kernel"], "function": md.name, "variant": job["variant"], "target": job["target"],
-        "arch": arch, "config": cfg, "specialization": job["specialization"], "signature": job["signature"],
+        "arch": arch, "config": cfg, "spec": job["specialization"], "heur": job["heuristics"],
+        "signature": job["signature"],
         "divisible": job["divisible"], "num_warps": md.num_warps, "num_stages": md.num_stages,
         "warp_size": md.warp_size, "shared": md.shared,
         "global_scratch_size": getattr(md, "global_scratch_size", 0),

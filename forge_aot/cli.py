@@ -94,10 +94,27 @@ def check(manifest: Path, show_plan: bool) -> None:
     if show_plan:
         click.echo(json.dumps(plan.to_json(), indent=1))
         return
-    jobs = sum(len({c.id for rows in e.tables.values() for r in rows for c in r.preferences[:1]})
-               for e in plan.entries) * 2
+    from .plan import plan_summary
+
+    summary = plan_summary(plan)
+    total = sum(k["binaries"] for k in summary.values())
     click.echo(f"{manifest}: ok ({len(plan.kernels)} kernels, {len(plan.entries)} kernel×variant×target "
-               f"entries, about {jobs} binaries)")
+               f"entries, {total} binaries to compile for {', '.join(plan.targets)})")
+    for name, k in summary.items():
+        decorated = f" [{', '.join('@triton.' + d for d in k['decorators'])}]" if k["decorators"] else ""
+        click.echo(f"  {name}: {k['function']}{decorated}: {k['variants']} variants over "
+                   f"({', '.join(k['axes']) or 'nothing'}), {k['space']} configs in the space, "
+                   f"key ({', '.join(k['key']) or 'none'}), {k['binaries']} binaries")
+        for site in k["launches"]:
+            passed = ", ".join(site["keywords"]) or "no keywords"
+            more = " (and *args/**kwargs forge-aot cannot see)" if site["unknown"] else ""
+            click.echo(f"    launched in {site['function']}() line {site['line']}: passes {passed}{more}")
+        if k["axis_values_from"]:
+            click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
+                       + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))
+        if "examples" not in k["axis_values_from"] and k["unkeyed_ints"]:
+            click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
+                       "a call where one equals 1 (a unit stride) takes a less specialized binary")
 
 
 def _fmt_size(n: float) -> str:

@@ -1,8 +1,11 @@
 """Stage 3: compile. Parallel worker processes run triton.compile, one binary per request, with a timeout.
 
-A config whose compile fails (error, crash, timeout, or more shared memory than the target has) is recorded
-with kernel, variant, target and config, and left out; the rows that preferred it move to their next choice.
-An entry fails only when one of its rows has no config left.
+A config is usable when its generic binaries (those assuming nothing of the arguments) compile; if one fails
+(error, crash, timeout, or more shared memory than the target has) the config is recorded with kernel,
+variant, target and config, and left out, and the rows that preferred it move to their next choice. A
+specialized binary that fails is reported and left out: its calls take a less specialized binary (a failed
+one with arguments specialized to 1 is retried without that assumption). An entry fails only when one of its
+rows has no config left.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CompileError
-from .plan import SPECIALIZATIONS, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
+from .plan import BinarySpec, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
 from .targets import TARGETS
+from .templates._forge_runtime import SPEC_ONE
 
 ProgressFn = Callable[[str, int, int, str], None]
 """progress(stage, done, total, message)."""
@@ -176,14 +180,14 @@ class CompiledEntry:
     tables: dict[str, list[tuple[tuple[int, ...], str]]] = field(default_factory=dict)
     configs: dict[str, ConfigChoice] = field(default_factory=dict)
     binaries: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    """config id → specialization → sidecar."""
+    """config id → binary id → sidecar."""
 
 
 @dataclass
 class CompileReport:
     entries: list[CompiledEntry]
     failures: list[str]
-    """One line per failed config (kernel, variant, target, config, reason)."""
+    """One line per failed binary (kernel, variant, target, config, binary, reason)."""
     results: list[CompileResult]
     errors: list[CompileError]
 
@@ -201,38 +205,58 @@ class CompileReport:
 
 def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
                  progress: ProgressFn | None = None) -> CompileReport:
-    """Compile every config the tables need, walking down a row's preferences past failed configs."""
-    status: dict[tuple[str, str, str, str], list[CompileResult]] = {}
+    """Compile every binary the tables need, walking down a row's preferences past configs that failed."""
+    Key = tuple[str, str, str, str, BinarySpec]
+    status: dict[Key, CompileResult] = {}
     all_results: list[CompileResult] = []
 
-    def key(e: EntryPlan, c: ConfigChoice) -> tuple[str, str, str, str]:
-        return (e.kernel, e.variant, e.target, c.id)
+    def key(e: EntryPlan, c: ConfigChoice, b: BinarySpec) -> Key:
+        return (e.kernel, e.variant, e.target, c.id, b)
 
-    def ok(k: tuple[str, str, str, str]) -> bool:
-        return all(r.ok for r in status[k])
+    def needed_for(e: EntryPlan, row_key: tuple[int, ...], c: ConfigChoice) -> list[BinarySpec]:
+        wanted = plan.binaries_for(e, row_key, c)
+        # A failed binary that assumed integers equal to 1 is retried without that assumption.
+        for b in list(wanted):
+            r = status.get(key(e, c, b))
+            if r is not None and not r.ok and SPEC_ONE in b.spec:
+                wanted.append(b.relaxed([i for i, ch in enumerate(b.spec) if ch == SPEC_ONE]))
+        return list(dict.fromkeys(wanted))
+
+    def usable(e: EntryPlan, row_key: tuple[int, ...], c: ConfigChoice) -> bool | None:
+        """True: every generic binary compiled; False: one failed; None: not all compiled yet."""
+        outcome: bool | None = True
+        for b in needed_for(e, row_key, c):
+            r = status.get(key(e, c, b))
+            if r is None:
+                outcome = None
+            elif not r.ok and b.generic:
+                return False
+        return outcome
 
     while True:
-        needed: dict[tuple[str, str, str, str], tuple[EntryPlan, ConfigChoice]] = {}
+        jobs: dict[Key, CompileJob] = {}
         for e in plan.entries:
             for rows in e.tables.values():
                 for row in rows:
                     for c in row.preferences:
-                        k = key(e, c)
-                        if k not in status:
-                            needed[k] = (e, c)
-                            break
-                        if ok(k):
-                            break
-        if not needed:
+                        state = usable(e, row.key, c)
+                        if state is False:
+                            continue
+                        if state is None:
+                            for b in needed_for(e, row.key, c):
+                                if key(e, c, b) not in status:
+                                    jobs[key(e, c, b)] = job_for(plan, e, c, b)
+                        break
+        if not jobs:
             break
-        jobs = [job_for(plan, e, c, spec) for e, c in needed.values() for spec in SPECIALIZATIONS]
-        results = pool.run(jobs, out_dir, progress)
+        results = pool.run(list(jobs.values()), out_dir, progress)
         all_results += results
         for r in results:
-            status.setdefault((r.job.kernel, r.job.variant, r.job.target, r.job.config.id), []).append(r)
+            status[(r.job.kernel, r.job.variant, r.job.target, r.job.config.id, r.job.binary)] = r
 
     def describe(r: CompileResult) -> str:
-        return f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.specialization}): {r.error}"
+        return (f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.binary.id}): "
+                f"{r.error}")
 
     failed = [r for r in all_results if not r.ok]
     failures = [describe(r) for r in failed]
@@ -244,14 +268,17 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
         for device, rows in e.tables.items():
             resolved = []
             for row in rows:
-                chosen = next((c for c in row.preferences if key(e, c) in status and ok(key(e, c))), None)
+                chosen = next((c for c in row.preferences if usable(e, row.key, c)), None)
                 if chosen is None:
                     failed_entry = True
                     break
                 resolved.append((row.key, chosen.id))
                 ce.configs[chosen.id] = chosen
-                ce.binaries[chosen.id] = {r.job.specialization: r.sidecar for r in status[key(e, chosen)]
-                                          if r.sidecar is not None}
+                binaries = ce.binaries.setdefault(chosen.id, {})
+                for b in needed_for(e, row.key, chosen):
+                    r = status[key(e, chosen, b)]
+                    if r.ok and r.sidecar is not None:
+                        binaries[b.id] = r.sidecar
             ce.tables[device] = resolved
         if failed_entry:
             mine = [describe(r) for r in failed

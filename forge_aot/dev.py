@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ForgeError
 from .index import build_index
+from .introspect import base_jit_function, load_kernel_module
 from .manifest import load_manifest
 from .plan import make_plan
 from .templates import _forge_runtime as rt
@@ -38,32 +38,22 @@ class JitBackend:
         return rt.resolve_table(kernel, variant, assignment, "hip" if hip else "cuda", info)
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
-               runtime: Sequence[Any], constexprs: dict[str, Any]) -> None:
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
         fn = self.functions[kernel.function]
         kwargs = dict(zip(kernel.runtime_names, runtime))
-        fn[tuple(grid)](**kwargs, **config.meta, **constexprs, num_warps=config.num_warps,
-                        num_stages=config.num_stages)
+        constexprs = {k: v for k, v in call.items() if k not in rt.LAUNCH_OPTIONS}
+        options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+        fn[tuple(grid)](**kwargs, **config.meta, **constexprs, **dict(zip(kernel.heuristic_names, heur)),
+                        num_warps=config.num_warps, num_stages=config.num_stages, **options)
 
 
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:
     """The manifest's ops bound to Triton JIT kernels (for development and for benchmarks against JIT)."""
-    import importlib.util
-    import sys
-
     loaded = load_manifest(manifest_path)
     plan = make_plan(loaded, targets)
     index = build_index(plan, None, "jit", {m: str(spec["path"]) for m, spec in plan.modules.items()})
-    functions: dict[str, Any] = {}
-    for kp in plan.kernels.values():
-        name = f"_forge_dev_kernels_{kp.module}"
-        module = sys.modules.get(name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(name, kp.source)
-            if spec is None or spec.loader is None:
-                raise ForgeError(f"cannot import {kp.source}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        functions[kp.function] = getattr(module, kp.function)
+    # The bare JIT functions: the wheel's rules pick config, heuristics and call-site values.
+    functions = {kp.function: base_jit_function(getattr(load_kernel_module(str(kp.source)), kp.function))
+                 for kp in plan.kernels.values()}
     sources = {m: (spec["path"], spec["host_source"]) for m, spec in plan.modules.items()}
     return rt.bind_ops(f"_forge_dev_{loaded.manifest.project.name}", index, JitBackend(functions), sources)

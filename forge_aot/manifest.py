@@ -15,7 +15,6 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -35,36 +34,51 @@ ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp
                  "fp8e4nv", "fp8e5")
 """Triton element types accepted in signatures and dtype variants."""
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
-RESERVED_META = ("num_warps", "num_stages")
+RESERVED_META = ("num_warps", "num_stages", "maxnreg")
 
 
 @dataclass(frozen=True)
 class TuneSpace:
-    """The configs a kernel may run with: meta-parameter values × num_warps × num_stages, filtered."""
+    """The configs a kernel may run with: meta-parameter values × num_warps × num_stages, or a list of configs.
+
+    Left empty for a kernel decorated with ``@triton.autotune``, the decorator's configs, key,
+    ``reset_to_zero`` and ``restore_value`` are used; anything given here overrides them.
+    """
 
     meta: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
     """Values tried for each tuned constexpr meta-parameter (e.g. ``BLOCK_SIZE = [1024, 2048]``).
     The first value of each list, in order, makes the first candidate: list your safest choice first."""
-    num_warps: tuple[int, ...] = (4,)
-    """Warps per program (a power of two, 1 to 32)."""
-    num_stages: tuple[int, ...] = (3,)
-    """Software-pipelining depth for loops (1 or more)."""
+    num_warps: tuple[int, ...] = ()
+    """Warps per program (a power of two, 1 to 32) [default: 4, Triton's default]."""
+    num_stages: tuple[int, ...] = ()
+    """Software-pipelining depth for loops (1 or more) [default: 3, Triton's default]."""
+    configs: tuple[dict[str, Scalar], ...] = ()
+    """An explicit list of configs instead of a product, each giving every meta-parameter plus optional
+    ``num_warps``, ``num_stages`` and ``maxnreg`` (like a ``triton.Config`` list)."""
     constraints: tuple[str, ...] = ()
     """Python expressions that every config must satisfy (``and``, ``or``, comparisons, arithmetic, ``min``,
-    ``max``). They may name meta-parameters, ``num_warps``, ``num_stages``, call-site constexprs and key
-    arguments; the loader re-checks them with the actual key values of each call."""
+    ``max``, ``abs``, ``cdiv``, ``next_power_of_2``). They may name meta-parameters, ``num_warps``,
+    ``num_stages``, call-site constexprs and key arguments; the loader re-checks them with the actual key
+    values of each call."""
     default: dict[str, Scalar] | None = None
     """The config used where no tuning data exists (every meta-parameter plus optional ``num_warps`` and
     ``num_stages``). Without it, the default is the first candidate, in listed order, that satisfies the
     constraints for the shape in question."""
+    reset_to_zero: tuple[str, ...] | None = None
+    """Pointer arguments the kernel accumulates into: zeroed before each timed run when tuning (as
+    ``triton.autotune(reset_to_zero=...)``) [default: the decorator's]."""
+    restore_value: tuple[str, ...] | None = None
+    """Pointer arguments the kernel overwrites in place: restored after each timed run when tuning (as
+    ``triton.autotune(restore_value=...)``) [default: the decorator's]."""
 
 
 @dataclass(frozen=True)
 class KernelEntry:
-    """One ``@triton.jit`` kernel: how to compile it, for which dtypes and shapes, and which host ops use it."""
+    """One Triton kernel: how to compile it, for which dtypes and shapes, and which host ops use it."""
 
     source: str
-    """``path/to/file.py:function`` relative to the manifest; the function must be decorated ``@triton.jit``."""
+    """``path/to/file.py:function`` relative to the manifest; the function is decorated ``@triton.jit``,
+    optionally under ``@triton.autotune`` and ``@triton.heuristics``."""
     signature: dict[str, str]
     """Type of every runtime (non-constexpr) parameter: ``*fp16``/``*T`` for pointers, ``i32``, ``i64``,
     ``fp32``… for scalars. ``T`` stands for a type variable from ``dtypes``."""
@@ -74,18 +88,33 @@ class KernelEntry:
     """Type variables and the element types built for each, e.g. ``T = ["fp16", "bf16"]``; one build per
     combination. At run time the dtype of the first tensor argument typed ``*T`` selects the build."""
     constexprs: dict[str, tuple[Scalar, ...]] = field(default_factory=dict)
-    """Constexpr parameters the host code passes itself (not tuned), with every value to build."""
-    divisible: tuple[str, ...] | None = None
-    """Integer parameters the aligned build assumes divisible by 16 (default: every integer parameter). The
-    aligned binary runs when every pointer is 16-byte aligned and each of these is divisible by 16; otherwise
-    the generic binary runs. List the strides, not the sizes, so odd sizes still get the aligned build.
-    Integers equal to 1 are never specialized (Triton's JIT turns them into constants; forge-aot does not)."""
+    """What the host code passes at the call site, with every value to build: constexpr parameters
+    (``HAS_BIAS = [true, false]``) and launch options (``num_warps = [4, 8]``). Every combination is built
+    (a product): for values that follow from the shape use ``derive``, or list what occurs in
+    ``combinations``."""
+    derive: dict[str, str] = field(default_factory=dict)
+    """Call-site constexprs and launch options as expressions of the key and the type variables, evaluated
+    per table row in listed order, e.g. ``BLOCK_SIZE = "next_power_of_2(n_cols)"``,
+    ``num_warps = "min(max(BLOCK_SIZE // 256, 1), 8)"``: only the values the rows reach are built."""
+    combinations: tuple[dict[str, Scalar], ...] = ()
+    """The combinations of call-site values that occur, e.g. ``[{BLOCK_SIZE = 1024, num_warps = 4}, …]``,
+    instead of the product of ``constexprs``."""
+    do_not_specialize: tuple[str, ...] = ()
+    """Runtime parameters never specialized (added to the kernel's ``@triton.jit(do_not_specialize=...)``).
+    The others are specialized like Triton's JIT does: integers equal to 1 or divisible by 16, pointers
+    16-byte aligned; a generic binary serves every other call."""
     key: tuple[str, ...] = ()
-    """Arguments whose values select the config (integer parameters or call-site constexprs)."""
+    """Arguments whose values select the config (integer parameters or call-site constexprs) [default: the
+    ``@triton.autotune`` key]."""
     shapes: tuple[dict[str, int], ...] = ()
     """The key values that matter, as a list of points (``[{M = 4096, N = 4096, K = 4096}]``)."""
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """The key values that matter, as values per key argument; every combination becomes a table row."""
+    examples: str | None = None
+    """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
+    run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —
+    call-site values, key values, argument specializations — decides which binaries are built; their keys
+    are added to the table rows. Left out of the wheel."""
     tune: TuneSpace = field(default_factory=TuneSpace)
     """The tuning space."""
 
@@ -157,8 +186,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _toml_name(name: str) -> str:
-    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data",
-                                               "line_info") else name
+    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
+                                               "do_not_specialize", "reset_to_zero", "restore_value") else name
 
 
 def _type_name(tp: Any) -> str:
@@ -352,58 +381,83 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
         if tv not in pointer_vars:
             raise r.error(f"{at}.dtypes.{tv}", f"type variable '{tv}' types no pointer parameter, so no "
                           "argument could select its build")
+    call_site = set(k.constexprs) | set(k.derive) | {n for c in k.combinations for n in c}
     for cname, values in k.constexprs.items():
         if cname in k.signature:
             raise r.error(f"{at}.constexprs.{cname}", "is also a runtime parameter in signature")
         if not values:
             raise r.error(f"{at}.constexprs.{cname}", "list every value to build")
+    for i, combo in enumerate(k.combinations):
+        if set(combo) != set(k.combinations[0]):
+            raise r.error(f"{at}.combinations[{i}]", f"every combination gives the same names "
+                          f"{sorted(k.combinations[0])}, got {sorted(combo)}")
+        for cname in combo:
+            if cname in k.constexprs or cname in k.derive:
+                raise r.error(f"{at}.combinations[{i}].{cname}", "is also listed in constexprs or derive")
+    for dname, text in k.derive.items():
+        if dname in k.constexprs or dname in k.signature:
+            raise r.error(f"{at}.derive.{dname}", "is also listed in constexprs or signature")
+        try:
+            rt.Expression(text)
+        except ValueError as exc:
+            raise r.error(f"{at}.derive.{dname}", str(exc)) from None
     int_params = {n for n, t in k.signature.items() if t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32",
                                                                 "u64")}
-    for i, dname in enumerate(k.divisible or ()):
-        if dname not in int_params:
-            raise r.error(f"{at}.divisible[{i}]", f"'{dname}' is not an integer parameter (accepted: "
-                          f"{', '.join(sorted(int_params)) or 'none'})", close_match(dname, int_params))
-    key_names = int_params | set(k.constexprs)
+    for i, pname in enumerate(k.do_not_specialize):
+        if pname not in k.signature:
+            raise r.error(f"{at}.do-not-specialize[{i}]", f"'{pname}' is not a runtime parameter (accepted: "
+                          f"{', '.join(k.signature)})", close_match(pname, k.signature))
+    key_names = int_params | call_site
     for i, kn in enumerate(k.key):
         if kn not in key_names:
             raise r.error(f"{at}.key[{i}]", f"'{kn}' is not an integer parameter or call-site constexpr "
                           f"(accepted: {', '.join(sorted(key_names)) or 'none'})", close_match(kn, key_names))
     if k.shapes and k.buckets:
         raise r.error(f"{at}.buckets", "give either shapes or buckets, not both")
-    if k.key and not (k.shapes or k.buckets):
-        raise r.error(f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or buckets)")
-    for i, point in enumerate(k.shapes):
+    if k.key and not (k.shapes or k.buckets or k.examples):
+        raise r.error(f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or buckets) or "
+                      "name an examples function that calls the ops")
+    for i, point in enumerate(k.shapes if k.key else ()):  # else the key comes from @triton.autotune
         if set(point) != set(k.key):
             raise r.error(f"{at}.shapes[{i}]", f"a shape gives exactly the key arguments {list(k.key)}, got "
                           f"{list(point)}")
-    if k.buckets and set(k.buckets) != set(k.key):
+    if k.buckets and k.key and set(k.buckets) != set(k.key):
         raise r.error(f"{at}.buckets", f"give values for exactly the key arguments {list(k.key)}")
     for bname, vals in k.buckets.items():
         if not vals:
             raise r.error(f"{at}.buckets.{bname}", "list at least one value")
+    if k.examples is not None and not _is_identifier(k.examples):
+        raise r.error(f"{at}.examples", f"'{k.examples}' is not a function name")
     t = k.tune
     for mname, vals in t.meta.items():
-        if mname in k.signature or mname in k.constexprs or mname in RESERVED_META:
+        if mname in k.signature or mname in call_site or mname in RESERVED_META:
             raise r.error(f"{at}.tune.meta.{mname}", "a tuned meta-parameter must be a constexpr parameter "
-                          "that is neither in signature nor in constexprs")
+                          "that is neither in signature nor chosen at the call site")
         if not vals:
             raise r.error(f"{at}.tune.meta.{mname}", "list at least one value")
+    if t.configs and (t.meta or t.num_warps or t.num_stages):
+        raise r.error(f"{at}.tune.configs", "give either configs or meta/num_warps/num_stages, not both")
+    for i, cfg in enumerate(t.configs):
+        for cname in cfg:
+            if cname in k.signature or cname in call_site:
+                raise r.error(f"{at}.tune.configs[{i}].{cname}", "is a runtime parameter or chosen at the call site")
     for i, w in enumerate(t.num_warps):
         if w not in (1, 2, 4, 8, 16, 32):
             raise r.error(f"{at}.tune.num_warps[{i}]", f"{w} is not a power of two between 1 and 32")
-    for i, s in enumerate(t.num_stages):
-        if s < 1:
-            raise r.error(f"{at}.tune.num_stages[{i}]", f"{s} must be at least 1")
-    names = set(t.meta) | set(RESERVED_META) | set(k.constexprs) | set(k.key)
+    for i, st in enumerate(t.num_stages):
+        if st < 1:
+            raise r.error(f"{at}.tune.num_stages[{i}]", f"{st} must be at least 1")
     for i, text in enumerate(t.constraints):
         try:
-            expr = rt.Expression(text)
+            rt.Expression(text)
         except ValueError as exc:
             raise r.error(f"{at}.tune.constraints[{i}]", str(exc)) from None
-        for unknown in sorted(expr.names - names):
-            raise r.error(f"{at}.tune.constraints[{i}]", f"unknown name '{unknown}' (accepted: "
-                          f"{', '.join(sorted(names))})", close_match(unknown, names))
-    if t.default is not None:
+    for field_name, names in (("reset-to-zero", t.reset_to_zero), ("restore-value", t.restore_value)):
+        for i, pname in enumerate(names or ()):
+            if not k.signature.get(pname, "").startswith("*"):
+                raise r.error(f"{at}.tune.{field_name}[{i}]", f"'{pname}' is not a pointer parameter",
+                              close_match(pname, [n for n, ty in k.signature.items() if ty.startswith("*")]))
+    if t.default is not None and t.meta:
         for dname in t.default:
             if dname not in t.meta and dname not in RESERVED_META:
                 raise r.error(f"{at}.tune.default.{dname}", "not a tuned meta-parameter",
@@ -411,39 +465,6 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
         for mname in t.meta:
             if mname not in t.default:
                 raise r.error(f"{at}.tune.default", f"missing meta-parameter '{mname}'")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Derived views used by later stages
-# ---------------------------------------------------------------------------------------------------------
-
-def variants(k: KernelEntry) -> list[dict[str, Scalar]]:
-    """Every build of a kernel: one assignment per type variable and call-site constexpr (product)."""
-    axes = [(tv, dts) for tv, dts in k.dtypes.items()] + [(c, vals) for c, vals in k.constexprs.items()]
-    combos = itertools.product(*[vals for _, vals in axes])
-    return [{name: v for (name, _), v in zip(axes, combo, strict=True)} for combo in combos]
-
-
-def variant_id(assignment: Mapping[str, Scalar]) -> str:
-    """Stable text id of a variant, e.g. ``T=fp16,HAS_BIAS=True`` (``base`` when the kernel has none)."""
-    return ",".join(f"{k}={v}" for k, v in assignment.items()) or "base"
-
-
-def shape_rows(k: KernelEntry) -> list[tuple[int, ...]]:
-    """The table rows of a kernel: key value tuples in key order."""
-    if not k.key:
-        return [()]
-    if k.shapes:
-        return [tuple(int(p[name]) for name in k.key) for p in k.shapes]
-    return [tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in k.key])]
-
-
-def candidates(k: KernelEntry) -> list[dict[str, Scalar]]:
-    """The tuning space in listed order (meta values, then num_warps, then num_stages), unfiltered."""
-    t = k.tune
-    axes = [*t.meta.items(), ("num_warps", t.num_warps), ("num_stages", t.num_stages)]
-    return [dict(zip([a for a, _ in axes], combo, strict=True))
-            for combo in itertools.product(*[vals for _, vals in axes])]
 
 
 # ---------------------------------------------------------------------------------------------------------

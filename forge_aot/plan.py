@@ -1,31 +1,40 @@
 """Stage 2: manifest → plan. Which binaries to compile and which config each table row starts with.
 
-Per (kernel, variant, target) an entry holds its table rows; each row carries its preference list of
-configs: the tuned config (tuning data), then the manifest's explicit default, then every candidate of the
-tuning space in listed order that satisfies the constraints for that row. The compile stage starts with each
-row's first choice and walks down a row's list only when that config fails to compile.
+A kernel's *variants* are what the call chooses: the dtype of its typed tensors, the constexprs and launch
+options its host code passes (``BLOCK_SIZE=…, num_warps=…``), in one canonical axis order. A variant's table
+maps key values to configs; each row carries its preference list: the tuned config (tuning data), the
+manifest's explicit default, then every candidate of the tuning space in listed order that satisfies the
+constraints for that row. A config's *binaries* differ in what they assume of the arguments (Triton's
+per-argument specialization) and in what the kernel's heuristics computed; the compile stage builds each
+row's first choice and walks down a row's list only when a config fails to compile.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
-from .sourcesplit import SourceFile, parse_source
+from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, read_decorators
+from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
 from .targets import TARGETS
-from .templates._forge_runtime import Expression, variant_id
-
-SPECIALIZATIONS = ("aligned", "generic")
-"""aligned: every pointer 16-byte aligned and every integer argument divisible by 16 (what Triton's JIT
-assumes when the values allow it); generic: no assumption, correct for any valid input. Integer arguments
-equal to 1 are never specialized."""
+from .templates._forge_runtime import (
+    LAUNCH_OPTIONS,
+    SPEC_DIV16,
+    SPEC_NONE,
+    SPEC_ONE,
+    Expression,
+    variant_id,
+)
 
 TUNING_FORMAT = 1
-_DIVISIBLE_INTS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
 
 @dataclass(frozen=True)
@@ -35,24 +44,66 @@ class ConfigChoice:
     meta: dict[str, Any]
     num_warps: int
     num_stages: int
+    maxnreg: int | None = None
+    pre_hook: str | None = None
+    """Name of the host function a ``triton.Config(pre_hook=...)`` calls before each launch."""
 
     @property
     def id(self) -> str:
         parts = [f"{k}{v}" for k, v in self.meta.items()]
-        return "-".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}"])
+        extra = [f"r{self.maxnreg}"] if self.maxnreg else []
+        return "-".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}", *extra])
 
     @property
     def env(self) -> dict[str, Any]:
-        return {**self.meta, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        """What constraints see."""
+        return {**self.meta, "num_warps": self.num_warps, "num_stages": self.num_stages, "maxnreg": self.maxnreg}
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """What heuristics see of the config, as ``triton.Config.all_kwargs()``."""
+        out = {**self.meta, "num_warps": self.num_warps, "num_ctas": 1, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        return out
 
     @classmethod
-    def from_flat(cls, flat: dict[str, Any], space: mf.TuneSpace) -> ConfigChoice:
-        meta = {k: flat[k] for k in space.meta}
-        return cls(meta, int(flat.get("num_warps", space.num_warps[0])),
-                   int(flat.get("num_stages", space.num_stages[0])))
+    def from_flat(cls, flat: dict[str, Any], meta_names: list[str], fixed: dict[str, Any]) -> ConfigChoice:
+        """From ``{META..., num_warps, num_stages}`` (tuning data, manifest defaults); ``fixed`` launch options
+        (chosen at the call site) win over the flat ones."""
+        meta = {k: flat[k] for k in meta_names}
+        return cls(meta, int(fixed.get("num_warps", flat.get("num_warps", TRITON_LAUNCH_DEFAULTS["num_warps"]))),
+                   int(fixed.get("num_stages", flat.get("num_stages", TRITON_LAUNCH_DEFAULTS["num_stages"]))),
+                   fixed.get("maxnreg", flat.get("maxnreg")), flat.get("pre_hook"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"meta": self.meta, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        out: dict[str, Any] = {"meta": self.meta, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        if self.pre_hook is not None:
+            out["pre_hook"] = self.pre_hook
+        return out
+
+
+@dataclass(frozen=True, order=True)
+class BinarySpec:
+    """What one binary of a config assumes: each specialized argument's code and the heuristics' values."""
+
+    spec: str
+    heur: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def id(self) -> str:
+        return ".".join([self.spec or "base", *(f"{n}={v}" for n, v in self.heur)])
+
+    @property
+    def generic(self) -> bool:
+        return all(c == SPEC_NONE for c in self.spec)
+
+    def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
+        """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given)."""
+        chars = [SPEC_NONE if i in positions and (not code_from or c in code_from) else c
+                 for i, c in enumerate(self.spec)]
+        return BinarySpec("".join(chars), self.heur)
 
 
 @dataclass(frozen=True)
@@ -65,7 +116,7 @@ class CompileJob:
     variant: str
     target: str
     config: ConfigChoice
-    specialization: str
+    binary: BinarySpec
     signature: dict[str, str]
     """Every parameter of the function in order: a concrete type, or ``constexpr``."""
     constexprs: dict[str, Any]
@@ -75,12 +126,26 @@ class CompileJob:
 
     @property
     def binary_stem(self) -> str:
-        return f"{self.kernel}/{self.target}/{self.variant.replace(',', '_')}/{self.config.id}.{self.specialization}"
+        return f"{self.kernel}/{self.target}/{self.variant.replace(',', '_')}/{self.config.id}/{self.binary.id}"
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["config"] = self.config.to_json()
-        return d
+        return {"kernel": self.kernel, "function": self.function, "source": self.source, "variant": self.variant,
+                "target": self.target, "config": self.config.to_json(), "specialization": self.binary.spec,
+                "heuristics": dict(self.binary.heur), "signature": self.signature, "constexprs": self.constexprs,
+                "divisible": list(self.divisible), "timeout": self.timeout}
+
+
+@dataclass
+class TracedCall:
+    """One kernel launch recorded while running a kernel file's examples function."""
+
+    kernel: str
+    values: tuple[Any, ...]
+    """Variant axis values, canonical order."""
+    key: tuple[int, ...]
+    spec: str
+    named: dict[str, Any] | None
+    """Arguments by name (for heuristics), kept only for kernels that have heuristics."""
 
 
 @dataclass
@@ -92,7 +157,7 @@ class TableRow:
 
 @dataclass
 class EntryPlan:
-    """One kernel variant on one target: its tables (``default`` and per GPU model) and call constraints."""
+    """One kernel variant on one target: its tables (``default`` and per GPU model)."""
 
     kernel: str
     variant: str
@@ -100,6 +165,8 @@ class EntryPlan:
     target: str
     tables: dict[str, list[TableRow]] = field(default_factory=dict)
     table_sources: dict[str, str] = field(default_factory=dict)
+    calls: dict[tuple[int, ...], list[TracedCall]] = field(default_factory=dict)
+    """Traced calls per table key."""
 
 
 @dataclass
@@ -108,10 +175,73 @@ class KernelPlan:
     entry: mf.KernelEntry
     function: str
     source: Path
-    params: list[tuple[str, str]]
-    """(name, type) in function order; type ``meta`` for tuned constexprs, ``constexpr`` for call-site ones."""
-    constexpr_defaults: dict[str, Any]
     module: str
+    params: list[tuple[str, str]]
+    """(name, kind) in function order: a runtime type, ``meta`` (tuned), ``constexpr`` (call site) or
+    ``heuristic`` (computed by the kernel's ``@triton.heuristics``)."""
+    axes: list[str]
+    """Variant axes in canonical order: type variables (by parameter position), call-site constexprs (in
+    parameter order), then call-site launch options (num_warps, num_stages, …)."""
+    type_args: dict[str, str]
+    spec_params: list[str]
+    """Runtime parameters specialized like Triton's JIT (pointers and integers not in do-not-specialize)."""
+    key: list[str]
+    space: list[ConfigChoice]
+    meta_names: list[str]
+    constraints: list[Expression]
+    default: dict[str, Any] | None
+    heuristic_names: list[str]
+    constexpr_defaults: dict[str, Any]
+    autotune: AutotuneInfo | None
+    reset_to_zero: list[str]
+    restore_value: list[str]
+    launches: list[LaunchSite]
+    heuristics: list[tuple[str, Any]] = field(default_factory=list)
+    """(name, function) from the host module, in Triton's order of evaluation."""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def launch_axes(self) -> list[str]:
+        return [a for a in self.axes if a in LAUNCH_OPTIONS]
+
+    def spec_json(self) -> dict[str, Any]:
+        """The kernel's entry of the package index, without its variants."""
+        pre_hooks = sorted({c.pre_hook for c in self.space if c.pre_hook})
+        return {"function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
+                "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
+                "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
+                "pre_hooks": pre_hooks, "variants": {}}
+
+    def default_spec(self, key: tuple[int, ...]) -> str:
+        """The documented default for a row without traced calls: pointers 16-byte aligned, key integers as
+        the row's values make them, other integers divisible by 16."""
+        values = dict(zip(self.key, key))
+        out = ""
+        for name in self.spec_params:
+            if name in values:
+                v = values[name]
+                out += SPEC_ONE if v == 1 else (SPEC_DIV16 if v % 16 == 0 else SPEC_NONE)
+            else:
+                out += SPEC_DIV16
+        return out
+
+    def int_positions(self) -> list[int]:
+        types = dict(self.params)
+        return [i for i, n in enumerate(self.spec_params) if types[n] in INT_TYPES]
+
+    def evaluate_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> tuple[tuple[str, Any], ...]:
+        if not self.heuristics:
+            return ()
+        nargs = {**named, **config.all_kwargs()}
+        for name, fn in self.heuristics:
+            try:
+                nargs[name] = fn(nargs)
+            except KeyError as exc:
+                raise ManifestError(
+                    f"the heuristic for {name} of {self.function} reads argument {exc}, which the build cannot "
+                    "know from the key: name an examples function that calls the ops (see the README)",
+                    key_path=f"kernels.{self.name}.examples") from None
+        return tuple((n, nargs[n]) for n in self.heuristic_names)
 
 
 @dataclass
@@ -125,53 +255,50 @@ class BuildPlan:
     modules: dict[str, dict[str, Any]]
     """Host modules by name: kernel file path, kernels bound, ops exported, blanked host source."""
 
+    def binaries_for(self, entry: EntryPlan, key: tuple[int, ...], config: ConfigChoice) -> list[BinarySpec]:
+        """The binaries a row needs of a config. Per traced call (else the documented default): its exact
+        specialization; for other shapes, the same with no assumption on the sizes outside the key (integers
+        not named ``*stride*``: a batch of 1 in the examples must not cost a real batch its unit strides), on
+        any size, and on any integer's divisibility by 16 (values of 1 kept); the generic fallback. Each
+        carries the heuristics' values; for boolean heuristics the last two are built for every value too, so
+        a shape between rows that flips one (``EVEN_K``) still has a fast binary."""
+        kp = self.kernels[entry.kernel]
+        calls = entry.calls.get(key)
+        if calls:
+            pairs = [(c.spec, kp.evaluate_heuristics(c.named or {}, config)) for c in calls]
+        else:
+            named = {**dict(zip(kp.key, key)), **entry.assignment}
+            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config))]
+        generic = SPEC_NONE * len(kp.spec_params)
+        ints = kp.int_positions()
+        sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
+        batch = [i for i in sizes if kp.spec_params[i] not in kp.key]
+        out: set[BinarySpec] = set()
+        for spec, heur in pairs:
+            b = BinarySpec(spec, heur)
+            loose = b.relaxed(ints, SPEC_DIV16)
+            out |= {b, b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur)}
+            flags = [i for i, (_, v) in enumerate(heur) if isinstance(v, bool)][:3]
+            for values in itertools.product((False, True), repeat=len(flags)):
+                flipped = list(heur)
+                for i, v in zip(flags, values):
+                    flipped[i] = (heur[i][0], v)
+                out |= {BinarySpec(loose.spec, tuple(flipped)), BinarySpec(generic, tuple(flipped))}
+        return sorted(out)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "manifest": str(self.loaded.path), "manifest_sha256": self.loaded.sha256, "targets": self.targets,
-            "kernels": {n: {"function": k.function, "source": str(k.source), "params": k.params}
+            "kernels": {n: {"function": k.function, "source": str(k.source), "params": k.params, "axes": k.axes,
+                            "spec_params": k.spec_params, "key": k.key, "heuristics": k.heuristic_names,
+                            "space": [c.id for c in k.space], "notes": k.notes}
                         for n, k in self.kernels.items()},
             "entries": [{"kernel": e.kernel, "variant": e.variant, "target": e.target,
-                         "tables": {dev: [{"key": list(r.key), "preferences": [c.id for c in r.preferences]}
+                         "tables": {dev: [{"key": list(r.key), "preferences": [c.id for c in r.preferences],
+                                           "traced_calls": len(e.calls.get(r.key, []))}
                                           for r in rows] for dev, rows in e.tables.items()},
                          "table_sources": e.table_sources} for e in self.entries],
         }
-
-
-def _kernel_params(name: str, k: mf.KernelEntry, src: SourceFile,
-                   func: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    at = f"kernels.{name}"
-    if func not in src.kernels:
-        raise ManifestError(f"no @triton.jit function '{func}' in {src.path.name} (found: "
-                            f"{', '.join(src.kernels)})", key_path=f"{at}.source",
-                            suggestion=close_match(func, src.kernels))
-    params: list[tuple[str, str]] = []
-    defaults: dict[str, Any] = {}
-    names = [p.name for p in src.kernels[func]]
-    for p in src.kernels[func]:
-        if p.constexpr:
-            if p.name in k.tune.meta:
-                params.append((p.name, "meta"))
-            elif p.name in k.constexprs:
-                params.append((p.name, "constexpr"))
-                if p.has_default:
-                    defaults[p.name] = p.default
-            else:
-                raise ManifestError(f"constexpr parameter '{p.name}' of {func} is neither tuned (tune.meta) nor "
-                                    "listed in constexprs", key_path=f"{at}.tune.meta")
-        elif p.name in k.signature:
-            params.append((p.name, k.signature[p.name]))
-        elif p.name in k.tune.meta or p.name in k.constexprs:
-            raise ManifestError(f"parameter '{p.name}' of {func} is not annotated tl.constexpr",
-                                key_path=f"{at}.tune.meta" if p.name in k.tune.meta else f"{at}.constexprs")
-        else:
-            raise ManifestError(f"runtime parameter '{p.name}' of {func} has no type",
-                                key_path=f"{at}.signature")
-    for listed, path in ((k.signature, "signature"), (k.tune.meta, "tune.meta"), (k.constexprs, "constexprs")):
-        for n in listed:
-            if n not in names:
-                raise ManifestError(f"{func} has no parameter '{n}'", key_path=f"{at}.{path}.{n}",
-                                    suggestion=close_match(n, names))
-    return params, defaults
 
 
 def _concrete(ty: str, assignment: dict[str, Any]) -> str:
@@ -180,25 +307,226 @@ def _concrete(ty: str, assignment: dict[str, Any]) -> str:
     return ty
 
 
-def _preferences(k: mf.KernelEntry, key: tuple[int, ...], assignment: dict[str, Any],
-                 tuned: ConfigChoice | None, candidates: list[ConfigChoice],
-                 constraints: list[Expression]) -> list[ConfigChoice]:
-    env_key = {**dict(zip(k.key, key)), **{c: assignment[c] for c in k.constexprs}}
+def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str | None = None) -> ManifestError:
+    return ManifestError(message, file=str(loaded.path), key_path=path, suggestion=suggestion)
 
-    def ok(c: ConfigChoice) -> bool:
-        env = {**c.env, **env_key}
-        return all(x(env) for x in constraints)
 
-    prefs: list[ConfigChoice] = []
-    if tuned is not None:
-        prefs.append(tuned)
-    if k.tune.default is not None:
-        d = ConfigChoice.from_flat(k.tune.default, k.tune)
-        if ok(d):
-            prefs.append(d)
-    prefs += [c for c in candidates if ok(c)]
-    seen: set[str] = set()
-    return [c for c in prefs if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
+def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: SourceFile, func: str,
+                 path: Path) -> KernelPlan:
+    at = f"kernels.{name}"
+    if func not in src.kernels:
+        raise _error(loaded, f"{at}.source", f"no @triton.jit function '{func}' in {src.path.name} (found: "
+                     f"{', '.join(src.kernels)})", close_match(func, src.kernels))
+    ks: KernelSource = src.kernels[func]
+    names = [p.name for p in ks.params]
+    autotune, heuristic_names = (read_decorators(str(path), func) if (ks.autotuned or ks.has_heuristics)
+                                 else (None, []))
+    t = k.tune
+    # The tuning space: the manifest's, else the decorator's configs, else Triton's defaults.
+    if t.configs:
+        flat_space = [dict(c) for c in t.configs]
+    elif t.meta or t.num_warps or t.num_stages or autotune is None:
+        axes_ = [*t.meta.items(), ("num_warps", t.num_warps or (4,)), ("num_stages", t.num_stages or (3,))]
+        flat_space = [dict(zip([a for a, _ in axes_], combo, strict=True))
+                      for combo in itertools.product(*[vals for _, vals in axes_])]
+    else:
+        flat_space = []
+        for i, c in enumerate(autotune.configs):
+            if c["num_ctas"] != 1:
+                raise _error(loaded, f"{at}.tune", f"config {i} of the @triton.autotune of {func} uses num_ctas="
+                             f"{c['num_ctas']} (thread-block clusters), which the forge-aot loader cannot launch; "
+                             "override the space with tune.configs")
+            flat_space.append({**c["meta"], "num_warps": c["num_warps"], "num_stages": c["num_stages"],
+                               **({"maxnreg": c["maxnreg"]} if c["maxnreg"] else {}),
+                               **({"pre_hook": c["pre_hook"]} if c["pre_hook"] else {})})
+    meta_names = list(dict.fromkeys(n for c in flat_space for n in c
+                                    if n not in ("num_warps", "num_stages", "maxnreg", "pre_hook")))
+    for c in flat_space:
+        missing = [m for m in meta_names if m not in c]
+        if missing:
+            raise _error(loaded, f"{at}.tune", f"a config of {func} does not give {missing}: every config must "
+                         "give the same meta-parameters")
+    constexpr_params = [p.name for p in ks.params if p.constexpr]
+    for m in meta_names:
+        if m not in names:
+            raise _error(loaded, f"{at}.tune.meta.{m}", f"{func} has no parameter '{m}'", close_match(m, names))
+        if m not in constexpr_params:
+            raise _error(loaded, f"{at}.tune.meta.{m}", f"parameter '{m}' of {func} is not annotated tl.constexpr: "
+                         "a tuned meta-parameter must be a constexpr parameter")
+    call_names = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
+    for n in call_names:
+        if n not in LAUNCH_OPTIONS and n not in names:
+            raise _error(loaded, f"{at}.constexprs.{n}", f"{func} has no parameter '{n}'", close_match(n, names))
+        if n in names and n not in constexpr_params:
+            raise _error(loaded, f"{at}.constexprs.{n}", f"parameter '{n}' of {func} is not annotated tl.constexpr")
+        if n in heuristic_names:
+            raise _error(loaded, f"{at}.constexprs.{n}", f"'{n}' is computed by the kernel's @triton.heuristics")
+    # Launch options the host code passes select binaries, like call-site constexprs.
+    launches = [s for s in src.launches if s.kernel == func]
+    passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages")}
+    launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
+    params: list[tuple[str, str]] = []
+    defaults: dict[str, Any] = {}
+    call_constexprs: list[str] = []
+    for p in ks.params:
+        if p.constexpr:
+            if p.name in meta_names:
+                params.append((p.name, "meta"))
+            elif p.name in heuristic_names:
+                params.append((p.name, "heuristic"))
+            else:
+                params.append((p.name, "constexpr"))
+                call_constexprs.append(p.name)
+                if p.has_default:
+                    defaults[p.name] = p.default
+        elif p.name in k.signature:
+            params.append((p.name, k.signature[p.name]))
+        elif p.name in meta_names or p.name in call_names:
+            raise _error(loaded, f"{at}.tune.meta" if p.name in meta_names else f"{at}.constexprs",
+                         f"parameter '{p.name}' of {func} is not annotated tl.constexpr")
+        else:
+            raise _error(loaded, f"{at}.signature", f"runtime parameter '{p.name}' of {func} has no type")
+    for n in k.signature:
+        if n not in names:
+            raise _error(loaded, f"{at}.signature.{n}", f"{func} has no parameter '{n}'", close_match(n, names))
+    for n in heuristic_names:
+        if n not in constexpr_params:
+            raise SourceError(f"{path}:{ks.line}: @triton.heuristics of {func} computes '{n}', which is not a "
+                              "tl.constexpr parameter")
+    type_args: dict[str, str] = {}
+    for pname, ty in params:
+        if ty.startswith("*") and ty[1:] in k.dtypes and ty[1:] not in type_args:
+            type_args[ty[1:]] = pname
+    order = {n: i for i, n in enumerate(names)}
+    type_axes = sorted(k.dtypes, key=lambda tv: order[type_args[tv]])
+    axes = [*type_axes, *call_constexprs, *launch_axes]
+    dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
+    spec_params = [n for n, ty in params if n not in dns and (ty.startswith("*") or ty in INT_TYPES)]
+    key = list(k.key) or (autotune.key if autotune else [])
+    int_params = {n for n, ty in params if ty in INT_TYPES}
+    for i, kn in enumerate(key):
+        if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
+            raise _error(loaded, f"{at}.key[{i}]" if k.key else f"{at}.key",
+                         f"key argument '{kn}' is not an integer parameter or call-site constexpr of {func}")
+    for i, point in enumerate(k.shapes):
+        if set(point) != set(key):
+            raise _error(loaded, f"{at}.shapes[{i}]", f"a shape gives exactly the key arguments {key}, got "
+                         f"{list(point)}")
+    if k.buckets and set(k.buckets) != set(key):
+        raise _error(loaded, f"{at}.buckets", f"give values for exactly the key arguments {key}")
+    if key and not (k.shapes or k.buckets or k.examples):
+        raise _error(loaded, f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or "
+                     "buckets) or name an examples function that calls the ops")
+    fixed_launch = {}
+    space = [ConfigChoice.from_flat(c, meta_names, fixed_launch) for c in flat_space]
+    env_names = {*meta_names, "num_warps", "num_stages", "maxnreg", *call_constexprs, *launch_axes, *key,
+                 *k.dtypes}
+    constraints = []
+    for i, text in enumerate(t.constraints):
+        expr = Expression(text)
+        for unknown in sorted(expr.names - env_names):
+            raise _error(loaded, f"{at}.tune.constraints[{i}]", f"unknown name '{unknown}' (accepted: "
+                         f"{', '.join(sorted(env_names))})", close_match(unknown, env_names))
+        constraints.append(expr)
+    if t.default is not None:
+        for m in meta_names:
+            if m not in t.default:
+                raise _error(loaded, f"{at}.tune.default", f"missing meta-parameter '{m}'")
+    reset = list(t.reset_to_zero if t.reset_to_zero is not None else (autotune.reset_to_zero if autotune else []))
+    restore = list(t.restore_value if t.restore_value is not None else (autotune.restore_value if autotune else []))
+    for field_name, listed in (("reset-to-zero", reset), ("restore-value", restore)):
+        for pname in listed:
+            if not k.signature.get(pname, "").startswith("*"):
+                raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
+    plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
+                      meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
+                      launches)
+    _check_launch_sites(loaded, plan, src)
+    return plan
+
+
+def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFile) -> None:
+    """Refuse, before anything is built, launches the wheel could not serve."""
+    names = {n for n, _ in kp.params}
+    for s in kp.launches:
+        where = f"{src.path}:{s.line}"
+        for kw in s.keywords:
+            if kw in kp.meta_names:
+                raise SourceError(f"{where}: {s.function}() passes {kw} to {kp.function}, but {kw} is tuned "
+                                  f"(kernels.{kp.name}.tune); remove it from the tuning space so the call chooses it")
+            if kw in LAUNCH_OPTIONS or kw in names:
+                continue
+            raise SourceError(f"{where}: {s.function}() passes {kw}= to {kp.function}, which has no such parameter "
+                              f"or launch option (accepted: {', '.join([*names, *LAUNCH_OPTIONS])})")
+
+
+def _rows(k: mf.KernelEntry, key: list[str]) -> list[tuple[int, ...]]:
+    if not key:
+        return [()]
+    if k.shapes:
+        return [tuple(int(p[name]) for name in key) for p in k.shapes]
+    if k.buckets:
+        return [tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in key])]
+    return []
+
+
+def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
+              traced: list[TracedCall]) -> dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]]:
+    """Variant axis values → (assignment, table keys): from the manifest's lists, derived values per row and
+    traced calls, so only what the rows reach is built."""
+    k = kp.entry
+    at = f"kernels.{kp.name}"
+    call_axes = [a for a in kp.axes if a not in k.dtypes]
+    derived = {n: Expression(text) for n, text in k.derive.items()}
+    listed = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
+    traced_names = set(call_axes) if traced else set()
+    defaults: dict[str, Any] = {}
+    for a in call_axes:
+        if a in listed:
+            continue
+        if a in kp.constexpr_defaults:
+            defaults[a] = kp.constexpr_defaults[a]
+        elif a not in traced_names:
+            sites = [f"{s.function}() line {s.line}" for s in kp.launches if a in s.keywords]
+            raise _error(loaded, f"{at}.constexprs",
+                         f"{'launch option' if a in LAUNCH_OPTIONS else 'constexpr parameter'} '{a}' of "
+                         f"{kp.function} is chosen at the call site{' (' + ', '.join(sites) + ')' if sites else ''}: "
+                         "give its values under constexprs, derive or combinations, or name an examples function")
+    out: dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]] = {}
+
+    def add(assignment: dict[str, Any], keys: set[tuple[int, ...]]) -> None:
+        values = tuple(assignment[a] for a in kp.axes)
+        entry = out.setdefault(values, ({a: assignment[a] for a in kp.axes}, set()))
+        entry[1].update(keys)
+
+    rows = _rows(k, kp.key)
+    if not traced or listed or (defaults and len(defaults) == len(call_axes)):
+        product_names = list(k.constexprs)
+        combos = k.combinations or ({},)
+        for dts in itertools.product(*[k.dtypes[tv] for tv in kp.axes if tv in k.dtypes]):
+            base = dict(zip([tv for tv in kp.axes if tv in k.dtypes], dts))
+            for vals in itertools.product(*[k.constexprs[n] for n in product_names]):
+                for combo in combos:
+                    given = {**base, **defaults, **dict(zip(product_names, vals)), **combo}
+                    if not derived:
+                        add(given, set(rows))
+                        continue
+                    for row in rows:
+                        env = {**given, **dict(zip(kp.key, row))}
+                        for n, expr in derived.items():
+                            try:
+                                env[n] = expr.value(env)
+                            except Exception as exc:
+                                raise _error(loaded, f"{at}.derive.{n}", f"cannot evaluate {expr.text!r} for "
+                                             f"{dict(zip(kp.key, row))}: {type(exc).__name__}: {exc}") from None
+                        add({**env, **{a: env[a] for a in call_axes}}, {row})
+    dtypes_built = {tv: set(vals) for tv, vals in k.dtypes.items()}
+    for call in traced:
+        assignment = dict(zip(kp.axes, call.values))
+        if any(assignment[tv] not in built for tv, built in dtypes_built.items()):
+            continue  # an example in a dtype the manifest does not build
+        add(assignment, {call.key})
+    return out
 
 
 def load_tuning_data(directory: Path) -> list[dict[str, Any]]:
@@ -219,8 +547,37 @@ def load_tuning_data(directory: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any],
+                 tuned: ConfigChoice | None) -> list[ConfigChoice]:
+    env_key = {**dict(zip(kp.key, key)), **assignment}
+    fixed = {a: assignment[a] for a in kp.launch_axes}
+
+    def ok(c: ConfigChoice) -> bool:
+        return all(x({**c.env, **env_key}) for x in kp.constraints)
+
+    def fix(c: ConfigChoice) -> ConfigChoice:
+        if not fixed:
+            return c
+        return ConfigChoice(c.meta, int(fixed.get("num_warps", c.num_warps)),
+                            int(fixed.get("num_stages", c.num_stages)), fixed.get("maxnreg", c.maxnreg), c.pre_hook)
+
+    prefs: list[ConfigChoice] = []
+    if tuned is not None:
+        prefs.append(fix(tuned))
+    if kp.default is not None:
+        d = fix(ConfigChoice.from_flat(kp.default, kp.meta_names, fixed))
+        if ok(d):
+            prefs.append(d)
+    prefs += [fix(c) for c in kp.space if ok(fix(c))]
+    seen: set[str] = set()
+    return [c for c in prefs if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
+
+
 def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> BuildPlan:
-    """Resolve sources, variants, tables and config preferences. Imports nothing, compiles nothing."""
+    """Resolve sources, variants, tables and config preferences. Compiles nothing; imports a kernel file only
+    to read its ``@triton.autotune`` / ``@triton.heuristics``, and runs host code only for examples."""
+    from .trace import trace_examples
+
     m = loaded.manifest
     root = loaded.root
     chosen = list(targets) if targets else list(m.project.targets)
@@ -228,6 +585,11 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         if t not in TARGETS:
             raise ManifestError(f"unknown target '{t}' (accepted: {', '.join(TARGETS)})", key_path="--target",
                                 suggestion=close_match(t, TARGETS))
+    first = TARGETS[chosen[0]]
+    os.environ.setdefault(IMPORT_TARGET_ENV, f"{first.backend}:{first.arch}:{first.warp_size}")
+    ops_by_file: dict[Path, set[str]] = {}
+    for k in m.kernels.values():
+        ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
     sources: dict[Path, SourceFile] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
@@ -235,28 +597,27 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         file, _, func = k.source.rpartition(":")
         path = (root / file).resolve()
         if path not in sources:
-            sources[path] = parse_source(path)
+            sources[path] = parse_source(path, ops_by_file[path])
         src = sources[path]
-        try:
-            params, defaults = _kernel_params(name, k, src, func)
-        except ManifestError as exc:
-            exc.file = str(loaded.path)
-            raise
-        module = path.stem
-        kernels[name] = KernelPlan(name, k, func, path, params, defaults, module)
-        mod = modules.setdefault(module, {"path": str(path), "kernels": [], "ops": [],
-                                          "host_source": src.host_source})
+        kp = _kernel_plan(loaded, name, k, src, func, path)
+        kernels[name] = kp
+        mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
+                                             "source": src})
         if mod["path"] != str(path):
-            raise ManifestError(f"two kernel files are named {path.name}; host modules are named after "
-                                "their file", file=str(loaded.path), key_path=f"kernels.{name}.source")
+            raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
+                         "are named after their file")
         mod["kernels"].append(func)
         for i, op in enumerate(k.ops):
             if op not in src.host_functions:
-                raise ManifestError(f"no host function '{op}' in {file}", file=str(loaded.path),
-                                    key_path=f"kernels.{name}.ops[{i}]",
-                                    suggestion=close_match(op, src.host_functions))
+                raise _error(loaded, f"kernels.{name}.ops[{i}]", f"no host function '{op}' in {file}",
+                             close_match(op, src.host_functions))
             if op not in mod["ops"]:
                 mod["ops"].append(op)
+        if k.examples is not None:
+            if k.examples not in src.host_functions:
+                raise _error(loaded, f"kernels.{name}.examples", f"no host function '{k.examples}' in {file}",
+                             close_match(k.examples, src.host_functions))
+            mod["examples"].add(k.examples)
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
@@ -266,57 +627,75 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for kern in sorted(refs - declared):
                 raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                   f"{loaded.path.name}")
+    traced = trace_examples(kernels, modules)
+    for mod in modules.values():
+        src = mod.pop("source")
+        mod["host_source"] = src.shipped_source(mod.pop("examples"))
     tuning = load_tuning_data(root / m.project.tuning_data) if m.project.tuning_data else []
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
-        k = kp.entry
-        constraints = [Expression(c) for c in k.tune.constraints]
-        candidates = [ConfigChoice.from_flat(c, k.tune) for c in mf.candidates(k)]
-        rows = mf.shape_rows(k)
-        for assignment in mf.variants(k):
-            vid = variant_id(assignment)
+        calls = traced.get(name, [])
+        variants = _variants(loaded, kp, calls)
+        if not variants:
+            raise _error(loaded, f"kernels.{name}", f"no build of {kp.function} is reached: its examples never "
+                         "launch it in a built dtype")
+        calls_by_variant: dict[tuple[Any, ...], dict[tuple[int, ...], list[TracedCall]]] = {}
+        for c in calls:
+            calls_by_variant.setdefault(c.values, {}).setdefault(c.key, []).append(c)
+        for values, (assignment, keys) in variants.items():
+            vid = variant_id(assignment, kp.axes)
+            rows = sorted(keys)
             for target in chosen:
-                entry = EntryPlan(name, vid, assignment, target)
+                entry = EntryPlan(name, vid, assignment, target, calls=calls_by_variant.get(values, {}))
                 per_device: dict[str, dict[tuple[int, ...], ConfigChoice]] = {}
+                fixed = {a: assignment[a] for a in kp.launch_axes}
                 for data in tuning:
                     if data["kernel"] != name or data["target"] != target:
                         continue
                     device = data.get("device") or "default"
                     for i, e in enumerate(data["entries"]):
-                        if variant_id(e.get("variant", {})) != vid:
+                        given = e.get("variant", {})
+                        if any(given.get(a) != v for a, v in assignment.items() if a in given) or \
+                                set(given) - set(assignment):
                             continue
                         try:
-                            key = tuple(int(e["key"][n]) for n in k.key)
-                            choice = ConfigChoice.from_flat(e["config"], k.tune)
+                            key = tuple(int(e["key"][n]) for n in kp.key)
+                            choice = ConfigChoice.from_flat(e["config"], kp.meta_names, fixed)
                         except (KeyError, TypeError, ValueError) as exc:
                             raise ManifestError(f"bad tuning entry: {exc!r}", file=data["_path"],
                                                 key_path=f"entries[{i}]") from None
                         per_device.setdefault(device, {})[key] = choice
                         entry.table_sources[device] = data["_path"]
-                devices = {"default": None, **{d: d for d in per_device if d != "default"}}
+                devices = ["default", *sorted(d for d in per_device if d != "default")]
                 for device in devices:
                     tuned = per_device.get(device, {})
-                    # A GPU-model table holds that model's tuned rows; the default table every manifest row.
-                    keys = list(tuned) if device != "default" else list(dict.fromkeys([*rows, *tuned]))
+                    # A GPU-model table holds that model's tuned rows; the default table every row.
+                    keys_ = list(tuned) if device != "default" else list(dict.fromkeys([*rows, *tuned]))
                     table = []
-                    for key in keys:
-                        prefs = _preferences(k, key, assignment, tuned.get(key), candidates, constraints)
+                    for key in keys_:
+                        prefs = _preferences(kp, key, assignment, tuned.get(key))
                         if not prefs:
-                            raise ManifestError(f"no config of the tuning space satisfies the constraints for "
-                                                f"{dict(zip(k.key, key))} [{vid}]", file=str(loaded.path),
-                                                key_path=f"kernels.{name}.tune.constraints")
+                            raise _error(loaded, f"kernels.{name}.tune.constraints", f"no config of the tuning "
+                                         f"space satisfies the constraints for {dict(zip(kp.key, key))} [{vid}]")
                         table.append(TableRow(key, prefs))
                     entry.tables[device] = table
                     entry.table_sources.setdefault(device, "manifest default")
                 entries.append(entry)
-    return BuildPlan(loaded, chosen, kernels, entries, modules)
+    plan = BuildPlan(loaded, chosen, kernels, entries, modules)
+    for e in entries:  # heuristics that need more than the key fail here, before anything is built
+        for rows in e.tables.values():
+            for row in rows:
+                plan.binaries_for(e, row.key, row.preferences[0])
+    return plan
 
 
-def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, specialization: str) -> CompileJob:
+def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: BinarySpec) -> CompileJob:
     kp = plan.kernels[entry.kernel]
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     divisible = []
+    codes = dict(zip(kp.spec_params, binary.spec))
+    heur = dict(binary.heur)
     for i, (pname, ty) in enumerate(kp.params):
         if ty == "meta":
             signature[pname] = "constexpr"
@@ -324,11 +703,15 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, specializat
         elif ty == "constexpr":
             signature[pname] = "constexpr"
             constexprs[pname] = entry.assignment[pname]
+        elif ty == "heuristic":
+            signature[pname] = "constexpr"
+            constexprs[pname] = heur[pname]
+        elif codes.get(pname) == SPEC_ONE:
+            signature[pname] = "constexpr"
+            constexprs[pname] = 1
         else:
-            concrete = _concrete(ty, entry.assignment)
-            signature[pname] = concrete
-            if specialization == "aligned" and (concrete.startswith("*") or (
-                    concrete in _DIVISIBLE_INTS and (kp.entry.divisible is None or pname in kp.entry.divisible))):
+            signature[pname] = _concrete(ty, entry.assignment)
+            if codes.get(pname) == SPEC_DIV16:
                 divisible.append(i)
     # Relative to the manifest: Triton records the source path in the binary's line info, and a path that
     # does not depend on the checkout keeps builds of the same inputs byte-identical on any machine.
@@ -336,7 +719,37 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, specializat
         source = kp.source.relative_to(plan.loaded.root).as_posix()
     except ValueError:
         source = str(kp.source)
-    return CompileJob(kernel=entry.kernel, function=kp.function, source=source, variant=entry.variant,
-                      target=entry.target, config=config, specialization=specialization, signature=signature,
-                      constexprs=constexprs, divisible=tuple(divisible),
-                      timeout=plan.loaded.manifest.project.compile_timeout)
+    return CompileJob(entry.kernel, kp.function, source, entry.variant, entry.target, config, binary, signature,
+                      constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout)
+
+
+def plan_summary(plan: BuildPlan) -> dict[str, Any]:
+    """Per kernel: how the host code launches it, its variants and the binaries the build will compile (first
+    choices; a failed config adds its successor's). What ``forge-aot check`` prints."""
+    out: dict[str, Any] = {}
+    for name, kp in plan.kernels.items():
+        entries = [e for e in plan.entries if e.kernel == name]
+        binaries = 0
+        for e in entries:
+            wanted: set[tuple[str, BinarySpec]] = set()
+            for rows in e.tables.values():
+                for row in rows:
+                    c = row.preferences[0]
+                    wanted |= {(c.id, b) for b in plan.binaries_for(e, row.key, c)}
+            binaries += len(wanted)
+        k = kp.entry
+        sources = [s for s, on in (("constexprs", k.constexprs), ("derive", k.derive),
+                                   ("combinations", k.combinations), ("examples", k.examples)) if on]
+        out[name] = {
+            "function": kp.function, "decorators": [d for d in ("autotune", "heuristics") if
+                                                    (d == "autotune" and kp.autotune) or
+                                                    (d == "heuristics" and kp.heuristic_names)],
+            "axes": kp.axes, "axis_values_from": sources, "key": kp.key,
+            "variants": len({e.variant for e in entries}), "space": len(kp.space),
+            "traced_calls": sum(len(v) for e in entries for v in e.calls.values()) // max(1, len(plan.targets)),
+            "launches": [{"function": s.function, "line": s.line, "keywords": list(s.keywords),
+                          "unknown": s.star_args} for s in kp.launches],
+            "binaries": binaries,
+            "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
+        }
+    return out

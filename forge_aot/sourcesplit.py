@@ -1,21 +1,30 @@
-"""Split a kernel source file into its ``@triton.jit`` kernels and its host code.
+"""Split a kernel source file into its Triton kernels and its host code, without importing it.
 
 The host code is the file with every Triton-only statement blanked out, line for line, so tracebacks from
-the packaged ops point at the author's own line numbers. In it the name ``triton`` offers ``cdiv`` and
-``next_power_of_2`` only, and each kernel name is bound to a forge-aot handle before the first line runs.
+the packaged ops point at the author's own line numbers. Triton-only statements are the ``@triton.jit``
+functions (with any ``@triton.autotune`` / ``@triton.heuristics`` decorators), the Triton imports, and
+top-level definitions that use Triton and that no host code reaches (a config-list function used only by a
+decorator, a ``tl.constexpr`` constant used only by kernels). In host code the name ``triton`` offers
+``cdiv`` and ``next_power_of_2`` only, and each kernel name is bound to a forge-aot handle before the first
+line runs.
+
+A ``@triton.heuristics`` decorator is plain Python over the call's arguments: its lines become a host-side
+registration ``__forge_heuristics__("kernel", {...})`` at the same line numbers, so the packaged runtime
+evaluates the author's own lambdas with Triton's semantics.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .templates._forge_runtime import _HostTriton
+from .templates._forge_runtime import HEURISTICS_HOOK, LAUNCH_OPTIONS, _HostTriton
 
 _CONSTEXPR_ANNOTATIONS = {"constexpr", "tl.constexpr", "triton.language.constexpr", "language.constexpr"}
+_DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics"}
 
 
 @dataclass(frozen=True)
@@ -27,18 +36,66 @@ class KernelParam:
 
 
 @dataclass(frozen=True)
+class LaunchSite:
+    """One ``kernel[grid](...)`` call in host code, as written."""
+
+    kernel: str
+    function: str
+    """The host function it is in."""
+    line: int
+    positional: int
+    keywords: tuple[str, ...]
+    star_args: bool
+    """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """One Triton kernel of a file and its decorators, outermost first."""
+
+    name: str
+    line: int
+    params: list[KernelParam]
+    decorators: tuple[str, ...]
+    """``autotune``, ``heuristics`` and ``jit`` in source order (outermost first)."""
+    do_not_specialize: tuple[str, ...] = ()
+    """Parameters named in ``@triton.jit(do_not_specialize=...)`` (names or indices resolved to names)."""
+
+    @property
+    def autotuned(self) -> bool:
+        return "autotune" in self.decorators
+
+    @property
+    def has_heuristics(self) -> bool:
+        return "heuristics" in self.decorators
+
+
+@dataclass(frozen=True)
 class SourceFile:
     """A kernel file, parsed."""
 
     path: Path
-    kernels: dict[str, list[KernelParam]]
-    """``@triton.jit`` functions by name, with their parameters in order."""
+    kernels: dict[str, KernelSource]
+    """Triton kernels by name."""
     host_source: str
     """The file with Triton-only statements blanked (same number of lines)."""
     host_functions: frozenset[str]
     """Functions and classes defined by the host code."""
     kernel_refs: dict[str, frozenset[str]]
     """For each host function: the kernels it names."""
+    launches: tuple[LaunchSite, ...] = ()
+    """Every ``kernel[grid](...)`` call of the host code."""
+    function_lines: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """First and last line of each top-level host function (to leave build-only helpers out of the wheel)."""
+
+    def shipped_source(self, leave_out: set[str]) -> str:
+        """The host source with the named top-level functions blanked too (e.g. build-time example runners)."""
+        lines = self.host_source.splitlines(keepends=True)
+        for name in leave_out:
+            first, last = self.function_lines[name]
+            for i in range(first - 1, last):
+                lines[i] = "\n"
+        return "".join(lines)
 
 
 def _is_triton_import(stmt: ast.stmt) -> bool:
@@ -62,16 +119,28 @@ def _triton_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _is_jit(fn: ast.FunctionDef) -> bool:
-    for dec in fn.decorator_list:
-        target = dec.func if isinstance(dec, ast.Call) else dec
-        text = ast.unparse(target)
-        if text in ("triton.jit", "jit"):
-            return True
-        if text in ("triton.autotune", "autotune", "triton.heuristics", "heuristics"):
-            raise SourceError(f"line {fn.lineno}: {fn.name} uses @{text}; forge-aot tunes from the manifest, "
-                              "so keep only @triton.jit on kernels")
-    return False
+def _decorator_kind(dec: ast.expr) -> str | None:
+    target = dec.func if isinstance(dec, ast.Call) else dec
+    text = ast.unparse(target)
+    return _DECORATORS.get(text.removeprefix("triton.").removeprefix("runtime."))
+
+
+def _kernel_decorators(fn: ast.FunctionDef) -> list[tuple[str, ast.expr]] | None:
+    found = [(_decorator_kind(d), d) for d in fn.decorator_list]
+    kinds = [k for k, _ in found]
+    if "jit" not in kinds:
+        if any(kinds):
+            raise SourceError(f"line {fn.lineno}: {fn.name} is decorated with @triton.autotune or "
+                              "@triton.heuristics but not @triton.jit")
+        return None
+    others = [ast.unparse(d) for k, d in found if k is None]
+    if others:
+        raise SourceError(f"line {fn.lineno}: {fn.name} has decorators forge-aot cannot package: "
+                          f"{', '.join('@' + o for o in others)} (supported: @triton.autotune, "
+                          "@triton.heuristics, @triton.jit)")
+    if kinds[-1] != "jit":
+        raise SourceError(f"line {fn.lineno}: @triton.jit must be the innermost decorator of {fn.name}")
+    return [(k, d) for k, d in found if k is not None]  # type: ignore[misc]
 
 
 def _params(fn: ast.FunctionDef) -> list[KernelParam]:
@@ -92,8 +161,38 @@ def _params(fn: ast.FunctionDef) -> list[KernelParam]:
     return out
 
 
+def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelParam]) -> tuple[str, ...]:
+    if not isinstance(jit, ast.Call):
+        return ()
+    names: list[str] = []
+    for kw in jit.keywords:
+        if kw.arg not in ("do_not_specialize", "do_not_specialize_on_alignment"):
+            continue
+        try:
+            values = ast.literal_eval(kw.value)
+        except ValueError:
+            raise SourceError(f"line {jit.lineno}: {kw.arg} of {fn.name} must be a literal list") from None
+        for v in values:
+            names.append(params[v].name if isinstance(v, int) else str(v))
+    return tuple(dict.fromkeys(names))
+
+
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _uses_triton(node: ast.AST, triton_names: set[str]) -> bool:
+    """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``)."""
+    helpers = set(_HostTriton.HOST_HELPERS)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n):
+            return True
+        if isinstance(n, ast.Name) and n.id in triton_names - {"triton"}:
+            return True
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton" \
+                and n.attr not in helpers:
+            return True
+    return False
 
 
 def _first_line(stmt: ast.stmt) -> int:
@@ -101,41 +200,138 @@ def _first_line(stmt: ast.stmt) -> int:
     return min([stmt.lineno, *(d.lineno for d in decorators)])
 
 
-def parse_source(path: Path) -> SourceFile:
-    """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers."""
+def _defined_names(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return {n for t in targets for n in _names_in(t)}
+    return set()
+
+
+def _heuristics_values(dec: ast.expr) -> ast.expr:
+    """The values argument of a ``@triton.heuristics(...)`` decorator."""
+    arg = None
+    if isinstance(dec, ast.Call) and len(dec.args) + len(dec.keywords) == 1:
+        arg = dec.args[0] if dec.args else next((k.value for k in dec.keywords if k.arg == "values"), None)
+    if arg is None:
+        raise SourceError(f"line {dec.lineno}: @triton.heuristics takes one argument (the values)")
+    return arg
+
+
+def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: ast.Call) -> None:
+    """Rewrite a ``@triton.heuristics(VALUES)`` decorator, in place, as ``__forge_heuristics__(kernel, VALUES)``
+    on the same lines (blank lines inside the open parenthesis keep the count)."""
+    arg = _heuristics_values(dec)
+    first, last = dec.lineno - 1, (dec.end_lineno or dec.lineno) - 1
+    a_first, a_last = arg.lineno - 1, (arg.end_lineno or arg.lineno) - 1
+    text = [ln.rstrip("\n") for ln in original[a_first:a_last + 1]]
+    text[-1] = text[-1][:arg.end_col_offset]
+    text[0] = text[0][arg.col_offset:]
+    new = [f"{HEURISTICS_HOOK}({kernel!r},"] + [""] * (a_first - first - 1 if a_first > first else 0)
+    if a_first == first:
+        new[0] += " " + text[0]
+        new += text[1:]
+    else:
+        new += text
+    new[-1] += ")"
+    new += [""] * (last - first + 1 - len(new))
+    lines[first:last + 1] = [ln + "\n" for ln in new]
+
+
+def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
+    """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers.
+
+    ``ops``: the host functions the package exports (they and what they reach must be free of Triton);
+    without it every host definition that does not use Triton counts as reached.
+    """
     try:
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text, filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     triton_names = _triton_names(tree)
-    kernels: dict[str, list[KernelParam]] = {}
-    kernel_only: list[ast.stmt] = []
-    kernel_only_names: dict[str, int] = {}
-    host: list[ast.stmt] = []
+    kernels: dict[str, KernelSource] = {}
+    kernel_stmts: list[ast.FunctionDef] = []
+    heuristics: list[tuple[str, ast.Call]] = []
+    blanked: list[ast.stmt] = []
+    rest: list[ast.stmt] = []
     for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef) and _is_jit(stmt):
-            kernels[stmt.name] = _params(stmt)
-            kernel_only.append(stmt)
+        decorators = None
+        if isinstance(stmt, ast.FunctionDef):
+            try:
+                decorators = _kernel_decorators(stmt)
+            except SourceError as exc:
+                raise SourceError(f"{path}:{exc}") from None
+        if decorators is not None:
+            params = _params(stmt)  # type: ignore[arg-type]
+            kernels[stmt.name] = KernelSource(  # type: ignore[union-attr]
+                stmt.name, stmt.lineno, params, tuple(k for k, _ in decorators),  # type: ignore[union-attr]
+                _do_not_specialize(stmt, decorators[-1][1], params))  # type: ignore[arg-type]
+            kernel_stmts.append(stmt)  # type: ignore[arg-type]
+            heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _is_triton_import(stmt):
-            kernel_only.append(stmt)
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and _names_in(stmt) & (triton_names - {"triton"}):
-            # e.g. ``DTYPE: tl.constexpr = tl.float16``: a kernel-side constant.
-            kernel_only.append(stmt)
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for t in targets:
-                for n in _names_in(t):
-                    kernel_only_names[n] = stmt.lineno
+            blanked.append(stmt)
         else:
-            host.append(stmt)
+            rest.append(stmt)
     if not kernels:
         raise SourceError(f"{path}: no @triton.jit function found")
+    for name, dec in heuristics:
+        if not isinstance(dec, ast.Call):
+            raise SourceError(f"{path}:{dec.lineno}: @triton.heuristics of {name} needs its values")
+    # Top-level definitions that use Triton (directly, or through another such definition) belong to the
+    # kernel side when no host code reaches them: a config-list function used by a decorator, say.
+    direct = {id(s) for s in rest if _uses_triton(s, triton_names)}
+    triton_side = set(direct)
+    changed = True
+    while changed:
+        changed = False
+        defined = {n for s in rest if id(s) in triton_side for n in _defined_names(s)}
+        for stmt in rest:
+            if id(stmt) not in triton_side and _names_in(stmt) & defined:
+                triton_side.add(id(stmt))
+                changed = True
+    by_name = {n: s for s in rest for n in _defined_names(s)}
+    roots = [s for s in rest if id(s) not in triton_side or not _defined_names(s)
+             or (ops is not None and _defined_names(s) & ops)]
+    reached_ids: set[int] = set()
+    todo: list[ast.AST] = [*roots, *(_heuristics_values(d) for _, d in heuristics)]
+    while todo:
+        node = todo.pop()
+        for n in _names_in(node) | (_defined_names(node) if isinstance(node, ast.stmt) else set()):
+            s = by_name.get(n)
+            if s is not None and id(s) not in reached_ids:
+                reached_ids.add(id(s))
+                todo.append(s)
+        if isinstance(node, ast.stmt):
+            reached_ids.add(id(node))
+    kernel_side: dict[str, int] = {}
+    host: list[ast.stmt] = []
+    for stmt in rest:
+        if id(stmt) in triton_side and id(stmt) not in reached_ids:
+            blanked.append(stmt)
+        else:
+            host.append(stmt)
+        if id(stmt) in direct:
+            for n in _defined_names(stmt):
+                kernel_side[n] = stmt.lineno
+    # Report a host statement that reaches a Triton-side definition before the definition itself.
+    host.sort(key=lambda s: id(s) in direct)
     allowed_triton = set(_HostTriton.HOST_HELPERS)
     host_defs: set[str] = set()
     kernel_refs: dict[str, frozenset[str]] = {}
-    for stmt in host:
-        for node in ast.walk(stmt):
+    function_lines: dict[str, tuple[int, int]] = {}
+    launches: list[LaunchSite] = []
+    checked: list[tuple[ast.AST, str]] = [(s, "") for s in host] + [(_heuristics_values(d), n) for n, d in heuristics]
+    for node_root, _ in checked:
+        for node in ast.walk(node_root):
             if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node):
+                if any("tensor_descriptor" in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
+                       for a in node.names):
+                    raise SourceError(f"{path}:{node.lineno}: host code builds TensorDescriptor (TMA) arguments; "
+                                      "the forge-aot loader does not encode tensor descriptors yet. Pass the "
+                                      "tensors and use tl.make_block_ptr (or tl.make_tensor_descriptor in the "
+                                      "kernel) instead")
                 raise SourceError(f"{path}:{node.lineno}: host code imports Triton; packaged ops run without "
                                   "it (use triton.cdiv / triton.next_power_of_2 from the module scope)")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
@@ -145,15 +341,40 @@ def parse_source(path: Path) -> SourceFile:
             if isinstance(node, ast.Name) and node.id in triton_names - {"triton"}:
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', which is Triton; packaged "
                                   "ops run without Triton")
-            if isinstance(node, ast.Name) and node.id in kernel_only_names:
+            if isinstance(node, ast.Name) and node.id in kernel_side and node_root is not by_name.get(node.id):
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
-                                  f"line {kernel_only_names[node.id]}")
+                                  f"line {kernel_side[node.id]}")
+    for stmt in host:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             host_defs.add(stmt.name)
             kernel_refs[stmt.name] = frozenset(_names_in(stmt) & set(kernels))
+            function_lines[stmt.name] = (_first_line(stmt), stmt.end_lineno or stmt.lineno)
+            launches += _launch_sites(stmt, set(kernels))
     lines = text.splitlines(keepends=True)
-    for stmt in kernel_only:
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    for stmt in [*kernel_stmts, *blanked]:
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
             lines[i] = "\n"
+    original = text.splitlines()
+    for name, dec in heuristics:
+        _heuristics_lines(lines, original, name, dec)
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
-                      host_functions=frozenset(host_defs), kernel_refs=kernel_refs)
+                      host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
+                      function_lines=function_lines)
+
+
+def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
+    out = []
+    for node in ast.walk(fn):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in kernels):
+            continue
+        star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+        out.append(LaunchSite(node.func.value.id, getattr(fn, "name", "?"), node.lineno,
+                              sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+                              tuple(k.arg for k in node.keywords if k.arg is not None), star))
+    return out
+
+
+__all__ = ["LAUNCH_OPTIONS", "KernelParam", "KernelSource", "LaunchSite", "SourceFile", "parse_source"]

@@ -97,7 +97,18 @@ def reset_handle(module_name: str, function: str) -> None:
     getattr(sys.modules[module_name], function)._states.clear()
 
 
-def launched_specializations(module_name: str, function: str) -> set[bool]:
-    """Which binaries (True: aligned, False: generic) a packaged kernel handle launched since its reset."""
+def launched_specs(module_name: str, function: str) -> set[str]:
+    """The specializations (see the README) of the binaries a packaged kernel handle launched since its reset."""
     handle = getattr(sys.modules[module_name], function)
-    return {aligned for state in handle._states.values() for (_, aligned) in state.launchers}
+    return {launcher.spec for state in handle._states.values() for launcher in state.launchers.values()}
+
+
+def expected_spec(args, built: set[str]) -> str:
+    """The binary a call must take: its arguments' specialization (Triton's rules: ``D`` aligned pointer or
+    integer divisible by 16, ``1`` integer equal to 1, ``x`` otherwise), then the most specialized built
+    binary whose assumptions all hold."""
+    from forge_aot.templates import _forge_runtime as rt
+
+    values = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+    call = rt.argument_spec([(i, hasattr(a, "data_ptr")) for i, a in enumerate(args)], values)
+    return max((b for b in built if rt.spec_fits(b, call)), key=rt.spec_rank)

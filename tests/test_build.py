@@ -31,21 +31,24 @@ def test_cross_compiles_every_target_with_sidecars(tiny_build) -> None:
     work = tiny_build.build_dir / "binaries"
     sidecars = [json.loads(p.read_text()) for p in sorted(work.rglob("*.json"))]
     assert {s["target"] for s in sidecars} == {"sm_80", "sm_90", "gfx942"}
-    assert {s["specialization"] for s in sidecars} == {"aligned", "generic"}
+    # per row: every argument as the row makes it, the same with the key unassumed, and the generic binary
+    assert {s["spec"] for s in sidecars if s["kernel"] == "add"} == {"DDDD", "DDDx", "xxxx"}
+    assert {s["spec"] for s in sidecars if s["kernel"] == "picky"} == {"DD", "Dx", "xx"}
     by_arch = {s["target"]: s["arch"] for s in sidecars}
     assert by_arch == {"sm_80": "sm_80", "sm_90": "sm_90a", "gfx942": "gfx942"}
     for s in sidecars:
-        image = (work / s["kernel"] / s["target"] / s["variant"].replace(",", "_") /
-                 f"{s['config']['meta'] and '-'.join(f'{k}{v}' for k, v in s['config']['meta'].items())}"
-                 f"-w{s['num_warps']}-s{s['num_stages']}.{s['specialization']}.{s['format']}").read_bytes()
+        cid = "-".join([*(f"{k}{v}" for k, v in s["config"]["meta"].items()), f"w{s['num_warps']}",
+                        f"s{s['num_stages']}"])
+        image = (work / s["kernel"] / s["target"] / s["variant"].replace(",", "_") / cid /
+                 f"{s['spec']}.{s['format']}").read_bytes()
         assert image[:4] == b"\x7fELF"  # cubin and hsaco are both ELF images
         assert hashlib.sha256(image).hexdigest() == s["sha256"] and len(image) == s["size"]
         assert s["triton_version"] == "3.6.0" and s["function"] in ("add_kernel", "picky_kernel")
         assert s["warp_size"] == (64 if s["target"] == "gfx942" else 32)
         for key in ("shared", "global_scratch_size", "profile_scratch_size", "num_warps", "config"):
             assert key in s
-        # the aligned build marks pointers and integers divisible by 16, the generic one nothing
-        assert (s["divisible"] != []) == (s["specialization"] == "aligned")
+        # arguments assumed aligned / divisible by 16 carry Triton's divisibility attribute, no others
+        assert len(s["divisible"]) == s["spec"].count("D")
 
 
 def test_failed_config_is_reported_and_left_out(tiny_build) -> None:
@@ -105,7 +108,7 @@ def test_wheel_metadata_records_manifest_triton_targets_and_binaries(repo_wheel:
 def test_inspect_lists_kernels_variants_targets_configs(repo_wheel: Path) -> None:
     result = CliRunner().invoke(main, ["inspect", str(repo_wheel)])
     assert result.exit_code == 0, result.output
-    for word in ("matmul", "softmax", "add", "T=bf16", "sm_80", "sm_90", "gfx942", "aligned+generic",
+    for word in ("matmul", "softmax", "add", "T=bf16", "sm_80", "sm_90", "gfx942", "DDDD+DDDx+xxxx",
                  "ops: matmul, softmax, vector_add"):
         assert word in result.output
     data = json.loads(CliRunner().invoke(main, ["inspect", "--json", str(repo_wheel)]).output)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from forge_aot.cli import main
-from forge_aot.manifest import load_manifest, shape_rows, variants
+from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
 from tests.conftest import FIXTURES, REPO
 
@@ -51,10 +51,10 @@ def test_repository_manifest_is_valid() -> None:
 
 def test_variants_rows_and_plan_of_repository_manifest() -> None:
     loaded = load_manifest(REPO / "kernel_manifest.toml")
-    kernels = loaded.manifest.kernels
-    assert [v["T"] for v in variants(kernels["matmul"])] == ["fp16", "bf16"]
-    assert shape_rows(kernels["softmax"]) == [(128,), (1024,), (4096,), (16384,)]
     plan = make_plan(loaded, ["sm_90"])
+    assert [e.assignment["T"] for e in plan.entries if e.kernel == "matmul"] == ["fp16", "bf16"]
+    softmax_rows = [r.key for r in next(e for e in plan.entries if e.kernel == "softmax").tables["default"]]
+    assert softmax_rows == [(128,), (1024,), (4096,), (16384,)]
     softmax = next(e for e in plan.entries if e.kernel == "softmax" and e.variant == "T=fp32")
     # The documented default: the first candidate, in listed order, satisfying the constraints per row.
     firsts = {row.key[0]: row.preferences[0].meta["BLOCK_SIZE"] for row in softmax.tables["default"]}

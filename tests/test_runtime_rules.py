@@ -90,8 +90,10 @@ def test_host_helpers() -> None:
 def test_variant_ids_and_dtype_names() -> None:
     import torch
 
-    assert rt.variant_id({"T": "fp16", "HAS_BIAS": True}) == "T=fp16,HAS_BIAS=True"
-    assert rt.variant_id({}) == "base"
+    assert rt.variant_id({"T": "fp16", "HAS_BIAS": True}, ["T", "HAS_BIAS"]) == "T=fp16,HAS_BIAS=True"
+    # The axis order decides, never the dict's insertion order.
+    assert rt.variant_id({"HAS_BIAS": True, "T": "fp16"}, ["T", "HAS_BIAS"]) == "T=fp16,HAS_BIAS=True"
+    assert rt.variant_id({}, []) == "base"
     assert rt.dtype_name(torch.bfloat16) == "bf16" and rt.dtype_name(torch.float32) == "fp32"
 
 
@@ -105,13 +107,13 @@ def test_bf16_and_fp16_scalar_packing() -> None:
 
 def _kernel_for_resolution() -> rt.Kernel:
     def cfg(block: int, shared: int) -> dict:
-        binary = {"shared": shared}
+        binary = {"shared": shared, "spec": "D"}
         return {"meta": {"BLOCK": block}, "num_warps": 4, "num_stages": 2,
                 "binaries": {"aligned": binary, "generic": binary}}
 
     spec = {
         "function": "k", "params": [["x_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]], "dtype_args": {"T": "x_ptr"},
-        "key": ["n"], "constraints": [],
+        "key": ["n"], "constraints": [], "axes": ["T"], "spec_params": ["x_ptr"],
         "variants": {"T=fp16": {"assign": {"T": "fp16"}, "targets": {"sm_80": {
             "configs": {"big": cfg(256, 150 * 1024), "small": cfg(64, 32 * 1024)},
             "tables": {"default": [[4096, "big"], [128, "small"]],

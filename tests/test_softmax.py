@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import (
-    launched_specializations,
+    expected_spec,
+    launched_specs,
     offset_view,
     poison_allocator,
     relative_error,
@@ -41,9 +42,11 @@ def test_packaged_softmax(packaged, dtype: str, shape: tuple[int, int], layout: 
     out = packaged.softmax(x)
     torch.cuda.synchronize()
     assert relative_error(out, reference(x)) < TOLERANCE[dtype]
-    # Every integer is assumed divisible in the aligned build: rows of a length divisible by 16, aligned.
-    aligned = layout == "contiguous" and shape[1] % 16 == 0
-    assert launched_specializations("forge_kernels._ops.softmax", "softmax_kernel") == {aligned}
+    # Built without examples: pointers aligned and strides divisible by 16 (n_cols as the row says, or
+    # unassumed), no integer's divisibility assumed, and the generic binary.
+    x2 = x.reshape(-1, shape[-1]) if x.stride(-1) == 1 else x.contiguous()
+    want = expected_spec([out, x2, shape[-1], x2.stride(0), out.stride(0)], {"DDDDD", "DDxDD", "DDxxx", "xxxxx"})
+    assert launched_specs("forge_kernels._ops.softmax", "softmax_kernel") == {want}
 
 
 @pytest.mark.gpu

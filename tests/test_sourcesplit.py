@@ -22,8 +22,9 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     line = next(i for i, text in enumerate(original) if text.startswith("def matmul("))
     assert host[line] == original[line]
     assert src.kernel_refs["matmul"] == {"matmul_kernel"}
-    params = [(p.name, p.constexpr) for p in src.kernels["matmul_kernel"]]
+    params = [(p.name, p.constexpr) for p in src.kernels["matmul_kernel"].params]
     assert params[0] == ("a_ptr", False) and params[-1] == ("GROUP_M", True)
+    assert [(s.kernel, s.function, s.keywords) for s in src.launches] == [("matmul_kernel", "matmul", ())]
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -35,11 +36,74 @@ def test_host_code_may_not_need_triton(tmp_path: Path, body: str, message: str) 
     f = tmp_path / "k.py"
     f.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\n" + body)
     with pytest.raises(SourceError, match=message):
-        parse_source(f)
+        parse_source(f, {"op"})
 
 
-def test_autotune_decorator_is_refused(tmp_path: Path) -> None:
+AUTOTUNED = """\
+import torch
+import triton
+import triton.language as tl
+
+
+def get_configs():
+    return [triton.Config({"BLOCK": b}, num_warps=w) for b in (64, 128) for w in (4, 8)]
+
+
+def is_cuda():
+    return triton.runtime.driver.active.get_current_target().backend == "cuda"
+
+
+def pick():
+    return get_configs() if is_cuda() else get_configs()[:1]
+
+
+@triton.autotune(configs=pick(), key=["n"])
+@triton.heuristics({
+    "EVEN": lambda args: args["n"] % args["BLOCK"] == 0,
+})
+@triton.heuristics(values={"HALF": lambda args: triton.next_power_of_2(args["BLOCK"]) // 2})
+@triton.jit(do_not_specialize=["n"])
+def k(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr, HALF: tl.constexpr):
+    pass
+
+
+def op(x):
+    k[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, x.numel())
+    return x
+"""
+
+
+def test_autotuned_kernel_heuristics_become_host_registrations(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
-    f.write_text("import triton\n\n@triton.autotune(configs=[], key=[])\n@triton.jit\ndef k(x):\n    pass\n")
-    with pytest.raises(SourceError, match="forge-aot tunes from the manifest"):
-        parse_source(f)
+    f.write_text(AUTOTUNED)
+    src = parse_source(f, {"op"})
+    ks = src.kernels["k"]
+    assert ks.decorators == ("autotune", "heuristics", "heuristics", "jit") and ks.do_not_specialize == ("n",)
+    host = src.host_source.splitlines()
+    original = AUTOTUNED.splitlines()
+    assert len(host) == len(original)
+    # Config-list helpers that use Triton and that only the decorator reaches are left out.
+    for helper in ("get_configs", "is_cuda", "def pick"):
+        assert helper not in src.host_source
+    first = next(i for i, line in enumerate(original) if line.startswith("@triton.heuristics({"))
+    assert host[first].rstrip() == "__forge_heuristics__('k', {"
+    assert host[first + 1] == original[first + 1]
+    second = next(i for i, line in enumerate(original) if line.startswith("@triton.heuristics(values"))
+    assert host[second].startswith("__forge_heuristics__('k', {\"HALF\"") and host[second].endswith("})")
+    compile(src.host_source, str(f), "exec")  # the rewritten host code is valid Python
+    assert "op" in src.host_functions
+
+
+def test_host_op_reaching_a_triton_helper_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "k.py"
+    f.write_text(AUTOTUNED.replace("    return x\n", "    return is_cuda()\n"))
+    with pytest.raises(SourceError, match="is_cuda"):
+        parse_source(f, {"op"})
+
+
+def test_tensor_descriptors_are_refused_with_the_reason(tmp_path: Path) -> None:
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n"
+                 "def op(x):\n    from triton.tools.tensor_descriptor import TensorDescriptor\n    return x\n")
+    with pytest.raises(SourceError, match="TensorDescriptor"):
+        parse_source(f, {"op"})

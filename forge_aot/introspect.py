@@ -1,0 +1,155 @@
+"""Import a kernel file with Triton and read what its decorators say (build machine only).
+
+``@triton.autotune`` configs are often computed (a list comprehension, a ``get_configs()`` function), so
+they are read from the live ``Autotuner`` object rather than from the source text. The same loader serves
+the compile workers, which import the file under the path the manifest gives so the line info Triton writes
+into binaries does not depend on where the checkout lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SourceError
+
+_modules: dict[str, types.ModuleType] = {}
+IMPORT_TARGET_ENV = "FORGE_AOT_IMPORT_TARGET"
+"""``backend:arch:warp_size`` a kernel file sees as Triton's active target when the build machine has no GPU."""
+
+
+class _BuildTargetDriver:
+    """Stands in for Triton's active driver on a machine without a GPU, so kernel files that ask it at import
+    time (``triton.runtime.driver.active.get_current_target().backend == "cuda"`` to pick a config list, as
+    the Triton tutorials do) import; it reports the build's first target."""
+
+    def __init__(self, spec: str) -> None:
+        from triton.backends.compiler import GPUTarget
+
+        backend, arch, warp = spec.split(":")
+        self.target = GPUTarget(backend, int(arch) if arch.isdigit() else arch, int(warp))
+
+    def get_current_target(self) -> Any:
+        return self.target
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cpu")
+
+    def get_current_device(self) -> int:
+        return 0
+
+
+def _ensure_driver() -> None:
+    from triton.runtime import driver
+
+    if driver._active is not None:
+        return
+    try:
+        driver.active  # noqa: B018 - a real GPU driver, where there is one
+    except RuntimeError:
+        driver.set_active(_BuildTargetDriver(os.environ.get(IMPORT_TARGET_ENV, "cuda:90:32")))
+
+
+def load_kernel_module(path: str) -> types.ModuleType:
+    """Execute a kernel file as a module (once per path), its directory importable like a script's."""
+    module = _modules.get(path)
+    if module is None:
+        _ensure_driver()
+        directory = os.path.dirname(os.path.abspath(path))
+        if directory not in sys.path:
+            sys.path.insert(0, directory)
+        name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
+        module = types.ModuleType(name)
+        module.__file__ = path
+        sys.modules[name] = module
+        with open(path, encoding="utf-8") as f:
+            code = compile(f.read(), path, "exec")
+        try:
+            exec(code, module.__dict__)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        _modules[path] = module
+    return module
+
+
+def base_jit_function(obj: Any) -> Any:
+    """The ``JITFunction`` under any ``Autotuner`` / ``Heuristics`` wrappers."""
+    while type(obj).__name__ in ("Autotuner", "Heuristics"):
+        obj = obj.fn
+    return obj
+
+
+@dataclass(frozen=True)
+class AutotuneInfo:
+    """What one ``@triton.autotune`` decorator says, as data."""
+
+    configs: list[dict[str, Any]]
+    """Each: ``meta`` (the Config kwargs), ``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``, ``pre_hook``
+    (the name of a module-level host function, or None)."""
+    key: list[str]
+    reset_to_zero: list[str]
+    restore_value: list[str]
+    prune: dict[str, Any] = field(default_factory=dict)
+    """``early_config_prune`` / ``perf_model`` (function names) and ``top_k``, for the tuner."""
+    hooks: dict[str, str | None] = field(default_factory=dict)
+    """The decorator's own ``pre_hook`` / ``post_hook`` (names), used only while tuning."""
+
+
+def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> str | None:
+    if fn is None:
+        return None
+    name = getattr(fn, "__name__", "")
+    if name and module.__dict__.get(name) is fn:
+        return str(name)
+    raise SourceError(f"{line}: {what} must be a function defined at the top level of the kernel file, so the "
+                      f"packaged host code can call it by name (got {fn!r})")
+
+
+def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list[str]]:
+    """The ``@triton.autotune`` of ``function`` in ``path`` (None if it has none) and the names its
+    ``@triton.heuristics`` compute, in Triton's order of evaluation."""
+    try:
+        module = load_kernel_module(path)
+    except Exception as exc:
+        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    obj = getattr(module, function)
+    tuner = None
+    heuristics: list[str] = []
+    while type(obj).__name__ in ("Autotuner", "Heuristics"):
+        if type(obj).__name__ == "Heuristics":
+            heuristics += [n for n in obj.values if n not in heuristics]
+        elif type(obj).__name__ == "Autotuner":
+            if tuner is not None:
+                raise SourceError(f"{path}: {function} is autotuned twice")
+            tuner = obj
+        obj = obj.fn
+    if tuner is None:
+        return None, heuristics
+    where = f"{path}: @triton.autotune of {function}"
+    configs = []
+    for c in tuner.configs:
+        if getattr(c, "ir_override", None):
+            raise SourceError(f"{where}: configs with ir_override are not supported")
+        configs.append({"meta": dict(c.kwargs), "num_warps": int(c.num_warps), "num_stages": int(c.num_stages),
+                        "num_ctas": int(c.num_ctas or 1), "maxnreg": c.maxnreg,
+                        "pre_hook": _function_name(c.pre_hook, module, "a Config pre_hook", where)})
+    prune: dict[str, Any] = {}
+    if tuner.early_config_prune is not None:
+        prune["early_config_prune"] = _function_name(tuner.early_config_prune, module, "early_config_prune", where)
+    if tuner.perf_model is not None:
+        prune["perf_model"] = _function_name(tuner.perf_model, module, "perf_model", where)
+        prune["top_k"] = tuner.configs_top_k
+    hooks = {}
+    if tuner.user_defined_pre_hook:
+        hooks["pre_hook"] = _function_name(tuner.pre_hook, module, "the autotune pre_hook", where)
+    if tuner.user_defined_post_hook:
+        hooks["post_hook"] = _function_name(tuner.post_hook, module, "the autotune post_hook", where)
+    return AutotuneInfo(configs=configs, key=list(tuner.keys), reset_to_zero=list(tuner.reset_to_zero),
+                        restore_value=list(tuner.restore_value), prune=prune, hooks=hooks), heuristics

@@ -1,0 +1,180 @@
+"""Kernels as libraries write them: call-site constexprs and launch options, derived values, examples traced
+on the CPU, one canonical variant order, autotune and heuristics decorators, per-argument specialization."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from forge_aot.errors import ManifestError, SourceError
+from forge_aot.manifest import load_manifest
+from forge_aot.plan import make_plan, plan_summary
+from forge_aot.templates import _forge_runtime as rt
+from tests.conftest import FIXTURES
+
+CALLSITE = FIXTURES / "projects" / "callsite" / "kernel_manifest.toml"
+KERNELS = FIXTURES / "kernels"
+
+
+def _project(tmp_path: Path, body: str, name: str = "callsite") -> Path:
+    text = body.replace("KERNELS", str(KERNELS))
+    path = tmp_path / name / "kernel_manifest.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+HEADER = '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n'
+ROW_SCALE = ('[kernels.row_scale]\nsource = "KERNELS/callsite.py:row_scale_kernel"\nops = ["row_scale"]\n'
+             'signature = { out_ptr = "*T", x_ptr = "*T", x_row_stride = "i32", out_row_stride = "i32", '
+             'n_cols = "i32", scale = "fp32" }\ndtypes = { T = ["fp32"] }\nkey = ["n_cols"]\n')
+
+
+def test_axes_follow_parameter_order_whatever_the_manifest_order() -> None:
+    plan = make_plan(load_manifest(CALLSITE))
+    kp = plan.kernels["row_scale"]
+    # type variables, call-site constexprs in parameter order (ACT before BLOCK_SIZE), then launch options
+    assert kp.axes == ["T", "ACT", "BLOCK_SIZE", "num_warps"]
+    ids = sorted(e.variant for e in plan.entries)
+    assert "T=fp32,ACT=relu,BLOCK_SIZE=4096,num_warps=8" in ids
+    assert all(v.split(",")[1].startswith("ACT=") for v in ids)
+
+
+def test_permuted_manifest_gives_the_same_variants(tmp_path: Path) -> None:
+    text = CALLSITE.read_text().replace("../../kernels/", "KERNELS/")
+    permuted = text.replace('derive = { num_warps = "4 if next_power_of_2(n_cols) < 2048 else 8", '
+                            'BLOCK_SIZE = "next_power_of_2(n_cols)" }',
+                            'derive = { BLOCK_SIZE = "next_power_of_2(n_cols)", '
+                            'num_warps = "4 if BLOCK_SIZE < 2048 else 8" }')
+    assert permuted != text
+    a = make_plan(load_manifest(_project(tmp_path, text, "a")))
+    b = make_plan(load_manifest(_project(tmp_path, permuted, "b")))
+    assert sorted(e.variant for e in a.entries) == sorted(e.variant for e in b.entries)
+    # the runtime finds the built variant from a call's values, in the same canonical order
+    from forge_aot.index import build_index
+
+    index = build_index(b, None, "jit", {m: "x.py" for m in b.modules})
+    kernel = rt.Kernel("row_scale", index["kernels"]["row_scale"], index["targets"], backend=None)
+    vid, assignment = kernel.find_variant(("fp32", "relu", 4096, 8))
+    assert vid == "T=fp32,ACT=relu,BLOCK_SIZE=4096,num_warps=8" and list(assignment) == kernel.axes
+    with pytest.raises(rt.NotBuiltError, match=r"launch option num_warps=16 was not built; built values: \['4', '8'\]"):
+        kernel.find_variant(("fp32", "relu", 4096, 16))
+    with pytest.raises(rt.NotBuiltError, match=r"constexpr BLOCK_SIZE=65536 was not built"):
+        kernel.find_variant(("fp32", "", 65536, 8))
+
+
+def test_derive_builds_only_the_values_rows_reach(tmp_path: Path) -> None:
+    plan = make_plan(load_manifest(CALLSITE))
+    variants = {e.variant: [r.key for r in e.tables["default"]] for e in plan.entries}
+    # 2 ACT values × one (BLOCK_SIZE, num_warps) per row; each variant's table holds only its own row
+    assert len(variants) == 8 and all(len(rows) == 1 for rows in variants.values())
+    assert variants["T=fp32,ACT=,BLOCK_SIZE=128,num_warps=4"] == [(100,)]
+    product = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 100 }, { n_cols = 3000 }]\n'
+                       'constexprs = { ACT = ["", "relu"], BLOCK_SIZE = [1, 128, 1024, 4096], num_warps = [4, 8] }\n')
+    full = make_plan(load_manifest(product))
+    assert len({e.variant for e in full.entries}) == 16
+    assert plan_summary(full)["row_scale"]["binaries"] > plan_summary(plan)["row_scale"]["binaries"]
+
+
+def test_examples_are_traced_with_triton_specialization(tmp_path: Path) -> None:
+    manifest = _project(tmp_path, HEADER + ROW_SCALE + 'examples = "examples"\n')
+    plan = make_plan(load_manifest(manifest))
+    kp = plan.kernels["row_scale"]
+    assert kp.spec_params == ["out_ptr", "x_ptr", "x_row_stride", "out_row_stride", "n_cols"]
+    specs = {(e.variant, key): {c.spec for c in calls} for e in plan.entries for key, calls in e.calls.items()}
+    # one row of one column: strides and n_cols equal 1 (Triton compiles them as constants)
+    assert specs[("T=fp32,ACT=,BLOCK_SIZE=1,num_warps=4", (1,))] == {"DD111"}
+    assert specs[("T=fp32,ACT=relu,BLOCK_SIZE=1024,num_warps=4", (1024,))] == {"DDDDD"}
+    assert specs[("T=fp32,ACT=,BLOCK_SIZE=4096,num_warps=8", (3000,))] == {"DDxxx"}
+    # traced keys became the rows; the examples function stays out of the wheel
+    assert len(plan.entries) == 8
+    host = next(iter(plan.modules.values()))["host_source"]
+    assert "def examples" not in host and "def row_scale" in host
+    e = next(e for e in plan.entries if e.variant == "T=fp32,ACT=,BLOCK_SIZE=1024,num_warps=4")
+    row = e.tables["default"][0]
+    # exact; key unassumed; every integer's divisibility unassumed (unit strides kept); generic
+    assert [b.spec for b in plan.binaries_for(e, row.key, row.preferences[0])] == ["DDDDD", "DDDDx", "DDxxx",
+                                                                                  "xxxxx"]
+
+
+def test_call_site_launch_option_without_values_is_refused_with_its_line(tmp_path: Path) -> None:
+    manifest = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 100 }]\n'
+                        'constexprs = { ACT = [""], BLOCK_SIZE = [128] }\n')
+    with pytest.raises(ManifestError, match=r"launch option 'num_warps'.*row_scale\(\) line 34.*derive"):
+        make_plan(load_manifest(manifest))
+
+
+def test_passing_a_tuned_meta_parameter_is_refused_by_check(tmp_path: Path) -> None:
+    manifest = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 100 }]\n'
+                        'constexprs = { ACT = [""], num_warps = [4, 8] }\n'
+                        '[kernels.row_scale.tune]\nmeta = { BLOCK_SIZE = [128, 256] }\n')
+    with pytest.raises(SourceError, match=r"callsite.py:34: row_scale\(\) passes BLOCK_SIZE .* is tuned"):
+        make_plan(load_manifest(manifest))
+
+
+AUTOTUNED = ('[kernels.sum]\nsource = "KERNELS/autotuned.py:sum_kernel"\nops = ["total"]\n'
+             'signature = { x_ptr = "*T", out_ptr = "*fp32", n = "i32" }\ndtypes = { T = ["fp32"] }\n'
+             'shapes = [{ n = 4096 }, { n = 1000 }]\n')
+
+
+def test_autotune_and_heuristics_decorators_become_space_key_and_binaries(tmp_path: Path) -> None:
+    plan = make_plan(load_manifest(_project(tmp_path, HEADER + AUTOTUNED)))
+    kp = plan.kernels["sum"]
+    assert [c.id for c in kp.space] == ["BLOCK64-w4-s1", "BLOCK64-w8-s1", "BLOCK256-w4-s1", "BLOCK256-w8-s1"]
+    assert kp.key == ["n"] and kp.reset_to_zero == ["out_ptr"] and kp.heuristic_names == ["EVEN"]
+    assert dict(kp.params)["EVEN"] == "heuristic" and dict(kp.params)["BLOCK"] == "meta"
+    (e,) = plan.entries
+    rows = {r.key: r for r in e.tables["default"]}
+    # untuned: the first config of the decorator's list; EVEN follows from the key and the config for the
+    # row's own binary; the loose and generic binaries exist for both values (shapes between rows)
+    for key, even in (((4096,), True), ((1000,), False)):
+        binaries = plan.binaries_for(e, key, rows[key].preferences[0])
+        exact = max(binaries, key=lambda b: rt.spec_rank(b.spec))
+        assert exact.heur == (("EVEN", even),) and exact.spec == kp.default_spec(key)
+        assert {b.heur for b in binaries if b.generic} == {(("EVEN", False),), (("EVEN", True),)}
+    host = next(iter(plan.modules.values()))["host_source"]
+    assert "__forge_heuristics__('sum_kernel'," in host and "def get_configs" not in host
+    assert kp.heuristics and kp.heuristics[0][0] == "EVEN"
+
+
+def test_heuristic_reading_an_argument_outside_the_key_needs_examples(tmp_path: Path) -> None:
+    src = (KERNELS / "autotuned.py").read_text().replace('args["n"] % args["BLOCK"]',
+                                                        'args["x_ptr"].numel() % args["BLOCK"]')
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "autotuned.py").write_text(src)
+    manifest = _project(tmp_path, HEADER + AUTOTUNED.replace("KERNELS", str(tmp_path / "k")))
+    with pytest.raises(ManifestError, match=r"reads argument 'x_ptr'.*examples"):
+        make_plan(load_manifest(manifest))
+
+
+def test_choose_binary_takes_the_most_specialized_that_holds() -> None:
+    spec = {"function": "k", "params": [["a", "*fp32"], ["s", "i32"], ["n", "i32"], ["E", "heuristic"]],
+            "axes": [], "dtype_args": {}, "spec_params": ["a", "s", "n"], "key": ["n"], "variants": {}}
+    kernel = rt.Kernel("k", spec, {}, backend=None)
+    built = {b: {"spec": b, "heur": {"E": e}} for b, e in (("D1D", True), ("D1x", True), ("xxx", True),
+                                                          ("xxx", True))}
+    built["xxx.E=False"] = {"spec": "xxx", "heur": {"E": False}}
+    assert rt.choose_binary(kernel, built, (True,), "D1D")["spec"] == "D1D"
+    assert rt.choose_binary(kernel, built, (True,), "D1x")["spec"] == "D1x"
+    assert rt.choose_binary(kernel, built, (True,), "DDD")["spec"] == "xxx"  # 16 is not 1: no '1' binary fits
+    assert rt.choose_binary(kernel, built, (False,), "D1D")["heur"] == {"E": False}
+    with pytest.raises(rt.NotBuiltError, match="heuristics gave"):
+        rt.choose_binary(kernel, {"D1D": built["D1D"]}, (False,), "D1D")
+
+
+@pytest.mark.slow
+def test_build_falls_back_when_a_specialization_fails_to_compile(tmp_path: Path) -> None:
+    from forge_aot.pipeline import build
+
+    result = build(CALLSITE, out_dir=tmp_path / "dist", build_dir=tmp_path / "work")
+    failures = result.report.failures
+    # n_cols = 1 compiled as a constant trips the kernel's static_assert: reported, never shipped
+    assert failures and all(("BLOCK_SIZE=1," in f and "static_assert" in f.lower()) or "dtype" in f for f in failures)
+    index = json.loads((result.build_dir / "package" / "callsite_pkg" / "_forge" / "index.json").read_text())
+    variant = index["kernels"]["row_scale"]["variants"]["T=fp32,ACT=,BLOCK_SIZE=1,num_warps=4"]
+    (config,) = variant["targets"]["sm_90"]["configs"].values()
+    specs = sorted(b["spec"] for b in config["binaries"].values())
+    # the row's default specialization (n_cols = 1) failed; its calls take one without that assumption
+    assert all(s[-1] != "1" for s in specs) and "xxxxx" in specs and any(s.startswith("DD") for s in specs)
