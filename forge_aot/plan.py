@@ -500,7 +500,10 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
         entry[1].update(keys)
 
     rows = _rows(k, kp.key)
-    if not traced or listed or (defaults and len(defaults) == len(call_axes)):
+    if traced and len(defaults) == len(call_axes):
+        # nothing chosen at the call site but the dtype: every built dtype gets the traced keys as rows
+        rows = sorted({*rows, *(c.key for c in traced)})
+    if not traced or listed or len(defaults) == len(call_axes):
         product_names = list(k.constexprs)
         combos = k.combinations or ({},)
         for dts in itertools.product(*[k.dtypes[tv] for tv in kp.axes if tv in k.dtypes]):
@@ -664,6 +667,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                         except (KeyError, TypeError, ValueError) as exc:
                             raise ManifestError(f"bad tuning entry: {exc!r}", file=data["_path"],
                                                 key_path=f"entries[{i}]") from None
+                        if any(assignment.get(n, v) != v for n, v in zip(kp.key, key)):
+                            continue  # a key argument that is also a variant axis (HEAD_DIM): another variant's
                         per_device.setdefault(device, {})[key] = choice
                         entry.table_sources[device] = data["_path"]
                 devices = ["default", *sorted(d for d in per_device if d != "default")]

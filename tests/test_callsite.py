@@ -178,3 +178,59 @@ def test_build_falls_back_when_a_specialization_fails_to_compile(tmp_path: Path)
     specs = sorted(b["spec"] for b in config["binaries"].values())
     # the row's default specialization (n_cols = 1) failed; its calls take one without that assumption
     assert all(s[-1] != "1" for s in specs) and "xxxxx" in specs and any(s.startswith("DD") for s in specs)
+
+
+def test_combinations_list_what_occurs(tmp_path: Path) -> None:
+    manifest = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 100 }, { n_cols = 3000 }]\n'
+                        'constexprs = { ACT = [""] }\n'
+                        'combinations = [{ BLOCK_SIZE = 128, num_warps = 4 }, { BLOCK_SIZE = 4096, num_warps = 8 }]\n')
+    plan = make_plan(load_manifest(manifest))
+    assert sorted(e.variant for e in plan.entries) == ["T=fp32,ACT=,BLOCK_SIZE=128,num_warps=4",
+                                                       "T=fp32,ACT=,BLOCK_SIZE=4096,num_warps=8"]
+    # a call-site num_warps fixes the configs' warps: the config ids say what the binaries are compiled with
+    assert {e.tables["default"][0].preferences[0].num_warps for e in plan.entries} == {4, 8}
+
+
+def test_config_pre_hook_is_bound_from_the_host_module(tmp_path: Path) -> None:
+    from forge_aot.index import build_index
+    from forge_aot.trace import TraceKernel
+
+    plan = make_plan(load_manifest(_project(tmp_path, HEADER + AUTOTUNED)))
+    assert {c.pre_hook for c in plan.kernels["sum"].space} == {"zero_output"}
+    index = build_index(plan, None, "jit", {m: "x.py" for m in plan.modules})
+    assert index["kernels"]["sum"]["pre_hooks"] == ["zero_output"]
+    (mod_name, mod), = plan.modules.items()
+    handles = {}
+
+    def factory(name, spec, targets, backend):
+        handles[name] = TraceKernel(name, spec, targets, backend)
+        return handles[name]
+
+    module = rt.bind_module("_t_pre_hook", index, mod_name, None, factory, ("autotuned.py", mod["host_source"]))
+    assert handles["sum"].pre_hooks == {"zero_output": module.zero_output}
+    assert [n for n, _ in handles["sum"].heuristics] == ["EVEN"]
+
+
+def test_check_lists_launches_values_and_binary_count() -> None:
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+
+    result = CliRunner().invoke(main, ["check", "--manifest", str(FIXTURES / "realworld" / "kernel_manifest.toml")])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "binaries to compile for sm_80, sm_90" in out
+    assert "launched in rms_norm_forward() line" in out and "passes BLOCK_SIZE, num_warps" in out
+    assert "matmul_kernel [@triton.autotune, @triton.heuristics]" in out
+    assert "call-site values from: examples" in out
+
+
+def test_rows_and_tuned_rows_agree_with_variant_axes_in_the_key() -> None:
+    # attention's key (N_CTX, HEAD_DIM) names a call-site constexpr: a variant holds only its own HEAD_DIM rows,
+    # from the examples and from the committed tuning data alike
+    plan = make_plan(load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml"), ["sm_90"])
+    entries = [e for e in plan.entries if e.kernel == "attention"]
+    assert entries and all(len(e.tables) == 2 for e in entries)
+    for e in entries:
+        for rows in e.tables.values():
+            assert {r.key[1] for r in rows} == {e.assignment["HEAD_DIM"]}

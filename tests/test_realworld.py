@@ -176,3 +176,18 @@ def test_block_pointer_attention(wheel, dev, dtype, causal, shape) -> None:
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
     assert relative_error(o, ref) < FWD_TOL[dtype] * 2
     assert torch.equal(o, dev["attention"](q, k, v, causal))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp32", "fp16"])
+@pytest.mark.parametrize("n", [1, 1000, 3000, 4096, 65536])
+def test_autotuned_sum_runs_its_config_pre_hook(wheel, dtype, n) -> None:
+    import torch
+
+    x = torch.randn(n, device="cuda", dtype={"fp32": torch.float32, "fp16": torch.float16}[dtype])
+    poison_allocator(4)  # the op's accumulator starts as NaN unless the Config pre_hook zeroes it
+    got = wheel.total(x)
+    torch.cuda.synchronize()
+    want = x.double().sum()
+    scale = max(1.0, float(x.double().abs().sum()))
+    assert abs(float(got) - float(want)) <= (1e-4 if dtype == "fp32" else 2e-2) * scale
