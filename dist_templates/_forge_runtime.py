@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import ctypes
+import hashlib
 import importlib.util
 import json
 import math
@@ -46,6 +47,10 @@ class NotBuiltError(ForgeRuntimeError, ValueError):
 
 class DriverError(ForgeRuntimeError):
     """The GPU driver refused a call."""
+
+
+class IntegrityError(ForgeRuntimeError):
+    """A packaged binary does not match the sha256 recorded when the package was built: never launched."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -134,6 +139,8 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``)."""
 LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
 """Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
+TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
+"""Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
 SPEC_NONE, SPEC_DIV16, SPEC_ONE = "x", "D", "1"
@@ -636,6 +643,9 @@ class Kernel:
                 self._runtime_key = operator.itemgetter(*positions)
         self._states: dict[tuple[Any, ...], _VariantState] = {}
         self._lock = threading.Lock()
+        register = getattr(backend, "register", None)
+        if register is not None:
+            register(self)
 
     def __getitem__(self, grid: Any) -> _Launch:
         return _Launch(self, grid)
@@ -692,7 +702,7 @@ class Kernel:
                     raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
         for n in self.launch_axes:
             if n not in call:
-                call[n] = LAUNCH_DEFAULTS.get(n, {"num_warps": 4, "num_stages": 3}.get(n))
+                call[n] = LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))
         return runtime, call
 
     # -- resolution ---------------------------------------------------------------------------------------
@@ -843,11 +853,17 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
 
 
 class BinaryBackend:
-    """Launches packaged binaries with the driver API; loads each lazily, once per device."""
+    """Launches packaged binaries with the driver API; loads each lazily (or at ``preload``), once per device."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self._devices: dict[int, dict[str, Any]] = {}
+        self._loaded: dict[tuple[int, str], _BinaryLauncher] = {}
+        self._load_lock = threading.Lock()
+        self.kernels: list[Kernel] = []
+
+    def register(self, kernel: Kernel) -> None:
+        self.kernels.append(kernel)
 
     def device(self, index: int) -> dict[str, Any]:
         info = self._devices.get(index)
@@ -859,18 +875,47 @@ class BinaryBackend:
                 device: int) -> tuple[str, ConfigTable]:
         return resolve_table(kernel, variant, assignment, driver().backend, self.device(device))
 
+    def load(self, kernel: Kernel, binary: dict[str, Any], device: int) -> _BinaryLauncher:
+        """The launcher of a binary on a device, loading it the first time (integrity checked)."""
+        key = (device, binary["path"])
+        launcher = self._loaded.get(key)
+        if launcher is None:
+            with self._load_lock:
+                launcher = self._loaded.get(key)
+                if launcher is None:
+                    launcher = _BinaryLauncher(kernel, binary, os.path.join(self.root, binary["path"]), device,
+                                               self.device(device)["max_shared"])
+                    self._loaded[key] = launcher
+        return launcher
+
+    def preload(self, device: Any = None) -> int:
+        """Load every binary this device can run, so nothing loads later (a module load during CUDA-graph
+        capture breaks the capture). Returns how many binaries are loaded for the device."""
+        import torch
+
+        where = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        index = torch.cuda.current_device() if where.index is None else where.index
+        info = self.device(index)
+        cuda = driver().backend == "cuda"
+        for kernel in self.kernels:
+            for variant in kernel.variants.values():
+                built = {t: kernel.targets[t] for t in variant["targets"]}
+                target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
+                if target is None:
+                    continue
+                for config in variant["targets"][target]["configs"].values():
+                    for binary in config.get("binaries", {}).values():
+                        if binary["shared"] <= info["max_shared"]:
+                            self.load(kernel, binary, index)
+        return sum(1 for d, _ in self._loaded if d == index)
+
     def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
                   spec: str) -> Any:
         with state.lock:
             launcher = state.launchers.get((config.id, heur, spec))
             if launcher is None:
                 binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]["binaries"]
-                binary = choose_binary(kernel, binaries, heur, spec)
-                # Binaries serving several specializations are loaded once.
-                launcher = next((lr for lr in state.launchers.values() if lr.path.endswith(binary["path"])), None)
-                if launcher is None:
-                    launcher = _BinaryLauncher(kernel, binary, os.path.join(self.root, binary["path"]),
-                                               state.device, self.device(state.device)["max_shared"])
+                launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec), state.device)
                 state.launchers[(config.id, heur, spec)] = launcher
         return launcher
 
@@ -913,6 +958,11 @@ class _BinaryLauncher:
 
         with open(path, "rb") as f:
             image = f.read()
+        digest = hashlib.sha256(image).hexdigest()
+        if digest != binary["sha256"]:
+            raise IntegrityError(f"{path}: sha256 {digest[:16]}… does not match the {binary['sha256'][:16]}… "
+                                 "recorded when the package was built; the binary was modified or corrupted and is "
+                                 "not launched (reinstall the package)")
         self.path = path
         self.spec = binary["spec"]
         self.drv = driver()
@@ -1084,8 +1134,9 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     return ops
 
 
-def load_ops(package: str, root: str) -> dict[str, Callable[..., Any]]:
-    """Entry point of a generated package: its ops, launching its packaged binaries."""
+def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
+    """Entry point of a generated package: its ops, launching its packaged binaries, and its ``preload``."""
     index = load_index(root)
     sources = {m: (os.path.join(root, spec["path"]), None) for m, spec in index["modules"].items()}
-    return bind_ops(package, index, BinaryBackend(root), sources)
+    backend = BinaryBackend(root)
+    return bind_ops(package, index, backend, sources), backend.preload

@@ -88,7 +88,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "dependencies": ", ".join(json.dumps(d) for d in m.project.dependencies),
         "triton_version": triton_version, "targets": ", ".join(plan.targets),
         "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
-        "all": ", ".join(json.dumps(op) for op in ops), "ops": ", ".join(f"`{op}`" for op in ops) or "none",
+        "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
+        "ops": ", ".join(f"`{op}`" for op in ops) or "none",
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")

@@ -28,13 +28,13 @@ from .templates._forge_runtime import (
     SPEC_DIV16,
     SPEC_NONE,
     SPEC_ONE,
+    TRITON_DEFAULTS,
     Expression,
     variant_id,
 )
 
 TUNING_FORMAT = 1
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
-TRITON_LAUNCH_DEFAULTS = {"num_warps": 4, "num_stages": 3}
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,8 @@ class ConfigChoice:
         """From ``{META..., num_warps, num_stages}`` (tuning data, manifest defaults); ``fixed`` launch options
         (chosen at the call site) win over the flat ones."""
         meta = {k: flat[k] for k in meta_names}
-        return cls(meta, int(fixed.get("num_warps", flat.get("num_warps", TRITON_LAUNCH_DEFAULTS["num_warps"]))),
-                   int(fixed.get("num_stages", flat.get("num_stages", TRITON_LAUNCH_DEFAULTS["num_stages"]))),
+        return cls(meta, int(fixed.get("num_warps", flat.get("num_warps", TRITON_DEFAULTS["num_warps"]))),
+                   int(fixed.get("num_stages", flat.get("num_stages", TRITON_DEFAULTS["num_stages"]))),
                    fixed.get("maxnreg", flat.get("maxnreg")), flat.get("pre_hook"))
 
     def to_json(self) -> dict[str, Any]:
@@ -417,8 +417,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     if key and not (k.shapes or k.buckets or k.examples):
         raise _error(loaded, f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or "
                      "buckets) or name an examples function that calls the ops")
-    fixed_launch = {}
-    space = [ConfigChoice.from_flat(c, meta_names, fixed_launch) for c in flat_space]
+    space = [ConfigChoice.from_flat(c, meta_names, {}) for c in flat_space]
     env_names = {*meta_names, "num_warps", "num_stages", "maxnreg", *call_constexprs, *launch_axes, *key,
                  *k.dtypes}
     constraints = []
@@ -500,10 +499,12 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
         entry[1].update(keys)
 
     rows = _rows(k, kp.key)
-    if traced and len(defaults) == len(call_axes):
-        # nothing chosen at the call site but the dtype: every built dtype gets the traced keys as rows
+    # The manifest decides every call-site value (lists, derive, defaults): its variants, with the traced keys
+    # as rows too. Otherwise the traced calls alone say which variants exist.
+    from_manifest = set(call_axes) <= listed | set(defaults)
+    if traced and from_manifest:
         rows = sorted({*rows, *(c.key for c in traced)})
-    if not traced or listed or len(defaults) == len(call_axes):
+    if from_manifest:
         product_names = list(k.constexprs)
         combos = k.combinations or ({},)
         for dts in itertools.product(*[k.dtypes[tv] for tv in kp.axes if tv in k.dtypes]):

@@ -149,7 +149,7 @@ def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh
     out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/")
     res = json.loads(out.stdout)
     assert res["triton"] is False and res["forge_aot"] is False and res["loaded"] == []
-    assert sorted(res["ops"]) == ["matmul", "softmax", "vector_add"] and res["version"] == "0.1.0"
+    assert sorted(res["ops"]) == ["matmul", "preload", "softmax", "vector_add"] and res["version"] == "0.1.0"
     assert res["cpu_error"].startswith("UnsupportedDeviceError") and "CPU tensor" in res["cpu_error"]
 
 

@@ -53,6 +53,7 @@ CHILD = textwrap.dedent("""
     t2 = time.perf_counter()
     err = ((c.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()).item()
     print(json.dumps({"triton_modules": sorted(m for m in sys.modules if m.split(".")[0] == "triton"),
+                      "forge_aot_modules": sorted(m for m in sys.modules if m.split(".")[0] == "forge_aot"),
                       "package": forge_kernels.__file__, "spawned": spawned, "rel_err": err,
                       "first_calls_s": t2 - t1, "import_s": t_import - t0}))
 """)
@@ -65,7 +66,7 @@ def test_fresh_process_first_call_needs_no_triton_and_no_compiler(packaged) -> N
                                                                             .items() if k.startswith(("CUDA", "LD_"))})
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["triton_modules"] == []
+    assert result["triton_modules"] == [] and result["forge_aot_modules"] == []
     assert result["spawned"] == [], result["spawned"]
     assert result["rel_err"] < 2e-3
     # Three first calls, module loads included: milliseconds, not the seconds a JIT compile takes.

@@ -135,3 +135,17 @@ def test_resolution_picks_target_device_table_and_drops_configs_too_big_for_the_
     h100 = {"name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "arch": "sm_90", "max_shared": 227 * 1024}
     with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries for NVIDIA H100.*built for sm_80"):
         rt.resolve_table(kernel, variant, {"T": "fp16"}, "cuda", h100)
+
+
+def test_tampered_binary_is_refused_before_any_driver_call(tmp_path) -> None:
+    import hashlib
+
+    image = b"\x7fELF" + bytes(100)
+    (tmp_path / "k.cubin").write_bytes(image[:-1] + b"\x01")
+    spec = {"function": "k", "params": [["x", "*fp32"]], "axes": [], "dtype_args": {}, "spec_params": ["x"],
+            "key": [], "variants": {}}
+    kernel = rt.Kernel("k", spec, {}, backend=None)
+    binary = {"function": "k", "shared": 0, "warp_size": 32, "num_warps": 4, "spec": "D", "path": "k.cubin",
+              "sha256": hashlib.sha256(image).hexdigest()}
+    with pytest.raises(rt.IntegrityError, match=r"k\.cubin: sha256 .* does not match .* not launched"):
+        rt._BinaryLauncher(kernel, binary, str(tmp_path / "k.cubin"), 0, 0)
