@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--target", default="sm_90")
     ap.add_argument("-j", "--jobs", type=int, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--only", default="", help="build only this fixture (rms_norm or layer_norm)")
+    ap.add_argument("--modes", default="product,examples", help="which manifests to build")
     args = ap.parse_args()
     from forge_aot.pipeline import build
 
@@ -87,7 +89,11 @@ def main() -> None:
     print(f"{'fixture':12s} {'manifest':9s} {'binaries':>9s} {'wheel MB':>9s} {'build s':>8s}")
     with tempfile.TemporaryDirectory() as tmp:
         for fixture, modes in manifests().items():
+            if args.only and fixture != args.only:
+                continue
             for mode, text in modes.items():
+                if mode not in args.modes.split(","):
+                    continue
                 project = Path(tmp) / f"{fixture}_{mode}"
                 shutil.copytree(KERNELS, project / "kernels")
                 (project / "kernel_manifest.toml").write_text(text.replace("NAME", fixture).replace("TARGET",

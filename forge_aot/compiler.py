@@ -24,8 +24,8 @@ from typing import Any
 
 from .errors import CompileError
 from .plan import BinarySpec, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
+from .runtime import SPEC_ONE
 from .targets import TARGETS
-from .templates._forge_runtime import SPEC_ONE
 
 ProgressFn = Callable[[str, int, int, str], None]
 """progress(stage, done, total, message)."""

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import runtime as rt
 from .index import build_index
 from .introspect import base_jit_function, load_kernel_module
 from .manifest import load_manifest
 from .plan import make_plan
-from .templates import _forge_runtime as rt
 
 
 class JitBackend:

@@ -11,8 +11,8 @@ from typing import Any
 from . import __version__
 from .compiler import CompileReport
 from .plan import BuildPlan
+from .runtime import INDEX_FORMAT
 from .targets import TARGETS
-from .templates._forge_runtime import INDEX_FORMAT
 
 BINARY_FIELDS = ("function", "shared", "warp_size", "num_warps", "global_scratch_size", "global_scratch_align",
                  "profile_scratch_size", "profile_scratch_align", "sha256", "size", "arch", "spec", "heur")

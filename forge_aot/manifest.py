@@ -19,9 +19,9 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from . import runtime as rt
 from .errors import ManifestError, close_match
 from .targets import TARGETS
-from .templates import _forge_runtime as rt
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -75,8 +75,11 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                   "triton_version": triton_version, "manifest_sha256": plan.loaded.sha256,
                   "targets": plan.targets, "binaries": dict(sorted(binaries.items()))}
     (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
-    shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_runtime.py"),
-                    pkg / "_forge_runtime.py")
+    # The runtime package, copied verbatim (every import inside it is relative).
+    (pkg / "_runtime").mkdir()
+    for module in sorted(resources.files("forge_aot.runtime").iterdir(), key=lambda m: m.name):
+        if module.name.endswith(".py"):
+            (pkg / "_runtime" / module.name).write_bytes(module.read_bytes())
     shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
                     stage_dir / "_forge_build_backend.py")
     ops = [op for spec in plan.modules.values() for op in spec["ops"]]

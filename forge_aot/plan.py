@@ -21,9 +21,7 @@ from typing import Any
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
 from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, read_decorators
-from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
-from .targets import TARGETS
-from .templates._forge_runtime import (
+from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
     SPEC_NONE,
@@ -32,6 +30,8 @@ from .templates._forge_runtime import (
     Expression,
     variant_id,
 )
+from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
+from .targets import TARGETS
 
 TUNING_FORMAT = 1
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .templates._forge_runtime import HEURISTICS_HOOK, LAUNCH_OPTIONS, _HostTriton
+from .runtime import HEURISTICS_HOOK, LAUNCH_OPTIONS, _HostTriton
 
 _CONSTEXPR_ANNOTATIONS = {"constexpr", "tl.constexpr", "triton.language.constexpr", "language.constexpr"}
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics"}

@@ -12,9 +12,9 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from . import runtime as rt
 from .errors import SourceError
 from .plan import KernelPlan, TracedCall
-from .templates import _forge_runtime as rt
 
 
 class TraceKernel(rt.Kernel):
@@ -81,6 +81,6 @@ def trace_examples(kernels: dict[str, KernelPlan], modules: dict[str, dict[str, 
 
 def _trace(exc: BaseException) -> str:
     frames: Sequence[traceback.FrameSummary] = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if "forge_aot" not in f.filename and "_forge_runtime" not in f.filename]
+    mine = [f for f in frames if "forge_aot" not in f.filename]
     lines = [f"  {f.filename}:{f.lineno} in {f.name}: {f.line}" for f in mine[-4:]]
     return "\n".join([*lines, f"  {type(exc).__name__}: {exc}"])

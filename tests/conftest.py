@@ -107,7 +107,7 @@ def expected_spec(args, built: set[str]) -> str:
     """The binary a call must take: its arguments' specialization (Triton's rules: ``D`` aligned pointer or
     integer divisible by 16, ``1`` integer equal to 1, ``x`` otherwise), then the most specialized built
     binary whose assumptions all hold."""
-    from forge_aot.templates import _forge_runtime as rt
+    from forge_aot import runtime as rt
 
     values = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
     call = rt.argument_spec([(i, hasattr(a, "data_ptr")) for i, a in enumerate(args)], values)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from forge_aot import runtime as rt
 from forge_aot.errors import ManifestError, SourceError
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan, plan_summary
-from forge_aot.templates import _forge_runtime as rt
 from tests.conftest import FIXTURES
 
 CALLSITE = FIXTURES / "projects" / "callsite" / "kernel_manifest.toml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from forge_aot.templates import _forge_runtime as rt
+from forge_aot import runtime as rt
 
 TARGETS = {
     "sm_80": {"backend": "cuda", "arch": 80, "arch_specific": False},
@@ -149,3 +149,23 @@ def test_tampered_binary_is_refused_before_any_driver_call(tmp_path) -> None:
               "sha256": hashlib.sha256(image).hexdigest()}
     with pytest.raises(rt.IntegrityError, match=r"k\.cubin: sha256 .* does not match .* not launched"):
         rt._BinaryLauncher(kernel, binary, str(tmp_path / "k.cubin"), 0, 0)
+
+
+def test_runtime_package_is_self_contained_and_split_by_concern() -> None:
+    """Shipped verbatim as <package>/_runtime: relative imports only, never Triton or forge-aot."""
+    import ast
+    from pathlib import Path
+
+    root = Path(rt.__file__).parent
+    modules = sorted(root.glob("*.py"))
+    assert {m.stem for m in modules} >= {"errors", "expressions", "host_triton", "tables", "cuda", "hip", "kernel",
+                                         "launch", "host_modules"}
+    for module in modules:
+        text = module.read_text()
+        assert "forge_aot" not in text, module
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] not in ("triton", "forge_aot") for a in node.names), module
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] not in ("triton", "forge_aot"), module
+        assert len(text.splitlines()) < 350, f"{module.name} holds more than one concern"

@@ -1,0 +1,108 @@
+"""The NVIDIA driver API through ctypes (``libcuda.so.1``): load cubins into torch's primary context."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from .errors import DriverError
+
+
+class _CudaDriver:
+    backend = "cuda"
+
+    def __init__(self) -> None:
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as exc:
+            raise DriverError(f"cannot load the NVIDIA driver library libcuda.so.1: {exc}") from None
+        vp, i, u, p = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER
+        sigs: dict[str, list[Any]] = {
+            "cuInit": [u],
+            "cuGetErrorName": [i, p(ctypes.c_char_p)],
+            "cuDeviceGet": [p(i), i],
+            "cuDeviceGetAttribute": [p(i), i, i],
+            "cuDeviceGetName": [ctypes.c_char_p, i, i],
+            "cuDevicePrimaryCtxRetain": [p(vp), i],
+            "cuCtxGetCurrent": [p(vp)],
+            "cuCtxPushCurrent_v2": [vp],
+            "cuCtxPopCurrent_v2": [p(vp)],
+            "cuModuleLoadData": [p(vp), ctypes.c_char_p],
+            "cuModuleGetFunction": [p(vp), vp, ctypes.c_char_p],
+            "cuFuncGetAttribute": [p(i), i, vp],
+            "cuFuncSetAttribute": [vp, i, i],
+            "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+        }
+        for name, argtypes in sigs.items():
+            fn = getattr(lib, name)
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int
+        self.lib = lib
+        self.launch = lib.cuLaunchKernel
+        self.ctx_get_current = lib.cuCtxGetCurrent
+        self.check(lib.cuInit(0), "cuInit")
+        self._ctx: dict[int, int] = {}
+
+    def check(self, code: int, what: str) -> None:
+        if code != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(code, ctypes.byref(name))
+            label = name.value.decode() if name.value else "unknown"
+            raise DriverError(f"{what} failed: {label} ({code})")
+
+    def _device(self, index: int) -> int:
+        dev = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
+        return dev.value
+
+    def attribute(self, index: int, attr: int) -> int:
+        out = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(out), attr, self._device(index)),
+                   "cuDeviceGetAttribute")
+        return out.value
+
+    def describe(self, index: int) -> dict[str, Any]:
+        buf = ctypes.create_string_buffer(256)
+        self.check(self.lib.cuDeviceGetName(buf, 256, self._device(index)), "cuDeviceGetName")
+        major, minor = self.attribute(index, 75), self.attribute(index, 76)
+        return {"name": buf.value.decode(), "capability": (major, minor), "arch": f"sm_{major}{minor}",
+                "max_shared": self.attribute(index, 97)}  # 97: MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+
+    def primary_context(self, index: int) -> int:
+        ctx = self._ctx.get(index)
+        if ctx is None:
+            handle = ctypes.c_void_p()
+            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(handle), self._device(index)),
+                       "cuDevicePrimaryCtxRetain")
+            ctx = self._ctx[index] = int(handle.value or 0)
+        return ctx
+
+    def load(self, index: int, image: bytes, name: str, shared: int, max_shared: int) -> int:
+        """Load a cubin into the device's primary context (the one torch uses) and return the function."""
+        ctx = self.primary_context(index)
+        self.check(self.lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+        try:
+            module = ctypes.c_void_p()
+            self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+            fn = ctypes.c_void_p()
+            self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), module, name.encode()),
+                       "cuModuleGetFunction")
+            if shared > 49152:
+                # Above 48 KB dynamic shared memory must be opted into, as Triton's own loader does.
+                static = ctypes.c_int()
+                self.check(self.lib.cuFuncGetAttribute(ctypes.byref(static), 1, fn), "cuFuncGetAttribute")
+                self.check(self.lib.cuFuncSetAttribute(fn, 8, max_shared - static.value), "cuFuncSetAttribute")
+            return int(fn.value or 0)
+        finally:
+            self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
+    def current_context(self) -> int:
+        ctx = ctypes.c_void_p()
+        self.ctx_get_current(ctypes.byref(ctx))
+        return int(ctx.value or 0)
+
+    def push(self, ctx: int) -> None:
+        self.check(self.lib.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+
+    def pop(self) -> None:
+        self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")

@@ -1,0 +1,276 @@
+"""Kernel handles: what host code calls as ``kernel[grid](*args, **kwargs)``."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
+from .expressions import Expression
+from .packing import _INT_RANGES, dtype_name
+from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, variant_id
+
+_NO_CONSTEXPRS: dict[str, Any] = {}
+
+
+
+class _Launch:
+    __slots__ = ("grid", "kernel")
+
+    def __init__(self, kernel: Kernel, grid: Any) -> None:
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.kernel.run(self.grid, args, kwargs)
+
+
+class _VariantState:
+    """Everything one (variant, device) needs at launch time, resolved once."""
+
+    __slots__ = ("assignment", "device", "launchers", "lock", "table", "target", "variant")
+
+    def __init__(self, variant: str, assignment: dict[str, Any], device: int, target: str,
+                 table: ConfigTable) -> None:
+        self.variant = variant
+        self.assignment = assignment
+        self.device = device
+        self.target = target
+        self.table = table
+        self.launchers: dict[tuple[Any, ...], Any] = {}
+        """(config id, heuristic values, specialization) → launcher of the binary that serves them."""
+        self.lock = threading.Lock()
+
+
+class Kernel:
+    """One packaged kernel, called from host code exactly like a Triton JIT function.
+
+    ``kernel[grid](*args, **kwargs)`` binds the arguments like Triton does (call-site constexprs and launch
+    options such as ``num_warps`` included), picks the build variant from the dtypes and the call-site
+    values, the config from the table, evaluates the kernel's ``@triton.heuristics`` on the host, picks the
+    binary from each argument's specialization (pointer alignment, integers divisible by 16 or equal to 1,
+    as Triton's JIT) and launches on torch's current stream.
+    """
+
+    def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]],
+                 backend: Any) -> None:
+        self.name = name
+        self.function = spec["function"]
+        self.spec = spec
+        self.targets = targets
+        self.backend = backend
+        params = spec["params"]
+        kinds = {"meta", "constexpr", "heuristic"}
+        self.param_names = [p[0] for p in params]
+        self.runtime = [(n, t) for n, t in params if t not in kinds]
+        self.runtime_names = [n for n, _ in self.runtime]
+        self.meta_names = {n for n, t in params if t == "meta"}
+        self.heuristic_names = [n for n, t in params if t == "heuristic"]
+        self.axes: list[str] = list(spec["axes"])
+        self.launch_axes = [a for a in self.axes if a in LAUNCH_OPTIONS]
+        # Call-site constexprs and launch options: the values the call passes select the build.
+        self.call_constexprs = [n for n, t in params if t == "constexpr"]
+        self.call_names = set(self.call_constexprs) | set(self.launch_axes)
+        self.constexpr_defaults = spec.get("constexpr_defaults", {})
+        self.n_runtime = len(self.runtime)
+        # Fast binding applies when the runtime parameters come first, as is usual.
+        self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
+        self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
+        self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
+        spec_params = spec.get("spec_params", [])
+        # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
+        self.spec_slots = [(self.runtime_names.index(n), self.runtime[self.runtime_names.index(n)][1]
+                            .startswith("*")) for n in spec_params]
+        self.int_checks = [(i, self.runtime[i][0], self.runtime[i][1], *_INT_RANGES[self.runtime[i][1]])
+                           for i in self.int_pos]
+        type_args = spec["dtype_args"]
+        self.type_vars = [(tv, self.runtime_names.index(type_args[tv])) for tv in self.axes if tv in type_args]
+        # How each variant axis is read from a call: (True, runtime position) for a type variable's tensor,
+        # (False, name) for a call-site value.
+        self.axis_sources = [(True, self.runtime_names.index(type_args[a])) if a in type_args else (False, a)
+                             for a in self.axes]
+        self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
+                            else (False, k) for k in spec["key"]]
+        self.constraints = [Expression(c) for c in spec.get("constraints", [])]
+        self.variants = spec["variants"]
+        self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
+        """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""
+        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        """Config pre-hooks by name, bound from the host module (``triton.Config(pre_hook=...)``)."""
+        # The common call: runtime parameters first, passed positionally, nothing chosen at the call site.
+        self._plain = self._runtime_first and not self.call_names
+        positions = [src for is_rt, src in self.key_sources if is_rt]
+        self._runtime_key: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
+        if len(positions) == len(self.key_sources):
+            if not positions:
+                self._runtime_key = lambda runtime: ()
+            elif len(positions) == 1:
+                only = positions[0]
+                self._runtime_key = lambda runtime: (runtime[only],)
+            else:
+                self._runtime_key = operator.itemgetter(*positions)
+        self._states: dict[tuple[Any, ...], _VariantState] = {}
+        self._lock = threading.Lock()
+        register = getattr(backend, "register", None)
+        if register is not None:
+            register(self)
+
+    def __getitem__(self, grid: Any) -> _Launch:
+        return _Launch(self, grid)
+
+    def __repr__(self) -> str:
+        return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
+
+    def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
+        """Register one ``@triton.heuristics`` decorator's values (outer decorators register first)."""
+        for name, fn in values.items():
+            if name not in self.heuristic_names:
+                raise ForgeRuntimeError(f"{self.function}: heuristic '{name}' is not a constexpr parameter the "
+                                        f"package knows as heuristic ({self.heuristic_names})")
+            self.heuristics.append((name, fn))
+
+    # -- binding ------------------------------------------------------------------------------------------
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
+        if self._runtime_first and len(args) == self.n_runtime and all(k not in self.runtime_names
+                                                                          for k in kwargs):
+            runtime: Sequence[Any] = args
+            given = dict(kwargs)
+        else:
+            if len(args) > len(self.param_names):
+                raise TypeError(f"{self.function}() takes {len(self.param_names)} arguments, got {len(args)}")
+            given = dict(zip(self.param_names, args))
+            for k, v in kwargs.items():
+                if k in given:
+                    raise TypeError(f"{self.function}() got multiple values for argument '{k}'")
+                given[k] = v
+            missing = [n for n in self.runtime_names if n not in given]
+            if missing:
+                raise TypeError(f"{self.function}() is missing arguments {missing}")
+            runtime = [given.pop(n) for n in self.runtime_names]
+        call: dict[str, Any] = {}
+        for k, v in given.items():
+            if k in self.call_names:
+                call[k] = v
+            elif k in self.meta_names:
+                raise TypeError(f"{self.function}(): {k} is tuned by forge-aot and comes from the config table; "
+                                "do not pass it (or declare it a call-site constexpr in the manifest)")
+            elif k in LAUNCH_OPTIONS:
+                if v != LAUNCH_DEFAULTS.get(k, object()):
+                    raise NotBuiltError(f"{self.function}(): the call passes {k}={v!r}, but {k} was not built as a "
+                                        "call-site option; list it under constexprs or derive in the manifest")
+            elif k in self.heuristic_names:
+                pass  # as with Triton, the kernel's heuristics compute it (and win)
+            elif k not in self.param_names:
+                raise TypeError(f"{self.function}() got an unexpected keyword argument '{k}'")
+        for n in self.call_constexprs:
+            if n not in call:
+                if n in self.constexpr_defaults:
+                    call[n] = self.constexpr_defaults[n]
+                else:
+                    raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
+        for n in self.launch_axes:
+            if n not in call:
+                call[n] = LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))
+        return runtime, call
+
+    # -- resolution ---------------------------------------------------------------------------------------
+    def _device(self, runtime: Sequence[Any]) -> int:
+        device = -2
+        for i in self.ptr_pos:
+            arg = runtime[i]
+            try:
+                d = arg.get_device()
+            except AttributeError:
+                raise TypeError(f"{self.function}(): argument '{self.runtime_names[i]}' must be a tensor, got "
+                                f"{type(arg).__name__}") from None
+            if d < 0:
+                raise UnsupportedDeviceError(
+                    f"{self.function}(): argument '{self.runtime_names[i]}' is a CPU tensor; packaged kernels "
+                    "run on the GPU (move it with .cuda())")
+            if device == -2:
+                device = d
+            elif d != device:
+                raise UnsupportedDeviceError(f"{self.function}(): tensors on cuda:{device} and cuda:{d}")
+        return device
+
+    def axis_values(self, runtime: Sequence[Any], call: dict[str, Any]) -> tuple[Any, ...]:
+        """The call's value of every variant axis, in canonical order (dtype names for type variables)."""
+        return tuple(dtype_name(runtime[src].dtype) if is_rt else call[src] for is_rt, src in self.axis_sources)
+
+    def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
+        device = self._device(runtime)
+        values = self.axis_values(runtime, call)
+        state_key = (*values, device)
+        state = self._states.get(state_key)
+        if state is None:
+            state = self._make_state(values, device, state_key)
+        return state
+
+    def find_variant(self, values: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+        """The built variant for the axis values of a call, or a clear error naming what was built."""
+        assignment: dict[str, Any] = {}
+        for axis, value in zip(self.axes, values):
+            built = [v["assign"][axis] for v in self.variants.values()]
+            if axis in dict(self.type_vars):
+                if value not in built:
+                    raise UnsupportedDtypeError(f"{self.function}(): no build for {axis}={value}; this package "
+                                                f"has {', '.join(sorted(set(built)))}")
+            elif value not in built:
+                kind = "launch option" if axis in LAUNCH_OPTIONS else "constexpr"
+                raise NotBuiltError(f"{self.function}(): {kind} {axis}={value!r} was not built; built values: "
+                                    f"{sorted(set(map(repr, built)))}")
+            else:
+                value = next(b for b in built if b == value)
+            assignment[axis] = value
+        vid = variant_id(assignment, self.axes)
+        if vid not in self.variants:
+            raise NotBuiltError(f"{self.function}(): the combination {vid} was not built; built: "
+                                f"{list(self.variants)}")
+        return vid, assignment
+
+    def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
+        vid, assignment = self.find_variant(values)
+        target, table = self.backend.resolve(self, self.variants[vid], assignment, device)
+        state = _VariantState(vid, assignment, device, target, table)
+        with self._lock:
+            self._states.setdefault(state_key, state)
+        return self._states[state_key]
+
+    def named_args(self, runtime: Sequence[Any], call: dict[str, Any], config: Config) -> dict[str, Any]:
+        """What Triton's heuristics, pre-hooks and grid functions see: every argument by name, the call-site
+        values and the config's keyword arguments."""
+        return {**dict(zip(self.runtime_names, runtime)), **call, **config.all_kwargs()}
+
+    # -- the call -----------------------------------------------------------------------------------------
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if kwargs or not self._plain or len(args) != self.n_runtime:
+            runtime, call = self._bind(args, kwargs)
+        else:
+            runtime, call = args, _NO_CONSTEXPRS
+        state = self._state(runtime, call)
+        if self._runtime_key is not None:
+            key = self._runtime_key(runtime)
+        else:
+            key = tuple(runtime[src] if is_rt else call[src] for is_rt, src in self.key_sources)
+        config = state.table.lookup(key)
+        heur: tuple[Any, ...] = ()
+        if self.heuristics or config.pre_hook:
+            nargs = self.named_args(runtime, call, config)
+            for name, fn in self.heuristics:
+                nargs[name] = fn(nargs)
+            heur = tuple(nargs[n] for n in self.heuristic_names)
+            if config.pre_hook:
+                self.pre_hooks[config.pre_hook](nargs)
+            if callable(grid):
+                try:
+                    grid = grid({**config.launch_meta, **dict(zip(self.heuristic_names, heur))})
+                except KeyError:
+                    grid = grid(nargs)
+        elif callable(grid):
+            try:
+                grid = grid(config.launch_meta)
+            except KeyError:  # the grid function reads an argument by name, as Triton allows
+                grid = grid(self.named_args(runtime, call, config))
+        self.backend.launch(self, state, config, grid, runtime, call, heur)

@@ -1,0 +1,249 @@
+"""Launching packaged binaries: the binary a call takes, loading (integrity checked) and the driver call."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import operator
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .drivers import driver
+from .errors import IntegrityError, NotBuiltError
+from .kernel import Kernel, _VariantState
+from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
+from .tables import (
+    SPEC_ONE,
+    Config,
+    ConfigTable,
+    argument_spec,
+    pick_cuda_target,
+    pick_hip_target,
+    resolve_table,
+    spec_fits,
+    spec_rank,
+)
+
+_SCRATCH_ALIGN = 256
+
+
+def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
+                  spec: str) -> dict[str, Any]:
+    """The binary of a config serving a call: same heuristic values, every specialization assumption true
+    for the call's arguments, the most specialized such (the generic one assumes nothing, so it always fits)."""
+    names = kernel.heuristic_names
+    best: dict[str, Any] | None = None
+    for b in binaries.values():
+        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
+            continue
+        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
+            best = b
+    if best is None:
+        built = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
+        raise NotBuiltError(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not "
+                            f"built for this config; built: {[dict(zip(names, h)) for h in built]}")
+    return best
+
+
+class BinaryBackend:
+    """Launches packaged binaries with the driver API; loads each lazily (or at ``preload``), once per device."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._devices: dict[int, dict[str, Any]] = {}
+        self._loaded: dict[tuple[int, str], _BinaryLauncher] = {}
+        self._load_lock = threading.Lock()
+        self.kernels: list[Kernel] = []
+
+    def register(self, kernel: Kernel) -> None:
+        self.kernels.append(kernel)
+
+    def device(self, index: int) -> dict[str, Any]:
+        info = self._devices.get(index)
+        if info is None:
+            info = self._devices[index] = driver().describe(index)
+        return info
+
+    def resolve(self, kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any],
+                device: int) -> tuple[str, ConfigTable]:
+        return resolve_table(kernel, variant, assignment, driver().backend, self.device(device))
+
+    def load(self, kernel: Kernel, binary: dict[str, Any], device: int) -> _BinaryLauncher:
+        """The launcher of a binary on a device, loading it the first time (integrity checked)."""
+        key = (device, binary["path"])
+        launcher = self._loaded.get(key)
+        if launcher is None:
+            with self._load_lock:
+                launcher = self._loaded.get(key)
+                if launcher is None:
+                    launcher = _BinaryLauncher(kernel, binary, os.path.join(self.root, binary["path"]), device,
+                                               self.device(device)["max_shared"])
+                    self._loaded[key] = launcher
+        return launcher
+
+    def preload(self, device: Any = None) -> int:
+        """Load every binary this device can run, so nothing loads later (a module load during CUDA-graph
+        capture breaks the capture). Returns how many binaries are loaded for the device."""
+        import torch
+
+        where = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
+        index = torch.cuda.current_device() if where.index is None else where.index
+        info = self.device(index)
+        cuda = driver().backend == "cuda"
+        for kernel in self.kernels:
+            for variant in kernel.variants.values():
+                built = {t: kernel.targets[t] for t in variant["targets"]}
+                target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
+                if target is None:
+                    continue
+                for config in variant["targets"][target]["configs"].values():
+                    for binary in config.get("binaries", {}).values():
+                        if binary["shared"] <= info["max_shared"]:
+                            self.load(kernel, binary, index)
+        return sum(1 for d, _ in self._loaded if d == index)
+
+    def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
+                  spec: str) -> Any:
+        with state.lock:
+            launcher = state.launchers.get((config.id, heur, spec))
+            if launcher is None:
+                binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]["binaries"]
+                launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec), state.device)
+                state.launchers[(config.id, heur, spec)] = launcher
+        return launcher
+
+    def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+        values = list(runtime)
+        for i in kernel.ptr_pos:
+            values[i] = runtime[i].data_ptr()
+        spec = argument_spec(kernel.spec_slots, values)
+        launcher = state.launchers.get((config.id, heur, spec))
+        if launcher is None:
+            launcher = self._launcher(kernel, state, config, heur, spec)
+        try:
+            launcher(grid, values)
+        except struct.error:
+            for i, name, ty, lo, hi in kernel.int_checks:
+                if not lo <= values[i] <= hi:
+                    raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
+            raise
+
+
+class _ArgBuffer:
+    """One thread's kernel-parameter block and the pointer array handed to the driver (reused each launch)."""
+
+    __slots__ = ("args", "ctx", "ctx_ref", "params")
+
+    def __init__(self, launcher: _BinaryLauncher) -> None:
+        self.args = launcher.args_type()
+        base = ctypes.addressof(self.args)
+        self.params = launcher.params_type(*[base + off for off in launcher.offsets])
+        self.ctx = ctypes.c_void_p()
+        self.ctx_ref = ctypes.byref(self.ctx)
+
+
+class _BinaryLauncher:
+    """One loaded binary on one device, with its argument layout precomputed."""
+
+    def __init__(self, kernel: Kernel, binary: dict[str, Any], path: str, device: int, max_shared: int) -> None:
+        import torch
+
+        with open(path, "rb") as f:
+            image = f.read()
+        digest = hashlib.sha256(image).hexdigest()
+        if digest != binary["sha256"]:
+            raise IntegrityError(f"{path}: sha256 {digest[:16]}… does not match the {binary['sha256'][:16]}… "
+                                 "recorded when the package was built; the binary was modified or corrupted and is "
+                                 "not launched (reinstall the package)")
+        self.path = path
+        self.spec = binary["spec"]
+        self.drv = driver()
+        self.device = device
+        self.function = self.drv.load(device, image, binary["function"], binary["shared"], max_shared)
+        self.block = binary["warp_size"] * binary["num_warps"]
+        self.shared = binary["shared"]
+        self.global_scratch = int(binary.get("global_scratch_size", 0))
+        self.profile_scratch = int(binary.get("profile_scratch_size", 0))
+        self.name = kernel.function
+        # Arguments specialized to the constant 1 are compiled into the binary, not passed.
+        ones = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_ONE}
+        kept = [i for i in range(len(kernel.runtime)) if i not in ones]
+        self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
+            if ones else None
+        params = [kernel.runtime[i] for i in kept]
+        fields = []
+        self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
+        for j, (_, ty) in enumerate(params):
+            fields.append((f"a{j}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]))
+        # Triton 3.6 kernels take two trailing pointers: global scratch and profile scratch.
+        fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
+        self.args_type = type("Args", (ctypes.Structure,), {"_fields_": fields})
+        self.offsets = [getattr(self.args_type, name).offset for name, _ in fields]
+        # One struct.pack_into fills the whole parameter block: explicit padding reproduces the C layout.
+        codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for _, ty in params] + ["Q", "Q"]
+        fmt, pos = "<", 0
+        for off, code in zip(self.offsets, codes):
+            fmt += "x" * (off - pos) + code
+            pos = off + struct.calcsize("<" + code)
+        self.packer = struct.Struct(fmt)
+        self.params_type = ctypes.c_void_p * len(fields)
+        self.cuda = self.drv.backend == "cuda"
+        self.ctx = self.drv.primary_context(device) if self.cuda else 0
+        self._tls = threading.local()
+        try:
+            self.raw_stream = torch._C._cuda_getCurrentRawStream
+        except AttributeError:  # pragma: no cover - older torch
+            self.raw_stream = lambda d: torch.cuda.current_stream(d).cuda_stream
+        self.torch = torch
+
+    def _scratch(self, size: int, programs: int) -> tuple[Any, int]:
+        buf = self.torch.empty(programs * size + _SCRATCH_ALIGN, dtype=self.torch.uint8,
+                               device=f"cuda:{self.device}")
+        ptr = buf.data_ptr()
+        return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
+
+    def __call__(self, grid: Sequence[int], values: list[Any]) -> None:
+        gx = grid[0]
+        gy = grid[1] if len(grid) > 1 else 1
+        gz = grid[2] if len(grid) > 2 else 1
+        if gx * gy * gz == 0:
+            return
+        if self.select is not None:
+            values = list(self.select(values))
+        for i in self.bf16_pos:
+            values[i] = _pack_bf16(values[i])
+        keep = None
+        gs = ps = 0
+        if self.global_scratch:
+            keep, gs = self._scratch(self.global_scratch, gx * gy * gz)
+        if self.profile_scratch:
+            keep2, ps = self._scratch(self.profile_scratch, gx * gy * gz)
+            keep = (keep, keep2)
+        buf = getattr(self._tls, "buf", None)
+        if buf is None:
+            buf = self._tls.buf = _ArgBuffer(self)
+        self.packer.pack_into(buf.args, 0, *values, gs, ps)
+        stream = self.raw_stream(self.device)
+        drv = self.drv
+        if self.cuda:
+            drv.ctx_get_current(buf.ctx_ref)
+            if buf.ctx.value != self.ctx:
+                # This thread runs under another context (another device, or none yet): launch under ours.
+                drv.push(self.ctx)
+                try:
+                    code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream,
+                                      buf.params, None)
+                finally:
+                    drv.pop()
+            else:
+                code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params,
+                                  None)
+        else:
+            code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params, None)
+        if code != 0:
+            drv.check(code, f"launch of {self.name} (grid {gx}x{gy}x{gz}, block {self.block})")
+        del keep

@@ -1,0 +1,45 @@
+"""Kernel-argument packing: scalar encodings, C types and the dtype names Triton uses."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from typing import Any
+
+
+def _pack_fp16(x: float) -> int:
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def _pack_bf16(x: float) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF  # round to nearest even
+
+
+_STRUCT_CODES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
+                 "u64": "Q", "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d"}
+_CTYPES: dict[str, Any] = {
+    "i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
+    "u64": ctypes.c_uint64, "fp16": ctypes.c_uint16, "bf16": ctypes.c_uint16, "fp32": ctypes.c_float,
+    "fp64": ctypes.c_double,
+}
+_INT_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1), "i32": (-(2**31), 2**31 - 1),
+               "i64": (-(2**63), 2**63 - 1), "u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1),
+               "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1)}
+_TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
+                      "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+                      "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
+                      "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
+
+
+_DTYPE_CACHE: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """Triton's element-type name of a torch dtype (``torch.float16`` → ``fp16``)."""
+    name = _DTYPE_CACHE.get(dtype)
+    if name is None:
+        text = str(dtype).rpartition(".")[2]
+        name = _DTYPE_CACHE[dtype] = _TORCH_DTYPE_NAMES.get(text, text)
+    return name

@@ -1,0 +1,231 @@
+"""Variants, per-argument specializations, configs, tables, and which packaged target runs on a device."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import NotBuiltError, UnsupportedDeviceError
+from .expressions import Expression
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+_MAX_CACHED_KEYS = 4096
+
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+"""Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``)."""
+LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
+"""Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
+TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
+"""Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
+HEURISTICS_HOOK = "__forge_heuristics__"
+"""Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
+SPEC_NONE, SPEC_DIV16, SPEC_ONE = "x", "D", "1"
+"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
+divisible by 16; integer equal to 1 (compiled as the constant 1)."""
+
+
+def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
+    """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``.
+
+    ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then
+    call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none.
+    """
+    return ",".join(f"{name}={assignment[name]}" for name in axes) or "base"
+
+
+def spec_fits(built: str, actual: str) -> bool:
+    """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
+    every assumption it makes must hold (an unspecialized position accepts anything)."""
+    return all(b in (SPEC_NONE, a) for b, a in zip(built, actual))
+
+
+def spec_rank(spec: str) -> int:
+    """How specialized a binary is (the more assumptions, the faster it usually runs)."""
+    return sum(c != SPEC_NONE for c in spec)
+
+
+def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
+    """A call's specialization with Triton's rules, over ``values`` (pointers already as addresses):
+    for each (position, is pointer) slot, ``D`` for an aligned pointer or an integer divisible by 16, ``1``
+    for an integer equal to 1, ``x`` otherwise."""
+    spec = ""
+    for i, is_ptr in slots:
+        v = values[i]
+        if is_ptr:
+            spec += SPEC_NONE if v & 15 else SPEC_DIV16
+        else:
+            spec += SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
+    return spec
+
+
+def _log2(v: float) -> float:
+    return math.log2(v) if v > 1 else 0.0
+
+
+def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:
+    """Indices of table rows, nearest first.
+
+    The rule: an exact match first; otherwise the distance is the sum over key arguments of
+    ``|log2(max(value, 1)) - log2(max(row, 1))|`` (so 3000 is nearer 4096 than 1024); ties go to the larger
+    row (rounding up, which keeps a block big enough), then to table order.
+    """
+    lk = [_log2(v) for v in key]
+
+    def order(i: int) -> tuple[float, float, int]:
+        row = rows[i]
+        if row == key:
+            return (-1.0, 0.0, i)
+        lr = [_log2(v) for v in row]
+        return (sum(abs(a - b) for a, b in zip(lk, lr)), -sum(lr), i)
+
+    return sorted(range(len(rows)), key=order)
+
+
+class Config:
+    """One compiled config: tuned meta-parameter values plus the launch options it was compiled with."""
+
+    __slots__ = ("id", "launch_meta", "maxnreg", "meta", "num_stages", "num_warps", "pre_hook")
+
+    def __init__(self, cid: str, meta: dict[str, Any], num_warps: int, num_stages: int,
+                 call_constexprs: dict[str, Any], maxnreg: int | None = None, pre_hook: str | None = None) -> None:
+        self.id = cid
+        self.meta = dict(meta)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
+        # What a grid function sees, as with Triton: meta-parameters, call-site constexprs, warps, stages.
+        self.launch_meta = {**meta, **call_constexprs, "num_warps": num_warps, "num_stages": num_stages}
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """As ``triton.Config.all_kwargs()``: what heuristics and pre-hooks see of the config."""
+        out = {**self.meta, "num_warps": self.num_warps, "num_ctas": 1, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        return out
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
+        return f"Config({items}, num_warps={self.num_warps}, num_stages={self.num_stages})"
+
+
+class ConfigTable:
+    """Key values → config, for one kernel variant on one target (and GPU model, when tuned for it).
+
+    A lookup never compiles: it returns the config of the nearest row (see ``rank_rows``) that is usable on
+    this device and satisfies the kernel's constraints for the actual key values, else any such config.
+    """
+
+    def __init__(self, kernel: str, key_names: Sequence[str], rows: Sequence[Sequence[Any]],
+                 configs: dict[str, Config], constraints: Sequence[Expression],
+                 usable: set[str] | None = None) -> None:
+        self.kernel = kernel
+        self.key_names = tuple(key_names)
+        self.rows = [tuple(int(v) for v in r[:-1]) for r in rows]
+        self.row_configs = [str(r[-1]) for r in rows]
+        self.configs = configs
+        self.constraints = list(constraints)
+        self.usable = set(configs) if usable is None else set(usable)
+        self._cache: dict[tuple[int, ...], Config] = {}
+        self._lock = threading.Lock()
+
+    def _fits(self, cfg: Config, key: tuple[int, ...]) -> bool:
+        if cfg.id not in self.usable:
+            return False
+        if not self.constraints:
+            return True
+        env = dict(cfg.launch_meta)
+        env.update(zip(self.key_names, key))
+        return all(c(env) for c in self.constraints)
+
+    def lookup(self, key: tuple[int, ...]) -> Config:
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        chosen = None
+        for i in rank_rows(self.rows, key):
+            cfg = self.configs[self.row_configs[i]]
+            if self._fits(cfg, key):
+                chosen = cfg
+                break
+        if chosen is None:
+            chosen = next((c for c in self.configs.values() if self._fits(c, key)), None)
+        if chosen is None:
+            shown = ", ".join(f"{n}={v}" for n, v in zip(self.key_names, key))
+            raise NotBuiltError(f"{self.kernel}: no packaged config satisfies the constraints "
+                                f"{[c.text for c in self.constraints]} for {shown}; packaged configs: "
+                                f"{list(self.configs.values())}")
+        with self._lock:
+            if len(self._cache) >= _MAX_CACHED_KEYS:
+                self._cache.clear()
+            self._cache[key] = chosen
+        return chosen
+
+
+# Which packaged target runs on this device
+
+def pick_cuda_target(capability: tuple[int, int], targets: dict[str, dict[str, Any]]) -> str | None:
+    """The built CUDA target for a device of compute capability (major, minor), or None.
+
+    Exact match first. Otherwise cubin compatibility: a cubin for sm_XY runs on sm_XZ with Z >= Y (same
+    major), so the highest such minor wins; arch-specific cubins (Triton builds sm_90+ as sm_90a) run only on
+    their exact GPU. PTX is never shipped, so nothing is compiled by the driver either.
+    """
+    major, minor = capability
+    best: tuple[int, str] | None = None
+    for name, info in targets.items():
+        if info["backend"] != "cuda":
+            continue
+        arch = int(info["arch"])
+        t_major, t_minor = divmod(arch, 10)
+        if (t_major, t_minor) == (major, minor):
+            return name
+        if info.get("arch_specific") or t_major != major or t_minor > minor:
+            continue
+        if best is None or arch > best[0]:
+            best = (arch, name)
+    return best[1] if best else None
+
+
+def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
+    """The built HIP target for a device whose gfx name (``gfx942:sramecc+:xnack-``) is given: exact only."""
+    base = gfx.split(":")[0]
+    for name, info in targets.items():
+        if info["backend"] == "hip" and info["arch"] == base:
+            return name
+    return None
+
+
+
+
+def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any], backend: str,
+                  info: dict[str, Any]) -> tuple[str, ConfigTable]:
+    """The target and config table one build of a kernel uses on a device described by ``info``.
+
+    Shared by the packaged runtime and forge-aot's development mode, so both choose alike.
+    """
+    built = {t: kernel.targets[t] for t in variant["targets"]}
+    cuda = backend == "cuda"
+    target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
+    if target is None:
+        raise UnsupportedDeviceError(
+            f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); it "
+            f"was built for {', '.join(variant['targets']) or 'no target'}. Rebuild with this target "
+            "added to kernel_manifest.toml.")
+    entry = variant["targets"][target]
+    call_values = {k: v for k, v in assignment.items() if k in kernel.call_names}
+    configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_values, c.get("maxnreg"),
+                           c.get("pre_hook"))
+               for cid, c in entry["configs"].items()}
+    # A binary for an older GPU of the same major may ask for more shared memory than this one has.
+    usable = {cid for cid, c in entry["configs"].items()
+              if max((b["shared"] for b in c.get("binaries", {}).values()), default=0) <= info["max_shared"]}
+    rows = entry["tables"].get(info["name"], entry["tables"]["default"])
+    table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
+                        kernel.spec["key"], rows, configs, kernel.constraints, usable)
+    return target, table
