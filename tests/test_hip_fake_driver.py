@@ -75,7 +75,7 @@ def fake_hip(monkeypatch):
 
 def test_missing_runtime_library_is_a_clear_error(monkeypatch) -> None:
     monkeypatch.setattr(hip.ctypes, "CDLL", lambda name: (_ for _ in ()).throw(OSError(name)))
-    with pytest.raises(rt.DriverError, match="cannot load the ROCm HIP runtime library libamdhip64.so"):
+    with pytest.raises(rt.DriverError, match=r"cannot load the ROCm HIP runtime library libamdhip64\.so"):
         hip._HipDriver()
 
 
@@ -102,7 +102,7 @@ def test_errors_are_named_and_the_device_is_still_restored(fake_hip) -> None:
 
 
 def test_launch_packs_arguments_like_the_hip_launcher(fake_hip, tmp_path) -> None:
-    lib, driver = fake_hip
+    _, driver = fake_hip
     image = b"\x7fELF" + bytes(64)
     (tmp_path / "k.hsaco").write_bytes(image)
     spec = {"function": "k", "params": [["x", "*fp16"], ["n", "i32"], ["s", "i64"], ["alpha", "bf16"],
