@@ -40,14 +40,15 @@ class TraceKernel(rt.Kernel):
 
 
 def trace_examples(kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
-    """Run every module's examples functions; returns the recorded calls per kernel entry name. Modules whose
-    kernels have heuristics are run (without examples) too, to bind the heuristics' functions."""
+    """Run every host module (binding the kernels' heuristics) and its examples functions; returns the recorded
+    launches per kernel entry name, and sets each module's ``schemas``: the torch.library schema of each op
+    (see ``schema``), with ``schema_notes`` saying where it came from or why there is none."""
+    from .schema import op_schema
+
     by_function = {kp.function: kp for kp in kernels.values()}
     out: dict[str, list[TracedCall]] = {}
     for mod_name, mod in sorted(modules.items()):
         plans = [by_function[f] for f in mod["kernels"]]
-        if not mod["examples"] and not any(kp.heuristic_names for kp in plans):
-            continue
         index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans},
                  "modules": {mod_name: {"kernels": mod["kernels"], "ops": []}}}
         handles: dict[str, TraceKernel] = {}
@@ -68,12 +69,38 @@ def trace_examples(kernels: dict[str, KernelPlan], modules: dict[str, dict[str, 
             if [n for n, _ in kp.heuristics] != kp.heuristic_names:
                 raise SourceError(f"{source.path}: the host copy of {kp.function}'s @triton.heuristics gives "
                                   f"{[n for n, _ in kp.heuristics]}, the decorator {kp.heuristic_names}")
-        for fn_name in sorted(mod["examples"]):
-            try:
-                getattr(module, fn_name)("cpu")
-            except Exception as exc:
-                raise SourceError(f"{source.path}: examples function {fn_name}('cpu') failed (kernels are "
-                                  f"recorded, not run, on the CPU):\n{_trace(exc)}") from None
+        op_calls: dict[str, list[tuple[tuple[Any, ...], dict[str, Any], Any]]] = {op: [] for op in mod["ops"]}
+        originals = {op: getattr(module, op) for op in mod["ops"]}
+        depth = [0]
+
+        def recorder(op: str, fn: Any, depth: list[int] = depth,
+                     op_calls: dict[str, list[Any]] = op_calls) -> Any:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                depth[0] += 1
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    depth[0] -= 1
+                if depth[0] == 0:  # the op as the examples call it, not as another op calls it
+                    op_calls[op].append((args, kwargs, result))
+                return result
+            return call
+
+        for op, fn in originals.items():
+            setattr(module, op, recorder(op, fn))
+        try:
+            for fn_name in sorted(mod["examples"]):
+                try:
+                    getattr(module, fn_name)("cpu")
+                except Exception as exc:
+                    raise SourceError(f"{source.path}: examples function {fn_name}('cpu') failed (kernels are "
+                                      f"recorded, not run, on the CPU):\n{_trace(exc)}") from None
+        finally:
+            for op, fn in originals.items():
+                setattr(module, op, fn)
+        mod["schemas"], mod["schema_notes"] = {}, {}
+        for op, fn in originals.items():
+            mod["schemas"][op], mod["schema_notes"][op] = op_schema(fn, op_calls[op])
         for name, handle in handles.items():
             out[name] = handle.records
     return out

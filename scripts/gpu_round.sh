@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # One GPU round on a CUDA machine: install the wheels built on the CPU machine (dist/), run the GPU tests
 # through them, then the benchmarks. Logs and JSON go to ${OUT:-gpu-round}.
-#   STEPS="tests bench-realworld bench-kernels cold-start build" (default: all but build)
+#   STEPS="tests bench-realworld bench-kernels bench-launch cold-start build" (default: all but build)
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
-STEPS=${STEPS:-"tests bench-realworld bench-kernels cold-start"}
+STEPS=${STEPS:-"tests bench-realworld bench-kernels bench-launch cold-start"}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/device.txt"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)" | tee -a "$OUT/device.txt"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_kernels-*.whl dist/forge_realworld-*.whl 2>&1 | tail -2
+python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_*.whl 2>&1 | tail -2
 for step in $STEPS; do
   case $step in
     build)  # the build works offline on the GPU machine too; compare with the wheel built on the CPU machine
@@ -18,6 +18,7 @@ for step in $STEPS; do
     tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
+    bench-launch) python3 benchmarks/bench_launch.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/bench_launch.txt" ;;
     cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
   esac
 done

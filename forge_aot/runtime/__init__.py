@@ -22,7 +22,15 @@ from .errors import (
     UnsupportedDtypeError,
 )
 from .expressions import Expression
-from .host_modules import INDEX_FORMAT, bind_module, bind_ops, exec_host_module, load_index, load_package
+from .host_modules import (
+    INDEX_FORMAT,
+    bind_module,
+    bind_ops,
+    exec_host_module,
+    load_index,
+    load_package,
+    register_torch_ops,
+)
 from .host_triton import _HostTriton, cdiv, host_triton, next_power_of_2
 from .kernel import Kernel
 from .launch import BinaryBackend, _BinaryLauncher, choose_binary
@@ -48,11 +56,46 @@ from .tables import (
 )
 
 __all__ = [
-    "HEURISTICS_HOOK", "INDEX_FORMAT", "LAUNCH_DEFAULTS", "LAUNCH_OPTIONS", "SPEC_DIV16", "SPEC_NONE", "SPEC_ONE",
-    "TRITON_DEFAULTS", "BinaryBackend", "Config", "ConfigTable", "DriverError", "Expression", "ForgeRuntimeError",
-    "IntegrityError", "Kernel", "NotBuiltError", "UnsupportedDeviceError", "UnsupportedDtypeError",
-    "_BinaryLauncher", "_HostTriton", "_pack_bf16", "_pack_fp16", "argument_spec", "bind_module", "bind_ops",
-    "cdiv", "choose_binary", "dtype_name", "exec_host_module", "host_triton", "load_index", "load_package",
-    "next_power_of_2", "pick_cuda_target", "pick_hip_target", "rank_rows", "resolve_table", "spec_fits",
-    "spec_rank", "variant_id",
+    "HEURISTICS_HOOK",
+    "INDEX_FORMAT",
+    "LAUNCH_DEFAULTS",
+    "LAUNCH_OPTIONS",
+    "SPEC_DIV16",
+    "SPEC_NONE",
+    "SPEC_ONE",
+    "TRITON_DEFAULTS",
+    "BinaryBackend",
+    "Config",
+    "ConfigTable",
+    "DriverError",
+    "Expression",
+    "ForgeRuntimeError",
+    "IntegrityError",
+    "Kernel",
+    "NotBuiltError",
+    "UnsupportedDeviceError",
+    "UnsupportedDtypeError",
+    "_BinaryLauncher",
+    "_HostTriton",
+    "_pack_bf16",
+    "_pack_fp16",
+    "argument_spec",
+    "bind_module",
+    "bind_ops",
+    "cdiv",
+    "choose_binary",
+    "dtype_name",
+    "exec_host_module",
+    "host_triton",
+    "load_index",
+    "load_package",
+    "next_power_of_2",
+    "pick_cuda_target",
+    "pick_hip_target",
+    "rank_rows",
+    "register_torch_ops",
+    "resolve_table",
+    "spec_fits",
+    "spec_rank",
+    "variant_id",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -12,7 +13,7 @@ from typing import Any
 
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
-from .kernel import Kernel
+from .kernel import LAUNCHES, Kernel
 from .launch import BinaryBackend
 from .tables import HEURISTICS_HOOK
 
@@ -98,9 +99,67 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     return ops
 
 
+_LIBRARIES: list[Any] = []
+"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
+
+
+def _fake(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A custom op's fake implementation: the op's own host code on fake tensors, kernel launches skipped, so
+    output shapes, dtypes and strides are exactly those the real call allocates."""
+
+    def fake(*args: Any, **kwargs: Any) -> Any:
+        previous = getattr(LAUNCHES, "skip", False)
+        LAUNCHES.skip = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            LAUNCHES.skip = previous
+
+    return fake
+
+
+def _dispatching(fn: Callable[..., Any], torch_op: Any, is_compiling: Callable[[], bool]) -> Callable[..., Any]:
+    """The exported op: the host function itself in eager code (the fast path), the registered custom op while
+    torch.compile or torch.export trace, so they see one opaque op instead of the host code."""
+
+    @functools.wraps(fn)
+    def op(*args: Any, **kwargs: Any) -> Any:
+        if is_compiling():
+            return torch_op(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return op
+
+
+def register_torch_ops(package: str, index: dict[str, Any],
+                       ops: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """Register every op that has a schema as ``torch.ops.<package>.<op>`` (real implementation: the host code;
+    fake: the host code with launches skipped) and return the exported callables."""
+    import torch
+
+    schemas = {op: s for m in index["modules"].values() for op, s in m.get("schemas", {}).items() if op in ops}
+    if not schemas:
+        return ops
+    lib = torch.library.Library(package, "FRAGMENT")
+    _LIBRARIES.append(lib)
+    namespace = getattr(torch.ops, package)
+    out = dict(ops)
+    for op, schema in sorted(schemas.items()):
+        try:
+            lib.define(f"{op}{schema}")
+        except RuntimeError:
+            continue  # defined by an earlier import of this package in the process: keep that one
+        lib.impl(op, ops[op], "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{package}::{op}", _fake(ops[op]), lib=lib)
+        out[op] = _dispatching(ops[op], getattr(namespace, op), torch.compiler.is_compiling)
+    return out
+
+
 def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
-    """Entry point of a generated package: its ops, launching its packaged binaries, and its ``preload``."""
+    """Entry point of a generated package: its ops, launching its packaged binaries (and registered as torch
+    custom ops where they have a schema), and its ``preload``."""
     index = load_index(root)
     sources = {m: (os.path.join(root, spec["path"]), None) for m, spec in index["modules"].items()}
     backend = BinaryBackend(root)
-    return bind_ops(package, index, backend, sources), backend.preload
+    ops = register_torch_ops(package, index, bind_ops(package, index, backend, sources))
+    return ops, backend.preload

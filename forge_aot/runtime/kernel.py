@@ -13,6 +13,9 @@ from .packing import _INT_RANGES, dtype_name
 from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, variant_id
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
+LAUNCHES = threading.local()
+"""``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (the
+fake implementation of a custom op runs the host code on fake tensors this way, for shapes and dtypes)."""
 
 
 
@@ -249,6 +252,8 @@ class Kernel:
             runtime, call = self._bind(args, kwargs)
         else:
             runtime, call = args, _NO_CONSTEXPRS
+        if getattr(LAUNCHES, "skip", False):
+            return
         state = self._state(runtime, call)
         if self._runtime_key is not None:
             key = self._runtime_key(runtime)

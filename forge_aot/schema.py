@@ -1,0 +1,102 @@
+"""The torch.library schema of an exported op, so the package can register it as a custom op
+(``torch.ops.<package>.<op>``, traceable by ``torch.compile(fullgraph=True)`` and kept by ``torch.export``).
+
+From the op's type annotations where it has them (``torch.library.infer_schema``), else from the calls its
+file's examples function made (argument and result types as observed). Ops whose arguments or results do not
+fit a schema (other objects, an output that is an input) are left unregistered, with the reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+
+def _type_of(value: Any) -> str | None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "Tensor"
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return "int[]"
+    return None
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return repr(value)
+
+
+def _merge(types: set[str]) -> str | None:
+    optional = "None" in types
+    rest = types - {"None"}
+    if rest == {"int", "float"}:
+        rest = {"float"}
+    if len(rest) != 1:
+        return None
+    (base,) = rest
+    return f"{base}?" if optional else base
+
+
+Call = tuple[tuple[Any, ...], dict[str, Any], Any]
+"""One traced call of an op: positional arguments, keyword arguments, result."""
+
+
+def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str]:
+    """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None) and a reason."""
+    import torch
+
+    try:
+        return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations"
+    except Exception:  # annotations missing or not schema types: try the traced calls
+        pass
+    if not calls:
+        return None, "no type annotations and no examples call it"
+    sig = inspect.signature(fn)
+    seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
+    results: set[str] = set()
+    for args, kwargs, result in calls:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            return None, f"a traced call does not bind: {exc}"
+        bound.apply_defaults()
+        for name, value in bound.arguments.items():
+            t = _type_of(value)
+            if t is None:
+                return None, f"argument {name} is a {type(value).__name__}, not a schema type"
+            seen[name].add(t)
+        flat = result if isinstance(result, tuple) else (result,)
+        inputs = [id(v) for v in bound.arguments.values()]
+        if any(id(r) in inputs for r in flat):
+            return None, "it returns one of its inputs (a custom op's outputs may not alias its inputs)"
+        kinds = tuple(_type_of(r) for r in flat)
+        if any(k != "Tensor" for k in kinds):
+            return None, f"it returns {type(result).__name__}, not tensors"
+        results.add(kinds[0] if not isinstance(result, tuple) else "(" + ", ".join(kinds) + ")")  # type: ignore[arg-type]
+    params = []
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return None, "it takes *args or **kwargs"
+        t = _merge(seen[name])
+        if t is None:
+            return None, f"argument {name} takes several types: {sorted(seen[name])}"
+        default = "" if p.default is inspect.Parameter.empty else "=" + _default(p.default)
+        params.append(f"{t} {name}{default}")
+    if len(results) != 1:
+        return None, f"it returns several kinds of results: {sorted(results)}"
+    return f"({', '.join(params)}) -> {results.pop()}", "from the traced examples"
