@@ -41,6 +41,106 @@ def main() -> None:
     """Build Triton kernels ahead of time into wheels that run with no Triton, JIT or autotune."""
 
 
+def _shard(value: str | None) -> tuple[int, int]:
+    if not value:
+        return (0, 1)
+    try:
+        i, n = (int(x) for x in value.split("/"))
+    except ValueError:
+        raise click.BadParameter("give it as i/N, e.g. 0/2") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise click.BadParameter(f"{value}: i must be in 0..N-1")
+    return (i, n)
+
+
+def _gpus(value: str | None) -> tuple[int, ...] | None:
+    if not value:
+        return None
+    try:
+        return tuple(int(x) for x in value.split(","))
+    except ValueError:
+        raise click.BadParameter("a comma-separated list of GPU indices, e.g. 0,1") from None
+
+
+def _run_tune(manifest: Path, options: Any, quiet: bool) -> Any:
+    from .tune.runner import tune
+
+    run = tune(manifest, options, _Progress(quiet))
+    counts: dict[str, int] = {}
+    for item in run.items:
+        counts[item.status] = counts.get(item.status, 0) + 1
+    click.echo(f"tuned on {len(run.gpus)}x {run.device['name']} ({run.target}): "
+               f"{', '.join(f'{n} {s}' for s, n in sorted(counts.items())) or 'no rows'} "
+               f"in {run.wall:.1f} s (compile {run.compile_seconds:.1f} CPU-s, benchmark "
+               f"{run.benchmark_wall:.1f} s)")
+    for item in run.items:
+        if item.status == "tuned" and item.speedup:
+            click.echo(f"  {item.row}: {item.winner} {item.winner_ms * 1e3:.1f} us, {item.speedup:.2f}x the default")
+        elif item.status == "failed":
+            click.echo(f"  {item.row}: FAILED: {'; '.join(item.notes)[-400:]}", err=True)
+    for note in run.notes:
+        click.echo(f"  note: {note}")
+    click.echo(f"database: {run.database}" + (f"; report: {run.report}" if run.report else ""))
+    return run
+
+
+@main.command("tune")
+@click.option("--manifest", "manifest", default=DEFAULT_MANIFEST, show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path), help="The kernel manifest.")
+@click.option("--kernel", "kernels", multiple=True, help="Tune only this kernel entry (repeatable).")
+@click.option("--shard", help="i/N: tune only shard i of N (for a CI matrix; join with forge-aot merge).")
+@click.option("--gpus", help="Visible GPU indices to use, e.g. 0,1 [default: all].")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel compile processes [default: CPUs].")
+@click.option("--strategy", type=click.Choice(["auto", "exhaustive", "guided"]),
+              help="Search strategy over the manifest's tune.search.")
+@click.option("--budget", type=click.FloatRange(0, 1, min_open=True), help="Guided search budget (fraction).")
+@click.option("--force", is_flag=True, help="Measure again what the database already has.")
+@click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Work directory [default: build/forge-aot/ beside the manifest].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              help="Seconds one candidate may run before its worker is killed.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
+def tune_cmd(manifest: Path, kernels: tuple[str, ...], shard: str | None, gpus: str | None, jobs: int | None,
+             strategy: str | None, budget: float | None, force: bool, build_dir: Path | None, timeout: float,
+             quiet: bool) -> None:
+    """Tune every manifest entry on the local GPUs into the tuning database."""
+    from .tune.runner import TuneOptions
+
+    options = TuneOptions(kernels=kernels, shard=_shard(shard), gpus=_gpus(gpus), jobs=jobs, strategy=strategy,
+                          budget=budget, force=force, build_dir=build_dir, candidate_timeout=timeout)
+    try:
+        _run_tune(manifest, options, quiet)
+    except ForgeError as exc:
+        _fail(exc)
+
+
+@main.command("merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--into", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The tuning directory to merge into (created if missing).")
+def merge_cmd(sources: tuple[Path, ...], into: Path) -> None:
+    """Join tuning databases (directories or .jsonl files) into one, each record once."""
+    from .tune.database import merge_databases
+
+    try:
+        stats = merge_databases(list(sources), into)
+    except ForgeError as exc:
+        _fail(exc)
+    click.echo(f"{into}: {stats['records']} records in {stats['files']} files ({stats['duplicates']} duplicates "
+               f"dropped, {stats['unreadable']} unreadable lines skipped)")
+
+
+@main.command("report")
+@click.argument("run_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: report/ beside RUN_JSON]")
+def report_cmd(run_json: Path, out: Path | None) -> None:
+    """Render the report of a tuning run (its run.json) as Markdown with PNG plots."""
+    from .tune.report import write_report
+
+    path = write_report(json.loads(run_json.read_text(encoding="utf-8")), out or run_json.parent / "report")
+    click.echo(str(path))
+
+
 @main.command("build")
 @click.option("--manifest", "manifest", default=DEFAULT_MANIFEST, show_default=True,
               type=click.Path(dir_okay=False, path_type=Path), help="The kernel manifest.")
@@ -50,13 +150,18 @@ def main() -> None:
 @click.option("--build-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Work directory [default: build/forge-aot/ beside the manifest].")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel compile processes [default: CPUs].")
+@click.option("--tune", "tune_first", is_flag=True, help="Tune on the local GPUs first (forge-aot tune).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, build_dir: Path | None,
-              jobs: int | None, quiet: bool) -> None:
+              jobs: int | None, tune_first: bool, quiet: bool) -> None:
     """Compile every kernel entry for every target and package the wheel."""
     from .pipeline import BuildFailed, build
 
     try:
+        if tune_first:
+            from .tune.runner import TuneOptions
+
+            _run_tune(manifest, TuneOptions(jobs=jobs, build_dir=build_dir), quiet)
         result = build(manifest, targets=list(targets) or None, out_dir=out_dir, build_dir=build_dir, jobs=jobs,
                        progress=_Progress(quiet))
     except BuildFailed as exc:
@@ -74,8 +179,16 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
                    "(their table rows use the next config):", err=True)
         for line in report.failures:
             click.echo(f"  - {line}", err=True)
+    tuning = result.plan.tuning
+    for line in tuning.stale + tuning.warnings:
+        click.echo(f"warning: tuning database: {line}", err=True)
     ok = sum(1 for r in report.results if r.ok)
     click.echo(f"built {result.wheel} ({ok} binaries, {result.wheel.stat().st_size / 1e6:.2f} MB)")
+    for target in result.plan.targets:
+        rows = tuning.rows.get(target, {})
+        models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
+        click.echo(f"  {target}: {rows.get('tuned', 0)} table rows tuned ({models}), {rows.get('aliased', 0)} "
+                   f"aliased, {rows.get('untuned', 0)} untuned")
 
 
 @main.command()
@@ -112,7 +225,7 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["axis_values_from"]:
             click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
                        + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))
-        if "examples" not in k["axis_values_from"] and k["unkeyed_ints"]:
+        if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")
 
@@ -146,6 +259,9 @@ def inspect_cmd(wheel: Path, as_json: bool) -> None:
     click.echo(f"built by forge-aot {bi['forge_aot_version']} with triton {bi['triton_version']}; manifest "
                f"sha256 {bi['manifest_sha256'][:16]}…; targets {', '.join(bi['targets'])}")
     click.echo(f"ops: {', '.join(info['ops'])}")
+    for target, t in sorted(info["tuning"].items()):
+        click.echo(f"{target}: {t['tuned']} rows tuned ({', '.join(t['devices']) or 'no GPU model'}), "
+                   f"{t['aliased']} aliased, {t['untuned']} untuned")
     headers = ["kernel", "variant", "target", "config", "rows", "binaries", "shared", "size"]
     table: list[list[Any]] = [[r["kernel"], r["variant"], r["target"], r["config"], r["rows"],
                                "+".join(r["specializations"]), r["shared"], _fmt_size(r["bytes"])]

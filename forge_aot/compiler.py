@@ -115,7 +115,10 @@ class CompilePool:
         package_parent = str(Path(__file__).resolve().parent.parent)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, self.env.get("PYTHONPATH")) if p)
 
-    def run(self, jobs: list[CompileJob], out_dir: Path, progress: ProgressFn | None = None) -> list[CompileResult]:
+    def run(self, jobs: list[CompileJob], out_dir: Path, progress: ProgressFn | None = None,
+            on_result: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
+        """Compile every job (in order, on up to ``self.jobs`` processes); ``on_result`` is called with each result
+        as it arrives (from the pool's threads), so a caller can use binaries while the rest compile."""
         pending: queue.Queue[tuple[int, CompileJob]] = queue.Queue()
         for item in enumerate(jobs):
             pending.put(item)
@@ -141,6 +144,8 @@ class CompilePool:
                     if reply.get("dead"):
                         worker = None
                     results[i] = _check_result(job, reply, time.perf_counter() - start, out_dir)
+                    if on_result is not None:
+                        on_result(results[i])  # type: ignore[arg-type]
                     with lock:
                         done[0] += 1
                         if progress:

@@ -15,7 +15,9 @@ from . import runtime as rt
 from .index import build_index
 from .introspect import base_jit_function, load_kernel_module
 from .manifest import load_manifest
+from .pipeline import triton_version
 from .plan import make_plan
+from .tune.apply import apply_tuning, load_database
 
 
 class JitBackend:
@@ -51,6 +53,7 @@ def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) ->
     """The manifest's ops bound to Triton JIT kernels (for development and for benchmarks against JIT)."""
     loaded = load_manifest(manifest_path)
     plan = make_plan(loaded, targets)
+    apply_tuning(plan, load_database(loaded), triton_version())
     index = build_index(plan, None, "jit", {m: str(spec["path"]) for m, spec in plan.modules.items()})
     # The bare JIT functions: the wheel's rules pick config, heuristics and call-site values.
     functions = {kp.function: base_jit_function(getattr(load_kernel_module(str(kp.source)), kp.function))

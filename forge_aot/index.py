@@ -38,7 +38,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                             for bid, sc in sorted(ce.binaries[cid].items())}
                 configs[cid] = {**choice.to_json(), "binaries": binaries}
             tables = {d: [[*key, cid] for key, cid in rows] for d, rows in sorted(ce.tables.items())}
-            variant["targets"][e.target] = {"configs": configs, "tables": tables}
+            variant["targets"][e.target] = {"configs": configs, "tables": tables, "rows": e.origin_counts()}
             used_targets.add(e.target)
     else:
         for e in plan.entries:
@@ -51,7 +51,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                     c = row.preferences[0]
                     configs[c.id] = c.to_json()
                     tables[d].append([*row.key, c.id])
-            variant["targets"][e.target] = {"configs": configs, "tables": tables}
+            variant["targets"][e.target] = {"configs": configs, "tables": tables, "rows": e.origin_counts()}
             used_targets.add(e.target)
     targets = {}
     for t in sorted(used_targets):

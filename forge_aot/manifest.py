@@ -35,6 +35,7 @@ ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp
 """Triton element types accepted in signatures and dtype variants."""
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 RESERVED_META = ("num_warps", "num_stages", "maxnreg")
+SEARCHES = ("auto", "exhaustive", "guided")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,38 @@ class TuneSpace:
     restore_value: tuple[str, ...] | None = None
     """Pointer arguments the kernel overwrites in place: restored after each timed run when tuning (as
     ``triton.autotune(restore_value=...)``) [default: the decorator's]."""
+    inputs: str | None = None
+    """A host function of the kernel file that makes the op's arguments for one table row,
+    ``inputs(key, variant, device)``: ``key`` maps each key argument to its value, ``variant`` each type
+    variable to its torch dtype and each call-site value to its value. It returns a tuple of positional
+    arguments (or a dict of keyword arguments) of random data, never zeros. ``forge-aot tune`` runs the op on
+    them; the build traces them (on the meta device) for the argument specializations each row needs. Left out
+    of the wheel."""
+    op: str | None = None
+    """The host function ``forge-aot tune`` calls with the inputs [default: the entry's first op]. For a kernel
+    that runs only in a backward pass, a function of the file that runs forward and backward."""
+    reference: str | None = None
+    """A host function called with the same inputs that returns the expected result, in higher precision. Every
+    candidate's result, and each winner's on fresh inputs, is compared with it; without it, with the result
+    of the untuned default config. Left out of the wheel."""
+    tolerance: float | None = None
+    """Largest accepted relative error ``|out - ref| / |ref|`` (norms over every output tensor) [default:
+    2e-2 for 16- and 8-bit types, 2e-3 otherwise]."""
+    flops: str | None = None
+    """Floating-point operations of one call, as an expression of the key arguments (``2 * M * N * K``): the
+    report's TFLOP/s and the compute-bound test of the guided search."""
+    bytes: str | None = None
+    """Bytes one call must move, as an expression of the key arguments in which each type variable stands for
+    its element size (``T * (M * K + K * N + M * N)``) [default: the size of every tensor the kernel gets,
+    each read or written once]."""
+    prune: str | None = None
+    """A host function of the kernel file, ``prune(configs, named_args, **kwargs)`` returning the configs to
+    keep, with the semantics of ``triton.autotune``'s ``early_config_prune`` [default: the decorator's]."""
+    search: str = "auto"
+    """``exhaustive`` (benchmark every candidate), ``guided`` (profiling-driven: benchmark at most ``budget``
+    of the space), or ``auto`` (guided above 64 candidates)."""
+    budget: float = 0.25
+    """Largest fraction of the space the guided search benchmarks."""
 
 
 @dataclass(frozen=True)
@@ -457,6 +490,26 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
             if not k.signature.get(pname, "").startswith("*"):
                 raise r.error(f"{at}.tune.{field_name}[{i}]", f"'{pname}' is not a pointer parameter",
                               close_match(pname, [n for n, ty in k.signature.items() if ty.startswith("*")]))
+    if t.search not in SEARCHES:
+        raise r.error(f"{at}.tune.search", f"unknown search '{t.search}' (accepted: {', '.join(SEARCHES)})",
+                      close_match(t.search, SEARCHES))
+    if not 0 < t.budget <= 1:
+        raise r.error(f"{at}.tune.budget", "must be a fraction in (0, 1]")
+    if t.tolerance is not None and t.tolerance <= 0:
+        raise r.error(f"{at}.tune.tolerance", "must be positive")
+    for field_name in ("inputs", "op", "reference", "prune"):
+        fn_name = getattr(t, field_name)
+        if fn_name is not None and not _is_identifier(fn_name):
+            raise r.error(f"{at}.tune.{field_name}", f"'{fn_name}' is not a function name")
+    for field_name in ("flops", "bytes"):
+        text = getattr(t, field_name)
+        if text is not None:
+            try:
+                rt.Expression(text)
+            except ValueError as exc:
+                raise r.error(f"{at}.tune.{field_name}", str(exc)) from None
+    if t.inputs is None and (t.reference or t.op):
+        raise r.error(f"{at}.tune.inputs", "name the host function that makes the op's arguments for a row")
     if t.default is not None and t.meta:
         for dname in t.default:
             if dname not in t.meta and dname not in RESERVED_META:

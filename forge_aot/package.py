@@ -154,7 +154,15 @@ def read_wheel(path: Path) -> dict[str, Any]:
                         "bytes": sum(sizes[b["path"]] for b in cfg["binaries"].values()),
                         "shared": max(b["shared"] for b in cfg["binaries"].values()),
                     })
-    return {"wheel": str(path), "package": package, "size": path.stat().st_size,
+    tuning: dict[str, dict[str, Any]] = {}
+    for spec in index["kernels"].values():
+        for variant in spec["variants"].values():
+            for target, tentry in variant["targets"].items():
+                t = tuning.setdefault(target, {"tuned": 0, "aliased": 0, "untuned": 0, "devices": []})
+                for origin, n in tentry.get("rows", {}).items():
+                    t[origin] += n
+                t["devices"] += [d for d in sorted(tentry["tables"]) if d != "default" and d not in t["devices"]]
+    return {"wheel": str(path), "package": package, "size": path.stat().st_size, "tuning": tuning,
             "binary_bytes": sum(v for k, v in sizes.items() if k.startswith("_forge/bin/")),
             "binary_bytes_compressed": sum(v for k, v in compressed.items() if k.startswith("_forge/bin/")),
             "build_info": build_info, "ops": [op for m in index["modules"].values() for op in m["ops"]],

@@ -1,4 +1,7 @@
-"""The build: manifest → plan → tune (tables) → compile → package. Each stage's output can be written as JSON."""
+"""The build: manifest → plan → tune (tables from the database) → compile → package.
+
+Each stage's output can be written as JSON.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from .errors import CompileError, ForgeError
 from .manifest import load_manifest
 from .package import build_wheel, stage_package
 from .plan import BuildPlan, make_plan
+from .tune.apply import apply_tuning, load_database
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,17 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
     out = Path(out_dir) if out_dir else root / "dist"
     work = Path(build_dir) if build_dir else root / "build" / "forge-aot"
     plan = make_plan(loaded, targets)
+    tuning = apply_tuning(plan, load_database(loaded), triton_version())
     _atomic_json(work / "plan.json", plan.to_json())
     if progress:
         total = sum(len(rows) for e in plan.entries for rows in e.tables.values())
         progress("plan", 1, 1, f"{len(plan.kernels)} kernels, {len(plan.entries)} entries, {total} table rows, "
                  f"targets {', '.join(plan.targets)}")
+        for target in plan.targets:
+            rows = tuning.rows.get(target, {})
+            models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
+            progress("tune", 1, 1, f"{target}: {rows.get('tuned', 0)} rows tuned ({models}), "
+                     f"{rows.get('aliased', 0)} aliased, {rows.get('untuned', 0)} untuned")
     binaries = work / "binaries"
     if binaries.exists():
         shutil.rmtree(binaries)

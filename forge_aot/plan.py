@@ -12,7 +12,6 @@ row's first choice and walks down a row's list only when a config fails to compi
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,6 @@ from .runtime import (
 from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
 from .targets import TARGETS
 
-TUNING_FORMAT = 1
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 
 
@@ -145,7 +143,7 @@ class TracedCall:
     key: tuple[int, ...]
     spec: str
     named: dict[str, Any] | None
-    """Arguments by name (for heuristics), kept only for kernels that have heuristics."""
+    """Arguments by name (for heuristics and pruning hooks), the call-site values included."""
 
 
 @dataclass
@@ -167,6 +165,18 @@ class EntryPlan:
     table_sources: dict[str, str] = field(default_factory=dict)
     calls: dict[tuple[int, ...], list[TracedCall]] = field(default_factory=dict)
     """Traced calls per table key."""
+    origins: dict[str, dict[tuple[int, ...], str]] = field(default_factory=dict)
+    """Per table, where each row's first choice comes from: ``tuned`` (measured on that GPU model),
+    ``aliased:<GPU model>`` (measured on another model of the same target) or ``untuned`` (the default rule)."""
+
+    def origin_counts(self) -> dict[str, int]:
+        """Rows of this entry that are tuned (GPU-model tables), aliased and untuned (the default table)."""
+        out = {"tuned": 0, "aliased": 0, "untuned": 0}
+        for device, rows in self.tables.items():
+            for row in rows:
+                origin = self.origins.get(device, {}).get(row.key, "untuned" if device == "default" else "tuned")
+                out[origin.split(":")[0]] += 1
+        return out
 
 
 @dataclass
@@ -254,6 +264,8 @@ class BuildPlan:
     entries: list[EntryPlan]
     modules: dict[str, dict[str, Any]]
     """Host modules by name: kernel file path, kernels bound, ops exported, blanked host source."""
+    tuning: Any = None
+    """The ``TuningSummary`` of the tuning database applied to the tables (``forge_aot.tune.apply``), if any."""
 
     def binaries_for(self, entry: EntryPlan, key: tuple[int, ...], config: ConfigChoice) -> list[BinarySpec]:
         """The binaries a row needs of a config. Per traced call (else the documented default): its exact
@@ -297,7 +309,7 @@ class BuildPlan:
                          "tables": {dev: [{"key": list(r.key), "preferences": [c.id for c in r.preferences],
                                            "traced_calls": len(e.calls.get(r.key, []))}
                                           for r in rows] for dev, rows in e.tables.items()},
-                         "table_sources": e.table_sources} for e in self.entries],
+                         "table_sources": e.table_sources, "rows": e.origin_counts()} for e in self.entries],
         }
 
 
@@ -427,6 +439,12 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             raise _error(loaded, f"{at}.tune.constraints[{i}]", f"unknown name '{unknown}' (accepted: "
                          f"{', '.join(sorted(env_names))})", close_match(unknown, env_names))
         constraints.append(expr)
+    for field_name in ("flops", "bytes"):
+        text = getattr(t, field_name)
+        for unknown in sorted(Expression(text).names - {*key, *k.dtypes} if text else ()):
+            raise _error(loaded, f"{at}.tune.{field_name}", f"unknown name '{unknown}' (accepted: the key "
+                         f"arguments {key} and the type variables {list(k.dtypes)})",
+                         close_match(unknown, [*key, *k.dtypes]))
     if t.default is not None:
         for m in meta_names:
             if m not in t.default:
@@ -533,25 +551,7 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
     return out
 
 
-def load_tuning_data(directory: Path) -> list[dict[str, Any]]:
-    """Every tuning-data file of a directory (``*.json``), each checked for format and fields."""
-    out = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ManifestError(f"unreadable tuning data: {exc}", file=str(path)) from None
-        if data.get("format") != TUNING_FORMAT:
-            raise ManifestError(f"format must be {TUNING_FORMAT}", file=str(path), key_path="format")
-        for key in ("kernel", "target", "entries"):
-            if key not in data:
-                raise ManifestError("required key is missing", file=str(path), key_path=key)
-        data["_path"] = str(path)
-        out.append(data)
-    return out
-
-
-def _preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any],
+def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any],
                  tuned: ConfigChoice | None) -> list[ConfigChoice]:
     env_key = {**dict(zip(kp.key, key)), **assignment}
     fixed = {a: assignment[a] for a in kp.launch_axes}
@@ -566,7 +566,7 @@ def _preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any
                             int(fixed.get("num_stages", c.num_stages)), fixed.get("maxnreg", c.maxnreg), c.pre_hook)
 
     prefs: list[ConfigChoice] = []
-    if tuned is not None:
+    if tuned is not None and ok(fix(tuned)):
         prefs.append(fix(tuned))
     if kp.default is not None:
         d = fix(ConfigChoice.from_flat(kp.default, kp.meta_names, fixed))
@@ -580,7 +580,7 @@ def _preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any
 def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> BuildPlan:
     """Resolve sources, variants, tables and config preferences. Compiles nothing; imports a kernel file only
     to read its ``@triton.autotune`` / ``@triton.heuristics``, and runs host code only for examples."""
-    from .trace import trace_examples
+    from .trace import Tracer
 
     m = loaded.manifest
     root = loaded.root
@@ -606,7 +606,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         kp = _kernel_plan(loaded, name, k, src, func, path)
         kernels[name] = kp
         mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "source": src})
+                                             "build_only": set(), "source": src})
         if mod["path"] != str(path):
             raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
                          "are named after their file")
@@ -622,6 +622,19 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 raise _error(loaded, f"kernels.{name}.examples", f"no host function '{k.examples}' in {file}",
                              close_match(k.examples, src.host_functions))
             mod["examples"].add(k.examples)
+        t = k.tune
+        if t.inputs is not None and t.op is None and not k.ops:
+            raise _error(loaded, f"kernels.{name}.tune.op", f"{func} has no ops: name the host function that "
+                         "launches it on the tuning inputs (for a backward kernel, one that runs forward and backward)")
+        for field_name in ("inputs", "reference", "prune", "op"):
+            fn_name = getattr(t, field_name)
+            if fn_name is None:
+                continue
+            if fn_name not in src.host_functions:
+                raise _error(loaded, f"kernels.{name}.tune.{field_name}", f"no host function '{fn_name}' in {file}",
+                             close_match(fn_name, src.host_functions))
+            if field_name != "op" or fn_name not in k.ops:
+                mod["build_only"].add(fn_name)
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
@@ -631,11 +644,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for kern in sorted(refs - declared):
                 raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                   f"{loaded.path.name}")
-    traced = trace_examples(kernels, modules)
+    tracer = Tracer(kernels, modules)
+    traced = tracer.run_examples(modules)
     for mod in modules.values():
         src = mod.pop("source")
-        mod["host_source"] = src.shipped_source(mod.pop("examples"))
-    tuning = load_tuning_data(root / m.project.tuning_data) if m.project.tuning_data else []
+        mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))
+        mod["full_host_source"] = src.host_source  # with the build-only functions (tuning inputs, references)
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])
@@ -649,43 +663,24 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         for values, (assignment, keys) in variants.items():
             vid = variant_id(assignment, kp.axes)
             rows = sorted(keys)
+            variant_calls = calls_by_variant.setdefault(values, {})
+            if kp.entry.tune.inputs is not None:
+                # The tuning inputs say which specializations each row really needs (as examples do).
+                for key in rows:
+                    for c in tracer.trace_inputs(kp, assignment, key):
+                        if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
+                            variant_calls.setdefault(key, []).append(c)
             for target in chosen:
-                entry = EntryPlan(name, vid, assignment, target, calls=calls_by_variant.get(values, {}))
-                per_device: dict[str, dict[tuple[int, ...], ConfigChoice]] = {}
-                fixed = {a: assignment[a] for a in kp.launch_axes}
-                for data in tuning:
-                    if data["kernel"] != name or data["target"] != target:
-                        continue
-                    device = data.get("device") or "default"
-                    for i, e in enumerate(data["entries"]):
-                        given = e.get("variant", {})
-                        if any(given.get(a) != v for a, v in assignment.items() if a in given) or \
-                                set(given) - set(assignment):
-                            continue
-                        try:
-                            key = tuple(int(e["key"][n]) for n in kp.key)
-                            choice = ConfigChoice.from_flat(e["config"], kp.meta_names, fixed)
-                        except (KeyError, TypeError, ValueError) as exc:
-                            raise ManifestError(f"bad tuning entry: {exc!r}", file=data["_path"],
-                                                key_path=f"entries[{i}]") from None
-                        if any(assignment.get(n, v) != v for n, v in zip(kp.key, key)):
-                            continue  # a key argument that is also a variant axis (HEAD_DIM): another variant's
-                        per_device.setdefault(device, {})[key] = choice
-                        entry.table_sources[device] = data["_path"]
-                devices = ["default", *sorted(d for d in per_device if d != "default")]
-                for device in devices:
-                    tuned = per_device.get(device, {})
-                    # A GPU-model table holds that model's tuned rows; the default table every row.
-                    keys_ = list(tuned) if device != "default" else list(dict.fromkeys([*rows, *tuned]))
-                    table = []
-                    for key in keys_:
-                        prefs = _preferences(kp, key, assignment, tuned.get(key))
-                        if not prefs:
-                            raise _error(loaded, f"kernels.{name}.tune.constraints", f"no config of the tuning "
-                                         f"space satisfies the constraints for {dict(zip(kp.key, key))} [{vid}]")
-                        table.append(TableRow(key, prefs))
-                    entry.tables[device] = table
-                    entry.table_sources.setdefault(device, "manifest default")
+                entry = EntryPlan(name, vid, assignment, target, calls=variant_calls)
+                table = []
+                for key in rows:
+                    prefs = preferences(kp, key, assignment, None)
+                    if not prefs:
+                        raise _error(loaded, f"kernels.{name}.tune.constraints", f"no config of the tuning "
+                                     f"space satisfies the constraints for {dict(zip(kp.key, key))} [{vid}]")
+                    table.append(TableRow(key, prefs))
+                entry.tables["default"] = table
+                entry.table_sources["default"] = "manifest default"
                 entries.append(entry)
     plan = BuildPlan(loaded, chosen, kernels, entries, modules)
     for e in entries:  # heuristics that need more than the key fail here, before anything is built
@@ -757,5 +752,6 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
                           "unknown": s.star_args} for s in kp.launches],
             "binaries": binaries,
             "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
+            "tuning_inputs": kp.entry.tune.inputs,
         }
     return out

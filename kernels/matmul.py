@@ -67,3 +67,10 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.double() @ b.double()
+
+
+def tune_inputs(key, variant, device):
+    """Random A (M×K) and B (K×N) (forge-aot tune; left out of the wheel)."""
+    a = torch.randn(key["M"], key["K"], device=device, dtype=variant["T"])
+    b = torch.randn(key["K"], key["N"], device=device, dtype=variant["T"])
+    return (a, b)

@@ -50,3 +50,11 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 
 def reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x.double(), dim=-1)
+
+
+def tune_inputs(key, variant, device):
+    """A batch of random rows of ``n_cols`` columns (forge-aot tune; left out of the wheel): 8192 rows for
+    short rows, fewer for long ones (about 32 M elements at most)."""
+    n_cols = key["n_cols"]
+    n_rows = max(64, min(8192, (1 << 25) // n_cols))
+    return (torch.randn(n_rows, n_cols, device=device, dtype=variant["T"]) * 4,)

@@ -28,3 +28,9 @@ def vector_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x.double() + y.double()
+
+
+def tune_inputs(key, variant, device):
+    """Random operands of ``n_elements`` elements (forge-aot tune; left out of the wheel)."""
+    n = key["n_elements"]
+    return (torch.randn(n, device=device, dtype=variant["T"]), torch.randn(n, device=device, dtype=variant["T"]))

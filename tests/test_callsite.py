@@ -228,7 +228,13 @@ def test_check_lists_launches_values_and_binary_count() -> None:
 def test_rows_and_tuned_rows_agree_with_variant_axes_in_the_key() -> None:
     # attention's key (N_CTX, HEAD_DIM) names a call-site constexpr: a variant holds only its own HEAD_DIM rows,
     # from the examples and from the committed tuning data alike
-    plan = make_plan(load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml"), ["sm_90"])
+    from forge_aot.pipeline import triton_version
+    from forge_aot.tune.apply import apply_tuning, load_database
+
+    loaded = load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml")
+    plan = make_plan(loaded, ["sm_90"])
+    summary = apply_tuning(plan, load_database(loaded), triton_version())
+    assert not summary.stale, summary.stale
     entries = [e for e in plan.entries if e.kernel == "attention"]
     assert entries and all(len(e.tables) == 2 for e in entries)
     for e in entries:

@@ -1,0 +1,142 @@
+"""Build side of tuning: fill each config table from the tuning database.
+
+The alias policy, per kernel variant and target:
+
+1. **Same GPU model** — each GPU model with winners gets its own table (picked at run time by the device's
+   name): its rows are *tuned*.
+2. **Same architecture** — the target's ``default`` table (every other GPU that runs the target) takes, for each
+   row, the winner measured on a GPU model of the same target: *aliased*. Where several models have one, the
+   model whose compute capability is the target's own wins, then the model with the most winners, then the name.
+3. **Default rule** — rows no model measured keep the manifest's default (``tune.default``, else the first
+   candidate of the space that satisfies the constraints): *untuned*.
+
+A winner measured under another Triton version, another kernel source or a config the current space cannot
+express (a changed meta-parameter list, a constraint it now fails) is never used: the build reports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..manifest import LoadedManifest
+from ..plan import BuildPlan, ConfigChoice, TableRow, preferences
+from ..targets import TARGETS
+from .database import Record, TuningDatabase, file_sha256
+
+
+@dataclass
+class TuningSummary:
+    """What the database gave a build: row counts per target and what was left out, and why."""
+
+    database: str | None
+    rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per target: ``tuned``, ``aliased``, ``untuned`` row counts."""
+    devices: dict[str, list[str]] = field(default_factory=dict)
+    """Per target: the GPU models with their own tables."""
+    stale: list[str] = field(default_factory=list)
+    """One line per group of winners not used (other Triton, other kernel source, config not expressible)."""
+    warnings: list[str] = field(default_factory=list)
+    """Unreadable database lines."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"database": self.database, "rows": self.rows, "devices": self.devices, "stale": self.stale,
+                "warnings": self.warnings}
+
+
+def database_dir(loaded: LoadedManifest) -> Path | None:
+    """The manifest's tuning directory (``project.tuning-data``), if it names one."""
+    d = loaded.manifest.project.tuning_data
+    return (loaded.root / d) if d else None
+
+
+def _capability_of_target(target: str) -> str:
+    info = TARGETS[target]
+    return f"{int(info.arch) // 10}.{int(info.arch) % 10}" if info.backend == "cuda" else str(info.arch)
+
+
+def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str) -> TuningSummary:
+    """Put each row's tuned (or aliased) config first and add one table per tuned GPU model, in place."""
+    summary = TuningSummary(str(db.directory) if db is not None else None)
+    if db is not None:
+        summary.warnings = list(db.warnings)
+    source_sha = {name: file_sha256(kp.source) for name, kp in plan.kernels.items()}
+    stale: dict[str, int] = {}
+    for entry in plan.entries:
+        kp = plan.kernels[entry.kernel]
+        fixed = {a: entry.assignment[a] for a in kp.launch_axes}
+        # GPU model → key → winning config (the latest winner that stands for this build)
+        by_model: dict[str, dict[tuple[int, ...], ConfigChoice]] = {}
+        capability: dict[str, str] = {}
+        records: list[Record] = list(db.select(kind="winner", kernel=entry.kernel, variant=entry.variant)) \
+            if db is not None else []
+        for r in records:
+            if r.provenance.target != entry.target:
+                continue
+            reason = None
+            if r.provenance.triton != triton_version:
+                reason = f"measured under Triton {r.provenance.triton}, this build uses {triton_version}"
+            elif r.provenance.source_sha256 != source_sha[entry.kernel]:
+                reason = "measured on another version of the kernel file"
+            elif set(r.key) != set(kp.key):
+                reason = f"keyed by {sorted(r.key)}, the kernel's key is {kp.key}"
+            else:
+                flat = {k: v for k, v in r.config.items() if k not in ("num_ctas",)}
+                meta = [k for k in flat if k not in ("num_warps", "num_stages", "maxnreg", "pre_hook")]
+                if sorted(meta) != sorted(kp.meta_names):
+                    reason = f"its config gives {sorted(meta)}, the space tunes {sorted(kp.meta_names)}"
+            if reason is not None:
+                label = f"{entry.kernel} on {r.provenance.gpu} ({entry.target}): {reason}"
+                stale[label] = stale.get(label, 0) + 1
+                continue
+            key = tuple(int(r.key[n]) for n in kp.key)
+            if any(entry.assignment.get(n, v) != v for n, v in zip(kp.key, key)):
+                continue  # a key argument that is also a variant axis (HEAD_DIM): another variant's row
+            choice = ConfigChoice.from_flat(r.config, kp.meta_names, fixed)
+            if not preferences(kp, key, entry.assignment, choice) or \
+                    preferences(kp, key, entry.assignment, choice)[0].id != choice.id:
+                label = f"{entry.kernel} on {r.provenance.gpu} ({entry.target}): a winner fails the constraints"
+                stale[label] = stale.get(label, 0) + 1
+                continue
+            by_model.setdefault(r.provenance.gpu, {})[key] = choice
+            capability[r.provenance.gpu] = r.provenance.capability
+        own = _capability_of_target(entry.target)
+        ranked = sorted(by_model, key=lambda m: (capability[m] != own, -len(by_model[m]), m))
+        default_rows = {row.key: row for row in entry.tables["default"]}
+        keys = sorted({*default_rows, *(k for m in ranked for k in by_model[m])})
+        origins: dict[tuple[int, ...], str] = {}
+        table = []
+        for key in keys:
+            source = next((m for m in ranked if key in by_model[m]), None)
+            if source is None:
+                table.append(default_rows[key])
+                origins[key] = "untuned"
+                continue
+            table.append(TableRow(key, preferences(kp, key, entry.assignment, by_model[source][key])))
+            origins[key] = f"aliased:{source}"
+        entry.tables["default"] = table
+        entry.origins["default"] = origins
+        n_aliased = sum(1 for o in origins.values() if o != "untuned")
+        entry.table_sources["default"] = (f"{n_aliased} rows aliased from {', '.join(ranked)}, "
+                                          f"{len(origins) - n_aliased} on the default rule") if ranked \
+            else "manifest default"
+        for model in sorted(by_model):
+            rows = by_model[model]
+            entry.tables[model] = [TableRow(k, preferences(kp, k, entry.assignment, rows[k])) for k in sorted(rows)]
+            entry.origins[model] = {k: "tuned" for k in rows}
+            entry.table_sources[model] = f"tuned on {model}: {len(rows)} rows"
+        counts = summary.rows.setdefault(entry.target, {"tuned": 0, "aliased": 0, "untuned": 0})
+        for origin, n in entry.origin_counts().items():
+            counts[origin] += n
+        devices = summary.devices.setdefault(entry.target, [])
+        devices += [m for m in sorted(by_model) if m not in devices]
+    summary.stale = [f"{n} winner{'s' if n > 1 else ''} of {label}: not used (re-run forge-aot tune)"
+                     for label, n in sorted(stale.items())]
+    plan.tuning = summary
+    return summary
+
+
+def load_database(loaded: LoadedManifest) -> TuningDatabase | None:
+    directory = database_dir(loaded)
+    return TuningDatabase(directory) if directory is not None else None

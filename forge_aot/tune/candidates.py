@@ -1,0 +1,188 @@
+"""What a tuning run measures: one item per table row (kernel × variant × key) and its candidate configs.
+
+A row's candidates are the tuning space (the manifest's, else the kernel's own ``@triton.autotune`` configs)
+that satisfies the constraints for the row, in listed order, the untuned default first; then the user's
+pruning hook (``tune.prune``, else the decorator's ``prune_configs_by``: ``early_config_prune``, then
+``perf_model`` with ``top_k``) with Triton's semantics. What the compiled binaries say (shared memory over
+the device's limit, register spills, no block fitting on a multiprocessor) prunes further once they exist
+(``static_prune``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ManifestError, SourceError
+from ..plan import BinarySpec, BuildPlan, ConfigChoice, EntryPlan, KernelPlan, TracedCall
+from ..runtime import SPEC_ONE
+from .database import row_id
+
+
+@dataclass
+class TuneItem:
+    """One table row to tune on the local GPU model."""
+
+    entry: EntryPlan
+    kernel: KernelPlan
+    key: tuple[int, ...]
+    candidates: list[ConfigChoice]
+    """In preference order: ``candidates[0]`` is the config the row gets untuned."""
+    calls: list[TracedCall]
+    """The kernel's launches traced from the tuning inputs of this row."""
+    space: int
+    """Size of the space for this row before the pruning hooks."""
+    pruned: dict[str, str] = field(default_factory=dict)
+    """Config id → why it is not measured (hook, binary)."""
+
+    @property
+    def key_dict(self) -> dict[str, int]:
+        return dict(zip(self.kernel.key, self.key))
+
+    @property
+    def id(self) -> str:
+        return row_id(self.entry.kernel, self.entry.variant, self.key_dict)
+
+    @property
+    def default(self) -> ConfigChoice:
+        return self.candidates[0]
+
+    def binaries(self, config: ConfigChoice) -> list[BinarySpec]:
+        """The binaries a candidate is measured with: the exact specialization of each traced launch (with the
+        heuristics' values for this config), as the wheel takes it for this row, and the same without unit
+        constants (Triton 3.6's pipeliner rejects some kernels with them; the wheel then takes that one). The
+        generic fallback is the build's business."""
+        out: list[BinarySpec] = []
+        for call in self.calls:
+            heur = self.kernel.evaluate_heuristics(call.named or {}, config)
+            exact = BinarySpec(call.spec, heur)
+            out.append(exact)
+            if SPEC_ONE in call.spec:
+                out.append(exact.relaxed([i for i, c in enumerate(call.spec) if c == SPEC_ONE]))
+        if not out:  # no traced launch: the documented default specialization of the row
+            named = {**self.key_dict, **self.entry.assignment}
+            out.append(BinarySpec(self.kernel.default_spec(self.key), self.kernel.evaluate_heuristics(named, config)))
+        return list(dict.fromkeys(out))
+
+
+def shard_of(item_id: str, count: int) -> int:
+    """Which of ``count`` shards tunes an item (stable across machines and runs)."""
+    return int(hashlib.sha256(item_id.encode()).hexdigest()[:8], 16) % count
+
+
+def _triton_configs(candidates: list[ConfigChoice]) -> list[Any]:
+    import triton
+
+    out = []
+    for c in candidates:
+        kwargs = {"num_warps": c.num_warps, "num_stages": c.num_stages}
+        if c.maxnreg is not None:
+            kwargs["maxnreg"] = c.maxnreg
+        out.append(triton.Config(dict(c.meta), **kwargs))
+    return out
+
+
+def apply_prune_hooks(kp: KernelPlan, candidates: list[ConfigChoice], call: TracedCall,
+                      module: Any) -> tuple[list[ConfigChoice], dict[str, str]]:
+    """Run the user's pruning hook(s) as ``triton.autotune`` does: ``early_config_prune(configs, named_args,
+    **kwargs)``, then ``perf_model(**named_args, **kwargs, **config.all_kwargs())`` keeping the ``top_k``
+    best. ``module`` is the kernel file imported with Triton (the hooks live there)."""
+    t = kp.entry.tune
+    prune = kp.autotune.prune if kp.autotune else {}
+    early = t.prune or prune.get("early_config_prune")
+    perf_model = prune.get("perf_model") if not t.prune else None
+    if not early and not perf_model:
+        return candidates, {}
+    named = dict(call.named or {})
+    kwargs = {k: v for k, v in named.items() if k not in {n for n, ty in kp.params if ty not in
+                                                          ("meta", "constexpr", "heuristic")}}
+    nargs = {k: v for k, v in named.items() if k not in kwargs}
+    configs = _triton_configs(candidates)
+    by_id = {id(c): cand for c, cand in zip(configs, candidates)}
+    kept_configs = configs
+    where = f"{kp.source}: {kp.function}"
+    if early:
+        fn = getattr(module, early)
+        try:
+            kept_configs = list(fn(configs, nargs, **kwargs))
+        except Exception as exc:
+            raise SourceError(f"{where}: the pruning hook {early}() failed: {type(exc).__name__}: {exc}") from None
+        if any(id(c) not in by_id for c in kept_configs):
+            raise SourceError(f"{where}: the pruning hook {early}() returned configs it did not get; return a "
+                              "subset of the configs list")
+    if perf_model:
+        fn = getattr(module, perf_model)
+        top_k = kp.autotune.prune.get("top_k") if kp.autotune else None
+        try:
+            estimates = {id(c): float(fn(**nargs, **kwargs, **c.all_kwargs())) for c in kept_configs}
+        except Exception as exc:
+            raise SourceError(f"{where}: perf_model {perf_model}() failed: {type(exc).__name__}: {exc}") from None
+        ordered = sorted(kept_configs, key=lambda c: estimates[id(c)])
+        k = top_k if isinstance(top_k, int) else max(1, int(len(ordered) * float(top_k or 1.0)))
+        kept_configs = ordered[:k]
+    kept_ids = {id(c) for c in kept_configs}
+    kept = [cand for c, cand in zip(configs, candidates) if id(c) in kept_ids]
+    pruned = {cand.id: f"pruned by {early or perf_model}()" for c, cand in zip(configs, candidates)
+              if id(c) not in kept_ids}
+    if not kept:
+        raise SourceError(f"{where}: the pruning hook left no config for {dict(call.named or {})}")
+    return kept, pruned
+
+
+def make_items(plan: BuildPlan, *, kernels: tuple[str, ...] = (), shard: tuple[int, int] = (0, 1),
+               notes: list[str] | None = None) -> list[TuneItem]:
+    """The items of a plan (made for one target) in plan order: rows of entries whose kernel has tuning inputs
+    and more than one candidate. ``notes`` receives one line per entry left out, and why."""
+    from ..introspect import load_kernel_module
+
+    notes = notes if notes is not None else []
+    unknown = [k for k in kernels if k not in plan.kernels]
+    if unknown:
+        raise ManifestError(f"no kernel entry {unknown[0]!r} (entries: {', '.join(plan.kernels)})",
+                            key_path="--kernel")
+    index, total = shard
+    items: list[TuneItem] = []
+    for entry in plan.entries:
+        kp = plan.kernels[entry.kernel]
+        if kernels and entry.kernel not in kernels:
+            continue
+        rows = entry.tables["default"]
+        if kp.entry.tune.inputs is None:
+            note = f"{entry.kernel}: not tuned (no tune.inputs function names its arguments)"
+            if note not in notes and len(kp.space) > 1:
+                notes.append(note)
+            continue
+        for row in rows:
+            candidates = [c for c in row.preferences]
+            calls = entry.calls.get(row.key, [])
+            item = TuneItem(entry, kp, row.key, candidates, calls, len(candidates))
+            if total > 1 and shard_of(item.id, total) != index:
+                continue
+            if len(candidates) <= 1:
+                continue
+            if calls and (kp.entry.tune.prune or (kp.autotune and kp.autotune.prune)):
+                module = load_kernel_module(str(kp.source))
+                item.candidates, item.pruned = apply_prune_hooks(kp, candidates, calls[0], module)
+            if len(item.candidates) <= 1:
+                notes.append(f"{item.id}: one candidate left after pruning: nothing to measure")
+                continue
+            items.append(item)
+    return items
+
+
+def static_prune(features: dict[str, dict[str, Any]], max_shared: int) -> dict[str, str]:
+    """Candidates the compiled binaries rule out (config id → reason): more shared memory than the device
+    has, no block fitting on a multiprocessor, and register spills where some candidate has none."""
+    out: dict[str, str] = {}
+    for cid, f in features.items():
+        if f.get("shared", 0) > max_shared:
+            out[cid] = f"needs {f['shared']} bytes of shared memory, the device has {max_shared}"
+        elif f.get("occupancy", 1) < 1:
+            out[cid] = "no block fits on a multiprocessor (registers or shared memory)"
+    spill_free = [cid for cid, f in features.items() if cid not in out and not f.get("local_bytes")]
+    if spill_free:
+        for cid, f in features.items():
+            if cid not in out and f.get("local_bytes"):
+                out[cid] = f"spills registers ({f['local_bytes']} bytes of local memory per thread)"
+    return out

@@ -1,0 +1,888 @@
+"""A tuning run (``forge-aot tune``): plan → rows and candidates → compile on every CPU core *while* one
+benchmark worker per GPU measures what has compiled → database → report.
+
+Per row: every candidate not yet in the database is probed (one run: its result checked against the reference,
+what its binary says read), the compiled metadata prunes some (``static_prune``), the search strategy
+benchmarks the rest or part of it, the finalists are re-measured interleaved, and the winner is verified on
+fresh inputs before it enters the database. A candidate that faults or hangs costs one worker process: it is
+recorded as crashed (or timed out) and a fresh worker goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..compiler import CompilePool, CompileResult, ProgressFn
+from ..errors import ForgeError, ManifestError
+from ..manifest import load_manifest
+from ..plan import BuildPlan, ConfigChoice, job_for, make_plan
+from ..runtime import Expression, pick_cuda_target, pick_hip_target
+from ..targets import TARGETS
+from .apply import database_dir
+from .bench_worker import RESULT_MARK
+from .candidates import TuneItem, make_items, static_prune
+from .database import Provenance, Record, TuningDatabase, file_sha256
+from .search import Candidate, Ceilings, SearchContext, make_strategy
+from .timing import TimingStats
+
+FINALISTS = 4
+"""At most this many of the best are re-measured interleaved before a winner is named."""
+FINALIST_WINDOW = 1.15
+"""Candidates within this factor of the best are finalists."""
+
+
+class TuneError(ForgeError):
+    """The tuning run cannot go on (no GPU, a worker that cannot start, inputs that fail)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    kernels: tuple[str, ...] = ()
+    """Tune only these kernel entries (default: every entry with tuning inputs)."""
+    shard: tuple[int, int] = (0, 1)
+    """``(i, N)``: tune only the rows whose stable hash falls in shard i of N."""
+    gpus: tuple[int, ...] | None = None
+    """Visible GPU indices to benchmark on (default: all), one worker process each."""
+    jobs: int | None = None
+    """Compile processes (default: CPU cores)."""
+    strategy: str | None = None
+    """``exhaustive``, ``guided`` or ``auto``, over the manifest's ``tune.search``."""
+    budget: float | None = None
+    """Over the manifest's ``tune.budget``."""
+    force: bool = False
+    """Measure again what the database already has."""
+    build_dir: Path | None = None
+    candidate_timeout: float = 60.0
+    """Seconds one candidate may run (probe, timing) before its worker is killed and it is recorded as timed out."""
+    seed: int = 0
+    report: bool = True
+
+
+@dataclass
+class CandidateResult:
+    cid: str
+    status: str
+    median_ms: float | None = None
+    stats: dict[str, Any] | None = None
+    rel_err: float | None = None
+    error: str = ""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    cached: bool = False
+
+
+@dataclass
+class ItemResult:
+    """What one row's tuning found (for the report and the CLI)."""
+
+    row: str
+    kernel: str
+    variant: str
+    key: dict[str, int]
+    status: str
+    """``tuned``, ``up to date`` or ``failed``."""
+    winner: str | None = None
+    winner_ms: float | None = None
+    default: str | None = None
+    default_ms: float | None = None
+    candidates: list[CandidateResult] = field(default_factory=list)
+    space: int = 0
+    benchmarked: int = 0
+    bound: str | None = None
+    bytes: float | None = None
+    flops: float | None = None
+    strategy: str = ""
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.winner_ms and self.default_ms:
+            return self.default_ms / self.winner_ms
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "candidates"}
+        out["speedup"] = self.speedup
+        out["candidates"] = [c.__dict__ for c in self.candidates]
+        return out
+
+
+@dataclass
+class TuneRun:
+    """A whole run: device, items, time split; written as JSON beside the report."""
+
+    device: dict[str, Any]
+    target: str
+    gpus: list[str]
+    items: list[ItemResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    """CPU seconds spent compiling (all processes)."""
+    compile_wall: float = 0.0
+    benchmark_seconds: float = 0.0
+    """GPU-worker seconds spent on rows (all GPUs)."""
+    benchmark_wall: float = 0.0
+    wall: float = 0.0
+    binaries: int = 0
+    database: str = ""
+    report: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "items"}
+        out["items"] = [i.to_json() for i in self.items]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One GPU worker process, seen from the parent
+# ---------------------------------------------------------------------------------------------------------
+
+_TIMEOUT = object()
+
+
+class WorkerError(TuneError):
+    pass
+
+
+class WorkerClient:
+    """Starts, feeds and restarts one benchmark worker process bound to one GPU."""
+
+    def __init__(self, gpu: str, root: Path, timeout: float) -> None:
+        self.gpu = gpu
+        self.root = root
+        self.timeout = timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self.events: queue.Queue[Any] = queue.Queue()
+        self.stderr: deque[str] = deque(maxlen=60)
+        self.setup_cmd: dict[str, Any] | None = None
+        self.item_cmd: dict[str, Any] | None = None
+        self.device: dict[str, Any] = {}
+        self.restarts = 0
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+        env["PYTHONUNBUFFERED"] = "1"
+        package_parent = str(Path(__file__).resolve().parent.parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+        self.env = env
+
+    def _spawn(self) -> None:
+        self.events = queue.Queue()
+        events = self.events
+        # FORGE_AOT_TUNE_WORKER swaps the worker module (the CPU tests use a simulated GPU that speaks the protocol).
+        module = os.environ.get("FORGE_AOT_TUNE_WORKER", "forge_aot.tune.bench_worker")
+        proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+                                cwd=self.root, bufsize=1)
+        self.proc = proc
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith(RESULT_MARK):
+                    events.put(json.loads(line[len(RESULT_MARK):]))
+            events.put(None)
+
+        def drain() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                self.stderr.append(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+        threading.Thread(target=drain, daemon=True).start()
+
+    def _send(self, cmd: dict[str, Any]) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(cmd, default=str) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the reader sees the process end
+
+    def _next(self, timeout: float) -> Any:
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return _TIMEOUT
+
+    def tail(self) -> str:
+        return "".join(list(self.stderr)[-12:]).strip()[-3000:]
+
+    def _expect(self, name: str, timeout: float) -> dict[str, Any]:
+        ev = self._next(timeout)
+        if ev is _TIMEOUT or ev is None or ev.get("event") != name:
+            detail = ev.get("error", ev) if isinstance(ev, dict) else ("timed out" if ev is _TIMEOUT else "exited")
+            self.kill()
+            raise WorkerError(f"benchmark worker on GPU {self.gpu}: expected {name}, got {detail}\n{self.tail()}")
+        return ev
+
+    def start(self) -> dict[str, Any]:
+        self._spawn()
+        self._send({"cmd": "device"})
+        self.device = self._expect("device", 600)["device"]
+        if self.setup_cmd is not None:
+            self._send(self.setup_cmd)
+            self._expect("ready", 900)
+        if self.item_cmd is not None:
+            self._send({"cmd": "item", "item": self.item_cmd})
+            self._expect("item", 900)
+        return self.device
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _ensure(self) -> None:
+        if not self.alive():
+            self.kill()
+            self.restarts += 1
+            self.start()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None and self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def setup(self, cmd: dict[str, Any]) -> None:
+        self.setup_cmd = cmd
+        self._ensure()
+        self._send(cmd)
+        self._expect("ready", 900)
+
+    def set_item(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.item_cmd = cmd
+        self._ensure()
+        self._send({"cmd": "item", "item": cmd})
+        return self._expect("item", 900)
+
+    def run(self, cmd: str, cands: list[dict[str, Any]], **extra: Any) -> dict[str, dict[str, Any]]:
+        """Run ``probe`` or ``time`` over candidates; a candidate that kills or hangs the worker is recorded
+        (``crashed`` / ``timeout``) and the rest go on in a fresh worker."""
+        results: dict[str, dict[str, Any]] = {}
+        pending = list(cands)
+        while pending:
+            self._ensure()
+            self._send({"cmd": cmd, "candidates": pending, **extra})
+            current: str | None = None
+            while True:
+                ev = self._next(self.timeout)
+                if ev is _TIMEOUT or ev is None:
+                    status = "timeout" if ev is _TIMEOUT else "crashed"
+                    tail = self.tail()
+                    proc = self.proc
+                    self.kill()
+                    if current is None:
+                        raise WorkerError(f"benchmark worker on GPU {self.gpu} {status} outside any candidate:\n{tail}")
+                    code = proc.returncode if proc is not None else None
+                    results[current] = {"status": status, "error": (
+                        f"no answer within {self.timeout:g} s: the worker was killed" if status == "timeout"
+                        else f"the worker process died (exit code {code}): {tail}")}
+                    pending = [c for c in pending if c["cid"] != current]
+                    break
+                kind = ev.get("event")
+                if kind == "start":
+                    current = ev["cid"]
+                elif kind == "result":
+                    results[ev["cid"]] = ev
+                    pending = [c for c in pending if c["cid"] != ev["cid"]]
+                    current = None
+                    if ev.get("status") == "crashed":
+                        self.kill()  # it exits by itself: its context may be poisoned
+                        break
+                elif kind == "done":
+                    pending = []
+                    break
+                elif kind == "error":
+                    raise WorkerError(f"benchmark worker on GPU {self.gpu}: {ev['error']}")
+        return results
+
+    def single(self, cmd: dict[str, Any], answer: str) -> dict[str, Any] | None:
+        """A command with one answer (``interleave``, ``verify``); None if the worker died or hung on it."""
+        self._ensure()
+        self._send(cmd)
+        while True:
+            ev = self._next(self.timeout * 4)
+            if ev is _TIMEOUT or ev is None:
+                self.kill()
+                return None
+            if ev.get("event") == answer:
+                return ev
+            if ev.get("event") == "error":
+                raise WorkerError(f"benchmark worker on GPU {self.gpu}: {ev['error']}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _visible_gpus(requested: tuple[int, ...] | None) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip():
+        ids = [v.strip() for v in visible.split(",") if v.strip()]
+    else:
+        try:
+            import torch
+
+            count = torch.cuda.device_count()
+        except Exception:
+            count = 0
+        ids = [str(i) for i in range(count)]
+    if not ids:
+        raise TuneError("forge-aot tune needs a GPU: none is visible (torch.cuda.device_count() is 0)")
+    if requested:
+        bad = [g for g in requested if g >= len(ids)]
+        if bad:
+            raise TuneError(f"--gpus {bad[0]}: only {len(ids)} GPUs are visible")
+        ids = [ids[g] for g in requested]
+    return ids
+
+
+def _local_target(device: dict[str, Any], targets: list[str]) -> str:
+    built = {t: {"backend": TARGETS[t].backend, "arch": TARGETS[t].arch, "arch_specific": TARGETS[t].arch_specific}
+             for t in targets}
+    if device["backend"] == "cuda":
+        major, minor = (int(x) for x in device["capability"].split("."))
+        target = pick_cuda_target((major, minor), built)
+    else:
+        target = pick_hip_target(device["arch"], built)
+    if target is None:
+        raise TuneError(f"the local GPU {device['name']} ({device['arch']}) runs none of the manifest's targets "
+                        f"({', '.join(targets)}); add its target to project.targets")
+    return target
+
+
+def _type_sizes(item: TuneItem) -> dict[str, int]:
+    sizes = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u8": 1,
+             "u16": 2, "u32": 4, "u64": 8, "i1": 1, "fp8e4nv": 1, "fp8e5": 1}
+    return {tv: sizes[item.entry.assignment[tv]] for tv in item.kernel.entry.dtypes}
+
+
+def _expression(text: str | None, item: TuneItem) -> float | None:
+    if not text:
+        return None
+    return float(Expression(text).value({**item.key_dict, **_type_sizes(item)}))
+
+
+def _tolerance(item: TuneItem) -> float:
+    t = item.kernel.entry.tune.tolerance
+    if t is not None:
+        return t
+    small = any(v in ("fp16", "bf16", "fp8e4nv", "fp8e5", "i8", "u8") for v in item.entry.assignment.values())
+    return 2e-2 if small else 2e-3
+
+
+class _Tuner:
+    """The state of one run, shared by the compile thread and the GPU threads."""
+
+    def __init__(self, plan: BuildPlan, items: list[TuneItem], db: TuningDatabase, options: TuneOptions,
+                 device: dict[str, Any], target: str, run: TuneRun, progress: ProgressFn | None,
+                 bin_dir: Path) -> None:
+        self.plan = plan
+        self.items = items
+        self.db = db
+        self.options = options
+        self.device = device
+        self.target = target
+        self.run = run
+        self.progress = progress
+        self.bin_dir = bin_dir
+        self.lock = threading.Lock()
+        self.compiled: dict[str, CompileResult] = {}
+        self.ceilings = Ceilings(float(device["peak_bytes_per_s"]), float(device["peak_flops"]), int(device["sms"]))
+        self.provenance = {
+            name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
+                             triton=_triton_version(), source_sha256=file_sha256(kp.source),
+                             driver=device.get("driver", ""), cuda=device.get("cuda", ""),
+                             torch=device.get("torch", ""), forge_aot=__version__)
+            for name, kp in plan.kernels.items()}
+        self.done = 0
+        self.started = time.perf_counter()
+
+    # -- compile ----------------------------------------------------------------------------------------
+    def jobs(self, item: TuneItem) -> dict[str, Any]:
+        out = {}
+        for c in item.candidates:
+            for b in item.binaries(c):
+                job = job_for(self.plan, item.entry, c, b)
+                out[job.binary_stem] = job
+        return out
+
+    def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
+        """What the worker needs of a candidate: its config and its compiled binaries (None if none compiled)."""
+        binaries = {}
+        for b in item.binaries(c):
+            job = job_for(self.plan, item.entry, c, b)
+            r = self.compiled.get(job.binary_stem)
+            if r is None or not r.ok or r.sidecar is None:
+                continue
+            ext = r.sidecar["format"]
+            binaries[b.id] = {**r.sidecar, "path": str(self.bin_dir / f"{job.binary_stem}.{ext}")}
+        return {"cid": c.id, "config": c.to_json(), "binaries": binaries} if binaries else None
+
+    def compile_error(self, item: TuneItem, c: ConfigChoice) -> str:
+        errors = [r.error for b in item.binaries(c)
+                  if (r := self.compiled.get(job_for(self.plan, item.entry, c, b).binary_stem)) is not None
+                  and not r.ok]
+        return errors[-1] if errors else "no binary compiled"
+
+    # -- one row ----------------------------------------------------------------------------------------
+    def record(self, item: TuneItem, c: ConfigChoice, status: str, *, time_: dict[str, Any] | None = None,
+               **extra: Any) -> Record:
+        r = Record("measurement", item.entry.kernel, item.entry.variant, item.key_dict, c.id,
+                   _flat(c), self.provenance[item.entry.kernel], status, time_,
+                   {k: v for k, v in extra.items() if v not in (None, "", {})}, _now())
+        with self.lock:
+            self.db.append(r)
+        return r
+
+    def tune_item(self, client: WorkerClient, item: TuneItem) -> ItemResult:
+        start = time.perf_counter()
+        k = item.entry.kernel
+        prov = self.provenance[k]
+        t = item.kernel.entry.tune
+        res = ItemResult(item.id, k, item.entry.variant, item.key_dict, "tuned", space=item.space,
+                         flops=_expression(t.flops, item))
+        by_id = {c.id: c for c in item.candidates}
+        known = {} if self.options.force else self.db.measurements(k, item.entry.variant, item.key_dict, prov)
+        results: dict[str, CandidateResult] = {}
+        for cid, why in item.pruned.items():
+            results[cid] = CandidateResult(cid, "pruned", error=why)
+        payloads: dict[str, dict[str, Any]] = {}
+        for c in item.candidates:
+            p = self.payload(item, c)
+            if p is None:
+                if c.id not in known:
+                    self.record(item, c, "failed", error=self.compile_error(item, c)[-2000:])
+                results[c.id] = CandidateResult(c.id, "failed", error=self.compile_error(item, c)[-300:])
+            else:
+                payloads[c.id] = p
+        usable = [c for c in item.candidates if c.id in payloads]
+        if not usable:
+            res.status, res.candidates = "failed", list(results.values())
+            res.notes.append("no candidate compiled")
+            return res
+        default = usable[0]
+        res.default = item.default.id
+        seed = int(hashlib.sha256(f"{item.id}:{self.options.seed}".encode()).hexdigest()[:8], 16)
+        cmd = {"kernel": k, "module": item.kernel.module, "assignment": item.entry.assignment,
+               "type_vars": list(item.kernel.entry.dtypes), "key": item.key_dict, "target": self.target,
+               "inputs": t.inputs, "op": t.op or item.kernel.entry.ops[0], "reference": t.reference,
+               "tolerance": _tolerance(item), "reset": item.kernel.reset_to_zero,
+               "restore": item.kernel.restore_value, "seed": seed, "default": payloads[default.id]}
+        try:
+            info = client.set_item(cmd)
+        except WorkerError as exc:
+            res.status = "failed"
+            res.notes.append(f"the tuning inputs or the reference failed: {exc}")
+            return res
+        # 1. Probe what the database does not have: result checked, binary read.
+        features: dict[str, dict[str, Any]] = {}
+        cached: dict[str, TimingStats] = {}
+        for cid, r in known.items():
+            if cid not in payloads:
+                continue
+            if r.status == "ok" and r.time:
+                cached[cid] = TimingStats.from_json(r.time)
+                features[cid] = r.extra.get("attrs", {})
+            results[cid] = CandidateResult(cid, r.status, r.median_ms, r.time, r.extra.get("rel_err"),
+                                           r.extra.get("error", ""), r.extra.get("attrs", {}), cached=True)
+        to_probe = [payloads[c.id] for c in usable if c.id not in known]
+        probed = client.run("probe", to_probe) if to_probe else {}
+        for cid, ev in probed.items():
+            status = ev["status"]
+            attrs = ev.get("attrs", {})
+            if status == "ok":
+                features[cid] = attrs
+            else:
+                self.record(item, by_id[cid], status, rel_err=ev.get("rel_err"), error=ev.get("error", ""),
+                            attrs=attrs)
+            results[cid] = CandidateResult(cid, status, rel_err=ev.get("rel_err"), error=ev.get("error", ""),
+                                           attrs=attrs)
+        res.bytes = _expression(t.bytes, item) or next(
+            (float(f["tensor_bytes"]) for f in features.values() if f.get("tensor_bytes")), None) \
+            or float(info.get("input_bytes") or 0) or None
+        probed_ok = set(features)
+        # 2. What the compiled binaries rule out.
+        fresh = {cid: f for cid, f in features.items() if cid not in cached}
+        for cid, why in static_prune(fresh, int(self.device["max_shared"])).items():
+            self.record(item, by_id[cid], "pruned", error=why, attrs=fresh[cid])
+            results[cid] = CandidateResult(cid, "pruned", error=why, attrs=fresh[cid])
+            features.pop(cid)
+        # 3. Search.
+        cands = [Candidate(c.id, c, features[c.id]) for c in usable if c.id in features]
+        if not cands:
+            res.status, res.candidates = "failed", list(results.values())
+            res.notes.append("every candidate failed, gave a wrong result or was pruned")
+            return res
+        strategy = make_strategy(self.options.strategy or t.search, len(item.candidates),
+                                 self.options.budget or t.budget)
+        res.strategy = strategy.name
+
+        def measure(batch: list[Candidate], best: float | None) -> dict[str, TimingStats | None]:
+            out: dict[str, TimingStats | None] = {}
+            todo = []
+            for c in batch:
+                if c.cid in cached:
+                    out[c.cid] = cached[c.cid]
+                else:
+                    todo.append(payloads[c.cid])
+            for cid, ev in (client.run("time", todo, best_ms=best) if todo else {}).items():
+                prev = results.get(cid) or CandidateResult(cid, "ok")
+                if ev["status"] == "ok":
+                    stats = TimingStats.from_json(ev["time"])
+                    out[cid] = stats
+                    self.record(item, by_id[cid], "ok", time_=ev["time"], rel_err=prev.rel_err,
+                                attrs=features.get(cid))
+                    results[cid] = CandidateResult(cid, "ok", stats.median_ms, ev["time"], prev.rel_err,
+                                                   attrs=features.get(cid, {}))
+                else:
+                    out[cid] = None
+                    self.record(item, by_id[cid], ev["status"], error=ev.get("error", ""), rel_err=ev.get("rel_err"),
+                                attrs=features.get(cid))
+                    results[cid] = CandidateResult(cid, ev["status"], rel_err=ev.get("rel_err"),
+                                                   error=ev.get("error", ""))
+            return out
+
+        ctx = SearchContext(item.space, self.ceilings, measure, res.bytes, res.flops)
+        outcome = strategy.search(cands, ctx)
+        res.bound = outcome.bound
+        res.notes += outcome.notes
+        res.benchmarked = outcome.benchmarked
+        for cid, why in outcome.pruned.items():
+            results.setdefault(cid, CandidateResult(cid, "pruned", error=why))
+        ok = {cid: s for cid, s in outcome.times.items() if not s.early_exit}
+        if not ok:
+            res.status, res.candidates = "failed", list(results.values())
+            bad = sorted({r.status for r in results.values() if r.status not in ("ok", "unbenchmarked")})
+            res.notes.append(f"no candidate was timed (the others: {', '.join(bad) or 'none'})")
+            return res
+        # 4. Finalists re-measured interleaved, the untuned default beside them (even where it is pruned or was
+        # not benchmarked: it is the baseline the winner is compared with, in the same measurement).
+        best = min(s.median_ms for s in ok.values())
+        finalists = sorted((cid for cid, s in ok.items() if s.median_ms <= best * FINALIST_WINDOW),
+                           key=lambda cid: ok[cid].median_ms)[:FINALISTS]
+        runnable = default.id in probed_ok and default.id not in finalists
+        measured = finalists + ([default.id] if runnable else [])
+        final = {cid: ok[cid] for cid in finalists}
+        ev = client.single({"cmd": "interleave", "candidates": [payloads[c] for c in measured], "rounds": 3},
+                           "interleaved")
+        if ev is not None:
+            final = {cid: TimingStats.from_json(s) for cid, s in ev["results"].items()}
+        else:
+            res.notes.append("the interleaved re-measurement failed; first-pass times decide")
+        eligible = [cid for cid in final if cid in ok]
+        # 5. The winner, verified on fresh inputs (the next best where it fails).
+        order = sorted(eligible, key=lambda cid: final[cid].median_ms) + \
+            sorted((c for c in ok if c not in eligible), key=lambda cid: ok[cid].median_ms)
+        winner = None
+        verified: dict[str, Any] = {}
+        for cid in order[:FINALISTS + 2]:
+            ev = client.single({"cmd": "verify", "candidate": payloads[cid], "default": payloads[default.id],
+                                "seed": seed + 1}, "verified")
+            if ev is not None and ev.get("ok"):
+                winner, verified = cid, {"rel_err": ev["rel_err"], "tolerance": cmd["tolerance"], "seed": seed + 1}
+                break
+            why = ("crashed on fresh inputs" if ev is None
+                   else f"wrong on fresh inputs: relative error {ev['rel_err']:.3g}")
+            self.record(item, by_id[cid], "wrong" if ev is not None else "crashed", error=why,
+                        rel_err=None if ev is None else ev["rel_err"])
+            results[cid] = CandidateResult(cid, "wrong" if ev is not None else "crashed", error=why)
+            res.notes.append(f"{cid} rejected: {why}")
+        res.candidates = [results.get(c.id, CandidateResult(c.id, "unbenchmarked")) for c in item.candidates]
+        baseline = final.get(default.id) or ok.get(default.id)
+        res.default_ms = baseline.median_ms if baseline else None
+        if item.default.id != default.id:
+            res.notes.append(f"the untuned default {item.default.id} did not compile; {default.id} stands in")
+        if winner is None:
+            res.status = "failed"
+            res.notes.append("no finalist passed verification on fresh inputs")
+            return res
+        w = final.get(winner) or ok[winner]
+        res.winner, res.winner_ms = winner, w.median_ms
+        throughput = {}
+        if res.bytes:
+            throughput["bytes_per_s"] = res.bytes / (w.median_ms / 1e3)
+            throughput["bandwidth_fraction"] = throughput["bytes_per_s"] / self.ceilings.bytes_per_s
+        if res.flops:
+            throughput["flops_per_s"] = res.flops / (w.median_ms / 1e3)
+            throughput["flops_fraction"] = throughput["flops_per_s"] / self.ceilings.flops
+        rec = Record("winner", k, item.entry.variant, item.key_dict, winner, _flat(by_id[winner]), prov, "ok",
+                     w.to_json(), {"verified": verified,
+                                   "default": {"config_id": default.id, "median_ms": res.default_ms,
+                                               "eligible": default.id in ok},
+                                   "finalists": {cid: s.to_json() for cid, s in final.items()},
+                                   "search": {"strategy": strategy.name, "benchmarked": outcome.benchmarked,
+                                              "space": item.space, "candidates": len(item.candidates)},
+                                   "bound": outcome.bound, "throughput": throughput}, _now())
+        with self.lock:
+            self.db.append(rec)
+        res.seconds = time.perf_counter() - start
+        return res
+
+
+def _from_database(item: TuneItem, winner: Record, known: dict[str, Record]) -> ItemResult:
+    """A row the database already has, as the report shows it."""
+    default = winner.extra.get("default", {})
+    search = winner.extra.get("search", {})
+    res = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "up to date", winner.config_id,
+                     winner.median_ms, default.get("config_id"), default.get("median_ms"), space=item.space,
+                     benchmarked=int(search.get("benchmarked", 0)), bound=winner.extra.get("bound"),
+                     strategy=str(search.get("strategy", "")))
+    res.candidates = [CandidateResult(cid, r.status, r.median_ms, r.time, r.extra.get("rel_err"),
+                                      r.extra.get("error", ""), r.extra.get("attrs", {}), cached=True)
+                      for cid, r in known.items()]
+    return res
+
+
+def _flat(c: ConfigChoice) -> dict[str, Any]:
+    out: dict[str, Any] = {**c.meta, "num_warps": c.num_warps, "num_stages": c.num_stages}
+    if c.maxnreg is not None:
+        out["maxnreg"] = c.maxnreg
+    if c.pre_hook is not None:
+        out["pre_hook"] = c.pre_hook
+    return out
+
+
+def _triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+def _setup_command(plan: BuildPlan, root: Path) -> dict[str, Any]:
+    from ..index import build_index
+
+    index = build_index(plan, None, "jit", {m: str(spec["path"]) for m, spec in plan.modules.items()})
+    return {"cmd": "setup", "root": str(root), "index": index,
+            "modules": {m: [spec["path"], spec["full_host_source"]] for m, spec in plan.modules.items()},
+            "kernel_files": {kp.function: str(kp.source) for kp in plan.kernels.values()}}
+
+
+def tune(manifest_path: str | Path, options: TuneOptions | None = None,
+         progress: ProgressFn | None = None) -> TuneRun:
+    """Tune every manifest entry with tuning inputs on the local GPUs into the tuning database. Raises
+    ForgeError subclasses; prints nothing."""
+    options = options or TuneOptions()
+    wall_start = time.perf_counter()
+    loaded = load_manifest(manifest_path)
+    root = loaded.root
+    db_dir = database_dir(loaded)
+    if db_dir is None:
+        raise ManifestError("forge-aot tune writes into the tuning database: set project.tuning-data (for example "
+                            '"tuning") and create that directory', file=str(loaded.path),
+                            key_path="project.tuning-data")
+    gpus = _visible_gpus(options.gpus)
+    work = Path(options.build_dir) if options.build_dir else root / "build" / "forge-aot"
+    clients = [WorkerClient(g, root, options.candidate_timeout) for g in gpus]
+    devices: list[dict[str, Any] | BaseException] = [None] * len(clients)  # type: ignore[list-item]
+
+    def start(i: int) -> None:
+        try:
+            devices[i] = clients[i].start()
+        except BaseException as exc:
+            devices[i] = exc
+
+    starters = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(clients))]
+    for th in starters:
+        th.start()
+    # Plan while the workers start (import torch, measure the device's ceilings).
+    plan_targets = list(loaded.manifest.project.targets)
+    for th in starters:
+        th.join()
+    failed = [d for d in devices if isinstance(d, BaseException)]
+    if failed:
+        for c in clients:
+            c.close()
+        raise TuneError(f"a benchmark worker did not start: {failed[0]}")
+    device = devices[0]
+    assert isinstance(device, dict)
+    names = {d["name"] for d in devices if isinstance(d, dict)}
+    run_notes = []
+    if len(names) > 1:
+        keep = [i for i, d in enumerate(devices) if isinstance(d, dict) and d["name"] == device["name"]]
+        for i, c in enumerate(clients):
+            if i not in keep:
+                c.close()
+        run_notes.append(f"GPUs of several models ({', '.join(sorted(names))}): tuning on the {device['name']}s only")
+        clients = [clients[i] for i in keep]
+        gpus = [gpus[i] for i in keep]
+    try:
+        target = _local_target(device, plan_targets)
+        plan = make_plan(loaded, [target])
+        notes: list[str] = list(run_notes)
+        items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
+        db = TuningDatabase(db_dir)
+        run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir))
+        triton = _triton_version()
+        fingerprint = hashlib.sha256(json.dumps([triton, sorted(file_sha256(kp.source) for kp in
+                                                                 plan.kernels.values())]).encode()).hexdigest()[:16]
+        bin_dir = (work / "tune" / f"binaries-{fingerprint}").resolve()
+        tuner = _Tuner(plan, items, db, options, device, target, run, progress, bin_dir)
+        # Which rows need the GPU at all.
+        todo: list[TuneItem] = []
+        for item in items:
+            prov = tuner.provenance[item.entry.kernel]
+            known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
+            winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
+            if not options.force and winner is not None and all(c.id in known for c in item.candidates):
+                run.items.append(_from_database(item, winner, known))
+            else:
+                todo.append(item)
+        setup = _setup_command(plan, root)
+        for c in clients:
+            c.setup(setup)
+        _pipeline(tuner, todo, clients, options, work, run)
+    finally:
+        for c in clients:
+            c.close()
+    run.wall = time.perf_counter() - wall_start
+    out_dir = work / "tune"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_json = out_dir / "run.json"
+    tmp = run_json.with_name("run.json.tmp")
+    tmp.write_text(json.dumps(run.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, run_json)
+    if options.report:
+        from .report import write_report
+
+        run.report = str(write_report(run.to_json(), out_dir / "report"))
+    return run
+
+
+def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], options: TuneOptions,
+              work: Path, run: TuneRun) -> None:
+    """Compile on every core while the GPUs benchmark the rows whose binaries are all there."""
+    plan = tuner.plan
+    pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=plan.loaded.root,
+                       line_info=plan.loaded.manifest.project.line_info)
+    needs: dict[int, set[str]] = {}
+    all_jobs: dict[str, Any] = {}
+    for i, item in enumerate(todo):
+        jobs = tuner.jobs(item)
+        needs[i] = set(jobs)
+        for stem, job in jobs.items():
+            all_jobs.setdefault(stem, job)
+    # Binaries from an earlier run of the same sources and Triton need no compile.
+    fresh = {}
+    for stem, job in all_jobs.items():
+        sidecar_path = tuner.bin_dir / f"{stem}.json"
+        if sidecar_path.is_file():
+            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+            ext = sidecar["format"]
+            if (tuner.bin_dir / f"{stem}.{ext}").is_file():
+                tuner.compiled[stem] = CompileResult(job, True, sidecar)
+                continue
+        fresh[stem] = job
+    run.binaries = len(all_jobs)
+    ready: queue.Queue[int] = queue.Queue()
+    pending = {i: set(s) - set(tuner.compiled) for i, s in needs.items()}
+    waiting = dict(pending)
+    lock = threading.Lock()
+    for i in [i for i, s in pending.items() if not s]:
+        ready.put(i)
+        waiting.pop(i)
+
+    def on_result(r: CompileResult) -> None:
+        with lock:
+            tuner.compiled[r.job.binary_stem] = r
+            run.compile_seconds += r.seconds
+            for i in list(waiting):
+                waiting[i].discard(r.job.binary_stem)
+                if not waiting[i]:
+                    waiting.pop(i)
+                    ready.put(i)
+
+    compile_start = time.perf_counter()
+
+    def compile_all() -> None:
+        try:
+            if fresh:
+                pool.run(list(fresh.values()), tuner.bin_dir, None, on_result)
+        finally:
+            run.compile_wall = time.perf_counter() - compile_start
+            with lock:
+                for i in list(waiting):  # anything left never compiled (should not happen): release it
+                    waiting.pop(i)
+                    ready.put(i)
+
+    compiler = threading.Thread(target=compile_all, daemon=True)
+    compiler.start()
+    results: dict[int, ItemResult] = {}
+    total = len(todo)
+    bench_start = time.perf_counter()
+    errors: list[BaseException] = []
+
+    def gpu_loop(client: WorkerClient) -> None:
+        while True:
+            with lock:
+                if len(claimed) >= total:
+                    return
+            try:
+                i = ready.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with lock:
+                claimed.add(i)
+            item = todo[i]
+            started = time.perf_counter()
+            try:
+                result = tuner.tune_item(client, item)
+            except WorkerError as exc:
+                result = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "failed",
+                                    notes=[str(exc)])
+            except BaseException as exc:
+                errors.append(exc)
+                result = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "failed",
+                                    notes=[f"{type(exc).__name__}: {exc}"])
+            result.seconds = time.perf_counter() - started
+            with lock:
+                results[i] = result
+                run.benchmark_seconds += result.seconds
+                done = len(results)
+            if tuner.progress:
+                elapsed = time.perf_counter() - bench_start
+                eta = elapsed / done * (total - done) if done else 0.0
+                verdict = (f"{result.winner} ({result.speedup:.2f}x the default)" if result.speedup
+                           else result.status)
+                tuner.progress("tune", done, total, f"{item.id}: {verdict}; ~{eta:.0f} s left")
+
+    claimed: set[int] = set()
+    threads = [threading.Thread(target=gpu_loop, args=(c,), daemon=True) for c in clients]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    compiler.join()
+    run.benchmark_wall = time.perf_counter() - bench_start
+    run.items += [results[i] for i in sorted(results)]
+    if errors and not results:
+        raise TuneError(f"tuning failed: {errors[0]}")
+

@@ -1,0 +1,231 @@
+"""How one candidate is timed (documented in the README, "Timing method").
+
+- **CUDA events** around each launch, read after one synchronize.
+- **L2 flush sized from the device**: before every timed launch a buffer of 1.5 × the device's L2 is zeroed,
+  so each launch starts with a cold cache, as after other work (not a fixed 256 MB memset).
+- **CUDA-graph replay for short kernels** (under ``graph_below_ms``): ``launches`` × (flush, reset, launch)
+  are captured in one graph and the same without the launch in another; both are replayed interleaved and the
+  per-launch time is the difference over ``launches``, so host launch gaps never show.
+- **Repetitions adapted to the kernel's time**: about ``budget_ms`` of GPU time per candidate, between
+  ``min_reps`` and ``max_reps`` repetitions.
+- **Early exit**: a candidate whose first samples are ``early_exit_ratio`` × slower than the best so far stops
+  there (recorded as such; it cannot win).
+- **Finalists re-measured interleaved**: the few best are timed again round-robin before a winner is named
+  (``interleaved``), so a noisy first figure does not decide.
+- **Median and spread** (20th / 80th percentiles, min, max, count) are recorded.
+
+The backend that talks to the GPU is injected, so the statistics and the adaptive logic are tested on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+Run = Callable[[], None]
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    graph_below_ms: float = 0.03
+    """Kernels estimated shorter than this are timed by CUDA-graph replay."""
+    budget_ms: float = 30.0
+    """GPU time spent timing one candidate (the repetitions adapt to it)."""
+    min_reps: int = 5
+    max_reps: int = 100
+    early_exit_ratio: float = 1.4
+    """A candidate this many times slower than the best so far, after ``early_exit_after`` samples, stops."""
+    early_exit_after: int = 5
+    graph_launch_ms: float = 0.5
+    """Kernel time captured per graph (``launches`` = this / the estimate, 10 to 200)."""
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Statistics of one candidate's samples, in milliseconds per launch."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    p20_ms: float
+    p80_ms: float
+    n: int
+    mode: str
+    """``events`` or ``graph``."""
+    early_exit: bool = False
+
+    @property
+    def spread(self) -> float:
+        """(p80 − p20) / median: the relative noise of the samples."""
+        return (self.p80_ms - self.p20_ms) / self.median_ms if self.median_ms > 0 else math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"median_ms": round(self.median_ms, 6), "min_ms": round(self.min_ms, 6),
+                               "max_ms": round(self.max_ms, 6), "p20_ms": round(self.p20_ms, 6),
+                               "p80_ms": round(self.p80_ms, 6), "n": self.n, "mode": self.mode}
+        if self.early_exit:
+            out["early_exit"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TimingStats:
+        return cls(float(data["median_ms"]), float(data["min_ms"]), float(data["max_ms"]), float(data["p20_ms"]),
+                   float(data["p80_ms"]), int(data["n"]), str(data["mode"]), bool(data.get("early_exit", False)))
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of sorted values."""
+    if not sorted_values:
+        raise ValueError("no samples")
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(samples: Sequence[float], mode: str, early_exit: bool = False) -> TimingStats:
+    """Median, extremes and the 20th/80th percentiles of samples (non-positive ones, from a graph difference
+    lost in noise, are kept: they are what was measured)."""
+    values = sorted(float(s) for s in samples)
+    return TimingStats(statistics.median(values), values[0], values[-1], quantile(values, 0.2),
+                       quantile(values, 0.8), len(values), mode, early_exit)
+
+
+class TimingBackend(Protocol):
+    """What the GPU provides to the timer."""
+
+    def events(self, run: Run, prepare: Run | None, reps: int) -> list[float]:
+        """``reps`` launches, each after an L2 flush and ``prepare``; per-launch times in ms."""
+        ...
+
+    def graph(self, run: Run, prepare: Run | None, launches: int, replays: int) -> list[float]:
+        """Per-launch times in ms from ``replays`` interleaved replays of a graph of ``launches`` × (flush,
+        prepare, run) and one without ``run``."""
+        ...
+
+
+class Timer:
+    """Times candidates with one backend and one set of settings."""
+
+    def __init__(self, backend: TimingBackend, settings: TimingSettings | None = None) -> None:
+        self.backend = backend
+        self.settings = settings or TimingSettings()
+
+    def estimate(self, run: Run, prepare: Run | None) -> float:
+        return statistics.median(self.backend.events(run, prepare, 3))
+
+    def measure(self, run: Run, prepare: Run | None = None, best_ms: float | None = None) -> TimingStats:
+        """Time one candidate (``run`` launches it once; ``prepare`` resets what it accumulates into)."""
+        s = self.settings
+        est = self.estimate(run, prepare)
+        if est < s.graph_below_ms:
+            launches = int(min(200, max(10, s.graph_launch_ms / max(est, 1e-4))))
+            replays = int(min(30, max(5, s.budget_ms / max(launches * est, 1e-3))))
+            try:
+                first = self.backend.graph(run, prepare, launches, 3)
+            except GraphUnavailable:
+                pass
+            else:
+                if best_ms is not None and statistics.median(first) > best_ms * s.early_exit_ratio:
+                    return summarize(first, "graph", early_exit=True)
+                return summarize(first + self.backend.graph(run, prepare, launches, replays), "graph")
+        reps = int(min(s.max_reps, max(s.min_reps, s.budget_ms / max(est, 1e-4))))
+        first = self.backend.events(run, prepare, min(s.early_exit_after, reps))
+        if best_ms is not None and statistics.median(first) > best_ms * s.early_exit_ratio:
+            return summarize(first, "events", early_exit=True)
+        rest = self.backend.events(run, prepare, reps - len(first)) if reps > len(first) else []
+        return summarize(first + rest, "events")
+
+    def interleaved(self, runs: dict[str, tuple[Run, Run | None]], rounds: int = 3) -> dict[str, TimingStats]:
+        """Time several candidates round-robin (the order rotating each round), ``rounds`` measurements each;
+        each candidate's statistics are over the medians of its rounds."""
+        names = list(runs)
+        medians: dict[str, list[float]] = {n: [] for n in names}
+        modes: dict[str, str] = {}
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)] if names else []
+            for n in order:
+                stats = self.measure(*runs[n])
+                medians[n].append(stats.median_ms)
+                modes[n] = stats.mode
+        return {n: summarize(medians[n], modes[n]) for n in names if medians[n]}
+
+
+class GraphUnavailable(RuntimeError):
+    """The backend cannot capture this launch in a CUDA graph (the timer falls back to events)."""
+
+
+class CudaTimingBackend:
+    """CUDA events, an L2-sized flush and CUDA-graph replay through torch, on the current device."""
+
+    def __init__(self, device: int = 0) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        props = torch.cuda.get_device_properties(device)
+        l2 = int(getattr(props, "L2_cache_size", 0) or 64 << 20)
+        self.l2_bytes = l2
+        self.flush_buffer = torch.empty(int(l2 * 1.5) // 4, dtype=torch.int32, device=f"cuda:{device}")
+
+    def flush(self) -> None:
+        self.flush_buffer.zero_()
+
+    def events(self, run: Run, prepare: Run | None, reps: int) -> list[float]:
+        torch = self.torch
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            self.flush()
+            if prepare is not None:
+                prepare()
+            starts[i].record()
+            run()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+    def _capture(self, body: Run, launches: int) -> Any:
+        torch = self.torch
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                for _ in range(launches):
+                    body()
+        except Exception as exc:
+            raise GraphUnavailable(str(exc)) from exc
+        return graph
+
+    def graph(self, run: Run, prepare: Run | None, launches: int, replays: int) -> list[float]:
+        torch = self.torch
+
+        def base() -> None:
+            self.flush()
+            if prepare is not None:
+                prepare()
+
+        def full() -> None:
+            base()
+            run()
+
+        g_full = self._capture(full, launches)
+        g_base = self._capture(base, launches)
+        g_full.replay()
+        g_base.replay()
+        pairs = []
+        for _ in range(replays):
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            marks[0].record()
+            g_base.replay()
+            marks[1].record()
+            marks[2].record()
+            g_full.replay()
+            marks[3].record()
+            pairs.append(marks)
+        torch.cuda.synchronize()
+        out = [(m[2].elapsed_time(m[3]) - m[0].elapsed_time(m[1])) / launches for m in pairs]
+        del g_full, g_base
+        return out

@@ -1,0 +1,478 @@
+"""forge-aot tune on the CPU: the timing statistics on injected benchmarks, the database (round trip, resume,
+merge), the alias policy and the build's tuned/aliased/untuned counts, candidates and pruning hooks, the
+search strategies, and the whole pipeline (real cross-compiles) against a simulated GPU worker — crashes
+survived, a SIGKILLed run resumed, shards merged."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forge_aot.cli import main
+from forge_aot.manifest import load_manifest
+from forge_aot.plan import ConfigChoice, make_plan
+from forge_aot.tune.apply import apply_tuning, load_database
+from forge_aot.tune.candidates import make_items, shard_of, static_prune
+from forge_aot.tune.database import Provenance, Record, TuningDatabase, file_sha256, merge_databases
+from forge_aot.tune.search import Candidate, Ceilings, ExhaustiveSearch, GuidedSearch, SearchContext, classify
+from forge_aot.tune.timing import Timer, TimingSettings, TimingStats, summarize
+from tests.conftest import FIXTURES, REPO
+
+TRITON = "3.6.0"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------------------
+
+class ScriptedBackend:
+    """A timing backend whose kernel takes ``ms`` (with a little deterministic jitter)."""
+
+    def __init__(self, ms: float) -> None:
+        self.ms = ms
+        self.calls: list[tuple[str, int]] = []
+        self.runs = 0
+        self.prepares = 0
+
+    def _samples(self, n: int) -> list[float]:
+        return [self.ms * (1 + 0.01 * ((i * 7) % 5 - 2)) for i in range(n)]
+
+    def events(self, run, prepare, reps: int) -> list[float]:
+        self.calls.append(("events", reps))
+        for _ in range(reps):
+            if prepare:
+                prepare()
+            run()
+        return self._samples(reps)
+
+    def graph(self, run, prepare, launches: int, replays: int) -> list[float]:
+        self.calls.append(("graph", launches))
+        return self._samples(replays)
+
+
+def _counting():
+    counts = {"run": 0, "prepare": 0}
+
+    def run() -> None:
+        counts["run"] += 1
+
+    def prepare() -> None:
+        counts["prepare"] += 1
+
+    return run, prepare, counts
+
+
+def test_long_kernels_are_timed_with_events_and_repetitions_adapt() -> None:
+    run, prepare, counts = _counting()
+    backend = ScriptedBackend(2.0)
+    stats = Timer(backend, TimingSettings(budget_ms=30, min_reps=5, max_reps=100)).measure(run, prepare)
+    assert stats.mode == "events" and 1.9 < stats.median_ms < 2.1
+    assert stats.p20_ms <= stats.median_ms <= stats.p80_ms and stats.min_ms <= stats.p20_ms
+    # 3 for the estimate, then 30 ms / 2 ms = 15 repetitions
+    assert stats.n == 15 and counts["run"] == 18 and counts["prepare"] == 18
+    short = Timer(ScriptedBackend(0.1), TimingSettings(graph_below_ms=0.01, budget_ms=30)).measure(run)
+    assert short.n == 100  # capped at max_reps
+
+
+def test_short_kernels_are_timed_by_graph_replay() -> None:
+    run, _, _ = _counting()
+    backend = ScriptedBackend(0.005)
+    stats = Timer(backend, TimingSettings(graph_below_ms=0.03)).measure(run)
+    assert stats.mode == "graph"
+    assert [c[0] for c in backend.calls] == ["events", "graph", "graph"]
+    assert backend.calls[1][1] == 100  # 0.5 ms of kernel time per captured graph
+
+
+def test_a_clearly_slower_candidate_exits_early() -> None:
+    run, _, _ = _counting()
+    timer = Timer(ScriptedBackend(1.0), TimingSettings(early_exit_ratio=1.4, early_exit_after=5))
+    stats = timer.measure(run, best_ms=0.5)
+    assert stats.early_exit and stats.n == 5
+    assert not timer.measure(run, best_ms=0.9).early_exit
+
+
+def test_interleaved_rounds_rotate_and_summarize_round_medians() -> None:
+    order: list[str] = []
+
+    class Recording(ScriptedBackend):
+        def events(self, run, prepare, reps):
+            run()
+            return super().events(lambda: None, None, reps)
+
+    timer = Timer(Recording(1.0), TimingSettings(budget_ms=5))
+    runs = {n: ((lambda n=n: order.append(n)), None) for n in ("a", "b", "c")}
+    stats = timer.interleaved(runs, rounds=3)
+    assert set(stats) == {"a", "b", "c"} and all(s.n == 3 for s in stats.values())
+    firsts = [order[i] for i in range(0, len(order)) if i == 0 or order[i] != order[i - 1]]
+    assert firsts[:3] == ["a", "b", "c"] and firsts[3:6] == ["b", "c", "a"]
+
+
+def test_statistics() -> None:
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0], "events")
+    assert (s.median_ms, s.min_ms, s.max_ms, s.n) == (3.0, 1.0, 5.0, 5)
+    assert math.isclose(s.p20_ms, 1.8) and math.isclose(s.p80_ms, 4.2)
+    assert math.isclose(s.spread, (4.2 - 1.8) / 3.0)
+    assert TimingStats.from_json(s.to_json()) == summarize([5.0, 1.0, 3.0, 2.0, 4.0], "events")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Database
+# ---------------------------------------------------------------------------------------------------------
+
+def _prov(gpu: str = "NVIDIA H100 80GB HBM3", capability: str = "9.0", target: str = "sm_90", triton: str = TRITON,
+          source: str = "s" * 64) -> Provenance:
+    return Provenance(gpu=gpu, capability=capability, target=target, triton=triton, source_sha256=source)
+
+
+def _winner(kernel: str, variant: str, key: dict, config: dict, prov: Provenance, ms: float = 1.0) -> Record:
+    cid = "-".join([*(f"{k}{v}" for k, v in config.items() if k not in ("num_warps", "num_stages")),
+                    f"w{config['num_warps']}", f"s{config['num_stages']}"])
+    return Record("winner", kernel, variant, key, cid, config, prov, "ok", summarize([ms], "events").to_json(),
+                  {"verified": {"rel_err": 0.0, "tolerance": 0.02}}, "2026-11-23T00:00:00+00:00")
+
+
+def test_database_round_trip_resume_and_provenance(tmp_path: Path) -> None:
+    db = TuningDatabase(tmp_path / "tuning")
+    p = _prov()
+    m = Record("measurement", "matmul", "T=fp16", {"M": 16}, "c1", {"BLOCK": 16, "num_warps": 4, "num_stages": 3},
+               p, "ok", summarize([0.5, 0.6], "graph").to_json(), {"attrs": {"regs": 96}}, "2026-11-23T00:00:00+00:00")
+    db.append(m)
+    db.append(Record("measurement", "matmul", "T=fp16", {"M": 16}, "c2", {"BLOCK": 32, "num_warps": 4,
+                                                                          "num_stages": 3}, p, "crashed"))
+    db.append(_winner("matmul", "T=fp16", {"M": 16}, {"BLOCK": 16, "num_warps": 4, "num_stages": 3}, p))
+    # a run killed in the middle of a line
+    with open(db.path_for("matmul"), "a", encoding="utf-8") as f:
+        f.write('{"format": 1, "kind": "measurement", "kernel": "matm')
+    again = TuningDatabase(tmp_path / "tuning")
+    assert len(again.records) == 3 and len(again.warnings) == 1 and "unreadable" in again.warnings[0]
+    assert again.records[0] == m
+    known = again.measurements("matmul", "T=fp16", {"M": 16}, p)
+    assert {cid: r.status for cid, r in known.items()} == {"c1": "ok", "c2": "crashed"}
+    assert known["c1"].extra["attrs"] == {"regs": 96}
+    # another Triton or another kernel source is another measurement: nothing stands for it
+    assert not again.measurements("matmul", "T=fp16", {"M": 16}, _prov(triton="3.5.0"))
+    assert again.winner("matmul", "T=fp16", {"M": 16}, _prov(source="t" * 64)) is None
+    assert again.winner("matmul", "T=fp16", {"M": 16}, p).config_id == "BLOCK16-w4-s3"
+    # appending after the torn line keeps every later record readable
+    again.append(Record("measurement", "matmul", "T=fp16", {"M": 32}, "c3", {"BLOCK": 16, "num_warps": 4,
+                                                                             "num_stages": 3}, p, "pruned"))
+    third = TuningDatabase(tmp_path / "tuning")
+    assert [r.config_id for r in third.records][-1] == "c3"
+
+
+def test_merge_of_shards_is_deterministic_and_drops_duplicates(tmp_path: Path) -> None:
+    a, b = TuningDatabase(tmp_path / "a"), TuningDatabase(tmp_path / "b")
+    cfg = {"BLOCK": 16, "num_warps": 4, "num_stages": 3}
+    shared = _winner("matmul", "T=fp16", {"M": 16}, cfg, _prov())
+    a.append(shared)
+    a.append(_winner("matmul", "T=fp16", {"M": 64}, cfg, _prov()))
+    b.append(shared)
+    b.append(_winner("softmax", "T=fp32", {"n": 128}, cfg, _prov()))
+    stats = merge_databases([tmp_path / "a", tmp_path / "b"], tmp_path / "merged")
+    assert stats == {"records": 3, "duplicates": 1, "files": 2, "unreadable": 0}
+    first = {p.name: p.read_bytes() for p in (tmp_path / "merged").glob("*.jsonl")}
+    merge_databases([tmp_path / "b", tmp_path / "a"], tmp_path / "merged2")
+    assert first == {p.name: p.read_bytes() for p in (tmp_path / "merged2").glob("*.jsonl")}
+    # merging into itself again changes nothing
+    merge_databases([tmp_path / "a"], tmp_path / "merged")
+    assert first == {p.name: p.read_bytes() for p in (tmp_path / "merged").glob("*.jsonl")}
+    result = CliRunner().invoke(main, ["merge", str(tmp_path / "a"), str(tmp_path / "b"), "--into",
+                                       str(tmp_path / "cli")])
+    assert result.exit_code == 0 and "3 records in 2 files (1 duplicates dropped" in result.output
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Alias policy and the build's counts
+# ---------------------------------------------------------------------------------------------------------
+
+def _tiny_project(tmp_path: Path, targets: str = '["sm_80", "sm_90"]') -> Path:
+    project = tmp_path / "p"
+    (project / "tuning").mkdir(parents=True)
+    text = (FIXTURES / "projects" / "tiny" / "kernel_manifest.toml").read_text()
+    text = text.replace("../../kernels/tiny.py", str(FIXTURES / "kernels" / "tiny.py"))
+    text = text.replace('version = "0.1.0"', 'version = "0.1.0"\ntuning-data = "tuning"')
+    text = text.replace('targets = ["sm_80", "sm_90", "gfx942"]', f"targets = {targets}")
+    (project / "kernel_manifest.toml").write_text(text)
+    return project
+
+
+def test_alias_policy_counts_and_stale_results(tmp_path: Path) -> None:
+    project = _tiny_project(tmp_path)
+    source = file_sha256(FIXTURES / "kernels" / "tiny.py")
+    db = TuningDatabase(project / "tuning")
+    h100 = _prov(source=source)
+    h200 = _prov(gpu="NVIDIA H200", source=source)
+    big = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    small = {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1}
+    db.append(_winner("add", "T=fp16", {"n_elements": 1048576}, big, h100))
+    db.append(_winner("add", "T=fp16", {"n_elements": 1048576}, small, h200))
+    db.append(_winner("add", "T=fp16", {"n_elements": 2048}, small, h200))  # a key the manifest does not list
+    db.append(_winner("add", "T=fp32", {"n_elements": 1024}, small, _prov(triton="3.5.0", source=source)))
+    db.append(_winner("add", "T=fp32", {"n_elements": 1024}, small, _prov(source="0" * 64)))
+    loaded = load_manifest(project / "kernel_manifest.toml")
+    plan = make_plan(loaded)
+    summary = apply_tuning(plan, load_database(loaded), TRITON)
+
+    def entry(variant: str, target: str):
+        return next(e for e in plan.entries if (e.kernel, e.variant, e.target) == ("add", variant, target))
+
+    e = entry("T=fp16", "sm_90")
+    assert set(e.tables) == {"default", "NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+    assert [(r.key, r.preferences[0].meta["BLOCK_SIZE"]) for r in e.tables["NVIDIA H100 80GB HBM3"]] == \
+        [((1048576,), 1024)]
+    assert [(r.key, r.preferences[0].meta["BLOCK_SIZE"]) for r in e.tables["NVIDIA H200"]] == \
+        [((2048,), 256), ((1048576,), 256)]
+    # default table: the model with the most winners of the target's own architecture lends its rows (aliased);
+    # the rest keep the default rule
+    default = {r.key: r.preferences[0].meta["BLOCK_SIZE"] for r in e.tables["default"]}
+    assert default == {(1024,): 256, (2048,): 256, (1048576,): 256}
+    assert e.origins["default"] == {(1024,): "untuned", (2048,): "aliased:NVIDIA H200",
+                                    (1048576,): "aliased:NVIDIA H200"}
+    # the tuned config comes first, the untuned preferences after it (a fallback if it fails to compile)
+    assert [c.meta["BLOCK_SIZE"] for c in next(r for r in e.tables["NVIDIA H100 80GB HBM3"]).preferences] == [1024, 256]
+    assert set(entry("T=fp16", "sm_80").tables) == {"default"}  # another architecture never borrows
+    assert set(entry("T=fp32", "sm_90").tables) == {"default"}
+    # untuned: add fp16's 1024, add fp32's two rows, picky's one
+    assert summary.rows["sm_90"] == {"tuned": 3, "aliased": 2, "untuned": 1 + 2 + 1}
+    assert summary.rows["sm_80"] == {"tuned": 0, "aliased": 0, "untuned": 5}
+    assert summary.devices["sm_90"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert any("Triton 3.5.0" in s for s in summary.stale)
+    assert any("another version of the kernel file" in s for s in summary.stale)
+
+
+@pytest.mark.slow
+def test_build_and_inspect_report_tuned_aliased_untuned_rows(tmp_path: Path) -> None:
+    project = _tiny_project(tmp_path, '["sm_90"]')
+    source = file_sha256(FIXTURES / "kernels" / "tiny.py")
+    TuningDatabase(project / "tuning").append(
+        _winner("add", "T=fp16", {"n_elements": 1048576}, {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1},
+                _prov(source=source)))
+    TuningDatabase(project / "tuning").append(
+        _winner("add", "T=fp16", {"n_elements": 4096}, {"BLOCK_SIZE": 256, "num_warps": 4, "num_stages": 1},
+                _prov(triton="3.5.0", source=source)))
+    runner = CliRunner()
+    result = runner.invoke(main, ["build", "--manifest", str(project / "kernel_manifest.toml"), "-q", "-j", "2"])
+    assert result.exit_code == 0, result.output
+    assert "sm_90: 1 table rows tuned (NVIDIA H100 80GB HBM3), 1 aliased, 4 untuned" in result.output
+    assert "measured under Triton 3.5.0" in result.output
+    wheel = next((project / "dist").glob("*.whl"))
+    result = runner.invoke(main, ["inspect", str(wheel)])
+    assert "sm_90: 1 rows tuned (NVIDIA H100 80GB HBM3), 1 aliased, 4 untuned" in result.output
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Candidates
+# ---------------------------------------------------------------------------------------------------------
+
+def test_candidates_honour_constraints_and_the_decorators_prune_hook() -> None:
+    plan = make_plan(load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml"), ["sm_90"])
+    notes: list[str] = []
+    items = make_items(plan, kernels=("attention",), notes=notes)
+    assert items and {i.entry.kernel for i in items} == {"attention"}
+    for item in items:
+        n_ctx = item.key_dict["N_CTX"]
+        assert item.space == 48
+        # the decorator's early_config_prune (``keep``): BLOCK_M <= N_CTX and BLOCK_M >= BLOCK_N
+        for c in item.candidates:
+            assert c.meta["BLOCK_M"] >= c.meta["BLOCK_N"] and c.meta["BLOCK_M"] <= max(n_ctx, 64)
+        assert item.pruned and all("keep()" in why for why in item.pruned.values())
+        assert len(item.candidates) + len(item.pruned) == 48
+        # the traced tuning inputs give the exact specialization: unit strides compiled as the constant 1
+        call = item.calls[-1]  # after the examples' calls of the same key
+        assert call.spec in {b.spec for b in item.binaries(item.candidates[0])} and "1" in call.spec
+    # norms choose their block at the call site: nothing to tune, and no item
+    all_items = make_items(plan, notes=notes)
+    assert {i.entry.kernel for i in all_items} == {"attention", "matmul", "total"}
+
+
+def test_shards_split_the_rows() -> None:
+    plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_90"])
+    every = {i.id for i in make_items(plan)}
+    parts = [{i.id for i in make_items(plan, shard=(k, 3))} for k in range(3)]
+    assert set().union(*parts) == every and sum(len(p) for p in parts) == len(every)
+    assert all(shard_of(i, 3) == k for k, p in enumerate(parts) for i in p)
+
+
+def test_static_prune() -> None:
+    features = {"a": {"shared": 1000, "occupancy": 2, "local_bytes": 0},
+                "b": {"shared": 300_000, "occupancy": 1, "local_bytes": 0},
+                "c": {"shared": 1000, "occupancy": 0, "local_bytes": 0},
+                "d": {"shared": 1000, "occupancy": 1, "local_bytes": 64}}
+    out = static_prune(features, 232448)
+    assert set(out) == {"b", "c", "d"} and "shared memory" in out["b"] and "spills" in out["d"]
+    # spills are tolerated where every candidate spills
+    assert static_prune({"d": features["d"]}, 232448) == {}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Search
+# ---------------------------------------------------------------------------------------------------------
+
+def _matmul_space() -> list[ConfigChoice]:
+    out = []
+    for bm, bn, bk, w, s in itertools.product([128, 64, 32, 16], [256, 128, 64, 32], [64, 32, 128], [8, 4],
+                                              [3, 4, 2]):
+        if (bm * bk + bk * bn) * 2 * s <= 160 * 1024:
+            out.append(ConfigChoice({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8}, w, s))
+    return out
+
+
+def _model_ms(c: ConfigChoice, m: int, n: int, k: int) -> float:
+    """A roofline-shaped cost model of a tiled matmul on a 132-SM GPU (for the search tests only)."""
+    bm, bn, bk = c.meta["BLOCK_M"], c.meta["BLOCK_N"], c.meta["BLOCK_K"]
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    waves = math.ceil(tiles / 132)
+    intensity = bm * bn / (bm + bn)
+    per_tile = 2 * bm * bn * k / (6e12 * min(1.0, intensity / 80)) * (1.0 if bm * bn <= 128 * 256 else 1.6)
+    pipeline = {2: 1.25, 3: 1.0, 4: 0.97}[c.num_stages] * (1.0 + 0.05 * (bk == 32)) * (1.08 if bk == 128 and bm >= 128
+                                                                                        else 1.0)
+    warps = 1.0 if (c.num_warps == 8) == (bm * bn >= 128 * 128) else 1.12
+    return 1e3 * (waves * per_tile * pipeline * warps + 3e-6)
+
+
+@pytest.mark.parametrize("mnk", [(4096, 4096, 4096), (16, 4096, 4096), (1000, 1000, 1000)])
+def test_guided_search_reaches_the_exhaustive_best_with_a_quarter_of_the_benchmarks(mnk) -> None:
+    space = _matmul_space()
+    assert len(space) == 260
+    cands = [Candidate(c.id, c, {"programs": math.ceil(mnk[0] / c.meta["BLOCK_M"]) *
+                                 math.ceil(mnk[1] / c.meta["BLOCK_N"]), "occupancy": 1, "regs": 128})
+             for c in space]
+    times = {c.cid: _model_ms(c.config, *mnk) for c in cands}
+    asked: list[str] = []
+
+    def measure(batch, best):
+        asked.extend(c.cid for c in batch)
+        return {c.cid: summarize([times[c.cid]], "events") for c in batch}
+
+    ctx = SearchContext(len(space), Ceilings(3e12, 8e14, 132), measure, flops=2.0 * math.prod(mnk))
+    outcome = GuidedSearch(budget=0.25).search(cands, ctx)
+    assert outcome.benchmarked <= 65 and len(asked) == len(set(asked)) == outcome.benchmarked
+    best = min(times.values())
+    assert times[outcome.best()] <= best * 1.02, (outcome.best(), times[outcome.best()], best)
+    assert outcome.bound in ("compute", "memory", "latency")
+    everything = ExhaustiveSearch().search(cands, ctx)
+    assert everything.benchmarked == 260 and times[everything.best()] == best
+
+
+def test_bound_classification() -> None:
+    ctx = SearchContext(1, Ceilings(3e12, 8e14, 132), lambda b, x: {}, bytes=3e9, flops=1e9)
+    assert classify(1.2, ctx)[0] == "memory"  # 2.5 TB/s of 3
+    ctx = SearchContext(1, Ceilings(3e12, 8e14, 132), lambda b, x: {}, bytes=1e8, flops=1.4e11)
+    assert classify(0.2, ctx)[0] == "compute"  # 700 TFLOP/s of 800
+    ctx = SearchContext(1, Ceilings(3e12, 8e14, 132), lambda b, x: {}, bytes=1e4)
+    assert classify(0.003, ctx)[0] == "latency"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pipeline, against a simulated GPU worker (the compiles are real)
+# ---------------------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def sim(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("FORGE_AOT_TUNE_WORKER", "tests.fake_tune_worker")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("FAKE_TUNE_LOG", str(tmp_path / "worker.log"))
+    project = tmp_path / "project"
+    shutil.copytree(FIXTURES / "tune", project)
+    return project
+
+
+def _log(project: Path) -> list[str]:
+    path = project.parent / "worker.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.slow
+def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp_path_factory) -> None:
+    from forge_aot.tune.runner import TuneOptions, tune
+
+    build_dir = tmp_path_factory.getbasetemp() / "tune-build"
+    run = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
+    assert [i.status for i in run.items] == ["tuned", "tuned"]
+    db = TuningDatabase(sim / "tuning")
+    for n in (65536, 1000003):
+        status = {r.config_id: r.status for r in db.select(kind="measurement", key={"n": n})}
+        assert status["BLOCK1024-MODE1-w4-s3"] == "wrong" and status["BLOCK256-MODE2-w4-s3"] == "crashed"
+        (winner,) = db.select(kind="winner", key={"n": n})
+        assert winner.extra["verified"]["rel_err"] <= winner.extra["verified"]["tolerance"]
+        assert winner.config["MODE"] == 0 and winner.provenance.gpu == "Simulated H100"
+        assert winner.extra["default"]["config_id"] == "BLOCK1024-MODE0-w4-s3"
+    report = Path(run.report or "").read_text()
+    assert "| BLOCK256-MODE2-w4-s3 | crashed | the worker process died" in report
+    assert (Path(run.report or "").parent / "summary.png").exists()
+    # the crash cost one worker process per row: two restarts
+    assert sum(1 for line in _log(sim) if line.startswith("device")) == 1 + 2
+    # a second run measures nothing: every row is up to date
+    before = len(_log(sim))
+    again = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
+    assert [i.status for i in again.items] == ["up to date", "up to date"]
+    assert not [line for line in _log(sim)[before:] if line.startswith(("probe", "time"))]
+    # the build takes the winners: tuned rows for the simulated GPU model, aliased in sm_90's default table
+    result = CliRunner().invoke(main, ["build", "--manifest", str(sim / "kernel_manifest.toml"), "-q", "-j", "2",
+                                       "--target", "sm_90", "--build-dir", str(build_dir / "build")])
+    assert result.exit_code == 0, result.output
+    assert "sm_90: 2 table rows tuned (Simulated H100), 2 aliased, 3 untuned" in result.output
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_resumes_where_it_stopped(sim: Path, tmp_path_factory) -> None:
+    build_dir = tmp_path_factory.getbasetemp() / "tune-build"
+    env = dict(os.environ, FAKE_TUNE_DELAY="0.4", PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "forge_aot.cli", "tune", "-q", "-j", "2", "--kernel", "accumulate",
+           "--build-dir", str(build_dir)]
+    proc = subprocess.Popen(cmd, cwd=sim, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    db_file = sim / "tuning" / "accumulate.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        lines = db_file.read_text().splitlines() if db_file.exists() else []
+        if sum('"status":"ok"' in line and '"time"' in line for line in lines) >= 4:
+            break
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = TuningDatabase(sim / "tuning")
+    timed_before = {(r.variant, r.config_id) for r in first.records if r.kind == "measurement" and r.time}
+    assert timed_before and not [r for r in first.records if r.kind == "winner" and r.variant == "T=fp16"]
+    mark = len(_log(sim))
+    env["FAKE_TUNE_DELAY"] = "0"
+    done = subprocess.run(cmd, cwd=sim, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    retimed = {tuple(line.split()[1:]) for line in _log(sim)[mark:] if line.startswith("time-candidate")}
+    # what the killed run had measured is not measured again (finalists are re-measured only interleaved)
+    assert retimed and not retimed & timed_before
+    final = TuningDatabase(sim / "tuning")
+    assert {r.variant for r in final.records if r.kind == "winner"} == {"T=fp32", "T=fp16"}
+
+
+@pytest.mark.slow
+def test_shards_merge_into_the_whole_database(sim: Path, tmp_path: Path, tmp_path_factory) -> None:
+    from forge_aot.tune.runner import TuneOptions, tune
+
+    build_dir = tmp_path_factory.getbasetemp() / "tune-build"
+    other = tmp_path / "other"
+    shutil.copytree(sim, other)
+    tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale", "accumulate"), shard=(0, 2), jobs=2,
+                                                   build_dir=build_dir, report=False))
+    tune(other / "kernel_manifest.toml", TuneOptions(kernels=("scale", "accumulate"), shard=(1, 2), jobs=2,
+                                                     build_dir=build_dir, report=False))
+    a = {(r.kernel, r.variant, json.dumps(r.key)) for r in TuningDatabase(sim / "tuning").records
+         if r.kind == "winner"}
+    b = {(r.kernel, r.variant, json.dumps(r.key)) for r in TuningDatabase(other / "tuning").records
+         if r.kind == "winner"}
+    assert a and b and not a & b
+    merge_databases([other / "tuning"], sim / "tuning")
+    merged = {(r.kernel, r.variant, json.dumps(r.key)) for r in TuningDatabase(sim / "tuning").records
+              if r.kind == "winner"}
+    assert merged == a | b and len(merged) == 4
