@@ -198,12 +198,18 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
 def check(manifest: Path, show_plan: bool) -> None:
     """Validate the manifest and the kernel sources (compiles nothing)."""
     from .manifest import load_manifest
+    from .pipeline import triton_version
     from .plan import make_plan
+    from .tune.apply import apply_tuning, load_database
 
     try:
-        plan = make_plan(load_manifest(manifest))
+        loaded = load_manifest(manifest)
+        plan = make_plan(loaded)
+        tuning = apply_tuning(plan, load_database(loaded), triton_version())
     except ForgeError as exc:
         _fail(exc)
+    for line in tuning.stale + tuning.warnings:
+        click.echo(f"warning: tuning database: {line}", err=True)
     if show_plan:
         click.echo(json.dumps(plan.to_json(), indent=1))
         return

@@ -3,9 +3,11 @@
 - **CUDA events** around each launch, read after one synchronize.
 - **L2 flush sized from the device**: before every timed launch a buffer of 1.5 × the device's L2 is zeroed,
   so each launch starts with a cold cache, as after other work (not a fixed 256 MB memset).
-- **CUDA-graph replay for short kernels** (under ``graph_below_ms``): ``launches`` × (flush, reset, launch)
-  are captured in one graph and the same without the launch in another; both are replayed interleaved and the
-  per-launch time is the difference over ``launches``, so host launch gaps never show.
+- **CUDA-graph replay for short kernels** (under ``graph_below_ms``): ``launches`` launches are captured in
+  one graph and its replays timed, so host launch gaps never show. Instead of a flush (which would dwarf a
+  microsecond kernel) the launches rotate among copies of the arguments' memory, as many as make twice the
+  L2 (the worker builds that rotation); a kernel that needs a reset between runs is captured as (reset,
+  launch) pairs beside a graph of the resets alone, and the difference is its time.
 - **Repetitions adapted to the kernel's time**: about ``budget_ms`` of GPU time per candidate, between
   ``min_reps`` and ``max_reps`` repetitions.
 - **Early exit**: a candidate whose first samples are ``early_exit_ratio`` × slower than the best so far stops
@@ -102,8 +104,8 @@ class TimingBackend(Protocol):
         ...
 
     def graph(self, run: Run, prepare: Run | None, launches: int, replays: int) -> list[float]:
-        """Per-launch times in ms from ``replays`` interleaved replays of a graph of ``launches`` × (flush,
-        prepare, run) and one without ``run``."""
+        """Per-launch times in ms from ``replays`` replays of a graph of ``launches`` × ``run`` (with
+        ``prepare``: of (prepare, run) pairs, less a graph of ``prepare`` alone, replayed interleaved)."""
         ...
 
 
@@ -117,21 +119,24 @@ class Timer:
     def estimate(self, run: Run, prepare: Run | None) -> float:
         return statistics.median(self.backend.events(run, prepare, 3))
 
-    def measure(self, run: Run, prepare: Run | None = None, best_ms: float | None = None) -> TimingStats:
-        """Time one candidate (``run`` launches it once; ``prepare`` resets what it accumulates into)."""
+    def measure(self, run: Run, prepare: Run | None = None, best_ms: float | None = None,
+                graph_run: Run | None = None) -> TimingStats:
+        """Time one candidate (``run`` launches it once; ``prepare`` resets what it accumulates into;
+        ``graph_run``, if given, is ``run`` rotating among copies of its arguments, for graph replay)."""
         s = self.settings
         est = self.estimate(run, prepare)
         if est < s.graph_below_ms:
             launches = int(min(200, max(10, s.graph_launch_ms / max(est, 1e-4))))
             replays = int(min(30, max(5, s.budget_ms / max(launches * est, 1e-3))))
+            looped = graph_run or run
             try:
-                first = self.backend.graph(run, prepare, launches, 3)
+                first = self.backend.graph(looped, prepare, launches, 3)
             except GraphUnavailable:
                 pass
             else:
                 if best_ms is not None and statistics.median(first) > best_ms * s.early_exit_ratio:
                     return summarize(first, "graph", early_exit=True)
-                return summarize(first + self.backend.graph(run, prepare, launches, replays), "graph")
+                return summarize(first + self.backend.graph(looped, prepare, launches, replays), "graph")
         reps = int(min(s.max_reps, max(s.min_reps, s.budget_ms / max(est, 1e-4))))
         first = self.backend.events(run, prepare, min(s.early_exit_after, reps))
         if best_ms is not None and statistics.median(first) > best_ms * s.early_exit_ratio:
@@ -139,7 +144,8 @@ class Timer:
         rest = self.backend.events(run, prepare, reps - len(first)) if reps > len(first) else []
         return summarize(first + rest, "events")
 
-    def interleaved(self, runs: dict[str, tuple[Run, Run | None]], rounds: int = 3) -> dict[str, TimingStats]:
+    def interleaved(self, runs: dict[str, tuple[Run, Run | None, Run | None]],
+                    rounds: int = 3) -> dict[str, TimingStats]:
         """Time several candidates round-robin (the order rotating each round), ``rounds`` measurements each;
         each candidate's statistics are over the medians of its rounds."""
         names = list(runs)
@@ -148,7 +154,8 @@ class Timer:
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)] if names else []
             for n in order:
-                stats = self.measure(*runs[n])
+                run, prepare, *rest = runs[n]
+                stats = self.measure(run, prepare, graph_run=rest[0] if rest else None)
                 medians[n].append(stats.median_ms)
                 modes[n] = stats.mode
         return {n: summarize(medians[n], modes[n]) for n in names if medians[n]}
@@ -201,31 +208,38 @@ class CudaTimingBackend:
 
     def graph(self, run: Run, prepare: Run | None, launches: int, replays: int) -> list[float]:
         torch = self.torch
-
-        def base() -> None:
-            self.flush()
-            if prepare is not None:
-                prepare()
+        if prepare is None:
+            g = self._capture(run, launches)
+            g.replay()
+            marks = []
+            for _ in range(replays):
+                pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                pair[0].record()
+                g.replay()
+                pair[1].record()
+                marks.append(pair)
+            torch.cuda.synchronize()
+            del g
+            return [a.elapsed_time(b) / launches for a, b in marks]
 
         def full() -> None:
-            base()
+            prepare()
             run()
 
         g_full = self._capture(full, launches)
-        g_base = self._capture(base, launches)
+        g_base = self._capture(prepare, launches)
         g_full.replay()
         g_base.replay()
-        pairs = []
+        quads = []
         for _ in range(replays):
-            marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            marks[0].record()
+            marks4 = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            marks4[0].record()
             g_base.replay()
-            marks[1].record()
-            marks[2].record()
+            marks4[1].record()
+            marks4[2].record()
             g_full.replay()
-            marks[3].record()
-            pairs.append(marks)
+            marks4[3].record()
+            quads.append(marks4)
         torch.cuda.synchronize()
-        out = [(m[2].elapsed_time(m[3]) - m[0].elapsed_time(m[1])) / launches for m in pairs]
         del g_full, g_base
-        return out
+        return [(m[2].elapsed_time(m[3]) - m[0].elapsed_time(m[1])) / launches for m in quads]

@@ -1,0 +1,283 @@
+"""Tuning cost and quality on one GPU, side by side in one run.
+
+Part ``autotune``: the repository's matmul kernel (kernels/matmul.py), the same 46-config space and the same
+five fp16 shapes, tuned by
+  - serial ``triton.autotune`` in a fresh process with an empty ``TRITON_CACHE_DIR`` (compile + benchmark), then
+    again with that cache warm (benchmark only: the difference is its compile time);
+  - ``forge-aot tune`` (exhaustive search) on a temporary project from an empty build directory, then again
+    with ``--force`` and its binaries kept (benchmark only);
+  - and, as the judge, this script timing every config at every shape itself (``triton.testing.do_bench``
+    medians, rounds interleaved in rotating order): the exhaustive best, and each tool's winner against it.
+
+Part ``guided``: the repository's 260-config matmul space at three shapes, ``forge-aot tune --strategy
+exhaustive`` against ``--strategy guided`` (same binaries): how many configs each benchmarked, and the guided
+winner against the exhaustive best (both re-timed here, interleaved).
+
+    python benchmarks/bench_tuning.py --json tuning.json            # both parts, about 6 minutes on an H100
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+SHAPES = [(4096, 4096, 4096), (2048, 2048, 2048), (1024, 4096, 4096), (16, 4096, 4096), (1000, 1000, 1000)]
+GUIDED_SHAPES = [(4096, 4096, 4096), (16, 4096, 4096), (1000, 1000, 1000)]
+SIGNATURE = ('{ a_ptr = "*T", b_ptr = "*T", c_ptr = "*T", M = "i32", N = "i32", K = "i32", stride_am = "i32", '
+             'stride_bk = "i32", stride_cm = "i32" }')
+
+
+def small_space() -> list[dict[str, int]]:
+    out = []
+    for bm, bn, bk, w, s in itertools.product([128, 64], [256, 128, 64], [64, 32], [8, 4], [3, 4]):
+        if (bm * bk + bk * bn) * 2 * s <= 160 * 1024:
+            out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s})
+    return out
+
+
+def space_260() -> list[dict[str, int]]:
+    out = []
+    for bm, bn, bk, w, s in itertools.product([128, 64, 32, 16], [256, 128, 64, 32], [64, 32, 128], [8, 4],
+                                              [3, 4, 2]):
+        if (bm * bk + bk * bn) * 2 * s <= 160 * 1024:
+            out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w, "num_stages": s})
+    return out
+
+
+def cid(c: dict[str, Any]) -> str:
+    return (f"BLOCK_M{c['BLOCK_M']}-BLOCK_N{c['BLOCK_N']}-BLOCK_K{c['BLOCK_K']}-GROUP_M{c['GROUP_M']}-"
+            f"w{c['num_warps']}-s{c['num_stages']}")
+
+
+def project(root: Path, configs: list[dict[str, int]], shapes: list[tuple[int, int, int]], search: str) -> Path:
+    root.mkdir(parents=True)
+    shutil.copytree(REPO / "kernels", root / "kernels")
+    (root / "tuning").mkdir()
+    rows = ", ".join(f"{{ M = {m}, N = {n}, K = {k} }}" for m, n, k in shapes)
+    configs_toml = ",\n    ".join("{ " + ", ".join(f"{k} = {v}" for k, v in c.items()) + " }" for c in configs)
+    (root / "kernel_manifest.toml").write_text(f"""[project]
+name = "bench_tuning"
+version = "0.1.0"
+targets = ["sm_90"]
+tuning-data = "tuning"
+
+[kernels.matmul]
+source = "kernels/matmul.py:matmul_kernel"
+ops = ["matmul"]
+signature = {SIGNATURE}
+dtypes = {{ T = ["fp16"] }}
+key = ["M", "N", "K"]
+shapes = [{rows}]
+
+[kernels.matmul.tune]
+configs = [
+    {configs_toml}
+]
+inputs = "tune_inputs"
+reference = "reference"
+flops = "2 * M * N * K"
+search = "{search}"
+""")
+    return root
+
+
+def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--build-dir", str(build), *extra],
+                          cwd=proj, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"forge-aot tune failed:\n{done.stdout}\n{done.stderr}")
+    run = json.loads((build / "tune" / "run.json").read_text())
+    winners = {}
+    for line in (proj / "tuning" / "matmul.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] == "winner":
+            winners[(r["key"]["M"], r["key"]["N"], r["key"]["K"])] = r  # the latest
+    return {"wall": wall, "compile_cpu_s": run["compile_seconds"], "compile_wall": run["compile_wall"],
+            "benchmark_wall": run["benchmark_wall"], "binaries": run["binaries"],
+            "winners": {f"{m}x{n}x{k}": w["config_id"] for (m, n, k), w in winners.items()},
+            "benchmarked": {f"{m}x{n}x{k}": w["search"]["benchmarked"] for (m, n, k), w in winners.items()}}
+
+
+def grid_of(m: int, n: int) -> Any:
+    import triton
+
+    return lambda meta: (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]),)
+
+
+def launcher(kernel: Any, args: tuple[Any, ...], meta: dict[str, int], grid: tuple[int, ...]) -> Any:
+    return lambda: kernel[grid](*args, **meta)
+
+
+def triton_child(args: argparse.Namespace) -> None:
+    """In a fresh process: serial triton.autotune of the kernel over the space, each shape's first call timed."""
+    import torch
+    import triton
+
+    sys.path.insert(0, str(Path(args.project) / "kernels"))
+    import matmul as mm
+
+    configs = [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
+                             num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in small_space()]
+    tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(mm.matmul_kernel)
+    out = {"shapes": {}}
+    total = 0.0
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        tuned[grid_of(m, n)](a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0))
+        torch.cuda.synchronize()
+        spent = time.perf_counter() - start
+        total += spent
+        best = tuned.best_config
+        out["shapes"][f"{m}x{n}x{k}"] = {"seconds": spent, "bench_time": tuned.bench_time,
+                                         "winner": cid({**best.kwargs, "num_warps": best.num_warps,
+                                                        "num_stages": best.num_stages})}
+    out["total"] = total
+    print(json.dumps(out))
+
+
+def triton_autotune(proj: Path, cache: Path) -> dict[str, Any]:
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, __file__, "--triton-child", "--project", str(proj)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"triton.autotune child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def judge(proj: Path, configs: list[dict[str, int]], shapes: list[tuple[int, int, int]], rounds: int) -> dict:
+    """This script's own timing of configs at shapes: do_bench medians, interleaved in rotating order."""
+    import torch
+    from triton.testing import do_bench
+
+    sys.path.insert(0, str(proj / "kernels"))
+    import matmul as mm
+
+    out: dict[str, dict[str, float]] = {}
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        samples: dict[str, list[float]] = {cid(cfg): [] for cfg in configs}
+        for r in range(rounds):
+            order = configs[r % len(configs):] + configs[:r % len(configs)]
+            for cfg in order:
+                call = launcher(mm.matmul_kernel, (a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0)), cfg,
+                                grid_of(m, n)(cfg))
+                samples[cid(cfg)].append(do_bench(call, warmup=5, rep=20, return_mode="median"))
+        out[f"{m}x{n}x{k}"] = {name: statistics.median(v) for name, v in samples.items()}
+    return out
+
+
+def part_autotune(work: Path, jobs: int | None) -> dict[str, Any]:
+    proj = project(work / "p48", small_space(), SHAPES, "exhaustive")
+    cache = work / "triton-cache"
+    t_cold = triton_autotune(proj, cache)
+    t_warm = triton_autotune(proj, cache)
+    build = work / "forge-build"
+    jobs_args = ("-j", str(jobs)) if jobs else ()
+    f_cold = forge_tune(proj, build, *jobs_args)
+    f_warm = forge_tune(proj, build, "--force", *jobs_args)
+    os.environ["TRITON_CACHE_DIR"] = str(cache)
+    judged = judge(proj, small_space(), SHAPES, rounds=3)
+    rows = []
+    for m, n, k in SHAPES:
+        name = f"{m}x{n}x{k}"
+        times = judged[name]
+        best = min(times.values())
+        tw, fw = t_cold["shapes"][name]["winner"], f_cold["winners"][name]
+        rows.append({"shape": name, "exhaustive_best_ms": best, "exhaustive_best": min(times, key=times.get),
+                     "triton_winner": tw, "triton_vs_best": best / times[tw],
+                     "forge_winner": fw, "forge_vs_best": best / times[fw]})
+    return {"configs": len(small_space()), "shapes": [f"{m}x{n}x{k}" for m, n, k in SHAPES],
+            "triton_cold_s": t_cold["total"], "triton_warm_s": t_warm["total"],
+            "triton_compile_s": t_cold["total"] - t_warm["total"],
+            "forge_cold_s": f_cold["wall"], "forge_warm_s": f_warm["wall"], "forge_cold": f_cold, "forge_warm": f_warm,
+            "speedup_cold": t_cold["total"] / f_cold["wall"], "speedup_warm": t_warm["total"] / f_warm["wall"],
+            "rows": rows}
+
+
+def part_guided(work: Path, jobs: int | None) -> dict[str, Any]:
+    build = work / "forge-build-260"
+    jobs_args = ("-j", str(jobs)) if jobs else ()
+    exh = forge_tune(project(work / "exhaustive", space_260(), GUIDED_SHAPES, "exhaustive"), build, *jobs_args)
+    gui = forge_tune(project(work / "guided", space_260(), GUIDED_SHAPES, "guided"), build, *jobs_args)
+    by_id = {cid(c): c for c in space_260()}
+    rows = []
+    for m, n, k in GUIDED_SHAPES:
+        name = f"{m}x{n}x{k}"
+        pair = [by_id[exh["winners"][name]], by_id[gui["winners"][name]]]
+        pair = list({cid(c): c for c in pair}.values())
+        judged = judge(work / "exhaustive", pair, [(m, n, k)], rounds=5)[name]
+        rows.append({"shape": name, "exhaustive_winner": exh["winners"][name], "guided_winner": gui["winners"][name],
+                     "exhaustive_benchmarked": exh["benchmarked"][name], "guided_benchmarked": gui["benchmarked"][name],
+                     "guided_vs_exhaustive": judged[exh["winners"][name]] / judged[gui["winners"][name]],
+                     "judged_ms": judged})
+    return {"configs": len(space_260()), "exhaustive": exh, "guided": gui, "rows": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=["autotune", "guided", "all"], default="all")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("-j", "--jobs", type=int)
+    ap.add_argument("--triton-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--project", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.triton_child:
+        triton_child(args)
+        return
+    import torch
+
+    result: dict[str, Any] = {"device": torch.cuda.get_device_name()}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.part in ("autotune", "all"):
+            a = result["autotune"] = part_autotune(work, args.jobs)
+            print(f"\nserial triton.autotune vs forge-aot tune: matmul fp16, {a['configs']} configs x "
+                  f"{len(a['shapes'])} shapes, {result['device']}")
+            print(f"  triton.autotune   cold {a['triton_cold_s']:7.1f} s  warm cache {a['triton_warm_s']:6.1f} s  "
+                  f"(compile ~{a['triton_compile_s']:.1f} s, serial)")
+            fc = a["forge_cold"]
+            print(f"  forge-aot tune    cold {a['forge_cold_s']:7.1f} s  warm binaries {a['forge_warm_s']:6.1f} s  "
+                  f"(compile {fc['compile_cpu_s']:.1f} CPU-s in {fc['compile_wall']:.1f} s wall, benchmark "
+                  f"{fc['benchmark_wall']:.1f} s wall)")
+            print(f"  forge-aot / triton wall clock: {a['speedup_cold']:.1f}x faster cold, {a['speedup_warm']:.1f}x "
+                  "warm")
+            print(f"  {'shape':16} {'exhaustive best':>16} {'triton winner':>14} {'forge winner':>13}")
+            for r in a["rows"]:
+                print(f"  {r['shape']:16} {r['exhaustive_best_ms'] * 1e3:13.1f} us {r['triton_vs_best']:13.3f}x "
+                      f"{r['forge_vs_best']:12.3f}x")
+        if args.part in ("guided", "all"):
+            g = result["guided"] = part_guided(work, args.jobs)
+            print(f"\nguided vs exhaustive search over {g['configs']} configs (forge-aot tune, same binaries)")
+            e, gd = g["exhaustive"], g["guided"]
+            print(f"  wall: exhaustive {e['wall']:.1f} s (benchmark {e['benchmark_wall']:.1f} s), guided "
+                  f"{gd['wall']:.1f} s (benchmark {gd['benchmark_wall']:.1f} s)")
+            for r in g["rows"]:
+                print(f"  {r['shape']:16} benchmarked {r['guided_benchmarked']:3d} of {g['configs']} (exhaustive "
+                      f"{r['exhaustive_benchmarked']}), guided winner = {r['guided_vs_exhaustive']:.3f}x the "
+                      f"exhaustive winner's speed")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
