@@ -1,8 +1,17 @@
-"""Per-op speed and host launch overhead: forge-aot wheel vs the same op through Triton JIT vs torch.
+"""The installed forge_kernels wheel (built on a CPU machine from the committed tuning database) against Triton's
+JIT autotuner over the same space and against torch, at the tuned rows, at the issue's shapes and between rows.
 
-Device time: triton.testing.do_bench medians (CUDA events), on fresh random inputs rotated among several
-buffers so the sizes that fit L2 are not measured from cache. Host overhead: wall time per call of a tiny
-launch (4096-element add) over 5 × 5000 calls, median, the anchors' method.
+Contenders, timed interleaved (each round times every contender once, in rotating order; --rounds rounds), each
+figure a triton.testing.do_bench median (fresh random inputs, several buffers rotated so small sizes are not
+timed from L2); reported: the median over rounds, the spread, and the ratios.
+  forge-aot     the wheel's op: its table picks the config (tuned for this GPU model)
+  jit-autotune  the same kernel under @triton.autotune over the same space (key = the wheel's key), its choice
+                made on a first call that is not timed. For add and softmax: the manifest's whole space, filtered
+                by the constraints for the shape. For matmul (260 configs, whose serial compile alone would take
+                the whole GPU lease): the 16 fastest configs the tuning database measured at the nearest tuned row,
+                plus the untuned default.
+  torch         torch.add / torch.softmax / torch.mm
+Goals: tuned rows >= 0.98x jit-autotune; shapes between rows >= 0.9x; matmul >= 0.9x torch at 4096^3, 8192^3.
 
     python benchmarks/bench_kernels.py --json kernels.json
 """
@@ -10,12 +19,29 @@ launch (4096-element add) over 5 × 5000 calls, median, the anchors' method.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+# (op, shape, kind): kind "row" = a tuned row, "issue" = a shape of issue 6's table, "between" = between rows
+CASES = [
+    ("matmul", (1000, 1000, 1000), "row"), ("matmul", (777, 333, 129), "row"), ("matmul", (16, 4096, 4096), "row"),
+    ("matmul", (4096, 4096, 4096), "row"), ("matmul", (8192, 8192, 8192), "row"), ("matmul", (1, 4096, 4096), "row"),
+    ("matmul", (256, 4096, 4096), "row"), ("matmul", (512, 4096, 4096), "between"),
+    ("matmul", (3000, 4096, 4096), "between"), ("matmul", (48, 4096, 4096), "between"),
+    ("matmul", (1536, 1536, 1536), "between"),
+    ("softmax", (8192, 128), "row"), ("softmax", (32, 50257), "row"), ("softmax", (4096, 4096), "row"),
+    ("softmax", (4096, 1024), "row"), ("softmax", (1024, 32768), "row"), ("softmax", (8192, 3000), "between"),
+    ("softmax", (2048, 6000), "between"), ("softmax", (8192, 700), "between"),
+    ("vector_add", (16777216,), "row"), ("vector_add", (1048576,), "row"), ("vector_add", (300000,), "between"),
+    ("vector_add", (4000000,), "between"),
+]
 
 
 def host_us_per_call(fn, calls: int = 5000, rounds: int = 5) -> float:
@@ -34,74 +60,154 @@ def host_us_per_call(fn, calls: int = 5000, rounds: int = 5) -> float:
     return statistics.median(samples)
 
 
+def _rate(template: str, ms: float) -> str:
+    """``"<work / 1e9> UNIT"`` and a time in ms → the achieved rate (work per second, in tera-units)."""
+    value, unit = template.split(" ", 1)
+    return f"{float(value) / ms:.{0 if unit.startswith('TFLOP') else 2}f} {unit}"
+
+
+def _configs(triton, flat: list[dict[str, Any]]) -> list[Any]:
+    return [triton.Config({k: v for k, v in c.items() if k not in ("num_warps", "num_stages")},
+                          num_warps=c["num_warps"], num_stages=c["num_stages"]) for c in flat]
+
+
+def matmul_space(db, device: str, key: tuple[int, int, int]) -> list[dict[str, Any]]:
+    """The 16 fastest configs the database measured at the nearest tuned row (log distance), plus the default."""
+    import math
+
+    rows = {}
+    for r in db.select(kind="measurement", kernel="matmul", variant="T=fp16"):
+        if r.provenance.gpu == device and r.status == "ok" and r.time and not r.time.get("early_exit"):
+            rows.setdefault((r.key["M"], r.key["N"], r.key["K"]), {})[r.config_id] = (r.median_ms, r.config)
+    near = min(rows, key=lambda k: sum(abs(math.log2(max(a, 1)) - math.log2(max(b, 1))) for a, b in zip(k, key)))
+    best = sorted(rows[near].values(), key=lambda v: v[0])[:16]
+    default = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    out = [c for _, c in best]
+    return out + ([default] if default not in out else [])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", help="comma-separated ops")
     args = ap.parse_args()
-    import sys
-
     import forge_kernels
     import torch
     import triton
     from triton.testing import do_bench
 
-    from forge_aot.dev import load_dev_ops
-
     sys.path.insert(0, str(REPO))
-    from kernels.vector_add import add_kernel as jit_add
+    from forge_aot.tune.database import TuningDatabase
+    from kernels.matmul import matmul_kernel
+    from kernels.softmax import softmax_kernel
+    from kernels.vector_add import add_kernel
 
-    dev = load_dev_ops(REPO / "kernel_manifest.toml")
+    device = torch.cuda.get_device_name()
+    db = TuningDatabase(REPO / "tuning")
+    def quick(fn, quantiles):
+        return do_bench(fn, warmup=5, rep=25, quantiles=quantiles)
+
+    def autotuned(kernel, configs, key):
+        return triton.autotune(configs=configs, key=key, do_bench=quick)(kernel)
+
     dt = torch.float16
-    cases = {
-        "vector_add 16M": (lambda: [torch.randn(1 << 24, device="cuda", dtype=dt) for _ in range(2)],
-                           "vector_add", lambda x, y: x + y, lambda x, y: 3 * x.numel() * x.element_size(), None),
-        "softmax 4096x4096": (lambda: [torch.randn(4096, 4096, device="cuda", dtype=dt)], "softmax",
-                              lambda x: torch.softmax(x, -1), lambda x: 2 * x.numel() * x.element_size(), None),
-        "softmax 8192x1000": (lambda: [torch.randn(8192, 1000, device="cuda", dtype=dt)], "softmax",
-                              lambda x: torch.softmax(x, -1), lambda x: 2 * x.numel() * x.element_size(), None),
-        "matmul 4096^3": (lambda: [torch.randn(4096, 4096, device="cuda", dtype=dt) for _ in range(2)], "matmul",
-                          lambda a, b: a @ b, None, lambda a, b: 2 * a.shape[0] * a.shape[1] * b.shape[1]),
-        "matmul 1000^3": (lambda: [torch.randn(1000, 1000, device="cuda", dtype=dt) for _ in range(2)], "matmul",
-                          lambda a, b: a @ b, None, lambda a, b: 2 * a.shape[0] * a.shape[1] * b.shape[1]),
-    }
-    results = {}
-    print(f"{'case':20s} {'forge-aot ms':>13s} {'triton-jit ms':>14s} {'torch ms':>9s} {'jit/aot':>8s} "
-          f"{'torch/aot':>9s} {'aot rate':>14s}")
-    for name, (make, op, ref, nbytes, flops) in cases.items():
-        inputs = [make() for _ in range(4)]
-        row = {}
-        for label, fn in (("forge-aot", getattr(forge_kernels, op)), ("triton-jit", dev[op]), ("torch", ref)):
-            it = iter(range(10**9))
+    results = []
+    only = set(args.only.split(",")) if args.only else None
+    print(f"{device}: forge-aot wheel vs Triton JIT autotune (same space) vs torch, fp16, medians of "
+          f"{args.rounds} interleaved rounds")
+    print(f"{'case':28s} {'kind':8s} {'forge-aot':>11s} {'jit-autotune':>13s} {'torch':>10s} {'vs jit':>7s} "
+          f"{'vs torch':>8s} {'rate':>14s}")
+    for op, shape, kind in CASES:
+        if only and op not in only:
+            continue
+        if op == "matmul":
+            m, n, k = shape
+            inputs = [(torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt))
+                      for _ in range(3)]
+            space = matmul_space(db, device, shape)
+            tuned = autotuned(matmul_kernel, _configs(triton, space), ["M", "N", "K"])
 
-            def call(fn=fn, it=it, inputs=inputs):
-                return fn(*inputs[next(it) % len(inputs)])
+            def jit(a, b, tuned=tuned):
+                c = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
+                M, K = a.shape
+                N = b.shape[1]
+                tuned[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)](
+                    a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
+                return c
 
-            row[label] = do_bench(call, warmup=50, rep=300, return_mode="median")
-        rate = (f"{nbytes(*inputs[0]) / row['forge-aot'] / 1e9:.2f} TB/s" if nbytes
-                else f"{flops(*inputs[0]) / row['forge-aot'] / 1e9:.0f} TFLOP/s")
-        row["aot_rate"] = rate
-        results[name] = row
-        print(f"{name:20s} {row['forge-aot']:13.4f} {row['triton-jit']:14.4f} {row['torch']:9.4f} "
-              f"{row['triton-jit'] / row['forge-aot']:8.2f} {row['torch'] / row['forge-aot']:9.2f} {rate:>14s}")
+            contenders = {"forge-aot": forge_kernels.matmul, "jit-autotune": jit, "torch": torch.mm}
+            rate = f"{2 * m * n * k / 1e9:.6g} TFLOP/s"
+        elif op == "softmax":
+            rows_, cols = shape
+            inputs = [(torch.randn(rows_, cols, device="cuda", dtype=dt) * 4,) for _ in range(3)]
+            space = [{"BLOCK_SIZE": b, "num_warps": w, "num_stages": 1}
+                     for b, w in itertools.product([4096, 2048, 1024, 512, 256, 128, 8192, 16384], [8, 4, 16, 2, 32])
+                     if b < 2 * max(cols, 128)]
+            tuned = autotuned(softmax_kernel, _configs(triton, space), ["n_cols"])
 
+            def jit(x, tuned=tuned):
+                out = torch.empty_like(x)
+                tuned[(x.shape[0],)](out, x, x.shape[1], x.stride(0), out.stride(0))
+                return out
+
+            contenders = {"forge-aot": forge_kernels.softmax, "jit-autotune": jit,
+                          "torch": lambda x: torch.softmax(x, -1)}
+            rate = f"{2 * rows_ * cols * 2 / 1e9:.6g} TB/s"
+        else:
+            (size,) = shape
+            inputs = [(torch.randn(size, device="cuda", dtype=dt), torch.randn(size, device="cuda", dtype=dt))
+                      for _ in range(3)]
+            space = [{"BLOCK_SIZE": b, "num_warps": w, "num_stages": 1}
+                     for b, w in itertools.product([1024, 2048, 4096, 512, 8192], [4, 8, 2, 16])]
+            tuned = autotuned(add_kernel, _configs(triton, space), ["n_elements"])
+
+            def jit(x, y, tuned=tuned):
+                out = torch.empty_like(x)
+                n_el = x.numel()
+                tuned[lambda meta: (triton.cdiv(n_el, meta["BLOCK_SIZE"]),)](x, y, out, n_el)
+                return out
+
+            contenders = {"forge-aot": forge_kernels.vector_add, "jit-autotune": jit, "torch": torch.add}
+            rate = f"{3 * size * 2 / 1e9:.6g} TB/s"
+        for fn in contenders.values():  # the autotuner chooses here, untimed; everything is compiled and loaded
+            fn(*inputs[0])
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {name: [] for name in contenders}
+        names = list(contenders)
+        for r in range(args.rounds):
+            for name in names[r % 3:] + names[:r % 3]:
+                it = itertools.cycle(inputs)
+                fn = contenders[name]
+                samples[name].append(do_bench(lambda fn=fn, it=it: fn(*next(it)), warmup=10, rep=50,
+                                              return_mode="median"))
+        med = {name: statistics.median(v) for name, v in samples.items()}
+        row = {"op": op, "shape": list(shape), "kind": kind, "median_ms": med,
+               "spread_ms": {name: [min(v), max(v)] for name, v in samples.items()},
+               "vs_jit": med["jit-autotune"] / med["forge-aot"], "vs_torch": med["torch"] / med["forge-aot"],
+               "jit_space": len(space), "rate": _rate(rate, med["forge-aot"])}
+        results.append(row)
+        label = f"{op} {'x'.join(map(str, shape))}"
+        print(f"{label:28s} {kind:8s} {med['forge-aot'] * 1e3:9.1f}us {med['jit-autotune'] * 1e3:11.1f}us "
+              f"{med['torch'] * 1e3:8.1f}us {row['vs_jit']:7.3f} {row['vs_torch']:8.2f} {row['rate']:>14s}")
     n = 4096
     x = torch.randn(n, device="cuda")
     y = torch.randn(n, device="cuda")
     o = torch.empty_like(x)
-    aot_handle = sys.modules["forge_kernels._ops.vector_add"].add_kernel
+    handle = sys.modules["forge_kernels._ops.vector_add"].add_kernel
     grid = (triton.cdiv(n, 1024),)
     overhead = {
-        "forge-aot kernel[grid](...)": host_us_per_call(lambda: aot_handle[grid](x, y, o, n)),
+        "forge-aot kernel[grid](...)": host_us_per_call(lambda: handle[grid](x, y, o, n)),
         "forge-aot op (allocates out)": host_us_per_call(lambda: forge_kernels.vector_add(x, y)),
-        "triton-jit kernel[grid](...)": host_us_per_call(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
+        "triton-jit kernel[grid](...)": host_us_per_call(lambda: add_kernel[grid](x, y, o, n, BLOCK_SIZE=1024)),
         "torch.add(out=)": host_us_per_call(lambda: torch.add(x, y, out=o)),
     }
     print("\nhost time per launch, 4096-element fp32 add (median of 5 x 5000 calls)")
     for k, v in overhead.items():
         print(f"  {k:32s} {v:7.2f} us")
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "kernels_ms": results,
-                                         "host_overhead_us": overhead}, indent=1))
+        args.json.write_text(json.dumps({"device": device, "cases": results, "host_overhead_us": overhead},
+                                        indent=1))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ Part ``autotune``: the repository's matmul kernel (kernels/matmul.py), the same 
 five fp16 shapes, tuned by
   - serial ``triton.autotune`` in a fresh process with an empty ``TRITON_CACHE_DIR`` (compile + benchmark), then
     again with that cache warm (benchmark only: the difference is its compile time);
-  - ``forge-aot tune`` (exhaustive search) on a temporary project from an empty build directory, then again
-    with ``--force`` and its binaries kept (benchmark only);
+  - ``forge-aot tune`` (exhaustive search; ``--no-report``) on a temporary project from an empty build
+    directory, then again with ``--force`` and its binaries kept (benchmark only);
   - and, as the judge, this script timing every config at every shape itself (``triton.testing.do_bench``
     medians, rounds interleaved in rotating order): the exhaustive best, and each tool's winner against it.
 
@@ -95,8 +95,8 @@ search = "{search}"
 def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--build-dir", str(build), *extra],
-                          cwd=proj, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--no-report", "--build-dir",
+                           str(build), *extra], cwd=proj, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"forge-aot tune failed:\n{done.stdout}\n{done.stderr}")
@@ -106,8 +106,9 @@ def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
         r = json.loads(line)
         if r["kind"] == "winner":
             winners[(r["key"]["M"], r["key"]["N"], r["key"]["K"])] = r  # the latest
-    return {"wall": wall, "compile_cpu_s": run["compile_seconds"], "compile_wall": run["compile_wall"],
-            "benchmark_wall": run["benchmark_wall"], "binaries": run["binaries"],
+    return {"wall": wall, "run_wall": run["wall"], "compile_cpu_s": run["compile_seconds"],
+            "compile_wall": run["compile_wall"], "benchmark_wall": run["benchmark_wall"], "binaries": run["binaries"],
+            "records": (proj / "tuning" / "matmul.jsonl").read_text().splitlines(),
             "winners": {f"{m}x{n}x{k}": w["config_id"] for (m, n, k), w in winners.items()},
             "benchmarked": {f"{m}x{n}x{k}": w["search"]["benchmarked"] for (m, n, k), w in winners.items()}}
 
@@ -206,7 +207,7 @@ def part_autotune(work: Path, jobs: int | None) -> dict[str, Any]:
         rows.append({"shape": name, "exhaustive_best_ms": best, "exhaustive_best": min(times, key=times.get),
                      "triton_winner": tw, "triton_vs_best": best / times[tw],
                      "forge_winner": fw, "forge_vs_best": best / times[fw]})
-    return {"configs": len(small_space()), "shapes": [f"{m}x{n}x{k}" for m, n, k in SHAPES],
+    return {"configs": len(small_space()), "shapes": [f"{m}x{n}x{k}" for m, n, k in SHAPES], "judged_ms": judged,
             "triton_cold_s": t_cold["total"], "triton_warm_s": t_warm["total"],
             "triton_compile_s": t_cold["total"] - t_warm["total"],
             "forge_cold_s": f_cold["wall"], "forge_warm_s": f_warm["wall"], "forge_cold": f_cold, "forge_warm": f_warm,

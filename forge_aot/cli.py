@@ -99,15 +99,17 @@ def _run_tune(manifest: Path, options: Any, quiet: bool) -> Any:
               help="Work directory [default: build/forge-aot/ beside the manifest].")
 @click.option("--timeout", type=click.FloatRange(min=1), default=60.0, show_default=True,
               help="Seconds one candidate may run before its worker is killed.")
+@click.option("--no-report", is_flag=True, help="Write run.json but not the Markdown/PNG report.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def tune_cmd(manifest: Path, kernels: tuple[str, ...], shard: str | None, gpus: str | None, jobs: int | None,
              strategy: str | None, budget: float | None, force: bool, build_dir: Path | None, timeout: float,
-             quiet: bool) -> None:
+             no_report: bool, quiet: bool) -> None:
     """Tune every manifest entry on the local GPUs into the tuning database."""
     from .tune.runner import TuneOptions
 
     options = TuneOptions(kernels=kernels, shard=_shard(shard), gpus=_gpus(gpus), jobs=jobs, strategy=strategy,
-                          budget=budget, force=force, build_dir=build_dir, candidate_timeout=timeout)
+                          budget=budget, force=force, build_dir=build_dir, candidate_timeout=timeout,
+                          report=not no_report)
     try:
         _run_tune(manifest, options, quiet)
     except ForgeError as exc:

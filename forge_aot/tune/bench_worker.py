@@ -200,6 +200,8 @@ class Worker:
         mm = self._best_of(lambda: a @ b, 5)
         torch.cuda.empty_cache()
         hip = bool(getattr(torch.version, "hip", None))
+        import triton  # noqa: F401 - imported now, while the parent plans, rather than at setup
+
         return {"name": props.name, "capability": self.info["arch"] if hip else f"{props.major}.{props.minor}",
                 "arch": self.info["arch"], "backend": "hip" if hip else "cuda",
                 "sms": props.multi_processor_count, "l2_bytes": int(getattr(props, "L2_cache_size", 0)),

@@ -39,9 +39,9 @@ from .database import Provenance, Record, TuningDatabase, file_sha256
 from .search import Candidate, Ceilings, SearchContext, make_strategy
 from .timing import TimingStats
 
-FINALISTS = 4
+FINALISTS = 3
 """At most this many of the best are re-measured interleaved before a winner is named."""
-FINALIST_WINDOW = 1.15
+FINALIST_WINDOW = 1.05
 """Candidates within this factor of the best are finalists."""
 
 
@@ -137,6 +137,8 @@ class TuneRun:
     """GPU-worker seconds spent on rows (all GPUs)."""
     benchmark_wall: float = 0.0
     wall: float = 0.0
+    """The run, start to database (the report's rendering after it is ``report_seconds``)."""
+    report_seconds: float = 0.0
     binaries: int = 0
     database: str = ""
     report: str | None = None
@@ -713,10 +715,13 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     starters = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(clients))]
     for th in starters:
         th.start()
-    # Plan while the workers start (import torch, measure the device's ceilings).
+    # Plan (every manifest target) while the workers start: import torch, measure the device's ceilings.
     plan_targets = list(loaded.manifest.project.targets)
-    for th in starters:
-        th.join()
+    try:
+        plan = make_plan(loaded)
+    finally:
+        for th in starters:
+            th.join()
     failed = [d for d in devices if isinstance(d, BaseException)]
     if failed:
         for c in clients:
@@ -736,7 +741,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
         gpus = [gpus[i] for i in keep]
     try:
         target = _local_target(device, plan_targets)
-        plan = make_plan(loaded, [target])
+        plan.entries = [e for e in plan.entries if e.target == target]
+        plan.targets = [target]
         notes: list[str] = list(run_notes)
         items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
         db = TuningDatabase(db_dir)
@@ -756,29 +762,29 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                 run.items.append(_from_database(item, winner, known))
             else:
                 todo.append(item)
-        setup = _setup_command(plan, root)
-        for c in clients:
-            c.setup(setup)
-        _pipeline(tuner, todo, clients, options, work, run)
+        _pipeline(tuner, todo, clients, options, work, run, _setup_command(plan, root))
     finally:
         for c in clients:
             c.close()
     run.wall = time.perf_counter() - wall_start
     out_dir = work / "tune"
     out_dir.mkdir(parents=True, exist_ok=True)
+    if options.report:
+        from .report import write_report
+
+        started = time.perf_counter()
+        run.report = str(out_dir / "report" / "report.md")
+        write_report(run.to_json(), out_dir / "report")
+        run.report_seconds = time.perf_counter() - started
     run_json = out_dir / "run.json"
     tmp = run_json.with_name("run.json.tmp")
     tmp.write_text(json.dumps(run.to_json(), indent=1, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, run_json)
-    if options.report:
-        from .report import write_report
-
-        run.report = str(write_report(run.to_json(), out_dir / "report"))
     return run
 
 
 def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], options: TuneOptions,
-              work: Path, run: TuneRun) -> None:
+              work: Path, run: TuneRun, setup: dict[str, Any]) -> None:
     """Compile on every core while the GPUs benchmark the rows whose binaries are all there."""
     plan = tuner.plan
     pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=plan.loaded.root,
@@ -841,6 +847,11 @@ def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], 
     errors: list[BaseException] = []
 
     def gpu_loop(client: WorkerClient) -> None:
+        try:
+            client.setup(setup)  # the worker binds the host modules while the first binaries compile
+        except BaseException as exc:
+            errors.append(exc)
+            return
         while True:
             with lock:
                 if len(claimed) >= total:
@@ -885,4 +896,6 @@ def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], 
     run.items += [results[i] for i in sorted(results)]
     if errors and not results:
         raise TuneError(f"tuning failed: {errors[0]}")
+    if len(claimed) < total:  # every worker failed to start: say why
+        raise TuneError(f"tuning stopped with {total - len(claimed)} rows left: {errors[0] if errors else '?'}")
 

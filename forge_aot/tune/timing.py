@@ -34,13 +34,13 @@ Run = Callable[[], None]
 class TimingSettings:
     graph_below_ms: float = 0.03
     """Kernels estimated shorter than this are timed by CUDA-graph replay."""
-    budget_ms: float = 30.0
+    budget_ms: float = 10.0
     """GPU time spent timing one candidate (the repetitions adapt to it)."""
     min_reps: int = 5
-    max_reps: int = 100
-    early_exit_ratio: float = 1.4
+    max_reps: int = 50
+    early_exit_ratio: float = 1.25
     """A candidate this many times slower than the best so far, after ``early_exit_after`` samples, stops."""
-    early_exit_after: int = 5
+    early_exit_after: int = 3
     graph_launch_ms: float = 0.5
     """Kernel time captured per graph (``launches`` = this / the estimate, 10 to 200)."""
 
