@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .runtime.fastpath import ABI
+
 SOURCE = "_fastlaunch.c"
 FILENAME = "_fastlaunch.abi3.so"
 DISABLE_ENV = "FORGE_AOT_NO_C_LAUNCH"
@@ -88,7 +90,7 @@ def build_extension(dest_dir: Path) -> Extension:
         # It must load into this machine's Python (it is abi3: the same binary loads into 3.9 and later).
         probe = ("import importlib.machinery as m, importlib.util as u; "
                  f"s = u.spec_from_file_location('_fastlaunch', {FILENAME!r}, loader=m.ExtensionFileLoader("
-                 f"'_fastlaunch', {FILENAME!r})); mod = u.module_from_spec(s); assert mod.ABI == 1")
+                 f"'_fastlaunch', {FILENAME!r})); mod = u.module_from_spec(s); assert mod.ABI == {ABI}")
         check = subprocess.run([sys.executable, "-c", probe], cwd=tmp, capture_output=True, text=True, timeout=120)
         if check.returncode != 0:
             return Extension(None, pure, "C launch path not built: the compiled extension does not load:\n  "

@@ -112,28 +112,36 @@ TARGETS = {"sm_90": {"backend": "cuda", "arch": 90, "arch_specific": True, "warp
 
 def kernel_spec(root: Path, name: str, params: list[list[str]], *, dtypes: dict[str, list[str]] | None = None,
                 key: list[str] | None = None, specs: list[str] | None = None, block: int = 1024,
-                binary_fields: dict[str, Any] | None = None, pre_hook: str | None = None) -> dict[str, Any]:
-    """An index entry for a kernel with one config per variant, every listed specialization built."""
+                binary_fields: dict[str, Any] | None = None, pre_hook: str | None = None,
+                call_site: dict[str, list[Any]] | None = None,
+                constexpr_defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An index entry for a kernel with one config per variant, every listed specialization built. Variants:
+    the type variables in ``dtypes`` × the call-site values in ``call_site`` (constexpr parameters of
+    ``params``, or launch options such as num_warps)."""
     spec_params = [n for n, t in params if t.startswith("*") or t in ("i32", "i64", "u32", "u64", "i16", "i8")]
     dtypes = dtypes or {}
+    call_site = call_site or {}
     type_args = {tv: next(n for n, t in params if t == f"*{tv}") for tv in dtypes}
+    axes = [*dtypes, *call_site]
     variants = {}
-    combos = [dict(zip(dtypes, vals)) for vals in _product(list(dtypes.values()))] or [{}]
-    for assign in combos:
+    for vals in _product([*dtypes.values(), *call_site.values()]):
+        assign = dict(zip(axes, vals))
         vid = ",".join(f"{k}={v}" for k, v in assign.items()) or "base"
         built = specs or ["x" * len(spec_params)]
-        binaries = {s: binary(root, name, s + vid, **(binary_fields or {})) for s in built}
-        for s, b in zip(built, binaries.values()):
+        binaries = {}
+        for s in built:
+            b = binary(root, name, s + vid, **(binary_fields or {}))
             b["spec"] = s
-        binaries = {b["spec"]: b for b in binaries.values()}
-        config = {"meta": {"BLOCK": block}, "num_warps": 4, "num_stages": 1, "binaries": binaries}
+            binaries[s] = b
+        config = {"meta": {"BLOCK": block} if "BLOCK" not in call_site else {}, "num_warps": 4, "num_stages": 1,
+                  "binaries": binaries}
         if pre_hook:
             config["pre_hook"] = pre_hook
         variants[vid] = {"assign": assign, "targets": {"sm_90": {
             "configs": {"c": config}, "tables": {"default": [[*([4096] * len(key or [])), "c"]]}}}}
     return {"function": f"{name}_kernel", "params": params, "dtype_args": type_args, "key": key or [],
-            "axes": list(dtypes), "spec_params": spec_params, "constraints": [], "variants": variants,
-            "pre_hooks": [pre_hook] if pre_hook else []}
+            "axes": axes, "spec_params": spec_params, "constraints": [], "variants": variants,
+            "pre_hooks": [pre_hook] if pre_hook else [], "constexpr_defaults": constexpr_defaults or {}}
 
 
 def _product(lists: list[list[str]]) -> list[tuple[str, ...]]:

@@ -326,6 +326,53 @@ class _Index:
         return self.v >= other
 
 
+ARGS19 = [["out_ptr", "*fp32"], ["x_ptr", "*fp32"], ["y_ptr", "*fp32"], ["z_ptr", "*fp32"], ["w_ptr", "*fp32"],
+          ["n", "i32"], *([f"a{i}", "fp32"] for i in range(4)), *([f"s{i}", "i32"] for i in range(9)),
+          ["HAS_BIAS", "constexpr"], ["BLOCK", "constexpr"]]
+
+
+@pytest.fixture
+def args19(rt, fake, tmp_path):
+    k = _kernel(rt, tmp_path, "args19", ARGS19, key=["n"], call_site={"HAS_BIAS": [False, True], "BLOCK": [512, 1024],
+                                                                      "num_warps": [4, 8]},
+                constexpr_defaults={"HAS_BIAS": False})
+    fake.block_size = 5 * 8 + 4 + 4 * 4 + 9 * 4 + 2 * 8  # pointers, n, 4 floats, 9 ints, 2 scratch pointers
+    fake.nparams = 21
+    return k
+
+
+def test_call_site_constexprs_and_launch_options_as_keywords(rt, fake, args19) -> None:
+    t = [_tensor(0, dtype=__import__("torch").float32) for _ in range(5)]
+    args = (*t, 4096, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
+    for kwargs in ({"BLOCK": 1024}, {"BLOCK": 512, "num_warps": 8}, {"BLOCK": 1024, "HAS_BIAS": True, "num_warps": 4}):
+        grid = lambda meta: (4096 // meta["BLOCK"],)  # the grid sees the call's BLOCK
+        rt.fastpath.use_c_launch(args19, False)
+        args19[grid](*args, **kwargs)
+        want = fake.launch_record()
+        rt.fastpath.use_c_launch(args19, True)
+        args19[grid](*args, **kwargs)
+        assert args19._fast.size() == 1
+        before = fake.calls
+        args19.run = lambda *a: pytest.fail("the C path should serve this call")
+        try:
+            args19[grid](*args, **kwargs)
+        finally:
+            del args19.run
+        assert fake.calls == before + 1 and fake.launch_record() == want, kwargs
+        assert want[1] == (4096 // kwargs["BLOCK"], 1, 1)
+    # the Python path binds or refuses every other keyword, with or without the C path
+    errors = {}
+    for use_c in (True, False):
+        rt.fastpath.use_c_launch(args19, use_c)
+        args19[(8,)](*args, BLOCK=512)
+        errors[use_c] = [_error(lambda kw=kw: args19[(8,)](*args, **kw)) for kw in (
+            {}, {"BLOCK": 256}, {"BLOCK": 512, "num_warps": 2}, {"BLOCK": 512, "bogus": 1},
+            {"BLOCK": 512, "num_ctas": 1}, {"BLOCK": 512, "num_ctas": 2}, {"BLOCK": [512]})]
+    assert errors[True] == errors[False]
+    assert errors[True][0][0] is TypeError and "missing the constexpr argument 'BLOCK'" in errors[True][0][1]
+    assert errors[True][1][0] is rt.NotBuiltError and errors[True][4] is None
+
+
 def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     add[(4,)](x, y, o, 4096)
@@ -425,7 +472,8 @@ def test_scratch_buffers_are_allocated_per_launch(rt, fake, tmp_path, monkeypatc
 def test_cache_is_bounded_and_threads_share_it(rt, fake, add) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     for n in range(1, 4200):
-        add._fast.register((x, y, o, n), _any_launcher(rt, add, x, y, o, n), {}, None, add._fast.spec((x, y, o, n)))
+        add._fast.register((x, y, o, n), {}, _any_launcher(rt, add, x, y, o, n), {}, None,
+                           add._fast.spec((x, y, o, n)))
     assert add._fast.size() <= 4096
     add._fast.clear()
     errors = []

@@ -28,6 +28,7 @@
 #define MAX_ARGS 64
 #define MAX_TYPEVARS 8
 #define MAX_KEYS 8
+#define MAX_CALLS 16
 #define MAX_BLOCK 4096
 #define MAX_CACHED 4096
 
@@ -433,6 +434,7 @@ static PyType_Spec Launcher_spec = {"_fastlaunch.Launcher", sizeof(Launcher), 0,
  */
 typedef struct {
     PyObject *dtypes[MAX_TYPEVARS];   /* owned by the entry (or, in a CallKey, by the call) */
+    PyObject *calls[MAX_CALLS];       /* call-site values (borrowed in a CallKey, owned by the entry) */
     long device;
     uint64_t keys[MAX_KEYS];
     char spec[MAX_ARGS];
@@ -442,7 +444,7 @@ typedef struct {
 typedef struct {
     int used;
     CallKey key;
-    PyObject *launcher, *meta, *config;
+    PyObject *launcher, *meta, *config, *call;
 } Entry;
 
 typedef struct {
@@ -454,6 +456,8 @@ typedef struct {
     unsigned char spec_is_ptr[MAX_ARGS];
     int n_tv, tv_pos[MAX_TYPEVARS];
     int n_key, key_pos[MAX_KEYS];
+    int n_call;
+    PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
     PyObject *tensor_types, *get_device, *data_ptr, *launches;
     Entry *table;
     size_t cap, used;
@@ -464,7 +468,8 @@ static void clear_table(FastKernel *F) {
         Entry *e = &F->table[i];
         if (!e->used) continue;
         for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
-        Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config);
+        for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
+        Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
         e->used = 0;
     }
     F->used = 0;
@@ -475,6 +480,7 @@ static void FastKernel_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
     if (F->table) { clear_table(F); PyMem_Free(F->table); }
     Py_XDECREF(F->tensor_types); Py_XDECREF(F->get_device); Py_XDECREF(F->data_ptr); Py_XDECREF(F->launches);
+    Py_XDECREF(F->call_names); Py_XDECREF(F->call_defaults); Py_XDECREF(F->missing);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
     Py_DECREF(tp);
@@ -482,10 +488,13 @@ static void FastKernel_dealloc(PyObject *self) {
 
 static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
-                            "key_positions", "tensor_types", "get_device", "data_ptr", "launches", NULL};
-    PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *types, *get_device, *data_ptr, *launches;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOOOO", names, &kinds, &ptr_pos, &spec_pos, &spec_ptr,
-                                     &tv_pos, &key_pos, &types, &get_device, &data_ptr, &launches))
+                            "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
+                            "data_ptr", "launches", NULL};
+    PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
+        *get_device, *data_ptr, *launches;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO", names, &kinds, &ptr_pos, &spec_pos, &spec_ptr,
+                                     &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type, &call_defaults,
+                                     &missing, &types, &get_device, &data_ptr, &launches))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -522,6 +531,17 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     for (int i = 0; i < F->n_tv; i++)
         if (F->kinds[F->tv_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail; }
     if (!PyTuple_Check(types)) { PyErr_SetString(PyExc_TypeError, "tensor_types must be a tuple"); goto fail; }
+    if (PyTuple_Size(call_names) > MAX_CALLS || PyTuple_Size(call_names) != PyTuple_Size(call_defaults)) {
+        PyErr_SetString(PyExc_ValueError, "call-site names beyond the C launch path's limits"); goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_Size(call_names); i++)
+        if (!PyUnicode_Check(PyTuple_GetItem(call_names, i))) {
+            PyErr_SetString(PyExc_TypeError, "call-site names are strings"); goto fail;
+        }
+    F->n_call = (int)PyTuple_Size(call_names);
+    Py_INCREF(call_names); F->call_names = call_names;
+    Py_INCREF(call_defaults); F->call_defaults = call_defaults;
+    Py_INCREF(missing); F->missing = missing;
     Py_INCREF(types); F->tensor_types = types;
     Py_INCREF(get_device); F->get_device = get_device;
     Py_INCREF(data_ptr); F->data_ptr = data_ptr;
@@ -556,10 +576,22 @@ static void release_key(FastKernel *F, CallKey *k) {
     for (int t = 0; t < F->n_tv; t++) Py_CLEAR(k->dtypes[t]);
 }
 
-/* Read a call's arguments as the Python path would: 1 read (the caller releases k), 0 left to the Python path. */
-static int read_call(FastKernel *F, PyObject *args, CallKey *k, uint64_t *vals) {
+/* Read a call's arguments as the Python path would: 1 read (the caller releases k), 0 left to the Python path.
+ * kwargs: the call's keywords; only call-site constexprs and launch options (each missing one takes its
+ * default, as Kernel._bind does) are read here, any other keyword is the Python path's to bind or refuse. */
+static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k, uint64_t *vals) {
     if (PyTuple_Size(args) != F->n) return 0;
     memset(k, 0, sizeof(*k));
+    Py_ssize_t given = kwargs ? PyDict_Size(kwargs) : 0, matched = 0;
+    if (given && !F->n_call) return 0;
+    for (int c = 0; c < F->n_call; c++) {
+        PyObject *v = given ? PyDict_GetItem(kwargs, PyTuple_GetItem(F->call_names, c)) : NULL;
+        if (v) matched++;
+        else v = PyTuple_GetItem(F->call_defaults, c);
+        if (v == F->missing) return 0;                /* a required constexpr not passed: Python says so */
+        k->calls[c] = v;
+    }
+    if (matched != given) return 0;
     long device = -2;
     for (int i = 0; i < F->n_ptr; i++) {
         PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
@@ -596,6 +628,11 @@ static int read_call(FastKernel *F, PyObject *args, CallKey *k, uint64_t *vals) 
     for (int t = 0; t < F->n_tv; t++) MIX((uintptr_t)k->dtypes[t]);
     MIX(device);
     for (int j = 0; j < F->n_key; j++) MIX(k->keys[j]);
+    for (int c = 0; c < F->n_call; c++) {
+        Py_hash_t ch = PyObject_Hash(k->calls[c]);
+        if (ch == -1 && PyErr_Occurred()) { PyErr_Clear(); release_key(F, k); return 0; }
+        MIX(ch);
+    }
     for (int s = 0; s < F->n_spec; s++) MIX(k->spec[s]);
 #undef MIX
     k->hash = h;
@@ -606,7 +643,14 @@ static int same_key(FastKernel *F, const CallKey *a, const CallKey *b) {
     if (a->hash != b->hash || a->device != b->device) return 0;
     for (int t = 0; t < F->n_tv; t++) if (a->dtypes[t] != b->dtypes[t]) return 0;
     for (int j = 0; j < F->n_key; j++) if (a->keys[j] != b->keys[j]) return 0;
-    return memcmp(a->spec, b->spec, (size_t)F->n_spec) == 0;
+    if (memcmp(a->spec, b->spec, (size_t)F->n_spec) != 0) return 0;
+    for (int c = 0; c < F->n_call; c++) {
+        if (a->calls[c] == b->calls[c]) continue;
+        int eq = PyObject_RichCompareBool(a->calls[c], b->calls[c], Py_EQ);   /* as the Python path's dicts */
+        if (eq < 0) PyErr_Clear();
+        if (eq != 1) return 0;
+    }
+    return 1;
 }
 
 static Entry *find(FastKernel *F, const CallKey *k) {
@@ -619,7 +663,8 @@ static Entry *find(FastKernel *F, const CallKey *k) {
     }
 }
 
-static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config);
+static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                  PyObject *call);
 
 static int grow(FastKernel *F) {
     size_t old_cap = F->cap, cap = old_cap ? old_cap * 2 : 16;
@@ -639,7 +684,8 @@ static int grow(FastKernel *F) {
     return 0;
 }
 
-static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config) {
+static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                  PyObject *call) {
     if (find(F, k)) return 0;
     if (F->used >= MAX_CACHED) clear_table(F);   /* bounded, like ConfigTable's lookup cache */
     if ((F->used + 1) * 2 > F->cap && grow(F) < 0) return -1;
@@ -648,7 +694,9 @@ static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta,
     Entry *e = &F->table[i];
     e->key = *k;
     for (int t = 0; t < F->n_tv; t++) Py_INCREF(e->key.dtypes[t]);
+    for (int c = 0; c < F->n_call; c++) Py_INCREF(e->key.calls[c]);
     Py_INCREF(launcher); e->launcher = launcher;
+    Py_INCREF(call); e->call = call;
     Py_INCREF(meta); e->meta = meta;
     Py_INCREF(config); e->config = config;
     e->used = 1;
@@ -656,32 +704,34 @@ static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta,
     return 0;
 }
 
-/* fast.register(args, launcher, launch_meta, config, spec) -> bool: remember what the Python path resolved for
- * this call, if this file reads the call the same way (same specialization string). */
+/* fast.register(args, call, launcher, launch_meta, config, spec) -> bool: remember what the Python path resolved
+ * for this call (call: its bound call-site values), if this file reads the call the same way (same
+ * specialization string). */
 static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     FastKernel *F = (FastKernel *)self;
-    PyObject *call_args, *launcher, *meta, *config;
+    PyObject *call_args, *call, *launcher, *meta, *config;
     const char *spec;
     Py_ssize_t spec_len;
-    if (!PyArg_ParseTuple(args, "O!O!OOs#", &PyTuple_Type, &call_args, LauncherType, &launcher, &meta, &config,
-                          &spec, &spec_len))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOs#", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
+                          &launcher, &meta, &config, &spec, &spec_len))
         return NULL;
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, call_args, &k, vals)) Py_RETURN_FALSE;
+    if (!read_call(F, call_args, call, &k, vals)) Py_RETURN_FALSE;
     int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0;
-    if (ok && insert(F, &k, launcher, meta, config) < 0) { release_key(F, &k); return NULL; }
+    if (ok && insert(F, &k, launcher, meta, config, call) < 0) { release_key(F, &k); return NULL; }
     release_key(F, &k);
     return PyBool_FromLong(ok);
 }
 
-/* fast.spec(args) -> str or None: the specialization string this file reads from a call (for tests). */
-static PyObject *FastKernel_read_spec(PyObject *self, PyObject *call_args) {
+/* fast.spec(args, kwargs=None) -> str or None: the specialization string this file reads from a call. */
+static PyObject *FastKernel_read_spec(PyObject *self, PyObject *args) {
     FastKernel *F = (FastKernel *)self;
+    PyObject *call_args, *kwargs = NULL;
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!PyTuple_Check(call_args)) { PyErr_SetString(PyExc_TypeError, "args must be a tuple"); return NULL; }
-    if (!read_call(F, call_args, &k, vals)) Py_RETURN_NONE;
+    if (!PyArg_ParseTuple(args, "O!|O!", &PyTuple_Type, &call_args, &PyDict_Type, &kwargs)) return NULL;
+    if (!read_call(F, call_args, kwargs, &k, vals)) Py_RETURN_NONE;
     release_key(F, &k);
     return PyUnicode_FromStringAndSize(k.spec, F->n_spec);
 }
@@ -699,7 +749,7 @@ static PyObject *FastKernel_size(PyObject *self, PyObject *unused) {
 
 static PyMethodDef FastKernel_methods[] = {
     {"register", FastKernel_register, METH_VARARGS, "Remember the launch the Python path resolved for a call."},
-    {"spec", FastKernel_read_spec, METH_O, "The specialization string read from a call, or None."},
+    {"spec", FastKernel_read_spec, METH_VARARGS, "The specialization string read from a call, or None."},
     {"clear", FastKernel_clear, METH_NOARGS, "Forget every remembered launch."},
     {"size", FastKernel_size, METH_NOARGS, "How many launches are remembered."},
     {NULL, NULL, 0, NULL},
@@ -733,16 +783,15 @@ static void Launch_dealloc(PyObject *self) {
 }
 
 /* The grid's dimensions: 1 read, 0 left to the Python path, -1 error (the grid function raised). */
-static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, unsigned long long dims[3]) {
+static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
+                     unsigned long long dims[3]) {
     if (!PyCallable_Check(l->grid)) return read_grid(l->grid, dims);
     PyObject *g = PyObject_CallFunctionObjArgs(l->grid, meta, NULL);
     if (!g) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
         /* The grid function reads an argument by name, as Triton allows: Kernel.named_args, as run() does. */
         PyErr_Clear();
-        PyObject *call = PyDict_New();
-        PyObject *named = call ? PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL) : NULL;
-        Py_XDECREF(call);
+        PyObject *named = PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
         if (!named) return -1;
         g = PyObject_CallFunctionObjArgs(l->grid, named, NULL);
         Py_DECREF(named);
@@ -756,7 +805,6 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
 /* 1 launched, 0 left to the Python path, -1 error. */
 static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
-    if (kwargs && PyDict_Size(kwargs)) return 0;
     if (PyTuple_Size(args) != F->n) return 0;
     PyObject *skip = PyObject_GetAttr(F->launches, str_skip);   /* LAUNCHES.skip: the custom op's meta path */
     if (!skip) { PyErr_Clear(); return 0; }
@@ -765,16 +813,17 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, args, &k, vals)) return 0;
+    if (!read_call(F, args, kwargs, &k, vals)) return 0;
     Entry *e = find(F, &k);
     release_key(F, &k);
     if (!e) return 0;
-    PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config;
-    Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config);   /* the grid function may run other threads */
+    PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config, *call = e->call;
+    /* held: the grid function may run other threads, which may clear the cache */
+    Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config); Py_INCREF(call);
     unsigned long long dims[3];
-    int r = eval_grid(l, args, meta, config, dims);
+    int r = eval_grid(l, args, meta, config, call, dims);
     if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
-    Py_DECREF(launcher); Py_DECREF(meta); Py_DECREF(config);
+    Py_DECREF(launcher); Py_DECREF(meta); Py_DECREF(config); Py_DECREF(call);
     return r;
 }
 
@@ -898,7 +947,8 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || add_type(m, &Launch_spec, &LaunchType) < 0 || add_type(m, &KernelBase_spec, &KernelBaseType) < 0
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
-        || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "ABI", 1) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
+        || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -15,7 +15,7 @@ from typing import Any
 from . import fastpath
 from .drivers import driver
 from .errors import IntegrityError, NotBuiltError
-from .kernel import _NO_CONSTEXPRS, Kernel, _VariantState
+from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
 from .tables import (
     SPEC_ONE,
@@ -140,8 +140,8 @@ class BinaryBackend:
                 if not lo <= values[i] <= hi:
                     raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
             raise
-        if call is _NO_CONSTEXPRS and not heur and config.pre_hook is None and kernel._fast is not None:
-            fastpath.remember(kernel, runtime, launcher, config, spec)
+        if kernel._fast is not None and not heur and config.pre_hook is None:
+            fastpath.remember(kernel, runtime, call, launcher, config, spec)
 
 
 def _scratch_buffer(torch: Any, device: int, size: int, programs: int) -> tuple[Any, int]:
