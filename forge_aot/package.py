@@ -76,6 +76,13 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         dst.with_suffix(".json").write_bytes(sidecar.read_bytes())
                         binaries[rel] = b["sha256"]
     (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
+    # Per host module, the part of the index its kernels need, compact: an op's first call parses only these.
+    (pkg / "_forge" / "modules").mkdir()
+    for mod, spec in sorted(index["modules"].items()):
+        part = {**{k: v for k, v in index.items() if k not in ("modules", "kernels")}, "modules": {mod: spec},
+                "kernels": {k: v for k, v in index["kernels"].items() if v["function"] in spec["kernels"]}}
+        (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(
+            json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
     # The runtime package, copied verbatim (every import inside it is relative), and its optional C launch path.
     (pkg / "_runtime").mkdir()
     for module in sorted(resources.files("forge_aot.runtime").iterdir(), key=lambda m: m.name):
@@ -104,6 +111,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
         "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
+        "ops_table": ", ".join(f"{op!r}: ({mod!r}, {spec['schemas'].get(op)!r})"
+                               for mod, spec in sorted(index["modules"].items()) for op in spec["ops"]),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")
