@@ -463,22 +463,28 @@ typedef struct {
     size_t cap, used;
 } FastKernel;
 
+/* Empties the cache. The table is detached first: releasing an entry may run arbitrary code (and let other
+ * threads call this kernel), which must find a consistent, empty table. */
 static void clear_table(FastKernel *F) {
-    for (size_t i = 0; i < F->cap; i++) {
-        Entry *e = &F->table[i];
+    Entry *old = F->table;
+    size_t cap = F->cap;
+    F->table = NULL;
+    F->cap = 0;
+    F->used = 0;
+    for (size_t i = 0; i < cap; i++) {
+        Entry *e = &old[i];
         if (!e->used) continue;
         for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
         for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
         Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
-        e->used = 0;
     }
-    F->used = 0;
+    PyMem_Free(old);
 }
 
 static void FastKernel_dealloc(PyObject *self) {
     FastKernel *F = (FastKernel *)self;
     PyTypeObject *tp = Py_TYPE(self);
-    if (F->table) { clear_table(F); PyMem_Free(F->table); }
+    clear_table(F);
     Py_XDECREF(F->tensor_types); Py_XDECREF(F->get_device); Py_XDECREF(F->data_ptr); Py_XDECREF(F->launches);
     Py_XDECREF(F->call_names); Py_XDECREF(F->call_defaults); Py_XDECREF(F->missing);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
@@ -687,7 +693,10 @@ static int grow(FastKernel *F) {
 static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
                   PyObject *call) {
     if (find(F, k)) return 0;
-    if (F->used >= MAX_CACHED) clear_table(F);   /* bounded, like ConfigTable's lookup cache */
+    if (F->used >= MAX_CACHED) {                 /* bounded, like ConfigTable's lookup cache */
+        clear_table(F);
+        if (find(F, k)) return 0;                /* another thread may have run meanwhile */
+    }
     if ((F->used + 1) * 2 > F->cap && grow(F) < 0) return -1;
     size_t mask = F->cap - 1, i = (size_t)k->hash & mask;
     while (F->table[i].used) i = (i + 1) & mask;
@@ -815,11 +824,12 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     uint64_t vals[MAX_ARGS];
     if (!read_call(F, args, kwargs, &k, vals)) return 0;
     Entry *e = find(F, &k);
-    release_key(F, &k);
-    if (!e) return 0;
+    if (!e) { release_key(F, &k); return 0; }
+    /* Held before anything can run other threads (releasing the key, the grid function), which may clear the
+     * cache. */
     PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config, *call = e->call;
-    /* held: the grid function may run other threads, which may clear the cache */
     Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config); Py_INCREF(call);
+    release_key(F, &k);
     unsigned long long dims[3];
     int r = eval_grid(l, args, meta, config, call, dims);
     if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
