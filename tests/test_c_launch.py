@@ -389,6 +389,12 @@ def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add
     for _ in range(3):
         hooked[(1,)](x, y, o, 5)
     assert ran == [5, 5, 5] and hooked._fast is None  # kernels with config pre-hooks never take the C path
+    # heuristics run on the host at each call: registering one takes the kernel off the C path, for good
+    params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
+    tuned = _kernel(rt, tmp_path, "heur", params, specs=["xxxx"])
+    assert tuned._fast is not None
+    tuned.add_heuristics({"EVEN": lambda nargs: nargs["n"] % 2 == 0})
+    assert tuned._fast is None and not rt.fastpath.use_c_launch(tuned, True)
 
 
 def test_backends_that_change_the_launch_keep_the_generic_path(rt, tmp_path) -> None:

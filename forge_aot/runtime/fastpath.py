@@ -52,7 +52,7 @@ _MISSING = object()
 
 def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
-    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks"):
+    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks") or kernel.heuristics:
         return None
     from .kernel import LAUNCHES
     from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
@@ -66,6 +66,8 @@ def plan(kernel: Any) -> Any:
                 *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes))
     import torch
 
+    if getattr(torch.version, "hip", None):
+        return None  # the C launcher drives CUDA only: on ROCm every call takes the Python path
     try:
         return c.FastKernel(bytes(kinds), tuple(kernel.ptr_pos), tuple(p for p, _ in kernel.spec_slots),
                             tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
