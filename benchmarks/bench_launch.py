@@ -1,30 +1,49 @@
-"""Host time per launch: torch eager, Triton's JIT, forge-aot's kernel handle and op, and the C floor.
+"""Host time per launch: torch eager, Triton's JIT, forge-aot's C and pure-Python launch paths, its ops, the C floor.
 
-For a 4-argument kernel (vector add) and a 19-argument one (benchmarks/launch/launch_kernels.py), on tiny
-inputs so that the host, not the GPU, sets the pace. Each contender is timed over --calls calls, --rounds
-rounds, contenders interleaved in rotating order; reported: the median µs per call and the spread over rounds.
-The C floor is `cuLaunchKernel` in a C loop on the very cubin the wheel ships (benchmarks/launch/launch_floor.c,
-compiled here with `cc`). Needs the forge_launch wheel installed:
+For a 4-argument kernel (vector add) and a 19-argument one (benchmarks/launch/launch_kernels.py, launched with the
+call-site constexpr BLOCK=1024), on tiny inputs so that the host, not the GPU, sets the pace. Contenders, in one
+process, timed over --calls calls per round, --rounds rounds, interleaved in rotating order; reported: the
+median µs per call and the spread (min - max) over rounds:
+
+  torch.add(x, y, out=o)          torch eager, no allocation (the same rows in both cases, for reference)
+  torch x + y (allocates)         torch eager with its output allocation
+  triton-jit kernel[grid](...)    Triton 3.6's JIT launcher
+  forge-aot kernel[grid] C        the wheel's kernel handle, C launch path (runtime/_fastlaunch.c)
+  forge-aot kernel[grid] Python   the same handle, C path turned off (fastpath.use_c_launch(handle, False)):
+                                  exactly the pure-Python path a wheel without the extension (or with
+                                  FORGE_NO_C_LAUNCH=1) takes
+  forge-aot op (allocates) C / Python   the exported op (output allocation, host code, launch), both paths
+  C cuLaunchKernel floor          cuLaunchKernel in a C loop on the very cubin the wheel ships
+                                  (benchmarks/launch/launch_floor.c, compiled here with `cc`)
+
+Needs the forge_launch wheel (built with the C launch path, i.e. on a machine with a C compiler and Python.h) and
+Triton (for the JIT rows). From the repository root on the GPU machine:
 
     forge-aot build --manifest benchmarks/launch/kernel_manifest.toml --out dist
-    pip install --no-index --no-deps dist/forge_launch-*.whl
+    pip install --no-index --no-deps --force-reinstall dist/forge_launch-*.whl
     python benchmarks/bench_launch.py --json launch.json
+
+The JSON holds every round's sample, the medians and spreads, the device, the versions and whether the C path
+was loaded and actually served the timed calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import platform
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def per_call_us(fn, calls: int) -> float:
+def per_call_us(fn: Callable[[], object], calls: int) -> float:
     import torch
 
     torch.cuda.synchronize()
@@ -49,6 +68,14 @@ def c_floor(cubin: Path, function: str, nargs: int, calls: int) -> float | None:
     return float(out.stdout.strip())
 
 
+class Contender:
+    """A timed callable; ``use_c`` (True/False/None) sets the forge-aot handles' launch path before it runs."""
+
+    def __init__(self, fn: Callable[[], object], use_c: bool | None = None) -> None:
+        self.fn = fn
+        self.use_c = use_c
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=5000)
@@ -65,55 +92,96 @@ def main() -> None:
 
     from kernels.vector_add import add_kernel as jit_add
 
+    fastpath = importlib.import_module("forge_launch._runtime.fastpath")
+    py_base = importlib.import_module("forge_launch._runtime.kernel")._PyKernelBase
     n = 4096
     x, y, z, w = (torch.randn(n, device="cuda") for _ in range(4))
     o = torch.empty_like(x)
-    add = sys.modules["forge_launch._ops.vector_add"].add_kernel
-    a19 = sys.modules["forge_launch._ops.launch_kernels"].args19_kernel
+    add = importlib.import_module("forge_launch._ops.vector_add").add_kernel
+    a19 = importlib.import_module("forge_launch._ops.launch_kernels").args19_kernel
+    handles = (add, a19)
     grid = (triton.cdiv(n, 1024),)
     a19_args = (o, x, y, z, w, n, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
-    cases = {
+
+    def set_path(use_c: bool | None) -> None:
+        if use_c is not None:
+            for h in handles:
+                fastpath.use_c_launch(h, use_c)
+
+    torch_rows = {
+        "torch.add(x, y, out=o)": Contender(lambda: torch.add(x, y, out=o)),
+        "torch x + y (allocates)": Contender(lambda: x + y),
+    }
+    cases: dict[str, dict[str, Contender]] = {
         "4 args": {
-            "torch.add(x, y, out=o)": lambda: torch.add(x, y, out=o),
-            "torch x + y (allocates)": lambda: x + y,
-            "triton-jit kernel[grid](...)": lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024),
-            "forge-aot kernel[grid](...)": lambda: add[grid](x, y, o, n),
-            "forge-aot op (allocates)": lambda: forge_launch.vector_add(x, y),
+            **torch_rows,
+            "triton-jit kernel[grid](...)": Contender(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
+            "forge-aot kernel[grid](...) C": Contender(lambda: add[grid](x, y, o, n), True),
+            # py_base.__getitem__ is what kernel[grid] is without the extension: the pure-Python path, exactly
+            "forge-aot kernel[grid](...) Python": Contender(lambda: py_base.__getitem__(add, grid)(x, y, o, n), False),
+            "forge-aot op (allocates) C": Contender(lambda: forge_launch.vector_add(x, y), True),
+            "forge-aot op (allocates) Python": Contender(lambda: forge_launch.vector_add(x, y), False),
         },
         "19 args": {
-            "triton-jit kernel[grid](...)": lambda: jit_args19[grid](*a19_args, BLOCK=1024),
-            "forge-aot kernel[grid](...)": lambda: a19[grid](*a19_args, BLOCK=1024),
-            "forge-aot op (allocates)": lambda: forge_launch.args19(x, y, z, w),
+            **torch_rows,
+            "triton-jit kernel[grid](...)": Contender(lambda: jit_args19[grid](*a19_args, BLOCK=1024)),
+            "forge-aot kernel[grid](...) C": Contender(lambda: a19[grid](*a19_args, BLOCK=1024), True),
+            "forge-aot kernel[grid](...) Python": Contender(
+                lambda: py_base.__getitem__(a19, grid)(*a19_args, BLOCK=1024), False),
+            "forge-aot op (allocates) C": Contender(lambda: forge_launch.args19(x, y, z, w), True),
+            "forge-aot op (allocates) Python": Contender(lambda: forge_launch.args19(x, y, z, w), False),
         },
     }
-    for fns in cases.values():  # warm up: module loads, JIT compiles, caches
-        for fn in fns.values():
+    c_loaded = fastpath.c is not None
+    if not c_loaded:
+        print("warning: the C launch path is not loaded (wheel built without it, or FORGE_NO_C_LAUNCH set): the "
+              "'C' rows run the Python path", file=sys.stderr)
+    for fns in cases.values():  # warm up: module loads, JIT compiles, caches, the C path's remembered launches
+        for c in fns.values():
+            set_path(c.use_c)
             for _ in range(200):
-                fn()
+                c.fn()
     torch.cuda.synchronize()
+    set_path(True)
+    served = {}
+    for name, h in (("4 args", add), ("19 args", a19)):
+        for _ in range(3):
+            cases[name]["forge-aot kernel[grid](...) C"].fn()
+        served[name] = bool(h._fast is not None and h._fast.size() > 0)
     root = Path(forge_launch.__file__).parent / "_forge" / "bin"
     floors = {"4 args": c_floor(next((root / "add").rglob("xxxx.cubin")), "add_kernel", 4, args.calls),
               "19 args": c_floor(next((root / "args19").rglob("x" * 15 + ".cubin")), "args19_kernel", 19,
                                  args.calls)}
     results: dict[str, dict[str, dict[str, float]]] = {}
+    samples_out: dict[str, dict[str, list[float]]] = {}
     for case, fns in cases.items():
         names = list(fns)
         samples: dict[str, list[float]] = {k: [] for k in names}
         for r in range(args.rounds):
             for k in names[r % len(names):] + names[:r % len(names)]:
-                samples[k].append(per_call_us(fns[k], args.calls))
+                set_path(fns[k].use_c)
+                for _ in range(20):
+                    fns[k].fn()  # after a path switch the C path re-learns its launches: not timed
+                samples[k].append(per_call_us(fns[k].fn, args.calls))
+        set_path(True)
         results[case] = {k: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
                          for k, v in samples.items()}
+        samples_out[case] = samples
         if floors[case] is not None:
             results[case]["C cuLaunchKernel floor"] = {"median_us": floors[case], "min_us": floors[case],
                                                        "max_us": floors[case]}
-    print(f"host time per launch on {torch.cuda.get_device_name()} ({args.rounds} rounds x {args.calls} calls)")
+    device = torch.cuda.get_device_name()
+    print(f"host time per launch on {device} ({args.rounds} rounds x {args.calls} calls); C launch path loaded: "
+          f"{c_loaded}, serving the C rows: {served}")
     for case, rows in results.items():
         print(f"\n{case}")
         for k, v in rows.items():
-            print(f"  {k:32s} {v['median_us']:8.2f} us   ({v['min_us']:.2f} - {v['max_us']:.2f})")
+            print(f"  {k:38s} {v['median_us']:8.2f} us   ({v['min_us']:.2f} - {v['max_us']:.2f})")
     if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": results}, indent=1))
+        args.json.write_text(json.dumps({
+            "device": device, "python": platform.python_version(), "torch": torch.__version__,
+            "triton": triton.__version__, "c_launch_loaded": c_loaded, "c_launch_serving": served,
+            "rounds": args.rounds, "calls": args.calls, "results": results, "samples_us": samples_out}, indent=1))
 
 
 if __name__ == "__main__":

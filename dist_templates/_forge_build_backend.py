@@ -29,7 +29,8 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 def _project() -> dict:
     with open(os.path.join(_HERE, "pyproject.toml"), "rb") as f:
         data = tomllib.load(f)
-    return {**data["project"], "package": data["tool"]["forge-aot"]["package"]}
+    tool = data["tool"]["forge-aot"]
+    return {**data["project"], "package": tool["package"], "wheel-tag": tool.get("wheel-tag", "py3-none-any")}
 
 
 def _dist_name(name: str) -> str:
@@ -105,16 +106,19 @@ def build_wheel(wheel_directory: str, config_settings: dict | None = None,
     dist_info = f"{dist}-{p['version']}.dist-info"
     entries = [(name, _read(full)) for name, full in _package_files(p["package"])]
     build_info = os.path.join(_HERE, p["package"], "_forge", "build_info.json")
+    # py3-none-any, or cp39-abi3-<platform> when the package carries the runtime's compiled C launch path.
+    tag = p["wheel-tag"]
+    purelib = "true" if tag == "py3-none-any" else "false"
     meta = [
         (f"{dist_info}/METADATA", _metadata(p).encode()),
-        (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: forge-aot\nRoot-Is-Purelib: true\n"
-                               b"Tag: py3-none-any\n"),
+        (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: forge-aot\nRoot-Is-Purelib: {purelib}\n"
+                               f"Tag: {tag}\n".encode()),
         (f"{dist_info}/top_level.txt", f"{p['package']}\n".encode()),
     ]
     if os.path.exists(build_info):
         # The manifest hash, Triton version, targets and every binary's sha256, as distribution metadata.
         meta.append((f"{dist_info}/forge-aot.json", _read(build_info)))
-    filename = f"{dist}-{p['version']}-py3-none-any.whl"
+    filename = f"{dist}-{p['version']}-{tag}.whl"
     _write_wheel(os.path.join(wheel_directory, filename), entries + sorted(meta), dist_info)
     return filename
 

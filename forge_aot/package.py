@@ -14,6 +14,7 @@ import shutil
 import string
 import tempfile
 import zipfile
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 from . import __version__
 from .compiler import CompileReport
 from .errors import PackageError
+from .extension import build_extension
 from .index import build_index
 from .plan import BuildPlan
 
@@ -38,8 +40,11 @@ def _toml_str(value: str) -> str:
 
 
 def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, stage_dir: Path,
-                  triton_version: str) -> Path:
-    """Write the generated project (pyproject, backend, package with binaries and index) into stage_dir."""
+                  triton_version: str, note: Callable[[str], None] | None = None) -> Path:
+    """Write the generated project (pyproject, backend, package with binaries and index) into stage_dir.
+
+    The runtime's C launch path is compiled into it when this machine can (see extension.py); ``note`` hears
+    what happened."""
     m = plan.loaded.manifest
     name = m.project.name
     if stage_dir.exists():
@@ -71,15 +76,28 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         dst.with_suffix(".json").write_bytes(sidecar.read_bytes())
                         binaries[rel] = b["sha256"]
     (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
-    build_info = {"name": name, "version": m.project.version, "forge_aot_version": __version__,
-                  "triton_version": triton_version, "manifest_sha256": plan.loaded.sha256,
-                  "targets": plan.targets, "binaries": dict(sorted(binaries.items()))}
-    (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
-    # The runtime package, copied verbatim (every import inside it is relative).
+    # Per host module, the part of the index its kernels need, compact: an op's first call parses only these.
+    (pkg / "_forge" / "modules").mkdir()
+    for mod, spec in sorted(index["modules"].items()):
+        part = {**{k: v for k, v in index.items() if k not in ("modules", "kernels")}, "modules": {mod: spec},
+                "kernels": {k: v for k, v in index["kernels"].items() if v["function"] in spec["kernels"]}}
+        (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(
+            json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
+    # The runtime package, copied verbatim (every import inside it is relative), and its optional C launch path.
     (pkg / "_runtime").mkdir()
     for module in sorted(resources.files("forge_aot.runtime").iterdir(), key=lambda m: m.name):
         if module.name.endswith(".py"):
             (pkg / "_runtime" / module.name).write_bytes(module.read_bytes())
+    ext = build_extension(pkg / "_runtime")
+    if note is not None:
+        note(ext.note)
+    build_info = {"name": name, "version": m.project.version, "forge_aot_version": __version__,
+                  "triton_version": triton_version, "manifest_sha256": plan.loaded.sha256,
+                  "targets": plan.targets, "binaries": dict(sorted(binaries.items())),
+                  "c_launch": None if ext.path is None else {
+                      "file": f"_runtime/{ext.path.name}", "sha256": hashlib.sha256(ext.path.read_bytes()).hexdigest(),
+                      "wheel_tag": ext.tag}}
+    (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
     shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
                     stage_dir / "_forge_build_backend.py")
     ops = [op for spec in plan.modules.values() for op in spec["ops"]]
@@ -92,7 +110,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "triton_version": triton_version, "targets": ", ".join(plan.targets),
         "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
         "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
-        "ops": ", ".join(f"`{op}`" for op in ops) or "none",
+        "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
+        "ops_table": ", ".join(f"{op!r}: ({mod!r}, {spec['schemas'].get(op)!r})"
+                               for mod, spec in sorted(index["modules"].items()) for op in spec["ops"]),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")

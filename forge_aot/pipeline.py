@@ -72,7 +72,8 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
         raise BuildFailed(report.errors, report.failures)
     if progress:
         progress("package", 0, 1, "writing the package")
-    stage = stage_package(plan, report, binaries, work / "package", triton_version())
+    stage = stage_package(plan, report, binaries, work / "package", triton_version(),
+                          note=(lambda message: progress("package", 0, 1, message)) if progress else None)
     wheel = build_wheel(stage, out)
     if progress:
         progress("package", 1, 1, str(wheel))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -94,12 +93,15 @@ def relative_error(out, ref) -> float:
 
 def reset_handle(module_name: str, function: str) -> None:
     """Forget a packaged kernel handle's resolved state, so the next call shows which binaries it picks."""
-    getattr(sys.modules[module_name], function)._states.clear()
+    handle = getattr(importlib.import_module(module_name), function)  # binds the host module if not yet used
+    handle._states.clear()
+    if handle._fast is not None:
+        handle._fast.clear()  # the C launch path's remembered launches too, so the next call is resolved again
 
 
 def launched_specs(module_name: str, function: str) -> set[str]:
     """The specializations (see the README) of the binaries a packaged kernel handle launched since its reset."""
-    handle = getattr(sys.modules[module_name], function)
+    handle = getattr(importlib.import_module(module_name), function)
     return {launcher.spec for state in handle._states.values() for launcher in state.launchers.values()}
 
 

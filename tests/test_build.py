@@ -134,8 +134,10 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh_venv: Path) -> None:
-    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(repo_wheel)],
-                   check=True)
+    # The C launch path makes it a platform wheel (abi3: one wheel for every CPython >= 3.9).
+    assert repo_wheel.name.startswith("forge_kernels-0.1.0-cp39-abi3-linux_"), repo_wheel.name
+    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
+                    str(repo_wheel)], check=True)
     code = (
         "import importlib.util, json, sys, torch, forge_kernels\n"
         "res = {'triton': importlib.util.find_spec('triton') is not None,\n"
@@ -146,12 +148,54 @@ def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh
         "    forge_kernels.softmax(torch.randn(4, 4))\n"
         "except Exception as e:\n"
         "    res['cpu_error'] = f'{type(e).__name__}: {e}'\n"
+        "from forge_kernels._runtime import fastpath, kernel\n"
+        "res['c_launch'] = fastpath.c is not None\n"
+        "res['base'] = kernel.Kernel.__mro__[1].__name__\n"
+        "res['dir'] = forge_kernels.__path__[0]\n"
         "print(json.dumps(res))\n")
-    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing from the checkout
+    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
     res = json.loads(out.stdout)
     assert res["triton"] is False and res["forge_aot"] is False and res["loaded"] == []
     assert sorted(res["ops"]) == ["matmul", "preload", "softmax", "vector_add"] and res["version"] == "0.1.0"
     assert res["cpu_error"].startswith("UnsupportedDeviceError") and "CPU tensor" in res["cpu_error"]
+    assert res["c_launch"] is True and res["base"] == "KernelBase"
+    # Without the extension (removed, or a platform it does not load on) the same package runs pure Python.
+    so = Path(res["dir"]) / "_runtime" / "_fastlaunch.abi3.so"
+    assert so.exists()
+    so.unlink()
+    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    res = json.loads(out.stdout)
+    assert res["c_launch"] is False and res["base"] == "_PyKernelBase"
+    assert res["cpu_error"].startswith("UnsupportedDeviceError") and "CPU tensor" in res["cpu_error"]
+    so.write_bytes(b"not an ELF file")  # a broken .so is refused the same way
+    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    assert json.loads(out.stdout)["c_launch"] is False
+
+
+def test_pure_python_wheel_when_the_extension_is_not_built(tiny_build, tmp_path: Path) -> None:
+    import shutil
+
+    import build as pypa_build
+    import pyproject_hooks
+
+    stage = tmp_path / "package"
+    shutil.copytree(tiny_build.build_dir / "package", stage)
+    (stage / "tiny_pkg" / "_runtime" / "_fastlaunch.abi3.so").unlink()
+    pyproject = stage / "pyproject.toml"
+    text = pyproject.read_text()
+    assert 'wheel-tag = "cp39-abi3-linux_' in text
+    pyproject.write_text(text.replace(text[text.index('wheel-tag = "'):].splitlines()[0],
+                                      'wheel-tag = "py3-none-any"'))
+    builder = pypa_build.ProjectBuilder(str(stage), runner=pyproject_hooks.quiet_subprocess_runner)
+    wheel = Path(builder.build("wheel", tmp_path / "dist"))
+    assert wheel.name == "tiny_pkg-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        assert b"Root-Is-Purelib: true\nTag: py3-none-any\n" in zf.read("tiny_pkg-0.1.0.dist-info/WHEEL")
+    with zipfile.ZipFile(tiny_build.wheel) as zf:
+        wheel_file = zf.read("tiny_pkg-0.1.0.dist-info/WHEEL").decode()
+        assert "Root-Is-Purelib: false" in wheel_file and "Tag: cp39-abi3-linux_" in wheel_file
+        assert "tiny_pkg/_runtime/_fastlaunch.abi3.so" in zf.namelist()
 
 
 def test_generated_backend_builds_identical_sdists(tiny_build, tmp_path: Path) -> None:

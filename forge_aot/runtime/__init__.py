@@ -10,92 +10,92 @@ tree and in the wheel. One module per concern:
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
-- ``host_modules``: running the shipped host code, the package entry point.
+- ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
+- ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
+
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only.
 """
 
-from .errors import (
-    DriverError,
-    ForgeRuntimeError,
-    IntegrityError,
-    NotBuiltError,
-    UnsupportedDeviceError,
-    UnsupportedDtypeError,
-)
-from .expressions import Expression
-from .host_modules import (
-    INDEX_FORMAT,
-    bind_module,
-    bind_ops,
-    exec_host_module,
-    load_index,
-    load_package,
-    register_torch_ops,
-)
-from .host_triton import _HostTriton, cdiv, host_triton, next_power_of_2
-from .kernel import Kernel
-from .launch import BinaryBackend, _BinaryLauncher, choose_binary
-from .packing import _pack_bf16, _pack_fp16, dtype_name
-from .tables import (
-    HEURISTICS_HOOK,
-    LAUNCH_DEFAULTS,
-    LAUNCH_OPTIONS,
-    SPEC_DIV16,
-    SPEC_NONE,
-    SPEC_ONE,
-    TRITON_DEFAULTS,
-    Config,
-    ConfigTable,
-    argument_spec,
-    pick_cuda_target,
-    pick_hip_target,
-    rank_rows,
-    resolve_table,
-    spec_fits,
-    spec_rank,
-    variant_id,
-)
+from __future__ import annotations
 
-__all__ = [
-    "HEURISTICS_HOOK",
-    "INDEX_FORMAT",
-    "LAUNCH_DEFAULTS",
-    "LAUNCH_OPTIONS",
-    "SPEC_DIV16",
-    "SPEC_NONE",
-    "SPEC_ONE",
-    "TRITON_DEFAULTS",
-    "BinaryBackend",
-    "Config",
-    "ConfigTable",
-    "DriverError",
-    "Expression",
-    "ForgeRuntimeError",
-    "IntegrityError",
-    "Kernel",
-    "NotBuiltError",
-    "UnsupportedDeviceError",
-    "UnsupportedDtypeError",
-    "_BinaryLauncher",
-    "_HostTriton",
-    "_pack_bf16",
-    "_pack_fp16",
-    "argument_spec",
-    "bind_module",
-    "bind_ops",
-    "cdiv",
-    "choose_binary",
-    "dtype_name",
-    "exec_host_module",
-    "host_triton",
-    "load_index",
-    "load_package",
-    "next_power_of_2",
-    "pick_cuda_target",
-    "pick_hip_target",
-    "rank_rows",
-    "register_torch_ops",
-    "resolve_table",
-    "spec_fits",
-    "spec_rank",
-    "variant_id",
-]
+import importlib
+import sys
+import types
+from typing import Any
+
+_EXPORTS = {
+    "DriverError": "errors",
+    "ForgeRuntimeError": "errors",
+    "IntegrityError": "errors",
+    "NotBuiltError": "errors",
+    "UnsupportedDeviceError": "errors",
+    "UnsupportedDtypeError": "errors",
+    "Expression": "expressions",
+    "INDEX_FORMAT": "host_modules",
+    "bind_module": "host_modules",
+    "bind_ops": "host_modules",
+    "exec_host_module": "host_modules",
+    "load_index": "host_modules",
+    "register_torch_ops": "host_modules",
+    "load_package": "entry",
+    "_HostTriton": "host_triton",
+    "cdiv": "host_triton",
+    "host_triton": "host_triton",
+    "next_power_of_2": "host_triton",
+    "Kernel": "kernel",
+    "BinaryBackend": "launch",
+    "_BinaryLauncher": "launch",
+    "choose_binary": "launch",
+    "_pack_bf16": "packing",
+    "_pack_fp16": "packing",
+    "dtype_name": "packing",
+    "HEURISTICS_HOOK": "tables",
+    "LAUNCH_DEFAULTS": "tables",
+    "LAUNCH_OPTIONS": "tables",
+    "SPEC_DIV16": "tables",
+    "SPEC_NONE": "tables",
+    "SPEC_ONE": "tables",
+    "TRITON_DEFAULTS": "tables",
+    "Config": "tables",
+    "ConfigTable": "tables",
+    "argument_spec": "tables",
+    "pick_cuda_target": "tables",
+    "pick_hip_target": "tables",
+    "rank_rows": "tables",
+    "resolve_table": "tables",
+    "spec_fits": "tables",
+    "spec_rank": "tables",
+    "variant_id": "tables",
+}
+_SUBMODULES = frozenset({"cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip", "host_modules",
+                         "host_triton", "kernel", "launch", "packing", "tables"})
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBMODULES})
+
+
+class _Runtime(types.ModuleType):
+    """``host_triton`` names both a submodule and the object exported from it: importing the submodule (lazily,
+    whenever another module needs it) must not replace the exported object."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _EXPORTS and name in _SUBMODULES and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Runtime

@@ -96,6 +96,15 @@ class _CudaDriver:
         finally:
             self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
 
+    def entry_points(self) -> dict[str, int]:
+        """Addresses of the functions the C launch path calls (fastpath.py): from this same library."""
+        def address(fn: Any) -> int:
+            return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
+
+        lib = self.lib
+        return {"launch": address(self.launch), "ctx_get": address(lib.cuCtxGetCurrent),
+                "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2)}
+
     def current_context(self) -> int:
         ctx = ctypes.c_void_p()
         self.ctx_get_current(ctypes.byref(ctx))

@@ -17,8 +17,12 @@ def driver() -> Any:
             if _driver is None:
                 import torch
 
-                from .cuda import _CudaDriver
-                from .hip import _HipDriver
+                if getattr(torch.version, "hip", None):
+                    from .hip import _HipDriver
 
-                _driver = _HipDriver() if getattr(torch.version, "hip", None) else _CudaDriver()
+                    _driver = _HipDriver()
+                else:
+                    from .cuda import _CudaDriver
+
+                    _driver = _CudaDriver()
     return _driver

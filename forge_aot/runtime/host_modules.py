@@ -11,10 +11,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from .entry import LIBRARIES
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
 from .kernel import LAUNCHES, Kernel
-from .launch import BinaryBackend
 from .tables import HEURISTICS_HOOK
 
 INDEX_FORMAT = 2
@@ -64,8 +64,13 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     return module
 
 
-def load_index(root: str) -> dict[str, Any]:
-    with open(os.path.join(root, "_forge", "index.json"), encoding="utf-8") as f:
+def load_index(root: str, module: str | None = None) -> dict[str, Any]:
+    """The package index; with ``module``, the part of it one host module needs (written by the build beside the
+    index, so an op's first call parses only its own kernels), or the whole index where there is none."""
+    path = os.path.join(root, "_forge", "index.json")
+    if module is not None and os.path.exists(os.path.join(root, "_forge", "modules", f"{module}.json")):
+        path = os.path.join(root, "_forge", "modules", f"{module}.json")
+    with open(path, encoding="utf-8") as f:
         index = json.load(f)
     if index.get("format") != INDEX_FORMAT:
         raise ForgeRuntimeError(f"{root}: index format {index.get('format')} is not {INDEX_FORMAT}; reinstall "
@@ -99,16 +104,12 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     return ops
 
 
-_LIBRARIES: list[Any] = []
-"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
-
-
 def _fake(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A custom op's fake (meta) implementation: the op's own host code on meta tensors, kernel launches skipped,
     so output shapes, dtypes and strides are exactly those the real call allocates."""
 
     def fake(*args: Any, **kwargs: Any) -> Any:
-        previous = getattr(LAUNCHES, "skip", False)
+        previous = LAUNCHES.skip
         LAUNCHES.skip = True
         try:
             return fn(*args, **kwargs)
@@ -141,7 +142,7 @@ def register_torch_ops(package: str, index: dict[str, Any],
     if not schemas:
         return ops
     lib = torch.library.Library(package, "FRAGMENT")
-    _LIBRARIES.append(lib)
+    LIBRARIES.append(lib)
     namespace = getattr(torch.ops, package)
     out = dict(ops)
     for op, schema in sorted(schemas.items()):
@@ -158,10 +159,7 @@ def register_torch_ops(package: str, index: dict[str, Any],
 
 
 def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
-    """Entry point of a generated package: its ops, launching its packaged binaries (and registered as torch
-    custom ops where they have a schema), and its ``preload``."""
-    index = load_index(root)
-    sources = {m: (os.path.join(root, spec["path"]), None) for m, spec in index["modules"].items()}
-    backend = BinaryBackend(root)
-    ops = register_torch_ops(package, index, bind_ops(package, index, backend, sources))
-    return ops, backend.preload
+    """Entry point of a generated package (see entry.load_package: host code bound on first use)."""
+    from .entry import load_package as lazy
+
+    return lazy(package, root)

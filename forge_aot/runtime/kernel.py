@@ -7,16 +7,21 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import fastpath
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
-from .expressions import Expression
 from .packing import _INT_RANGES, dtype_name
 from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, variant_id
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
-LAUNCHES = threading.local()
+
+
+class _LaunchState(threading.local):
+    skip = False  # a class default: reading it never raises, in Python or from the C path
+
+
+LAUNCHES = _LaunchState()
 """``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (the
 fake implementation of a custom op runs the host code on fake tensors this way, for shapes and dtypes)."""
-
 
 
 class _Launch:
@@ -28,6 +33,19 @@ class _Launch:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.kernel.run(self.grid, args, kwargs)
+
+
+class _PyKernelBase:
+    """``kernel[grid]`` in Python (the C extension's ``KernelBase`` does the same in C when it is present)."""
+
+    __slots__ = ()
+    _fast: Any = None
+
+    def __getitem__(self, grid: Any) -> _Launch:
+        return _Launch(self, grid)
+
+
+KernelBase: Any = fastpath.c.KernelBase if fastpath.c is not None else _PyKernelBase
 
 
 class _VariantState:
@@ -47,7 +65,7 @@ class _VariantState:
         self.lock = threading.Lock()
 
 
-class Kernel:
+class Kernel(KernelBase):
     """One packaged kernel, called from host code exactly like a Triton JIT function.
 
     ``kernel[grid](*args, **kwargs)`` binds the arguments like Triton does (call-site constexprs and launch
@@ -96,7 +114,11 @@ class Kernel:
                              for a in self.axes]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
                             else (False, k) for k in spec["key"]]
-        self.constraints = [Expression(c) for c in spec.get("constraints", [])]
+        self.constraints = []
+        if spec.get("constraints"):
+            from .expressions import Expression  # the constraint language, loaded for kernels that have some
+
+            self.constraints = [Expression(c) for c in spec["constraints"]]
         self.variants = spec["variants"]
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""
@@ -120,9 +142,6 @@ class Kernel:
         if register is not None:
             register(self)
 
-    def __getitem__(self, grid: Any) -> _Launch:
-        return _Launch(self, grid)
-
     def __repr__(self) -> str:
         return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
 
@@ -133,6 +152,8 @@ class Kernel:
                 raise ForgeRuntimeError(f"{self.function}: heuristic '{name}' is not a constexpr parameter the "
                                         f"package knows as heuristic ({self.heuristic_names})")
             self.heuristics.append((name, fn))
+        if self._fast is not None:
+            self._set_fast(None)  # heuristics run on the host at each call: the Python path's job
 
     # -- binding ------------------------------------------------------------------------------------------
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:
@@ -252,7 +273,7 @@ class Kernel:
             runtime, call = self._bind(args, kwargs)
         else:
             runtime, call = args, _NO_CONSTEXPRS
-        if getattr(LAUNCHES, "skip", False):
+        if LAUNCHES.skip:
             return
         state = self._state(runtime, call)
         if self._runtime_key is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import operator
 import os
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from . import fastpath
 from .drivers import driver
 from .errors import IntegrityError, NotBuiltError
 from .kernel import Kernel, _VariantState
@@ -51,6 +53,11 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
 class BinaryBackend:
     """Launches packaged binaries with the driver API; loads each lazily (or at ``preload``), once per device."""
 
+    c_launch = True
+    """Plain calls, once resolved here, may be launched by the C path (fastpath.py) with this class's semantics.
+    Declared per class: a subclass that changes how launches resolve or run keeps the generic path unless it
+    declares it too."""
+
     def __init__(self, root: str) -> None:
         self.root = root
         self._devices: dict[int, dict[str, Any]] = {}
@@ -60,6 +67,8 @@ class BinaryBackend:
 
     def register(self, kernel: Kernel) -> None:
         self.kernels.append(kernel)
+        if fastpath.c is not None:
+            fastpath.use_c_launch(kernel)
 
     def device(self, index: int) -> dict[str, Any]:
         info = self._devices.get(index)
@@ -131,6 +140,16 @@ class BinaryBackend:
                 if not lo <= values[i] <= hi:
                     raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
             raise
+        if kernel._fast is not None and not heur and config.pre_hook is None:
+            fastpath.remember(kernel, runtime, call, launcher, config, spec)
+
+
+def _scratch_buffer(torch: Any, device: int, size: int, programs: int) -> tuple[Any, int]:
+    """Global or profile scratch for one launch: a torch buffer (kept alive until the launch returns) and its
+    address rounded up to 256 bytes."""
+    buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
+    ptr = buf.data_ptr()
+    return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
 class _ArgBuffer:
@@ -172,9 +191,11 @@ class _BinaryLauncher:
         # Arguments specialized to the constant 1 are compiled into the binary, not passed.
         ones = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_ONE}
         kept = [i for i in range(len(kernel.runtime)) if i not in ones]
+        self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
             if ones else None
         params = [kernel.runtime[i] for i in kept]
+        self.kinds = [fastpath.kind(ty) for _, ty in params]
         fields = []
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
         for j, (_, ty) in enumerate(params):
@@ -199,12 +220,30 @@ class _BinaryLauncher:
         except AttributeError:  # pragma: no cover - older torch
             self.raw_stream = lambda d: torch.cuda.current_stream(d).cuda_stream
         self.torch = torch
+        self._c: Any = False
 
     def _scratch(self, size: int, programs: int) -> tuple[Any, int]:
-        buf = self.torch.empty(programs * size + _SCRATCH_ALIGN, dtype=self.torch.uint8,
-                               device=f"cuda:{self.device}")
-        ptr = buf.data_ptr()
-        return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
+        return _scratch_buffer(self.torch, self.device, size, programs)
+
+    def c_launcher(self) -> Any:
+        """This binary as a C ``Launcher`` (fastpath.py), made on first use; None where the C path cannot launch
+        it (no extension, a driver without C entry points, a parameter block beyond its limits)."""
+        if self._c is False:
+            self._c = None
+            entry = getattr(self.drv, "entry_points", None)
+            if fastpath.c is not None and self.cuda and entry is not None and None not in self.kinds:
+                points = entry()
+                scratch = (functools.partial(_scratch_buffer, self.torch, self.device)
+                           if self.global_scratch or self.profile_scratch else None)
+                try:
+                    self._c = fastpath.c.Launcher(
+                        self.function, self.ctx, self.block, self.shared, tuple(self.kept), bytes(self.kinds),
+                        tuple(self.offsets), ctypes.sizeof(self.args_type), self.global_scratch,
+                        self.profile_scratch, scratch, self.raw_stream, self.device, self.drv.check, self.name,
+                        points["launch"], points["ctx_get"], points["ctx_push"], points["ctx_pop"])
+                except (TypeError, ValueError, OverflowError):
+                    self._c = None
+        return self._c
 
     def __call__(self, grid: Sequence[int], values: list[Any]) -> None:
         gx = grid[0]

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import NotBuiltError, UnsupportedDeviceError
-from .expressions import Expression
 
 if TYPE_CHECKING:
+    from .expressions import Expression
     from .kernel import Kernel
 
 _MAX_CACHED_KEYS = 4096

@@ -1,0 +1,966 @@
+/* forge-aot launch fast path: kernel[grid](...) from Python to cuLaunchKernel in one C call.
+ *
+ * Compiled by `forge-aot build` into <package>/_runtime/_fastlaunch.abi3.so with the CPython limited API
+ * (Py_LIMITED_API 0x03090000: one binary for every CPython >= 3.9) and no CUDA, torch or libc-math headers:
+ * the few driver types are declared here and the driver entry points are handed over as addresses taken from
+ * the ctypes libcuda the runtime already loaded. Optional: without it (no compiler at build time, a .so that
+ * does not load, FORGE_NO_C_LAUNCH=1) the pure-Python path runs, and it runs here too for every call this file
+ * does not handle (see fastpath.py for what is handled). Every such call is handed, untouched, to
+ * Kernel.run, so errors and rare cases behave exactly as in the Python path.
+ *
+ * Types:
+ *   KernelBase  base class of the runtime's Kernel: `kernel[grid]` returns a Launch (mp_subscript in C).
+ *   Launch      `kernel[grid]`; calling it tries the FastKernel, else calls kernel.run(grid, args, kwargs).
+ *   FastKernel  per kernel handle: how to read a call's arguments and a cache from (dtypes, device, key
+ *               values, specialization) to the Launcher and config the Python path resolved for them.
+ *   Launcher    one loaded binary on one device: parameter-block layout, launch dimensions, driver calls.
+ */
+#define PY_SSIZE_T_CLEAN
+#define Py_LIMITED_API 0x03090000
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the parameter block is packed little-endian"
+#endif
+
+#define MAX_ARGS 64
+#define MAX_TYPEVARS 8
+#define MAX_KEYS 8
+#define MAX_CALLS 16
+#define MAX_BLOCK 4096
+#define MAX_CACHED 4096
+
+typedef int CUresult;
+typedef CUresult (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned shared, void *stream, void **params, void **extra);
+typedef CUresult (*ctx_get_fn)(void **ctx);
+typedef CUresult (*ctx_push_fn)(void *ctx);
+typedef CUresult (*ctx_pop_fn)(void **ctx);
+
+/* Argument kinds (fastpath.KINDS gives the same numbers). */
+enum { K_PTR = 0, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32, K_U64, K_FP16, K_BF16, K_FP32, K_FP64, K_COUNT };
+static const int kind_size[K_COUNT] = {8, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
+static const long long kind_lo[K_COUNT] = {0, -128, -32768, -2147483647LL - 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+static const long long kind_hi[K_COUNT] = {0, 127, 32767, 2147483647LL, 0, 255, 65535, 4294967295LL, 0, 0, 0, 0, 0};
+
+static PyTypeObject *KernelBaseType, *LaunchType, *FastKernelType, *LauncherType;
+static PyObject *str_run, *str_skip, *str_dtype, *str_named_args;
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Scalars, encoded exactly as the Python path's struct formats do (see packing.py). Each returns 1 when the
+ * value was encoded and 0 when this file leaves the value to the Python path (no exception left set).
+ */
+
+static int as_double(PyObject *o, double *d) {
+    if (!PyFloat_Check(o) && !PyLong_Check(o)) return 0;
+    *d = PyFloat_AsDouble(o);
+    if (*d == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+    return 1;
+}
+
+static uint64_t double_bits(double d) { uint64_t b; memcpy(&b, &d, 8); return b; }
+
+/* struct.pack('<f', d): round to nearest even; finite values that round to infinity overflow. */
+static int pack_fp32(double d, uint32_t *out) {
+    uint64_t b = double_bits(d);
+    if (((b >> 52) & 0x7ff) == 0x7ff && (b & 0xfffffffffffffULL)) return 0; /* NaN: payload rules vary */
+    float f = (float)d;
+    uint32_t fb; memcpy(&fb, &f, 4);
+    if (((fb >> 23) & 0xff) == 0xff && ((b >> 52) & 0x7ff) != 0x7ff) return 0; /* overflow */
+    *out = fb;
+    return 1;
+}
+
+static uint64_t round_shift(uint64_t m, int shift) { /* round(m / 2**shift), ties to even; 0 < shift < 64 */
+    uint64_t q = m >> shift, rem = m & ((1ULL << shift) - 1), half = 1ULL << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) q++;
+    return q;
+}
+
+/* struct.pack('<e', d) (CPython's PyFloat_Pack2): rounded once, from the double, ties to even. */
+static int pack_fp16(double d, uint16_t *out) {
+    uint64_t b = double_bits(d);
+    uint16_t sign = (uint16_t)((b >> 63) << 15);
+    int e = (int)((b >> 52) & 0x7ff);
+    uint64_t m = b & 0xfffffffffffffULL;
+    if (e == 0x7ff) {
+        if (m) return 0;                          /* NaN */
+        *out = sign | 0x7c00; return 1;           /* infinity */
+    }
+    if (e == 0) { *out = sign; return 1; }        /* zero, or a double subnormal: far below half's range */
+    int E = e - 1023;
+    if (E >= 16) return 0;                        /* overflow */
+    if (E < -25) { *out = sign; return 1; }       /* underflow to zero */
+    if (E < -14) {                                /* half subnormal: value / 2**-24, rounded */
+        uint64_t q = round_shift(m | (1ULL << 52), 28 - E);
+        *out = sign | (uint16_t)q; return 1;      /* q == 1024 is the smallest normal, same encoding */
+    }
+    uint64_t q = round_shift(m, 42);
+    int eh = E + 15;
+    if (q == 1024) { q = 0; eh++; if (eh == 31) return 0; }
+    *out = sign | (uint16_t)(eh << 10) | (uint16_t)q;
+    return 1;
+}
+
+/* packing._pack_bf16: the float32 bits, rounded to the upper 16 with ties to even. */
+static int pack_bf16(double d, uint16_t *out) {
+    uint32_t bits;
+    if (!pack_fp32(d, &bits)) return 0;
+    uint64_t x = bits;
+    *out = (uint16_t)(((x + 0x7fff + ((x >> 16) & 1)) >> 16) & 0xffff);
+    return 1;
+}
+
+static int convert_scalar(int kind, PyObject *o, uint64_t *out) {
+    double d;
+    switch (kind) {
+    case K_I8: case K_I16: case K_I32: case K_I64: case K_U8: case K_U16: case K_U32: {
+        if (!PyLong_Check(o)) return 0;
+        long long v = PyLong_AsLongLong(o);
+        if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        if (kind != K_I64 && (v < kind_lo[kind] || v > kind_hi[kind])) return 0;
+        *out = (uint64_t)v;
+        return 1;
+    }
+    case K_U64: {
+        if (!PyLong_Check(o)) return 0;
+        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        *out = v;
+        return 1;
+    }
+    case K_FP16: { uint16_t h; if (!as_double(o, &d) || !pack_fp16(d, &h)) return 0; *out = h; return 1; }
+    case K_BF16: { uint16_t h; if (!as_double(o, &d) || !pack_bf16(d, &h)) return 0; *out = h; return 1; }
+    case K_FP32: { uint32_t f; if (!as_double(o, &d) || !pack_fp32(d, &f)) return 0; *out = f; return 1; }
+    case K_FP64: if (!as_double(o, &d)) return 0; *out = double_bits(d); return 1;
+    case K_PTR: {
+        if (!PyLong_Check(o)) return 0;
+        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        *out = v;
+        return 1;
+    }
+    }
+    return 0;
+}
+
+static int read_int_tuple(PyObject *t, int *out, int max, int *n) {
+    if (!PyTuple_Check(t)) { PyErr_SetString(PyExc_TypeError, "expected a tuple of ints"); return -1; }
+    Py_ssize_t len = PyTuple_Size(t);
+    if (len > max) { PyErr_SetString(PyExc_ValueError, "too many entries for the C launch path"); return -1; }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        long v = PyLong_AsLong(PyTuple_GetItem(t, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        out[i] = (int)v;
+    }
+    *n = (int)len;
+    return 0;
+}
+
+static int read_kinds(PyObject *b, unsigned char *out, int n) {
+    char *data; Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(b, &data, &len) < 0) return -1;
+    if (len != n) { PyErr_SetString(PyExc_ValueError, "kinds and positions differ in length"); return -1; }
+    for (int i = 0; i < n; i++) {
+        if ((unsigned char)data[i] >= K_COUNT) { PyErr_SetString(PyExc_ValueError, "unknown argument kind"); return -1; }
+        out[i] = (unsigned char)data[i];
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Launcher: one binary on one device.
+ */
+typedef struct {
+    PyObject_HEAD
+    void *function, *ctx;
+    launch_fn launch;
+    ctx_get_fn ctx_get;
+    ctx_push_fn ctx_push;
+    ctx_pop_fn ctx_pop;
+    unsigned block, shared;
+    int n_kept;                      /* kept runtime arguments (those specialized to 1 are compiled in) */
+    int idx[MAX_ARGS];               /* their runtime positions */
+    unsigned char kind[MAX_ARGS];
+    int offset[MAX_ARGS + 2];        /* byte offsets of the kept arguments, then the two scratch pointers */
+    int size;                        /* parameter block size */
+    long long global_scratch, profile_scratch;
+    PyObject *scratch;               /* scratch(size, programs) -> (keep-alive, aligned address) */
+    PyObject *stream;                /* stream(device) -> raw stream address (torch's current stream) */
+    PyObject *device;                /* int */
+    PyObject *check;                 /* check(code, what): raises the runtime's DriverError */
+    PyObject *name;                  /* kernel function name, for messages */
+} Launcher;
+
+static void Launcher_dealloc(PyObject *self) {
+    Launcher *L = (Launcher *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_XDECREF(L->scratch); Py_XDECREF(L->stream); Py_XDECREF(L->device); Py_XDECREF(L->check);
+    Py_XDECREF(L->name);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"function", "ctx", "block", "shared", "positions", "kinds", "offsets", "size",
+                            "global_scratch", "profile_scratch", "scratch", "stream", "device", "check", "name",
+                            "launch", "ctx_get", "ctx_push", "ctx_pop", NULL};
+    unsigned long long function, ctx, launch, get, push, pop;
+    unsigned block, shared;
+    PyObject *positions, *kinds, *offsets, *scratch, *stream, *device, *check, *name;
+    int size;
+    long long gs, ps;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKIIOOOiLLOOOOUKKKK", names, &function, &ctx, &block, &shared,
+                                     &positions, &kinds, &offsets, &size, &gs, &ps, &scratch, &stream, &device,
+                                     &check, &name, &launch, &get, &push, &pop))
+        return NULL;
+    Launcher *L = (Launcher *)PyType_GenericAlloc(type, 0);
+    if (!L) return NULL;
+    int n_off = 0;
+    if (read_int_tuple(positions, L->idx, MAX_ARGS, &L->n_kept) < 0 || read_kinds(kinds, L->kind, L->n_kept) < 0
+        || read_int_tuple(offsets, L->offset, MAX_ARGS + 2, &n_off) < 0)
+        goto fail;
+    if (n_off != L->n_kept + 2 || size <= 0 || size > MAX_BLOCK) {
+        PyErr_SetString(PyExc_ValueError, "parameter layout does not fit the C launch path");
+        goto fail;
+    }
+    for (int j = 0; j < n_off; j++) {
+        int width = j < L->n_kept ? kind_size[L->kind[j]] : 8;
+        if (L->offset[j] < 0 || L->offset[j] + width > size) {
+            PyErr_SetString(PyExc_ValueError, "parameter offset outside the block");
+            goto fail;
+        }
+    }
+    if (!launch || !get || !push || !pop || !PyCallable_Check(stream) || !PyCallable_Check(check)
+        || ((gs || ps) && !PyCallable_Check(scratch))) {
+        PyErr_SetString(PyExc_ValueError, "missing driver entry point or callback");
+        goto fail;
+    }
+    L->function = (void *)(uintptr_t)function;
+    L->ctx = (void *)(uintptr_t)ctx;
+    L->launch = (launch_fn)(uintptr_t)launch;
+    L->ctx_get = (ctx_get_fn)(uintptr_t)get;
+    L->ctx_push = (ctx_push_fn)(uintptr_t)push;
+    L->ctx_pop = (ctx_pop_fn)(uintptr_t)pop;
+    L->block = block;
+    L->shared = shared;
+    L->size = size;
+    L->global_scratch = gs;
+    L->profile_scratch = ps;
+    Py_INCREF(scratch); L->scratch = scratch;
+    Py_INCREF(stream); L->stream = stream;
+    Py_INCREF(device); L->device = device;
+    Py_INCREF(check); L->check = check;
+    Py_INCREF(name); L->name = name;
+    return (PyObject *)L;
+fail:
+    Py_DECREF(L);
+    return NULL;
+}
+
+/* Fill the parameter block from the converted runtime values (scratch pointers left zero). */
+static void pack_block(Launcher *L, const uint64_t *vals, unsigned char *buf) {
+    memset(buf, 0, (size_t)L->size);
+    for (int j = 0; j < L->n_kept; j++)
+        memcpy(buf + L->offset[j], &vals[L->idx[j]], (size_t)kind_size[L->kind[j]]);
+}
+
+static int call_check(Launcher *L, int code, PyObject *what) {
+    if (!what) return -1;
+    PyObject *c = PyLong_FromLong(code);
+    PyObject *r = c ? PyObject_CallFunctionObjArgs(L->check, c, what, NULL) : NULL;
+    Py_XDECREF(c);
+    Py_DECREF(what);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int add_scratch(Launcher *L, long long size, unsigned long long programs, unsigned char *slot,
+                       PyObject **keep) {
+    PyObject *r = PyObject_CallFunction(L->scratch, "LK", size, programs);
+    if (!r) return -1;
+    if (!PyTuple_Check(r) || PyTuple_Size(r) != 2) {
+        Py_DECREF(r);
+        PyErr_SetString(PyExc_TypeError, "scratch() must return (buffer, address)");
+        return -1;
+    }
+    unsigned long long addr = PyLong_AsUnsignedLongLong(PyTuple_GetItem(r, 1));
+    if (addr == (unsigned long long)-1 && PyErr_Occurred()) { Py_DECREF(r); return -1; }
+    memcpy(slot, &addr, 8);
+    *keep = r;
+    return 0;
+}
+
+/* The launch itself, as _BinaryLauncher.__call__: 0 on success, -1 with an exception set. */
+static int launcher_launch(Launcher *L, const uint64_t *vals, unsigned long long gx, unsigned long long gy,
+                           unsigned long long gz) {
+    unsigned long long programs;
+    if (__builtin_mul_overflow(gx, gy, &programs) || __builtin_mul_overflow(programs, gz, &programs)) {
+        PyErr_SetString(PyExc_OverflowError, "grid too large");
+        return -1;
+    }
+    if (programs == 0) return 0;
+    unsigned char buf[MAX_BLOCK] __attribute__((aligned(16)));
+    void *params[MAX_ARGS + 2];
+    PyObject *keep1 = NULL, *keep2 = NULL;
+    int rc = -1;
+    pack_block(L, vals, buf);
+    if (L->global_scratch && add_scratch(L, L->global_scratch, programs, buf + L->offset[L->n_kept], &keep1) < 0)
+        goto done;
+    if (L->profile_scratch
+        && add_scratch(L, L->profile_scratch, programs, buf + L->offset[L->n_kept + 1], &keep2) < 0)
+        goto done;
+    for (int j = 0; j < L->n_kept + 2; j++) params[j] = buf + L->offset[j];
+    PyObject *s = PyObject_CallFunctionObjArgs(L->stream, L->device, NULL);
+    if (!s) goto done;
+    void *stream = PyLong_AsVoidPtr(s);
+    Py_DECREF(s);
+    if (!stream && PyErr_Occurred()) goto done;
+    int code, push_code = 0, pop_code = 0, pushed = 0;
+    PyThreadState *ts = PyEval_SaveThread();
+    void *current = NULL;
+    L->ctx_get(&current);
+    if (current != L->ctx) {
+        /* This thread runs under another context (another device, or none yet): launch under ours. */
+        push_code = L->ctx_push(L->ctx);
+        pushed = 1;
+    }
+    if (push_code == 0) {
+        code = L->launch(L->function, (unsigned)gx, (unsigned)gy, (unsigned)gz, L->block, 1, 1, L->shared, stream,
+                         params, NULL);
+        if (pushed) { void *popped = NULL; pop_code = L->ctx_pop(&popped); }
+    } else {
+        code = 0;
+    }
+    PyEval_RestoreThread(ts);
+    if (push_code) { rc = call_check(L, push_code, PyUnicode_FromString("cuCtxPushCurrent")); goto done; }
+    if (pop_code && call_check(L, pop_code, PyUnicode_FromString("cuCtxPopCurrent")) < 0) goto done;
+    if (code) {
+        rc = call_check(L, code, PyUnicode_FromFormat("launch of %U (grid %llux%llux%llu, block %u)", L->name, gx,
+                                                      gy, gz, L->block));
+        goto done;
+    }
+    rc = 0;
+done:
+    Py_XDECREF(keep1);
+    Py_XDECREF(keep2);
+    return rc;
+}
+
+/* Reads launch dimensions from a tuple or list of ints: 1 read, 0 not handled here. */
+static int read_grid(PyObject *g, unsigned long long dims[3]) {
+    Py_ssize_t n;
+    if (PyTuple_Check(g)) n = PyTuple_Size(g);
+    else if (PyList_Check(g)) n = PyList_Size(g);
+    else return 0;
+    if (n < 1) return 0;
+    for (int i = 0; i < 3; i++) {
+        if (i >= n) { dims[i] = 1; continue; }
+        PyObject *item = PyTuple_Check(g) ? PyTuple_GetItem(g, i) : PyList_GetItem(g, i);
+        if (!PyLong_Check(item)) return 0;
+        long long v = PyLong_AsLongLong(item);
+        if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        if (v < 0 || v > 0xffffffffLL) return 0;
+        dims[i] = (unsigned long long)v;
+    }
+    return 1;
+}
+
+static int convert_values(Launcher *L, PyObject *values, uint64_t *vals) {
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Size(seq);
+    int ok = 1;
+    for (int j = 0; j < L->n_kept && ok; j++) {
+        if (L->idx[j] >= n) { ok = 0; break; }
+        PyObject *v = PySequence_GetItem(seq, L->idx[j]);
+        if (!v) { PyErr_Clear(); ok = 0; break; }
+        ok = convert_scalar(L->kind[j], v, &vals[L->idx[j]]);
+        Py_DECREF(v);
+    }
+    Py_DECREF(seq);
+    return ok;
+}
+
+/* launcher(grid, values): the same call as _BinaryLauncher(grid, values) (pointers given as addresses). */
+static PyObject *Launcher_call(PyObject *self, PyObject *args, PyObject *kw) {
+    Launcher *L = (Launcher *)self;
+    if (kw && PyDict_Size(kw)) { PyErr_SetString(PyExc_TypeError, "launcher(grid, values) takes no keywords"); return NULL; }
+    PyObject *grid, *values;
+    unsigned long long dims[3];
+    uint64_t vals[MAX_ARGS] = {0};
+    if (!PyArg_ParseTuple(args, "OO", &grid, &values)) return NULL;
+    if (!read_grid(grid, dims)) { PyErr_SetString(PyExc_TypeError, "grid must be a tuple of 1 to 3 ints"); return NULL; }
+    int r = convert_values(L, values, vals);
+    if (r < 0) return NULL;
+    if (!r) { PyErr_SetString(PyExc_ValueError, "values the C launch path leaves to the Python path"); return NULL; }
+    if (launcher_launch(L, vals, dims[0], dims[1], dims[2]) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* launcher.pack(values): the parameter block (scratch pointers zero) as bytes, or None if not packed here. */
+static PyObject *Launcher_pack(PyObject *self, PyObject *values) {
+    Launcher *L = (Launcher *)self;
+    uint64_t vals[MAX_ARGS] = {0};
+    unsigned char buf[MAX_BLOCK];
+    int r = convert_values(L, values, vals);
+    if (r < 0) return NULL;
+    if (!r) Py_RETURN_NONE;
+    pack_block(L, vals, buf);
+    return PyBytes_FromStringAndSize((const char *)buf, L->size);
+}
+
+static PyMethodDef Launcher_methods[] = {
+    {"pack", Launcher_pack, METH_O, "The parameter block for runtime values (pointers as addresses), or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Launcher_slots[] = {
+    {Py_tp_new, Launcher_new},
+    {Py_tp_dealloc, Launcher_dealloc},
+    {Py_tp_call, Launcher_call},
+    {Py_tp_methods, Launcher_methods},
+    {Py_tp_doc, "One loaded binary on one device, launched from C."},
+    {0, NULL},
+};
+static PyType_Spec Launcher_spec = {"_fastlaunch.Launcher", sizeof(Launcher), 0, Py_TPFLAGS_DEFAULT, Launcher_slots};
+
+/* ---------------------------------------------------------------------------------------------------------
+ * FastKernel: reading a call, and the cache of resolved launches.
+ */
+typedef struct {
+    PyObject *dtypes[MAX_TYPEVARS];   /* owned by the entry (or, in a CallKey, by the call) */
+    PyObject *calls[MAX_CALLS];       /* call-site values (borrowed in a CallKey, owned by the entry) */
+    long device;
+    uint64_t keys[MAX_KEYS];
+    char spec[MAX_ARGS];
+    uint64_t hash;
+} CallKey;
+
+typedef struct {
+    int used;
+    CallKey key;
+    PyObject *launcher, *meta, *config, *call;
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    int n;
+    unsigned char kinds[MAX_ARGS];
+    int n_ptr, ptr_pos[MAX_ARGS];
+    int n_spec, spec_pos[MAX_ARGS];
+    unsigned char spec_is_ptr[MAX_ARGS];
+    int n_tv, tv_pos[MAX_TYPEVARS];
+    int n_key, key_pos[MAX_KEYS];
+    int n_call;
+    PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
+    PyObject *tensor_types, *get_device, *data_ptr, *launches;
+    Entry *table;
+    size_t cap, used;
+} FastKernel;
+
+/* Empties the cache. The table is detached first: releasing an entry may run arbitrary code (and let other
+ * threads call this kernel), which must find a consistent, empty table. */
+static void clear_table(FastKernel *F) {
+    Entry *old = F->table;
+    size_t cap = F->cap;
+    F->table = NULL;
+    F->cap = 0;
+    F->used = 0;
+    for (size_t i = 0; i < cap; i++) {
+        Entry *e = &old[i];
+        if (!e->used) continue;
+        for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
+        for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
+        Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
+    }
+    PyMem_Free(old);
+}
+
+static void FastKernel_dealloc(PyObject *self) {
+    FastKernel *F = (FastKernel *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    clear_table(F);
+    Py_XDECREF(F->tensor_types); Py_XDECREF(F->get_device); Py_XDECREF(F->data_ptr); Py_XDECREF(F->launches);
+    Py_XDECREF(F->call_names); Py_XDECREF(F->call_defaults); Py_XDECREF(F->missing);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
+                            "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
+                            "data_ptr", "launches", NULL};
+    PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
+        *get_device, *data_ptr, *launches;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO", names, &kinds, &ptr_pos, &spec_pos, &spec_ptr,
+                                     &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type, &call_defaults,
+                                     &missing, &types, &get_device, &data_ptr, &launches))
+        return NULL;
+    FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
+    if (!F) return NULL;
+    Py_ssize_t n = PyBytes_Size(kinds);
+    int n_sp = 0, sp_flags[MAX_ARGS];
+    if (n < 0) goto fail;
+    if (n > MAX_ARGS) { PyErr_SetString(PyExc_ValueError, "too many arguments for the C launch path"); goto fail; }
+    F->n = (int)n;
+    if (read_kinds(kinds, F->kinds, F->n) < 0 || read_int_tuple(ptr_pos, F->ptr_pos, MAX_ARGS, &F->n_ptr) < 0
+        || read_int_tuple(spec_pos, F->spec_pos, MAX_ARGS, &F->n_spec) < 0
+        || read_int_tuple(spec_ptr, sp_flags, MAX_ARGS, &n_sp) < 0
+        || read_int_tuple(tv_pos, F->tv_pos, MAX_TYPEVARS, &F->n_tv) < 0
+        || read_int_tuple(key_pos, F->key_pos, MAX_KEYS, &F->n_key) < 0)
+        goto fail;
+    if (n_sp != F->n_spec) { PyErr_SetString(PyExc_ValueError, "spec positions and flags differ"); goto fail; }
+    for (int i = 0; i < F->n_spec; i++) F->spec_is_ptr[i] = (unsigned char)(sp_flags[i] != 0);
+#define CHECK_POS(arr, count) for (int i = 0; i < (count); i++) if ((arr)[i] < 0 || (arr)[i] >= F->n) { \
+        PyErr_SetString(PyExc_ValueError, "argument position out of range"); goto fail; }
+    CHECK_POS(F->ptr_pos, F->n_ptr) CHECK_POS(F->spec_pos, F->n_spec) CHECK_POS(F->tv_pos, F->n_tv)
+    CHECK_POS(F->key_pos, F->n_key)
+#undef CHECK_POS
+    for (int i = 0; i < F->n_ptr; i++)
+        if (F->kinds[F->ptr_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "pointer kind"); goto fail; }
+    for (int i = 0; i < F->n_key; i++) {
+        int k = F->kinds[F->key_pos[i]];
+        if (k < K_I8 || k > K_U64) { PyErr_SetString(PyExc_ValueError, "key arguments must be integers"); goto fail; }
+    }
+    for (int i = 0; i < F->n_spec; i++) {
+        int k = F->kinds[F->spec_pos[i]];
+        if ((k == K_PTR) != F->spec_is_ptr[i] || k > K_U64) {
+            PyErr_SetString(PyExc_ValueError, "specialized arguments are pointers or integers"); goto fail;
+        }
+    }
+    for (int i = 0; i < F->n_tv; i++)
+        if (F->kinds[F->tv_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail; }
+    if (!PyTuple_Check(types)) { PyErr_SetString(PyExc_TypeError, "tensor_types must be a tuple"); goto fail; }
+    if (PyTuple_Size(call_names) > MAX_CALLS || PyTuple_Size(call_names) != PyTuple_Size(call_defaults)) {
+        PyErr_SetString(PyExc_ValueError, "call-site names beyond the C launch path's limits"); goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_Size(call_names); i++)
+        if (!PyUnicode_Check(PyTuple_GetItem(call_names, i))) {
+            PyErr_SetString(PyExc_TypeError, "call-site names are strings"); goto fail;
+        }
+    F->n_call = (int)PyTuple_Size(call_names);
+    Py_INCREF(call_names); F->call_names = call_names;
+    Py_INCREF(call_defaults); F->call_defaults = call_defaults;
+    Py_INCREF(missing); F->missing = missing;
+    Py_INCREF(types); F->tensor_types = types;
+    Py_INCREF(get_device); F->get_device = get_device;
+    Py_INCREF(data_ptr); F->data_ptr = data_ptr;
+    Py_INCREF(launches); F->launches = launches;
+    return (PyObject *)F;
+fail:
+    Py_DECREF(F);
+    return NULL;
+}
+
+static int is_tensor(FastKernel *F, PyObject *o) {
+    Py_ssize_t n = PyTuple_Size(F->tensor_types);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((PyObject *)Py_TYPE(o) == PyTuple_GetItem(F->tensor_types, i)) return 1;
+    return 0;
+}
+
+static long long call_int(PyObject *fn, PyObject *arg, int *ok) {
+    PyObject *r = PyObject_CallFunctionObjArgs(fn, arg, NULL);
+    *ok = 0;
+    if (!r) { PyErr_Clear(); return 0; }
+    long long v = 0;
+    if (PyLong_Check(r)) {
+        v = PyLong_AsLongLong(r);
+        if (v == -1 && PyErr_Occurred()) PyErr_Clear(); else *ok = 1;
+    }
+    Py_DECREF(r);
+    return v;
+}
+
+static void release_key(FastKernel *F, CallKey *k) {
+    for (int t = 0; t < F->n_tv; t++) Py_CLEAR(k->dtypes[t]);
+}
+
+/* Read a call's arguments as the Python path would: 1 read (the caller releases k), 0 left to the Python path.
+ * kwargs: the call's keywords; only call-site constexprs and launch options (each missing one takes its
+ * default, as Kernel._bind does) are read here, any other keyword is the Python path's to bind or refuse. */
+static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k, uint64_t *vals) {
+    if (PyTuple_Size(args) != F->n) return 0;
+    memset(k, 0, sizeof(*k));
+    Py_ssize_t given = kwargs ? PyDict_Size(kwargs) : 0, matched = 0;
+    if (given && !F->n_call) return 0;
+    for (int c = 0; c < F->n_call; c++) {
+        PyObject *v = given ? PyDict_GetItem(kwargs, PyTuple_GetItem(F->call_names, c)) : NULL;
+        if (v) matched++;
+        else v = PyTuple_GetItem(F->call_defaults, c);
+        if (v == F->missing) return 0;                /* a required constexpr not passed: Python says so */
+        k->calls[c] = v;
+    }
+    if (matched != given) return 0;
+    long device = -2;
+    for (int i = 0; i < F->n_ptr; i++) {
+        PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
+        int ok;
+        if (!is_tensor(F, a)) return 0;
+        long long d = call_int(F->get_device, a, &ok);
+        if (!ok || d < 0) return 0;                    /* a CPU tensor: the Python path says so */
+        if (device == -2) device = (long)d;
+        else if (d != device) return 0;               /* tensors on two devices: likewise */
+        PyObject *p = PyObject_CallFunctionObjArgs(F->data_ptr, a, NULL);
+        if (!p) { PyErr_Clear(); return 0; }
+        ok = convert_scalar(K_PTR, p, &vals[F->ptr_pos[i]]);
+        Py_DECREF(p);
+        if (!ok) return 0;
+    }
+    if (device < 0) return 0;
+    k->device = device;
+    for (int i = 0; i < F->n; i++) {
+        if (F->kinds[i] == K_PTR) continue;
+        if (!convert_scalar(F->kinds[i], PyTuple_GetItem(args, i), &vals[i])) return 0;
+    }
+    for (int t = 0; t < F->n_tv; t++) {
+        k->dtypes[t] = PyObject_GetAttr(PyTuple_GetItem(args, F->tv_pos[t]), str_dtype);
+        if (!k->dtypes[t]) { PyErr_Clear(); release_key(F, k); return 0; }
+    }
+    for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
+    /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, x otherwise */
+    for (int s = 0; s < F->n_spec; s++) {
+        uint64_t v = vals[F->spec_pos[s]];
+        k->spec[s] = F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D') : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
+    }
+    uint64_t h = 1469598103934665603ULL;
+#define MIX(x) do { h ^= (uint64_t)(x); h *= 1099511628211ULL; h ^= h >> 29; } while (0)
+    for (int t = 0; t < F->n_tv; t++) MIX((uintptr_t)k->dtypes[t]);
+    MIX(device);
+    for (int j = 0; j < F->n_key; j++) MIX(k->keys[j]);
+    for (int c = 0; c < F->n_call; c++) {
+        Py_hash_t ch = PyObject_Hash(k->calls[c]);
+        if (ch == -1 && PyErr_Occurred()) { PyErr_Clear(); release_key(F, k); return 0; }
+        MIX(ch);
+    }
+    for (int s = 0; s < F->n_spec; s++) MIX(k->spec[s]);
+#undef MIX
+    k->hash = h;
+    return 1;
+}
+
+static int same_key(FastKernel *F, const CallKey *a, const CallKey *b) {
+    if (a->hash != b->hash || a->device != b->device) return 0;
+    for (int t = 0; t < F->n_tv; t++) if (a->dtypes[t] != b->dtypes[t]) return 0;
+    for (int j = 0; j < F->n_key; j++) if (a->keys[j] != b->keys[j]) return 0;
+    if (memcmp(a->spec, b->spec, (size_t)F->n_spec) != 0) return 0;
+    for (int c = 0; c < F->n_call; c++) {
+        if (a->calls[c] == b->calls[c]) continue;
+        int eq = PyObject_RichCompareBool(a->calls[c], b->calls[c], Py_EQ);   /* as the Python path's dicts */
+        if (eq < 0) PyErr_Clear();
+        if (eq != 1) return 0;
+    }
+    return 1;
+}
+
+static Entry *find(FastKernel *F, const CallKey *k) {
+    if (!F->cap) return NULL;
+    size_t mask = F->cap - 1;
+    for (size_t i = (size_t)k->hash & mask;; i = (i + 1) & mask) {
+        Entry *e = &F->table[i];
+        if (!e->used) return NULL;
+        if (same_key(F, &e->key, k)) return e;
+    }
+}
+
+static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                  PyObject *call);
+
+static int grow(FastKernel *F) {
+    size_t old_cap = F->cap, cap = old_cap ? old_cap * 2 : 16;
+    Entry *old = F->table, *table = PyMem_Calloc(cap, sizeof(Entry));
+    if (!table) { PyErr_NoMemory(); return -1; }
+    F->table = table;
+    F->cap = cap;
+    F->used = 0;
+    for (size_t i = 0; i < old_cap; i++) {   /* moves the references, no counts change */
+        if (!old[i].used) continue;
+        size_t mask = cap - 1, j = (size_t)old[i].key.hash & mask;
+        while (table[j].used) j = (j + 1) & mask;
+        table[j] = old[i];
+        F->used++;
+    }
+    PyMem_Free(old);
+    return 0;
+}
+
+static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                  PyObject *call) {
+    if (find(F, k)) return 0;
+    if (F->used >= MAX_CACHED) {                 /* bounded, like ConfigTable's lookup cache */
+        clear_table(F);
+        if (find(F, k)) return 0;                /* another thread may have run meanwhile */
+    }
+    if ((F->used + 1) * 2 > F->cap && grow(F) < 0) return -1;
+    size_t mask = F->cap - 1, i = (size_t)k->hash & mask;
+    while (F->table[i].used) i = (i + 1) & mask;
+    Entry *e = &F->table[i];
+    e->key = *k;
+    for (int t = 0; t < F->n_tv; t++) Py_INCREF(e->key.dtypes[t]);
+    for (int c = 0; c < F->n_call; c++) Py_INCREF(e->key.calls[c]);
+    Py_INCREF(launcher); e->launcher = launcher;
+    Py_INCREF(call); e->call = call;
+    Py_INCREF(meta); e->meta = meta;
+    Py_INCREF(config); e->config = config;
+    e->used = 1;
+    F->used++;
+    return 0;
+}
+
+/* fast.register(args, call, launcher, launch_meta, config, spec) -> bool: remember what the Python path resolved
+ * for this call (call: its bound call-site values), if this file reads the call the same way (same
+ * specialization string). */
+static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
+    FastKernel *F = (FastKernel *)self;
+    PyObject *call_args, *call, *launcher, *meta, *config;
+    const char *spec;
+    Py_ssize_t spec_len;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOs#", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
+                          &launcher, &meta, &config, &spec, &spec_len))
+        return NULL;
+    CallKey k;
+    uint64_t vals[MAX_ARGS];
+    if (!read_call(F, call_args, call, &k, vals)) Py_RETURN_FALSE;
+    int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0;
+    if (ok && insert(F, &k, launcher, meta, config, call) < 0) { release_key(F, &k); return NULL; }
+    release_key(F, &k);
+    return PyBool_FromLong(ok);
+}
+
+/* fast.spec(args, kwargs=None) -> str or None: the specialization string this file reads from a call. */
+static PyObject *FastKernel_read_spec(PyObject *self, PyObject *args) {
+    FastKernel *F = (FastKernel *)self;
+    PyObject *call_args, *kwargs = NULL;
+    CallKey k;
+    uint64_t vals[MAX_ARGS];
+    if (!PyArg_ParseTuple(args, "O!|O!", &PyTuple_Type, &call_args, &PyDict_Type, &kwargs)) return NULL;
+    if (!read_call(F, call_args, kwargs, &k, vals)) Py_RETURN_NONE;
+    release_key(F, &k);
+    return PyUnicode_FromStringAndSize(k.spec, F->n_spec);
+}
+
+static PyObject *FastKernel_clear(PyObject *self, PyObject *unused) {
+    (void)unused;
+    clear_table((FastKernel *)self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *FastKernel_size(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromSize_t(((FastKernel *)self)->used);
+}
+
+static PyMethodDef FastKernel_methods[] = {
+    {"register", FastKernel_register, METH_VARARGS, "Remember the launch the Python path resolved for a call."},
+    {"spec", FastKernel_read_spec, METH_VARARGS, "The specialization string read from a call, or None."},
+    {"clear", FastKernel_clear, METH_NOARGS, "Forget every remembered launch."},
+    {"size", FastKernel_size, METH_NOARGS, "How many launches are remembered."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot FastKernel_slots[] = {
+    {Py_tp_new, FastKernel_new},
+    {Py_tp_dealloc, FastKernel_dealloc},
+    {Py_tp_methods, FastKernel_methods},
+    {Py_tp_doc, "How to read a kernel's calls, and the launches resolved for them."},
+    {0, NULL},
+};
+static PyType_Spec FastKernel_spec = {"_fastlaunch.FastKernel", sizeof(FastKernel), 0, Py_TPFLAGS_DEFAULT,
+                                      FastKernel_slots};
+
+/* ---------------------------------------------------------------------------------------------------------
+ * Launch: kernel[grid].
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *kernel, *fast, *grid;
+} Launch;
+
+static void Launch_dealloc(PyObject *self) {
+    Launch *l = (Launch *)self;
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_XDECREF(l->kernel); Py_XDECREF(l->fast); Py_XDECREF(l->grid);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+/* The grid's dimensions: 1 read, 0 left to the Python path, -1 error (the grid function raised). */
+static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
+                     unsigned long long dims[3]) {
+    if (!PyCallable_Check(l->grid)) return read_grid(l->grid, dims);
+    PyObject *g = PyObject_CallFunctionObjArgs(l->grid, meta, NULL);
+    if (!g) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+        /* The grid function reads an argument by name, as Triton allows: Kernel.named_args, as run() does. */
+        PyErr_Clear();
+        PyObject *named = PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
+        if (!named) return -1;
+        g = PyObject_CallFunctionObjArgs(l->grid, named, NULL);
+        Py_DECREF(named);
+        if (!g) return -1;
+    }
+    int r = read_grid(g, dims);
+    Py_DECREF(g);
+    return r;
+}
+
+/* 1 launched, 0 left to the Python path, -1 error. */
+static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
+    FastKernel *F = (FastKernel *)l->fast;
+    if (PyTuple_Size(args) != F->n) return 0;
+    PyObject *skip = PyObject_GetAttr(F->launches, str_skip);   /* LAUNCHES.skip: the custom op's meta path */
+    if (!skip) { PyErr_Clear(); return 0; }
+    int skipping = PyObject_IsTrue(skip);
+    Py_DECREF(skip);
+    if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
+    CallKey k;
+    uint64_t vals[MAX_ARGS];
+    if (!read_call(F, args, kwargs, &k, vals)) return 0;
+    Entry *e = find(F, &k);
+    if (!e) { release_key(F, &k); return 0; }
+    /* Held before anything can run other threads (releasing the key, the grid function), which may clear the
+     * cache. */
+    PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config, *call = e->call;
+    Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config); Py_INCREF(call);
+    release_key(F, &k);
+    unsigned long long dims[3];
+    int r = eval_grid(l, args, meta, config, call, dims);
+    if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+    Py_DECREF(launcher); Py_DECREF(meta); Py_DECREF(config); Py_DECREF(call);
+    return r;
+}
+
+static PyObject *Launch_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    Launch *l = (Launch *)self;
+    if (l->fast) {
+        int r = fast_call(l, args, kwargs);
+        if (r == 1) Py_RETURN_NONE;
+        if (r < 0) return NULL;
+    }
+    PyObject *kw = kwargs ? kwargs : PyDict_New();
+    if (!kw) return NULL;
+    if (kwargs) Py_INCREF(kw);
+    PyObject *r = PyObject_CallMethodObjArgs(l->kernel, str_run, l->grid, args, kw, NULL);
+    Py_DECREF(kw);
+    if (!r) return NULL;
+    Py_DECREF(r);
+    Py_RETURN_NONE;
+}
+
+static PyType_Slot Launch_slots[] = {
+    {Py_tp_dealloc, Launch_dealloc},
+    {Py_tp_call, Launch_call},
+    {Py_tp_doc, "kernel[grid]: call it with the kernel's arguments."},
+    {0, NULL},
+};
+static PyType_Spec Launch_spec = {"_fastlaunch.Launch", sizeof(Launch), 0, Py_TPFLAGS_DEFAULT, Launch_slots};
+
+/* ---------------------------------------------------------------------------------------------------------
+ * KernelBase: what `kernel[grid]` does, in C.
+ */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fast;
+} KernelBase;
+
+static void KernelBase_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    Py_CLEAR(((KernelBase *)self)->fast);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *KernelBase_subscript(PyObject *self, PyObject *grid) {
+    Launch *l = (Launch *)PyType_GenericAlloc(LaunchType, 0);
+    if (!l) return NULL;
+    Py_INCREF(self); l->kernel = self;
+    Py_INCREF(grid); l->grid = grid;
+    Py_XINCREF(((KernelBase *)self)->fast); l->fast = ((KernelBase *)self)->fast;
+    return (PyObject *)l;
+}
+
+static PyObject *KernelBase_get_fast(PyObject *self, void *closure) {
+    (void)closure;
+    PyObject *f = ((KernelBase *)self)->fast;
+    if (!f) Py_RETURN_NONE;
+    Py_INCREF(f);
+    return f;
+}
+
+static PyObject *KernelBase_set_fast(PyObject *self, PyObject *fast) {
+    if (fast != Py_None && !PyObject_TypeCheck(fast, FastKernelType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a FastKernel or None");
+        return NULL;
+    }
+    PyObject *old = ((KernelBase *)self)->fast;
+    if (fast == Py_None) ((KernelBase *)self)->fast = NULL;
+    else { Py_INCREF(fast); ((KernelBase *)self)->fast = fast; }
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef KernelBase_methods[] = {
+    {"_set_fast", KernelBase_set_fast, METH_O, "Attach a FastKernel (or None: every call takes the Python path)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef KernelBase_getset[] = {
+    {"_fast", KernelBase_get_fast, NULL, "The attached FastKernel, or None.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot KernelBase_slots[] = {
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, KernelBase_dealloc},
+    {Py_mp_subscript, KernelBase_subscript},
+    {Py_tp_methods, KernelBase_methods},
+    {Py_tp_getset, KernelBase_getset},
+    {Py_tp_doc, "Base of the runtime's Kernel: kernel[grid] in C."},
+    {0, NULL},
+};
+static PyType_Spec KernelBase_spec = {"_fastlaunch.KernelBase", sizeof(KernelBase), 0,
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, KernelBase_slots};
+
+/* --------------------------------------------------------------------------------------------------------- */
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_fastlaunch", "forge-aot's C launch path (optional; see fastpath.py).", -1, NULL,
+    NULL, NULL, NULL, NULL,
+};
+
+static int add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **out) {
+    PyObject *t = PyType_FromSpec(spec);
+    if (!t) return -1;
+    *out = (PyTypeObject *)t;
+    Py_INCREF(t);
+    const char *name = strrchr(spec->name, '.') + 1;
+    if (PyModule_AddObject(m, name, t) < 0) { Py_DECREF(t); return -1; }
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__fastlaunch(void) {
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    str_run = PyUnicode_InternFromString("run");
+    str_skip = PyUnicode_InternFromString("skip");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_named_args = PyUnicode_InternFromString("named_args");
+    if (!str_run || !str_skip || !str_dtype || !str_named_args
+        || add_type(m, &Launcher_spec, &LauncherType) < 0 || add_type(m, &FastKernel_spec, &FastKernelType) < 0
+        || add_type(m, &Launch_spec, &LaunchType) < 0 || add_type(m, &KernelBase_spec, &KernelBaseType) < 0
+        || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
+        || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
+        || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
+        || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,109 @@
+"""The C launch path: the optional ``_fastlaunch`` extension and what the Python path hands it.
+
+``forge-aot build`` compiles ``_fastlaunch.c`` into the wheel (``_fastlaunch.abi3.so``, CPython's limited API:
+one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **call_site_values)`` is one C call when the
+runtime arguments are positional (call-site constexprs and launch options as keywords), the kernel has no
+``@triton.heuristics`` or config pre-hooks, and the Python path has resolved the call's (dtypes, call-site
+values, device, key values, specialization) once before. The C code reads the arguments as the Python path
+does (devices, dtypes, pointers, integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch
+the Python path remembered for them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel``
+on torch's current stream under the device's primary context. Every other call, and every call it cannot read
+exactly as the Python path would (a CPU tensor, an integer out of range, a ``numpy`` scalar, an unknown
+keyword, ``LAUNCHES.skip``...), goes to ``Kernel.run`` untouched: errors and rare cases are the Python path's.
+
+Without the extension (a wheel built without a C compiler, a ``.so`` that does not load on this machine) or
+with ``FORGE_NO_C_LAUNCH=1`` in the environment, the runtime is pure Python. ``use_c_launch(kernel, False)``
+turns the C path off for one kernel handle.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
+         "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
+"""Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
+ABI = 2
+
+
+def _load() -> Any:
+    if os.environ.get("FORGE_NO_C_LAUNCH", "") not in ("", "0"):
+        return None
+    try:
+        from . import _fastlaunch  # type: ignore[attr-defined]
+    except Exception:  # absent, or built for another platform: the Python path serves every call
+        return None
+    return _fastlaunch if getattr(_fastlaunch, "ABI", None) == ABI else None
+
+
+c: Any = _load()
+"""The extension module, or None."""
+
+
+def kind(ty: str) -> int | None:
+    """The C kind of a signature type (``*fp16``, ``i32``...), or None for one the C path does not pack."""
+    return KINDS.get("*" if ty.startswith("*") else ty)
+
+
+_MISSING = object()
+"""Default of a call-site constexpr that has none (a call must pass it; the Python path says so)."""
+
+
+def plan(kernel: Any) -> Any:
+    """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
+    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks") or kernel.heuristics:
+        return None
+    from .kernel import LAUNCHES
+    from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
+
+    kinds = [kind(ty) for _, ty in kernel.runtime]
+    if None in kinds:
+        return None
+    # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
+    names = (*kernel.call_constexprs, *kernel.launch_axes)
+    defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
+                *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes))
+    import torch
+
+    if getattr(torch.version, "hip", None):
+        return None  # the C launcher drives CUDA only: on ROCm every call takes the Python path
+    try:
+        return c.FastKernel(bytes(kinds), tuple(kernel.ptr_pos), tuple(p for p, _ in kernel.spec_slots),
+                            tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
+                            tuple(src for is_rt, src in kernel.axis_sources if is_rt),
+                            tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
+                            (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
+                            LAUNCHES)
+    except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
+        return None
+
+
+def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
+    """Turn the C path on or off for one kernel handle; returns whether it is on (it stays off where the
+    extension is absent, the backend is not the packaged one, or the kernel's calls never qualify)."""
+    if c is None or not isinstance(kernel, c.KernelBase):
+        return False
+    fast = plan(kernel) if enabled and launches_from_c(kernel) else None
+    kernel._set_fast(fast)
+    return fast is not None
+
+
+def launches_from_c(kernel: Any) -> bool:
+    """Whether the kernel's calls may skip its Python ``run``: a backend class that declares ``c_launch = True``
+    itself (``BinaryBackend``; a subclass inherits nothing, so one that changes the launch keeps the generic
+    path), and a kernel class that keeps ``Kernel.run`` and ``Kernel.named_args``."""
+    from .kernel import Kernel
+
+    cls = type(kernel)
+    return (bool(type(kernel.backend).__dict__.get("c_launch", False)) and cls.run is Kernel.run
+            and cls.named_args is Kernel.named_args)
+
+
+def remember(kernel: Any, runtime: Any, call: dict[str, Any], launcher: Any, config: Any, spec: str) -> None:
+    """After the Python path launched a call whose runtime arguments were positional (``runtime`` is the call's
+    tuple) with its call-site values bound in ``call``: let the C path launch such calls from now on."""
+    fast = kernel._fast
+    c_launcher = launcher.c_launcher()
+    if fast is not None and c_launcher is not None and type(runtime) is tuple:
+        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec)

@@ -1,0 +1,507 @@
+"""The C launch path (runtime/_fastlaunch.c) against the Python path, on the CPU with a fake libcuda.
+
+Both paths launch through the same fake driver, which records what cuLaunchKernel receives; every comparison is
+on those bytes: the parameter block for every scalar type (fp16/bf16 rounding, ranges), pointers, arguments
+specialized to 1 dropped, scratch pointers, grid/block/shared memory/stream/context, and the errors a call
+raises (the C path hands any call it cannot read exactly to the Python path, so its errors are the same).
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from forge_aot.extension import FILENAME, build_extension, compiler, platform_tag
+from tests import c_launch_support as cs
+
+pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler: the C launch path cannot be built")
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory):
+    return cs.build_c_runtime(tmp_path_factory.mktemp("crt"), "forge_ctest_rt")
+
+
+@pytest.fixture(scope="module")
+def fake_lib(tmp_path_factory):
+    return cs.build_fake_cuda(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture
+def fake(rt, fake_lib, monkeypatch):
+    cs.fake_devices(monkeypatch)
+    return cs.install_fake_driver(rt, fake_lib, monkeypatch)
+
+
+def _kernel(rt, root, name, params, **kw):
+    spec = cs.kernel_spec(root, name, params, **kw)
+    return rt.Kernel(name, spec, cs.TARGETS, rt.BinaryBackend(str(root)))
+
+
+def _launch_both(rt, fake, kernel, grid, args):
+    """Launch once through the Python path and twice through the C path (the first C call registers); returns
+    the launch records, and how many calls the C path left to Kernel.run."""
+    records = []
+    rt.fastpath.use_c_launch(kernel, False)
+    kernel[grid](*args)
+    records.append(fake.launch_record())
+    assert rt.fastpath.use_c_launch(kernel, True)
+    fallbacks = []
+    kernel.run = lambda g, a, k: (fallbacks.append(1), type(kernel).run(kernel, g, a, k))[1]
+    try:
+        for _ in range(2):
+            kernel[grid](*args)
+            records.append(fake.launch_record())
+    finally:
+        del kernel.run
+    return records, len(fallbacks)
+
+
+def test_extension_is_abi3_reproducible_and_needs_only_old_glibc(tmp_path) -> None:
+    a = build_extension(tmp_path / "a")
+    b = build_extension(tmp_path / "b")
+    assert a.path is not None and b.path is not None, a.note
+    assert a.path.name == FILENAME and a.tag == b.tag == f"cp39-abi3-{platform_tag()}"
+    assert a.path.read_bytes() == b.path.read_bytes()  # no build id, no paths, no timestamps
+    assert str(tmp_path).encode() not in a.path.read_bytes()
+
+
+def test_extension_disabled_at_build_time(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("FORGE_AOT_NO_C_LAUNCH", "1")
+    ext = build_extension(tmp_path)
+    assert ext.path is None and ext.tag == "py3-none-any" and "FORGE_AOT_NO_C_LAUNCH" in ext.note
+    assert not list(tmp_path.iterdir())
+
+
+def test_failed_compile_leaves_a_pure_python_wheel(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("CC", "false")
+    ext = build_extension(tmp_path)
+    assert ext.path is None and ext.tag == "py3-none-any" and "failed" in ext.note
+
+
+def test_runtime_without_the_extension_or_with_it_disabled_is_pure_python(rt, tmp_path) -> None:
+    parent = str(rt.fastpath.__file__).rsplit("/", 2)[0]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import forge_ctest_rt as r; "
+            "print(r.fastpath.c is None, r.Kernel.__mro__[1].__name__)")
+    env_off = {"FORGE_NO_C_LAUNCH": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code, parent], capture_output=True, text=True, env=env_off, check=True)
+    assert out.stdout.split() == ["True", "_PyKernelBase"]
+    out = subprocess.run([sys.executable, "-c", code, parent], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, check=True)
+    assert out.stdout.split() == ["False", "KernelBase"]
+
+
+SCALARS = {
+    "i1": [0, 1, -1, 127, -128, True, 128],
+    "i8": [0, 1, -128, 127, 128, -129],
+    "i16": [0, 1, -32768, 32767, 32768],
+    "i32": [0, 1, 16, -16, -17, 2**31 - 1, -(2**31), 2**31, -(2**31) - 1, 2**70],
+    "i64": [0, 1, 2**63 - 1, -(2**63), 2**63, 3 * 2**40],
+    "u8": [0, 255, 256, -1],
+    "u16": [0, 65535, 65536, -1],
+    "u32": [0, 2**32 - 1, 2**32, -1],
+    "u64": [0, 2**64 - 1, 2**63, 2**64, -1],
+    "fp32": [0.0, -0.0, 1.5, 1e-45, 3.4028234663852886e38, 3.4028235677973366e38, 1e39, float("inf"),
+             float("-inf"), float("nan"), 7, 2**200, 0.1],
+    "fp64": [0.0, -0.0, 0.1, 1e308, float("inf"), float("nan"), 2**80, 5e-324],
+    "fp16": [0.0, -0.0, 1.0, 65504.0, 65519.99, 65520.0, 1e6, 6.0e-8, 2.98e-8, 2.9802322387695312e-08,
+             5.960464477539063e-08, 8.940696716308594e-08, 6.103515625e-05, 6.1e-05, 1.0009765625, 1.00048828125,
+             1.00146484375, float("inf"), float("-inf"), float("nan"), 3],
+    "bf16": [0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.3895313892515355e38, 3.4e38, 1e39, float("inf"),
+             float("nan"), 1e-40, 9],
+}
+NOT_NUMBERS = ["7", None, 1.5]  # 1.5 is not an integer: refused by struct for integer types
+
+
+def _random_doubles(n: int) -> list[float]:
+    rnd = random.Random(7)
+    out = []
+    for _ in range(n):
+        bits = rnd.getrandbits(64)
+        value = struct.unpack("<d", struct.pack("<Q", bits))[0]
+        exp = rnd.uniform(-30, 20)
+        out += [value, rnd.uniform(-1, 1) * 2.0**exp]
+    return out
+
+
+@pytest.mark.parametrize("ty", list(SCALARS))
+def test_every_scalar_type_packs_byte_for_byte_like_struct(rt, fake, tmp_path, ty) -> None:
+    """The C block equals the Python path's struct block, and every value the Python path refuses (struct.error,
+    OverflowError) the C path leaves to it (pack() gives None)."""
+    params = [["x_ptr", "*fp32"], ["a", "i8"], ["s", ty], ["b", "i16"], ["BLOCK", "meta"]]
+    k = _kernel(rt, tmp_path, "k", params)
+    (b,) = k.variants["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"].values()
+    launcher = rt._BinaryLauncher(k, b, str(tmp_path / b["path"]), 0, 232448)
+    c_launcher = launcher.c_launcher()
+    assert c_launcher is not None
+    values = list(SCALARS[ty]) + NOT_NUMBERS
+    if ty in ("fp16", "bf16", "fp32"):
+        values += _random_doubles(300)
+    for v in values:
+        vals = [0xDEAD0010, -3, v, 300]
+        buf = bytearray(launcher.packer.size)
+        try:
+            packed = list(vals)
+            for i in launcher.bf16_pos:
+                packed[i] = rt._pack_bf16(packed[i])
+            launcher.packer.pack_into(buf, 0, *packed, 0, 0)
+            want = bytes(buf)
+        except (struct.error, OverflowError, TypeError):
+            want = None
+        got = c_launcher.pack(vals)
+        if want is not None and got is None and isinstance(v, float) and v != v:
+            continue  # NaN: left to the Python path (its payload rules vary across Python versions)
+        assert got == want, (ty, v, got, want)
+
+
+def test_layout_padding_pointers_and_dropped_ones(rt, fake, tmp_path) -> None:
+    params = [["x_ptr", "*fp16"], ["n", "i32"], ["one", "i32"], ["alpha", "bf16"], ["s", "i64"], ["y_ptr", "*fp16"],
+              ["h", "fp16"], ["z", "u8"], ["w", "fp64"], ["BLOCK", "meta"]]
+    k = _kernel(rt, tmp_path, "mix", params, specs=["Dx1xD", "xxxxx"])
+    x = _tensor(0, 64, 0)
+    y = _tensor(0, 64, 16)  # address 16 bytes after an aligned one: still divisible by 16
+    fake.block_size = 64
+    fake.nparams = 10
+    args = (x, 7, 1, 1.5, -(2**40), y, -2.5, 200, 1e300)
+    records, fallbacks = _launch_both(rt, fake, k, (3, 2, 5), args)
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    _, grid, block, _, stream, ctx, params_bytes, offsets = records[0]
+    assert grid == (3, 2, 5) and block == (128, 1, 1) and stream == 0x5EED0 and ctx == 0xC000
+    # the binary "Dx1xD" was taken: 'one' compiled in, so 8 parameters + 2 scratch pointers
+    assert offsets == (0, 8, 12, 16, 24, 32, 34, 40, 48, 56)
+    assert struct.unpack_from("<Q", params_bytes, 0)[0] == x.data_ptr()
+    assert struct.unpack_from("<i", params_bytes, 8)[0] == 7
+    assert struct.unpack_from("<H", params_bytes, 12)[0] == 0x3FC0  # bf16(1.5)
+    assert struct.unpack_from("<q", params_bytes, 16)[0] == -(2**40)
+    assert struct.unpack_from("<Q", params_bytes, 24)[0] == y.data_ptr()
+    assert struct.unpack_from("<e", params_bytes, 32)[0] == -2.5
+    assert params_bytes[34] == 200 and struct.unpack_from("<d", params_bytes, 40)[0] == 1e300
+    assert struct.unpack_from("<QQ", params_bytes, 48) == (0, 0)
+
+
+def _tensor(device: int, n: int = 64, offset_bytes: int = 0, dtype=None):
+    """A float tensor on a fake device whose data pointer is 16-byte aligned plus offset_bytes."""
+    import torch
+
+    dtype = dtype or torch.float16
+    size = torch.tensor([], dtype=dtype).element_size()
+    base = torch.empty(n + 64, dtype=dtype)
+    skip = (-base.data_ptr() % 64 + offset_bytes) // size
+    t = base[skip: skip + n]
+    assert t.data_ptr() % 16 == offset_bytes % 16
+    if device >= 0:
+        cs.on(device, t)
+    return t
+
+
+ADD = [["x_ptr", "*T"], ["y_ptr", "*T"], ["out_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]]
+
+
+@pytest.fixture
+def add(rt, fake, tmp_path):
+    k = _kernel(rt, tmp_path, "add", ADD, dtypes={"T": ["fp16", "fp32"]}, key=["n"],
+                specs=["DDDD", "DDD1", "DDDx", "xxxx"])
+    fake.block_size = 48
+    fake.nparams = 6
+    return k
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 4096, 2**31 - 1])
+@pytest.mark.parametrize("misaligned", [False, True])
+def test_calls_launch_the_same_binary_with_the_same_bytes(rt, fake, add, n, misaligned) -> None:
+    import torch
+
+    x, y, o = _tensor(0), _tensor(0, offset_bytes=2 if misaligned else 0), _tensor(0)
+    if n == 1 and not misaligned:  # the binary DDD1 has n compiled in: 3 pointers and the 2 scratch pointers
+        fake.block_size, fake.nparams = 40, 5
+    records, fallbacks = _launch_both(rt, fake, add, (4,), (x, y, o, n))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert add._fast.spec((x, y, o, n)) == rt.argument_spec(add.spec_slots, [x.data_ptr(), y.data_ptr(),
+                                                                             o.data_ptr(), n])
+    # another dtype is another variant, resolved by the Python path once and then by C
+    x32, y32, o32 = (_tensor(0, dtype=torch.float32) for _ in range(3))
+    fake.block_size, fake.nparams = 48, 6
+    records, fallbacks = _launch_both(rt, fake, add, [4, 1], (x32, y32, o32, n + 1 if n == 1 else n))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+
+
+def test_grid_forms(rt, fake, add) -> None:
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    seen = []
+    grids = {
+        "meta": lambda meta: (seen.append(("meta", meta["BLOCK"])) or (4096 // meta["BLOCK"], 2)),
+        "named": lambda meta: (seen.append(("named", meta.get("n"))) or (meta["n"] // meta["BLOCK"],)),
+        "list": [5, 1, 1],
+        "tuple3": (2, 3, 4),
+    }
+    for name, grid in grids.items():
+        seen.clear()
+        records, fallbacks = _launch_both(rt, fake, add, grid, (x, y, o, 4096))
+        assert records[0] == records[1] == records[2] and fallbacks == 1, name
+    assert fake.grid[:] == [2, 3, 4]
+    # a grid function reading an argument by name gets every argument, as from the Python path
+    seen.clear()
+    add[grids["named"]](x, y, o, 8192)  # new key: Python path, registered
+    add[grids["named"]](x, y, o, 8192)
+    assert seen == [("named", None), ("named", 8192)] * 2 and fake.grid[0] == 8
+    # an empty grid launches nothing, on both paths
+    calls = fake.calls
+    add[(0,)](x, y, o, 4096)
+    add[lambda meta: (0, 4)](x, y, o, 4096)
+    assert fake.calls == calls
+    # a grid function's own error propagates
+    with pytest.raises(ZeroDivisionError):
+        add[lambda meta: (1 // 0,)](x, y, o, 4096)
+
+
+def _error(fn):
+    try:
+        fn()
+    except Exception as exc:
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("case", ["cpu", "two_devices", "not_a_tensor", "overflow", "float_for_int", "dtype",
+                                  "missing_arg", "keyword_only", "numpy_like"])
+def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
+    import torch
+
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    add[(4,)](x, y, o, 4096)  # registered: the C path serves this kernel from now on
+    assert add._fast.size() == 1
+    calls = {
+        "cpu": lambda: add[(4,)](x, torch.empty(64, dtype=torch.float16), o, 4096),
+        "two_devices": lambda: add[(4,)](x, _tensor(1), o, 4096),
+        "not_a_tensor": lambda: add[(4,)](x, 12345, o, 4096),
+        "overflow": lambda: add[(4,)](x, y, o, 2**31),
+        "float_for_int": lambda: add[(4,)](x, y, o, 4096.0),
+        "dtype": lambda: add[(4,)](*(_tensor(0, dtype=torch.bfloat16) for _ in range(3)), 4096),
+        "missing_arg": lambda: add[(4,)](x, y, o),
+        "keyword_only": lambda: add[(4,)](x, y, o, n=4096, BLOCK=64),
+        "numpy_like": lambda: add[(4,)](x, y, o, _Index(4096)),
+    }
+    with_c = _error(calls[case])
+    rt.fastpath.use_c_launch(add, False)
+    without = _error(calls[case])
+    assert with_c == without
+    if case != "numpy_like":
+        assert with_c is not None
+    if case == "cpu":
+        assert with_c[0] is rt.UnsupportedDeviceError and "CPU tensor" in with_c[1]
+    if case == "overflow":
+        assert with_c == (OverflowError, "add_kernel(): n=2147483648 does not fit i32")
+
+
+class _Index:
+    """An integer-like object (as numpy integers are): struct takes it; the C path leaves it to Python."""
+
+    def __init__(self, v: int) -> None:
+        self.v = v
+
+    def __index__(self) -> int:
+        return self.v
+
+    def __eq__(self, other: object) -> bool:
+        return self.v == other
+
+    def __hash__(self) -> int:
+        return hash(self.v)
+
+    def __mod__(self, m: int) -> int:
+        return self.v % m
+
+    def __gt__(self, other: int) -> bool:
+        return self.v > other
+
+    def __le__(self, other: int) -> bool:
+        return self.v <= other
+
+    def __ge__(self, other: int) -> bool:
+        return self.v >= other
+
+
+ARGS19 = [["out_ptr", "*fp32"], ["x_ptr", "*fp32"], ["y_ptr", "*fp32"], ["z_ptr", "*fp32"], ["w_ptr", "*fp32"],
+          ["n", "i32"], *([f"a{i}", "fp32"] for i in range(4)), *([f"s{i}", "i32"] for i in range(9)),
+          ["HAS_BIAS", "constexpr"], ["BLOCK", "constexpr"]]
+
+
+@pytest.fixture
+def args19(rt, fake, tmp_path):
+    k = _kernel(rt, tmp_path, "args19", ARGS19, key=["n"], call_site={"HAS_BIAS": [False, True], "BLOCK": [512, 1024],
+                                                                      "num_warps": [4, 8]},
+                constexpr_defaults={"HAS_BIAS": False})
+    fake.block_size = 5 * 8 + 4 + 4 * 4 + 9 * 4 + 2 * 8  # pointers, n, 4 floats, 9 ints, 2 scratch pointers
+    fake.nparams = 21
+    return k
+
+
+def test_call_site_constexprs_and_launch_options_as_keywords(rt, fake, args19) -> None:
+    t = [_tensor(0, dtype=__import__("torch").float32) for _ in range(5)]
+    args = (*t, 4096, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
+    for kwargs in ({"BLOCK": 1024}, {"BLOCK": 512, "num_warps": 8}, {"BLOCK": 1024, "HAS_BIAS": True, "num_warps": 4}):
+        grid = lambda meta: (4096 // meta["BLOCK"],)  # the grid sees the call's BLOCK
+        rt.fastpath.use_c_launch(args19, False)
+        args19[grid](*args, **kwargs)
+        want = fake.launch_record()
+        rt.fastpath.use_c_launch(args19, True)
+        args19[grid](*args, **kwargs)
+        assert args19._fast.size() == 1
+        before = fake.calls
+        args19.run = lambda *a: pytest.fail("the C path should serve this call")
+        try:
+            args19[grid](*args, **kwargs)
+        finally:
+            del args19.run
+        assert fake.calls == before + 1 and fake.launch_record() == want, kwargs
+        assert want[1] == (4096 // kwargs["BLOCK"], 1, 1)
+    # the Python path binds or refuses every other keyword, with or without the C path
+    errors = {}
+    for use_c in (True, False):
+        rt.fastpath.use_c_launch(args19, use_c)
+        args19[(8,)](*args, BLOCK=512)
+        errors[use_c] = [_error(lambda kw=kw: args19[(8,)](*args, **kw)) for kw in (
+            {}, {"BLOCK": 256}, {"BLOCK": 512, "num_warps": 2}, {"BLOCK": 512, "bogus": 1},
+            {"BLOCK": 512, "num_ctas": 1}, {"BLOCK": 512, "num_ctas": 2}, {"BLOCK": [512]})]
+    assert errors[True] == errors[False]
+    assert errors[True][0][0] is TypeError and "missing the constexpr argument 'BLOCK'" in errors[True][0][1]
+    assert errors[True][1][0] is rt.NotBuiltError and errors[True][4] is None
+
+
+def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    add[(4,)](x, y, o, 4096)
+    calls = fake.calls
+    rt.kernel.LAUNCHES.skip = True
+    try:
+        add[(4,)](x, y, o, 4096)  # the custom op's meta path: bound, not launched
+    finally:
+        rt.kernel.LAUNCHES.skip = False
+    assert fake.calls == calls
+    hooked = _kernel(rt, tmp_path, "hooked", ADD, specs=["xxxx"], pre_hook="zero")
+    ran = []
+    hooked.pre_hooks["zero"] = lambda nargs: ran.append(nargs["n"])
+    for _ in range(3):
+        hooked[(1,)](x, y, o, 5)
+    assert ran == [5, 5, 5] and hooked._fast is None  # kernels with config pre-hooks never take the C path
+    # heuristics run on the host at each call: registering one takes the kernel off the C path, for good
+    params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
+    tuned = _kernel(rt, tmp_path, "heur", params, specs=["xxxx"])
+    assert tuned._fast is not None
+    tuned.add_heuristics({"EVEN": lambda nargs: nargs["n"] % 2 == 0})
+    assert tuned._fast is None and not rt.fastpath.use_c_launch(tuned, True)
+
+
+def test_backends_that_change_the_launch_keep_the_generic_path(rt, tmp_path) -> None:
+    class Tuning(rt.BinaryBackend):
+        def launch(self, *args):
+            return super().launch(*args)
+
+    spec = cs.kernel_spec(tmp_path, "t", ADD)
+    assert rt.Kernel("t", spec, cs.TARGETS, Tuning(str(tmp_path)))._fast is None
+    assert rt.Kernel("t", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))._fast is not None
+    assert rt.Kernel("t", spec, cs.TARGETS, None)._fast is None
+
+    class Traced(rt.Kernel):
+        def run(self, grid, args, kwargs):
+            return None
+
+    assert Traced("t", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))._fast is None
+
+
+def test_context_push_pop_and_driver_errors(rt, fake, add) -> None:
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    add[(4,)](x, y, o, 4096)
+    fake.pushes = fake.pops = 0
+    # a thread with another context current: pushed, launched under the device's primary context, popped
+    fake.current = 0xABC
+    for use_c in (True, False):
+        rt.fastpath.use_c_launch(add, use_c)
+        add[(4,)](x, y, o, 4096)
+        add[(4,)](x, y, o, 4096)
+        assert fake.ctx_at_launch == 0xC000 and fake.current == 0xABC and fake.depth == 0
+    assert fake.pushes == fake.pops == 4
+    results = {}
+    for setting, code in (("launch_result", 700), ("push_result", 201)):
+        for use_c in (True, False):
+            rt.fastpath.use_c_launch(add, use_c)
+            fake.current = 0xC000
+            add[(4,)](x, y, o, 4096)  # the C path registers it
+            fake.current = 0xABC if setting == "push_result" else 0xC000
+            setattr(fake, setting, code)
+            results[(setting, use_c)] = _error(lambda: add[(4,)](x, y, o, 4096))
+            setattr(fake, setting, 0)
+    assert results[("launch_result", True)] == results[("launch_result", False)] == (
+        rt.DriverError, "launch of add_kernel (grid 4x1x1, block 128) failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)")
+    assert results[("push_result", True)] == results[("push_result", False)] == (
+        rt.DriverError, "cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)")
+
+
+def test_second_device_uses_its_context_and_stream(rt, fake, add) -> None:
+    x, y, o = _tensor(1), _tensor(1), _tensor(1)
+    records, fallbacks = _launch_both(rt, fake, add, (4,), (x, y, o, 4096))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert records[0][4] == 0x5EED1 and records[0][5] == 0xC001  # device 1's stream and primary context
+
+
+def test_scratch_buffers_are_allocated_per_launch(rt, fake, tmp_path, monkeypatch) -> None:
+    import torch
+
+    allocated = []
+
+    def scratch(torch_mod, device, size, programs):
+        buf = torch.empty(programs * size + 256, dtype=torch.uint8)
+        allocated.append((device, size, programs))
+        return buf, (buf.data_ptr() + 255) // 256 * 256
+
+    monkeypatch.setattr(rt.launch, "_scratch_buffer", scratch)
+    k = _kernel(rt, tmp_path, "scr", ADD, specs=["xxxx"],
+                binary_fields={"global_scratch_size": 128, "profile_scratch_size": 64})
+    fake.block_size = 48
+    fake.nparams = 6
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    rt.fastpath.use_c_launch(k, False)
+    k[(3, 2)](x, y, o, 10)
+    rt.fastpath.use_c_launch(k, True)
+    k[(3, 2)](x, y, o, 10)
+    k[(3, 2)](x, y, o, 10)
+    assert allocated == [(0, 128, 6), (0, 64, 6)] * 3
+    gs, ps = struct.unpack_from("<QQ", bytes(fake.params[:48]), 32)
+    assert gs and ps and gs % 256 == 0 and ps % 256 == 0 and k._fast.size() == 1
+
+
+def test_cache_is_bounded_and_threads_share_it(rt, fake, add) -> None:
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    for n in range(1, 4200):
+        add._fast.register((x, y, o, n), {}, _any_launcher(rt, add, x, y, o, n), {}, None,
+                           add._fast.spec((x, y, o, n)))
+    assert add._fast.size() <= 4096
+    add._fast.clear()
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                add[(4,)](x, y, o, 4096)
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and add._fast.size() == 1
+
+
+def _any_launcher(rt, kernel, *args):
+    state = kernel._state(args, {})
+    config = state.table.lookup((args[-1],))
+    values = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+    spec = rt.argument_spec(kernel.spec_slots, values)
+    return kernel.backend._launcher(kernel, state, config, (), spec).c_launcher()

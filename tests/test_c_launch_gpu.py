@@ -1,0 +1,155 @@
+"""The C launch path on a GPU, through the installed wheel: the same results as the pure-Python path, inside
+CUDA-graph capture, on a second device, and from a fresh thread (no CUDA context current) — and the C path
+really serving the calls (Kernel.run, which every call the C path does not take goes through, is not called)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import threading
+
+import pytest
+
+HANDLES = [("forge_kernels._ops.vector_add", "add_kernel"), ("forge_kernels._ops.softmax", "softmax_kernel"),
+           ("forge_kernels._ops.matmul", "matmul_kernel")]
+
+
+@pytest.fixture
+def c_path(packaged):
+    fastpath = importlib.import_module("forge_kernels._runtime.fastpath")
+    if fastpath.c is None:
+        pytest.skip("the installed wheel has no C launch path (built without a C compiler?)")
+    handles = [getattr(importlib.import_module(m), f) for m, f in HANDLES]
+    yield fastpath, handles
+    for h in handles:
+        fastpath.use_c_launch(h, True)
+
+
+@contextlib.contextmanager
+def python_runs(handles):
+    """Count the calls that reach Kernel.run (the Python path)."""
+    count = [0]
+    for h in handles:
+        def run(grid, args, kwargs, h=h):
+            count[0] += 1
+            return type(h).run(h, grid, args, kwargs)
+        h.run = run
+    try:
+        yield count
+    finally:
+        for h in handles:
+            del h.run
+
+
+def _ops(packaged, device="cuda"):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(12345, device=device, generator=g)
+    h = torch.randn(3000, device=device, generator=g, dtype=torch.float16)
+    s = torch.randn(37, 1000, device=device, generator=g)
+    a = torch.randn(300, 200, device=device, generator=g, dtype=torch.float16)
+    b = torch.randn(200, 120, device=device, generator=g, dtype=torch.float16)
+    return lambda: [packaged.vector_add(x, x), packaged.vector_add(h, h), packaged.vector_add(x[1:], x[:-1]),
+                    packaged.softmax(s), packaged.softmax(s[:, :999]), packaged.matmul(a, b)]
+
+
+@pytest.mark.gpu
+def test_c_path_gives_the_python_paths_results(packaged, c_path) -> None:
+    import torch
+
+    fastpath, handles = c_path
+    run = _ops(packaged)
+    for h in handles:
+        fastpath.use_c_launch(h, False)
+    want = run()
+    for h in handles:
+        assert fastpath.use_c_launch(h, True)
+    run()  # the Python path resolves each call once and hands it to the C path
+    with python_runs(handles) as count:
+        got = run()
+    torch.cuda.synchronize()
+    assert count[0] == 0, "the C path did not serve every call"
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+def test_c_path_inside_cuda_graph_capture(packaged, c_path) -> None:
+    import torch
+
+    _, handles = c_path
+    packaged.preload()
+    run = _ops(packaged)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager = run()  # warm-up on the side stream; the C path learns the calls
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with python_runs(handles) as count, torch.cuda.graph(graph):
+        captured = run()
+    assert count[0] == 0, "calls during capture fell back to the Python path"
+    graph.replay()
+    torch.cuda.synchronize()
+    for c, e in zip(captured, eager):
+        assert torch.equal(c, e)
+
+
+@pytest.mark.gpu
+def test_c_path_on_the_second_device(packaged, c_path) -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    fastpath, handles = c_path
+    torch.cuda.set_device(0)
+    try:
+        run = _ops(packaged, "cuda:1")
+        for h in handles:
+            fastpath.use_c_launch(h, False)
+        want = run()
+        for h in handles:
+            fastpath.use_c_launch(h, True)
+        side = torch.cuda.Stream(device="cuda:1")
+        with torch.cuda.stream(side):  # device 1's current stream is a side stream: launches go there
+            run()
+            with python_runs(handles) as count:
+                got = run()
+        side.synchronize()
+        assert count[0] == 0 and torch.cuda.current_device() == 0
+        for g, w in zip(got, want):
+            assert g.device.index == 1 and torch.equal(g, w)
+    finally:
+        torch.cuda.set_device(0)
+
+
+@pytest.mark.gpu
+def test_c_path_from_a_fresh_thread(packaged, c_path) -> None:
+    """A new thread has no current CUDA context: the C path launches under the device's primary context."""
+    import torch
+
+    _, handles = c_path
+    run = _ops(packaged)
+    want = run()
+    run()
+    torch.cuda.synchronize()
+    result = {}
+
+    def work() -> None:
+        try:
+            with python_runs(handles) as count:
+                result["out"] = run()
+            torch.cuda.synchronize()
+            result["python_runs"] = count[0]
+        except Exception as exc:  # reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert "error" not in result, result.get("error")
+    assert result["python_runs"] == 0
+    for g, w in zip(result["out"], want):
+        assert torch.equal(g, w)

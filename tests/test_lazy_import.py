@@ -1,0 +1,105 @@
+"""`import <package>` registers the ops and loads nothing else; the first use loads the op's host module.
+
+Runs the repository's wheel (unpacked, as pip lays it out) in fresh processes on the CPU: which modules an
+import loads, that torch.ops.<package>.<op> exists right after import, that torch.compile(fullgraph=True) traces
+an exported op as one custom op before anything was loaded, that the first call binds only its own host module,
+and that importing a host module by name binds it too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def site(repo_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(repo_wheel) as zf:
+        zf.extractall(out)
+    return out
+
+
+def _run(site: Path, code: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                          cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _loaded() -> str:
+    return "sorted(m for m in sys.modules if m.startswith('forge_kernels'))"
+
+
+def test_import_loads_only_the_entry_point_and_defines_the_custom_ops(site: Path) -> None:
+    res = _run(site, f"""
+        import json, sys, torch
+        import forge_kernels
+        after_import = {_loaded()}
+        ops = [hasattr(torch.ops.forge_kernels, op) for op in ("softmax", "matmul", "vector_add")]
+        try:
+            forge_kernels.softmax(torch.randn(2, 8))
+        except Exception as exc:
+            error = type(exc).__name__
+        after_call = {_loaded()}
+        import inspect
+        print(json.dumps({{"import": after_import, "ops": ops, "call": after_call, "error": error,
+                          "doc": forge_kernels.softmax.__doc__, "sig": str(inspect.signature(forge_kernels.softmax))}}))
+    """)
+    assert res["import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.entry"]
+    assert res["ops"] == [True, True, True]
+    # the first call bound the op's own host module only (and the runtime it needs)
+    host = [m for m in res["call"] if m.startswith("forge_kernels._ops.")]
+    assert host == ["forge_kernels._ops.softmax"] and res["error"] == "UnsupportedDeviceError"
+    assert "softmax" in res["doc"] and res["sig"] == "(x: torch.Tensor) -> torch.Tensor"
+
+
+def test_importing_a_host_module_binds_its_kernel_handles(site: Path) -> None:
+    res = _run(site, """
+        import importlib, json, sys
+        import forge_kernels
+        from forge_kernels._ops import vector_add as va
+        m = importlib.import_module("forge_kernels._ops.matmul")
+        print(json.dumps({"add": repr(va.add_kernel), "matmul": repr(m.matmul_kernel), "origin": m.__spec__.origin,
+                          "same": sys.modules["forge_kernels._ops.matmul"] is m}))
+    """)
+    assert res["add"].startswith("<forge-aot kernel add") and res["matmul"].startswith("<forge-aot kernel matmul")
+    assert res["origin"].endswith("forge_kernels/_ops/matmul.py") and res["same"]
+
+
+def test_torch_compile_fullgraph_sees_one_custom_op_before_anything_loaded(site: Path) -> None:
+    res = _run(site, f"""
+        import json, sys, torch
+        import forge_kernels
+        graphs = []
+
+        class Captured(Exception):
+            pass
+
+        def backend(gm, example_inputs):
+            graphs.append([str(n.target) for n in gm.graph.nodes if n.op == "call_function"])
+            def run(*args):
+                raise Captured
+            return run
+
+        f = torch.compile(lambda x: forge_kernels.softmax(x) * 2, fullgraph=True, backend=backend)
+        try:
+            f(torch.randn(4, 1000))
+        except Captured:
+            pass
+        print(json.dumps({{"graphs": graphs, "loaded": {_loaded()}}}))
+    """)
+    (targets,) = res["graphs"]
+    assert "forge_kernels.softmax" in targets, targets
+    # tracing ran the Meta implementation (the host code with launches skipped): softmax's module only
+    assert [m for m in res["loaded"] if m.startswith("forge_kernels._ops.")] == ["forge_kernels._ops.softmax"]
