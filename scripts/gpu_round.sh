@@ -15,10 +15,14 @@ for step in $STEPS; do
     build)  # the build works offline on the GPU machine too; compare with the wheel built on the CPU machine
       python3 -m forge_aot.cli build --out "$OUT/dist-device" --build-dir /tmp/forge-build -q 2>&1 | tail -3 | tee "$OUT/build.txt"
       sha256sum dist/*.whl "$OUT"/dist-device/*.whl | tee -a "$OUT/build.txt" ;;
-    tests) python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
+    tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 \
+        | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
     bench-launch) python3 benchmarks/bench_launch.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/bench_launch.txt" ;;
     cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
   esac
 done
+# One file comes back: every log and JSON of the round.
+(cd "$OUT" && tar czf /tmp/gpu-round.tgz --exclude gpu-round.tgz . && mv /tmp/gpu-round.tgz . && \
+  find . -maxdepth 1 -type f ! -name gpu-round.tgz -delete)

@@ -286,13 +286,31 @@ class GuidedSearch(SearchStrategy):
             timed += [(cid, s) for cid, s in outcome.times.items() if s.early_exit]
             rows = [self._features(by_id[cid], names, ctx.ceilings.sms, bound) for cid, _ in timed]
             model = _Ridge(rows, [math.log(max(s.median_ms, 1e-6)) for _, s in timed])
-            pool.sort(key=lambda c: model.predict(self._features(c, names, ctx.ceilings.sms, bound)))
+            predicted = {c.cid: model.predict(self._features(c, names, ctx.ceilings.sms, bound)) for c in pool}
+            pool.sort(key=lambda c: predicted[c.cid])
             take = min(self.batch, limit - outcome.benchmarked)
-            batch, pool = pool[:take], pool[take:]
+            # Half the batch from the model's best guesses, half from the neighbours of the two best so far
+            # (one parameter changed), the model ordering them: a pattern search around the incumbents.
+            ranked = sorted((cid for cid, s in outcome.times.items() if not s.early_exit),
+                            key=lambda cid: outcome.times[cid].median_ms)[:2]
+            near = [c for c in pool if any(_one_step(by_id[r], c) for r in ranked)]
+            batch = []
+            for c in near[:take // 2] + pool:
+                if len(batch) == take:
+                    break
+                if c not in batch:
+                    batch.append(c)
+            pool = [c for c in pool if c not in batch]
             best = _collect(outcome, ctx.measure(batch, best))
         outcome.notes.append(f"benchmarked {outcome.benchmarked} of {ctx.space} ({len(outcome.pruned)} pruned by the "
                              f"{bound} bound, {len(pool)} left unbenchmarked)")
         return outcome
+
+
+def _one_step(a: Candidate, b: Candidate) -> bool:
+    """Whether two configs differ in exactly one parameter."""
+    pa, pb = _parameters(a), _parameters(b)
+    return sum(pa.get(k) != pb.get(k) for k in set(pa) | set(pb)) == 1
 
 
 STRATEGIES: dict[str, type[SearchStrategy]] = {"exhaustive": ExhaustiveSearch, "guided": GuidedSearch}
