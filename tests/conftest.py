@@ -105,6 +105,20 @@ def launched_specs(module_name: str, function: str) -> set[str]:
     return {launcher.spec for state in handle._states.values() for launcher in state.launchers.values()}
 
 
+def launched_and_built(module_name: str, function: str) -> tuple[set[str], set[str]]:
+    """The specializations a packaged kernel handle launched since its reset, and every specialization the wheel
+    carries for the config(s) it launched with (what a call could have taken)."""
+    handle = getattr(importlib.import_module(module_name), function)
+    launched: set[str] = set()
+    built: set[str] = set()
+    for state in handle._states.values():
+        for (cid, _heur, _spec), launcher in state.launchers.items():
+            launched.add(launcher.spec)
+            config = handle.variants[state.variant]["targets"][state.target]["configs"][cid]
+            built |= {b["spec"] for b in config["binaries"].values()}
+    return launched, built
+
+
 def expected_spec(args, built: set[str]) -> str:
     """The binary a call must take: its arguments' specialization (Triton's rules: ``D`` aligned pointer or
     integer divisible by 16, ``1`` integer equal to 1, ``x`` otherwise), then the most specialized built
