@@ -271,7 +271,8 @@ class BuildPlan:
         """The binaries a row needs of a config. Per traced call (else the documented default): its exact
         specialization; for other shapes, the same with no assumption on the sizes outside the key (integers
         not named ``*stride*``: a batch of 1 in the examples must not cost a real batch its unit strides), on
-        any size, and on any integer's divisibility by 16 (values of 1 kept); the generic fallback. Each
+        each key size alone, on any size, and on any integer's divisibility by 16 (values of 1 kept); the
+        generic fallback. Each
         carries the heuristics' values; for boolean heuristics the last two are built for every value too, so
         a shape between rows that flips one (``EVEN_K``) still has a fast binary."""
         kp = self.kernels[entry.kernel]
@@ -289,7 +290,11 @@ class BuildPlan:
         for spec, heur in pairs:
             b = BinarySpec(spec, heur)
             loose = b.relaxed(ints, SPEC_DIV16)
-            out |= {b, b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur)}
+            # One key size off the rows' divisibility (M = 3000 between tuned rows) must not cost the others'
+            # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
+            # also relaxed on its own (the specialization the JIT compiles for such a call).
+            single = {b.relaxed([i]) for i in sizes if kp.spec_params[i] in kp.key and b.spec[i] == SPEC_DIV16}
+            out |= {b, b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur), *single}
             flags = [i for i, (_, v) in enumerate(heur) if isinstance(v, bool)][:3]
             for values in itertools.product((False, True), repeat=len(flags)):
                 flipped = list(heur)
