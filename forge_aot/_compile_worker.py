@@ -7,6 +7,7 @@ per-binary timeout by killing this process; a crash loses only the job in flight
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -73,6 +74,12 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    # Import the compiler (and torch, which kernel files import) before the first job arrives: a pool started
+    # ahead of time does this while its parent plans.
+    import triton.compiler  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import torch  # noqa: F401
     result_fd = os.dup(1)
     os.dup2(2, 1)  # compiler chatter goes to stderr; results go to the saved descriptor only
     out = os.fdopen(result_fd, "w", buffering=1)

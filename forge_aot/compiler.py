@@ -114,6 +114,29 @@ class CompilePool:
         # The worker imports forge_aot; make sure it resolves to this very installation.
         package_parent = str(Path(__file__).resolve().parent.parent)
         self.env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, self.env.get("PYTHONPATH")) if p)
+        self._idle: list[_Worker] = []
+        self._idle_lock = threading.Lock()
+
+    def prestart(self) -> None:
+        """Start every worker process now (each imports Triton while the caller does other work)."""
+        with self._idle_lock:
+            while len(self._idle) < self.jobs:
+                self._idle.append(_Worker(self.env, self.root))
+
+    def _take(self) -> _Worker:
+        with self._idle_lock:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.proc.poll() is None:
+                    return worker
+        return _Worker(self.env, self.root)
+
+    def close(self) -> None:
+        """End the idle worker processes."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.close()
 
     def run(self, jobs: list[CompileJob], out_dir: Path, progress: ProgressFn | None = None,
             on_result: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
@@ -135,7 +158,7 @@ class CompilePool:
                     except queue.Empty:
                         return
                     if worker is None:
-                        worker = _Worker(self.env, self.root)
+                        worker = self._take()
                     t = TARGETS[job.target]
                     payload = {**job.to_json(), "binary_stem": job.binary_stem, "out_dir": str(out_dir),
                                "target_info": {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}}
@@ -154,7 +177,8 @@ class CompilePool:
                             progress("compile", done[0], len(jobs), f"{job.binary_stem} {status}")
             finally:
                 if worker is not None:
-                    worker.close()
+                    with self._idle_lock:  # kept for the next run (a build compiles in several rounds)
+                        self._idle.append(worker)
 
         threads = [threading.Thread(target=work, daemon=True) for _ in range(min(self.jobs, len(jobs)))]
         for th in threads:

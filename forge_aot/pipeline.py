@@ -66,7 +66,10 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
         shutil.rmtree(binaries)
     pool = CompilePool(jobs, cache_dir=(work / "triton-cache").resolve(), root=root,
                        line_info=loaded.manifest.project.line_info)
-    report = compile_plan(plan, binaries.resolve(), pool, progress)
+    try:
+        report = compile_plan(plan, binaries.resolve(), pool, progress)
+    finally:
+        pool.close()
     _atomic_json(work / "compile_report.json", report.to_json())
     if report.errors:
         raise BuildFailed(report.errors, report.failures)

@@ -476,3 +476,32 @@ def test_shards_merge_into_the_whole_database(sim: Path, tmp_path: Path, tmp_pat
     merged = {(r.kernel, r.variant, json.dumps(r.key)) for r in TuningDatabase(sim / "tuning").records
               if r.kind == "winner"}
     assert merged == a | b and len(merged) == 4
+
+
+@pytest.mark.parametrize("row", [0, 1, 2])
+def test_guided_search_on_recorded_h100_measurements(row: int) -> None:
+    """The guided search replayed on every measurement of the 260-config matmul space that an exhaustive
+    forge-aot tune recorded on the H100 (square, decode-like and ragged rows): the exhaustive best within 2%,
+    benchmarking at most a quarter of the space."""
+    data = json.loads((FIXTURES / "tune" / "h100_matmul_260_exhaustive.json").read_text())
+    rec = data["rows"][row]
+    m, n, k = rec["key"]["M"], rec["key"]["N"], rec["key"]["K"]
+    default = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+    rows = sorted(rec["candidates"], key=lambda c: c["config"] != default)  # the untuned default first
+    cands, times = [], {}
+    for c in rows:
+        cfg = c["config"]
+        choice = ConfigChoice({x: cfg[x] for x in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}, cfg["num_warps"],
+                              cfg["num_stages"])
+        cands.append(Candidate(choice.id, choice, c["attrs"]))
+        times[choice.id] = summarize([c["median_ms"]], "events", early_exit=c["early_exit"])
+
+    def measure(batch, best):
+        return {c.cid: times[c.cid] for c in batch}
+
+    ctx = SearchContext(data["space"], Ceilings(2.85e12, 7.5e14, 132), measure, bytes=2.0 * (m * k + k * n + m * n),
+                        flops=2.0 * m * n * k)
+    outcome = GuidedSearch(budget=0.25).search(cands, ctx)
+    best = min(s.median_ms for s in times.values() if not s.early_exit)
+    assert outcome.benchmarked <= data["space"] // 4
+    assert times[outcome.best()].median_ms <= best * 1.02

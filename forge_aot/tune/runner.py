@@ -406,7 +406,7 @@ class _Tuner:
 
     def __init__(self, plan: BuildPlan, items: list[TuneItem], db: TuningDatabase, options: TuneOptions,
                  device: dict[str, Any], target: str, run: TuneRun, progress: ProgressFn | None,
-                 bin_dir: Path) -> None:
+                 compiles: _Compiles) -> None:
         self.plan = plan
         self.items = items
         self.db = db
@@ -415,9 +415,10 @@ class _Tuner:
         self.target = target
         self.run = run
         self.progress = progress
-        self.bin_dir = bin_dir
+        self.bin_dir = compiles.bin_dir
         self.lock = threading.Lock()
-        self.compiled: dict[str, CompileResult] = {}
+        self.compiled = compiles.compiled
+        self.compiled_from = compiles
         self.ceilings = Ceilings(float(device["peak_bytes_per_s"]), float(device["peak_flops"]), int(device["sms"]))
         self.provenance = {
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
@@ -427,15 +428,6 @@ class _Tuner:
             for name, kp in plan.kernels.items()}
         self.done = 0
         self.started = time.perf_counter()
-
-    # -- compile ----------------------------------------------------------------------------------------
-    def jobs(self, item: TuneItem) -> dict[str, Any]:
-        out = {}
-        for c in item.candidates:
-            for b in item.binaries(c):
-                job = job_for(self.plan, item.entry, c, b)
-                out[job.binary_stem] = job
-        return out
 
     def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
         """What the worker needs of a candidate: its config and its compiled binaries (None if none compiled)."""
@@ -642,7 +634,8 @@ class _Tuner:
                                                "eligible": default.id in ok},
                                    "finalists": {cid: s.to_json() for cid, s in final.items()},
                                    "search": {"strategy": strategy.name, "benchmarked": outcome.benchmarked,
-                                              "space": item.space, "candidates": len(item.candidates)},
+                                              "space": item.space, "candidates": len(item.candidates),
+                                              "candidates_sha256": _candidates_sha256(item)},
                                    "bound": outcome.bound, "throughput": throughput}, _now())
         with self.lock:
             self.db.append(rec)
@@ -688,10 +681,101 @@ def _setup_command(plan: BuildPlan, root: Path) -> dict[str, Any]:
             "kernel_files": {kp.function: str(kp.source) for kp in plan.kernels.values()}}
 
 
+def _candidates_sha256(item: TuneItem) -> str:
+    return hashlib.sha256("\n".join(sorted(c.id for c in item.candidates)).encode()).hexdigest()
+
+
+def _describe_locally(gpu_index: int) -> dict[str, Any] | None:
+    """Name, compute capability and shared-memory limit of a visible GPU through the driver alone (no torch,
+    no context): enough to plan and start compiling while the workers boot. None where that is unavailable."""
+    try:
+        from ..runtime.cuda import _CudaDriver
+
+        info = _CudaDriver().describe(gpu_index)
+    except Exception:
+        return None
+    major, minor = info["capability"]
+    return {"name": info["name"], "capability": f"{major}.{minor}", "arch": info["arch"], "backend": "cuda",
+            "max_shared": info["max_shared"]}
+
+
+def item_jobs(plan: BuildPlan, item: TuneItem) -> dict[str, Any]:
+    """The compile jobs of a row's candidates, by binary stem."""
+    out = {}
+    for c in item.candidates:
+        for b in item.binaries(c):
+            job = job_for(plan, item.entry, c, b)
+            out[job.binary_stem] = job
+    return out
+
+
+class _Compiles:
+    """Every binary of the rows to tune, compiled on all cores in a background thread; a row is ``ready`` once
+    its binaries are all there (binaries of an earlier run of the same sources and Triton are reused)."""
+
+    def __init__(self, plan: BuildPlan, todo: list[TuneItem], pool: CompilePool, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.compiled: dict[str, CompileResult] = {}
+        self.ready: queue.Queue[int] = queue.Queue()
+        self.seconds = 0.0
+        self.wall = 0.0
+        self.lock = threading.Lock()
+        needs: dict[int, set[str]] = {}
+        all_jobs: dict[str, Any] = {}
+        for i, item in enumerate(todo):
+            jobs = item_jobs(plan, item)
+            needs[i] = set(jobs)
+            for stem, job in jobs.items():
+                all_jobs.setdefault(stem, job)
+        fresh = {}
+        for stem, job in all_jobs.items():
+            sidecar_path = bin_dir / f"{stem}.json"
+            if sidecar_path.is_file():
+                sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+                if (bin_dir / f"{stem}.{sidecar['format']}").is_file():
+                    self.compiled[stem] = CompileResult(job, True, sidecar)
+                    continue
+            fresh[stem] = job
+        self.binaries = len(all_jobs)
+        self.waiting = {i: s - set(self.compiled) for i, s in needs.items()}
+        for i in [i for i, left in self.waiting.items() if not left]:
+            self.ready.put(i)
+            self.waiting.pop(i)
+        self.thread = threading.Thread(target=self._run, args=(pool, list(fresh.values())), daemon=True)
+        self.thread.start()
+
+    def _on_result(self, r: CompileResult) -> None:
+        with self.lock:
+            self.compiled[r.job.binary_stem] = r
+            self.seconds += r.seconds
+            for i in list(self.waiting):
+                self.waiting[i].discard(r.job.binary_stem)
+                if not self.waiting[i]:
+                    self.waiting.pop(i)
+                    self.ready.put(i)
+
+    def _run(self, pool: CompilePool, jobs: list[Any]) -> None:
+        start = time.perf_counter()
+        try:
+            if jobs:
+                pool.run(jobs, self.bin_dir, None, self._on_result)
+        finally:
+            self.wall = time.perf_counter() - start
+            pool.close()
+            with self.lock:
+                for i in list(self.waiting):  # anything left never compiled: release it (its candidates fail)
+                    self.waiting.pop(i)
+                    self.ready.put(i)
+
+
 def tune(manifest_path: str | Path, options: TuneOptions | None = None,
          progress: ProgressFn | None = None) -> TuneRun:
     """Tune every manifest entry with tuning inputs on the local GPUs into the tuning database. Raises
-    ForgeError subclasses; prints nothing."""
+    ForgeError subclasses; prints nothing.
+
+    The order saves wall time: the GPU workers boot (import torch, measure the device's ceilings) while the
+    parent reads the GPU's model through the driver, plans, and starts compiling on every core; each worker
+    then binds the host modules while the first binaries compile."""
     options = options or TuneOptions()
     wall_start = time.perf_counter()
     loaded = load_manifest(manifest_path)
@@ -715,57 +799,81 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     starters = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(clients))]
     for th in starters:
         th.start()
-    # Plan (every manifest target) while the workers start: import torch, measure the device's ceilings.
-    plan_targets = list(loaded.manifest.project.targets)
+    pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=root,
+                       line_info=loaded.manifest.project.line_info)
+    compiles: _Compiles | None = None
     try:
-        plan = make_plan(loaded)
+        pool.prestart()  # compile workers import triton and torch while the parent plans
+        first = options.gpus[0] if options.gpus else 0
+        local = _describe_locally(first) if os.environ.get("FORGE_AOT_TUNE_WORKER") is None else None
+        plan_targets = list(loaded.manifest.project.targets)
+        target = _local_target(local, plan_targets) if local else None
+        plan = make_plan(loaded, [target] if target else None)
+        db = TuningDatabase(db_dir)
+        notes: list[str] = []
+        state: dict[str, Any] = {}
+
+        def prepare(target: str, gpu_name: str) -> None:
+            plan.entries = [e for e in plan.entries if e.target == target]
+            plan.targets = [target]
+            items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
+            triton = _triton_version()
+            source = {name: file_sha256(kp.source) for name, kp in plan.kernels.items()}
+            todo, current = [], []
+            for item in items:
+                prov = Provenance(gpu=gpu_name, capability="", target=target, triton=triton,
+                                  source_sha256=source[item.entry.kernel])
+                known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
+                winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
+                searched = (winner.extra.get("search", {}).get("candidates_sha256") if winner else None)
+                fresh = winner is not None and (searched == _candidates_sha256(item)
+                                                or all(c.id in known for c in item.candidates))
+                if not options.force and fresh:
+                    current.append(_from_database(item, winner, known))  # type: ignore[arg-type]
+                else:
+                    todo.append(item)
+            fingerprint = hashlib.sha256(json.dumps([triton, sorted(source.values())]).encode()).hexdigest()[:16]
+            state.update(items=items, todo=todo, current=current,
+                         compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()))
+
+        if target is not None and local is not None:
+            prepare(target, local["name"])
+            compiles = state["compiles"]
     finally:
         for th in starters:
             th.join()
-    failed = [d for d in devices if isinstance(d, BaseException)]
-    if failed:
-        for c in clients:
-            c.close()
-        raise TuneError(f"a benchmark worker did not start: {failed[0]}")
-    device = devices[0]
-    assert isinstance(device, dict)
-    names = {d["name"] for d in devices if isinstance(d, dict)}
-    run_notes = []
-    if len(names) > 1:
-        keep = [i for i, d in enumerate(devices) if isinstance(d, dict) and d["name"] == device["name"]]
-        for i, c in enumerate(clients):
-            if i not in keep:
-                c.close()
-        run_notes.append(f"GPUs of several models ({', '.join(sorted(names))}): tuning on the {device['name']}s only")
-        clients = [clients[i] for i in keep]
-        gpus = [gpus[i] for i in keep]
     try:
-        target = _local_target(device, plan_targets)
-        plan.entries = [e for e in plan.entries if e.target == target]
-        plan.targets = [target]
-        notes: list[str] = list(run_notes)
-        items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
-        db = TuningDatabase(db_dir)
+        failed = [d for d in devices if isinstance(d, BaseException)]
+        if failed:
+            raise TuneError(f"a benchmark worker did not start: {failed[0]}")
+        device = devices[0]
+        assert isinstance(device, dict)
+        names = {d["name"] for d in devices if isinstance(d, dict)}
+        if len(names) > 1:
+            keep = [i for i, d in enumerate(devices) if isinstance(d, dict) and d["name"] == device["name"]]
+            for i, c in enumerate(clients):
+                if i not in keep:
+                    c.close()
+            notes.append(f"GPUs of several models ({', '.join(sorted(names))}): tuning on the {device['name']}s only")
+            clients = [clients[i] for i in keep]
+            gpus = [gpus[i] for i in keep]
+        if target is None:
+            target = _local_target(device, plan_targets)
+            prepare(target, device["name"])
+            compiles = state["compiles"]
+        elif device["name"] != local["name"]:  # type: ignore[index]
+            raise TuneError(f"GPU {gpus[0]} is a {local['name']} to the driver but a {device['name']} to "  # type: ignore[index]
+                            "its worker")
+        assert compiles is not None
         run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir))
-        triton = _triton_version()
-        fingerprint = hashlib.sha256(json.dumps([triton, sorted(file_sha256(kp.source) for kp in
-                                                                 plan.kernels.values())]).encode()).hexdigest()[:16]
-        bin_dir = (work / "tune" / f"binaries-{fingerprint}").resolve()
-        tuner = _Tuner(plan, items, db, options, device, target, run, progress, bin_dir)
-        # Which rows need the GPU at all.
-        todo: list[TuneItem] = []
-        for item in items:
-            prov = tuner.provenance[item.entry.kernel]
-            known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
-            winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
-            if not options.force and winner is not None and all(c.id in known for c in item.candidates):
-                run.items.append(_from_database(item, winner, known))
-            else:
-                todo.append(item)
-        _pipeline(tuner, todo, clients, options, work, run, _setup_command(plan, root))
+        run.items += state["current"]
+        tuner = _Tuner(plan, state["items"], db, options, device, target, run, progress, compiles)
+        _pipeline(tuner, state["todo"], clients, run, _setup_command(plan, root))
     finally:
         for c in clients:
             c.close()
+        if compiles is None:
+            pool.close()
     run.wall = time.perf_counter() - wall_start
     out_dir = work / "tune"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -783,68 +891,18 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     return run
 
 
-def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], options: TuneOptions,
-              work: Path, run: TuneRun, setup: dict[str, Any]) -> None:
-    """Compile on every core while the GPUs benchmark the rows whose binaries are all there."""
-    plan = tuner.plan
-    pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=plan.loaded.root,
-                       line_info=plan.loaded.manifest.project.line_info)
-    needs: dict[int, set[str]] = {}
-    all_jobs: dict[str, Any] = {}
-    for i, item in enumerate(todo):
-        jobs = tuner.jobs(item)
-        needs[i] = set(jobs)
-        for stem, job in jobs.items():
-            all_jobs.setdefault(stem, job)
-    # Binaries from an earlier run of the same sources and Triton need no compile.
-    fresh = {}
-    for stem, job in all_jobs.items():
-        sidecar_path = tuner.bin_dir / f"{stem}.json"
-        if sidecar_path.is_file():
-            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
-            ext = sidecar["format"]
-            if (tuner.bin_dir / f"{stem}.{ext}").is_file():
-                tuner.compiled[stem] = CompileResult(job, True, sidecar)
-                continue
-        fresh[stem] = job
-    run.binaries = len(all_jobs)
-    ready: queue.Queue[int] = queue.Queue()
-    pending = {i: set(s) - set(tuner.compiled) for i, s in needs.items()}
-    waiting = dict(pending)
+def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], run: TuneRun,
+              setup: dict[str, Any]) -> None:
+    """The GPUs benchmark the rows whose binaries are all there while the rest compile."""
+    compiles = tuner.compiled_from
+    run.binaries = compiles.binaries
+    ready = compiles.ready
     lock = threading.Lock()
-    for i in [i for i, s in pending.items() if not s]:
-        ready.put(i)
-        waiting.pop(i)
-
-    def on_result(r: CompileResult) -> None:
-        with lock:
-            tuner.compiled[r.job.binary_stem] = r
-            run.compile_seconds += r.seconds
-            for i in list(waiting):
-                waiting[i].discard(r.job.binary_stem)
-                if not waiting[i]:
-                    waiting.pop(i)
-                    ready.put(i)
-
-    compile_start = time.perf_counter()
-
-    def compile_all() -> None:
-        try:
-            if fresh:
-                pool.run(list(fresh.values()), tuner.bin_dir, None, on_result)
-        finally:
-            run.compile_wall = time.perf_counter() - compile_start
-            with lock:
-                for i in list(waiting):  # anything left never compiled (should not happen): release it
-                    waiting.pop(i)
-                    ready.put(i)
-
-    compiler = threading.Thread(target=compile_all, daemon=True)
-    compiler.start()
     results: dict[int, ItemResult] = {}
     total = len(todo)
     bench_start = time.perf_counter()
     errors: list[BaseException] = []
+    claimed: set[int] = set()
 
     def gpu_loop(client: WorkerClient) -> None:
         try:
@@ -885,17 +943,16 @@ def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], 
                            else result.status)
                 tuner.progress("tune", done, total, f"{item.id}: {verdict}; ~{eta:.0f} s left")
 
-    claimed: set[int] = set()
     threads = [threading.Thread(target=gpu_loop, args=(c,), daemon=True) for c in clients]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    compiler.join()
+    compiles.thread.join()
+    run.compile_seconds, run.compile_wall = compiles.seconds, compiles.wall
     run.benchmark_wall = time.perf_counter() - bench_start
     run.items += [results[i] for i in sorted(results)]
     if errors and not results:
         raise TuneError(f"tuning failed: {errors[0]}")
     if len(claimed) < total:  # every worker failed to start: say why
         raise TuneError(f"tuning stopped with {total - len(claimed)} rows left: {errors[0] if errors else '?'}")
-

@@ -223,16 +223,13 @@ class GuidedSearch(SearchStrategy):
     def _prune(self, pool: list[Candidate], everyone: list[Candidate], bound: str,
                sms: int) -> dict[str, str]:
         """Candidates the bound rules out, by what the compiled binary says (never all of them)."""
-        num = {c.cid: _numeric(c, sms) for c in everyone}
         out: dict[str, str] = {}
         filled = any(float(c.features.get("programs", 0) or 0) >= sms for c in everyone)
         if bound == "memory":
-            top = max(n["active_warps"] for n in num.values())
+            # (Not by warps in flight: a GEMV-like row is fastest with few, deep tiles.)
             for c in pool:
-                if num[c.cid]["active_warps"] < 0.25 * top:
-                    out[c.cid] = "memory-bound: too few warps in flight per multiprocessor"
-                elif filled and float(c.features.get("programs", 0) or 0) < sms / 2:
-                    out[c.cid] = "memory-bound: fills under half the multiprocessors"
+                if filled and float(c.features.get("programs", 0) or 0) < sms / 2:
+                    out[c.cid] = "memory-bound: fills under half the multiprocessors where others fill them all"
         elif bound == "compute":
             for c in pool:
                 if filled and float(c.features.get("programs", 0) or 0) < sms / 4:
