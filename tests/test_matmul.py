@@ -50,7 +50,7 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     a2 = a if a.stride(1) == 1 else a.contiguous()
     b2 = b if b.stride(1) == 1 else b.contiguous()
     launched, built = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
-    assert {"x" * 9, "DDDxxxxxx"} <= built
+    assert "x" * 9 in built
     assert launched == {expected_spec([a2, b2, c, M, N, K, a2.stride(0), b2.stride(0), c.stride(0)], built)}
 
 
