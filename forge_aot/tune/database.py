@@ -158,6 +158,7 @@ class TuningDatabase:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self.records: list[Record] = []
+        self._files: dict[Path, Any] = {}
         self.warnings: list[str] = []
         """Lines that could not be read (a run killed mid-line leaves at most one per file)."""
         if self.directory.is_dir():
@@ -183,9 +184,20 @@ class TuningDatabase:
         return self.directory / f"{kernel}.jsonl"
 
     def append(self, record: Record) -> None:
-        """Write one record to disk (flushed and fsynced) and keep it."""
-        _fsync_append(self.path_for(record.kernel), [record.line()])
+        """Write one record to its file (flushed to the OS, so a SIGKILLed run keeps it) and keep it."""
+        path = self.path_for(record.kernel)
+        f = self._files.get(path)
+        if f is None:
+            _fsync_append(path, [])  # creates the file, ends a line a killed run left open
+            f = self._files[path] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        f.write(record.line() + "\n")
+        f.flush()
         self.records.append(record)
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
 
     def select(self, *, kind: str | None = None, kernel: str | None = None, variant: str | None = None,
                key: dict[str, int] | None = None) -> Iterator[Record]:
