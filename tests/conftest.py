@@ -105,6 +105,26 @@ def launched_specs(module_name: str, function: str) -> set[str]:
     return {launcher.spec for state in handle._states.values() for launcher in state.launchers.values()}
 
 
+def in_fresh_thread(fn):
+    """Run ``fn`` on a new thread (one with no current CUDA context) and return its result or raise its error."""
+    import threading
+
+    result = {}
+
+    def work() -> None:
+        try:
+            result["out"] = fn()
+        except Exception as exc:  # re-raised below, on the test's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["out"]
+
+
 def launched_and_built(module_name: str, function: str) -> tuple[set[str], set[str]]:
     """The specializations a packaged kernel handle launched since its reset, and every specialization the wheel
     carries for the config(s) it launched with (what a call could have taken)."""

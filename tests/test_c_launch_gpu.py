@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import threading
 
 import pytest
+
+from tests.conftest import in_fresh_thread
 
 HANDLES = [("forge_kernels._ops.vector_add", "add_kernel"), ("forge_kernels._ops.softmax", "softmax_kernel"),
            ("forge_kernels._ops.matmul", "matmul_kernel")]
@@ -135,21 +136,13 @@ def test_c_path_from_a_fresh_thread(packaged, c_path) -> None:
     want = run()
     run()
     torch.cuda.synchronize()
-    result = {}
+    def work():
+        with python_runs(handles) as count:
+            out = run()
+        torch.cuda.synchronize()
+        return out, count[0]
 
-    def work() -> None:
-        try:
-            with python_runs(handles) as count:
-                result["out"] = run()
-            torch.cuda.synchronize()
-            result["python_runs"] = count[0]
-        except Exception as exc:  # reported below
-            result["error"] = exc
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
-    assert "error" not in result, result.get("error")
-    assert result["python_runs"] == 0
-    for g, w in zip(result["out"], want):
+    out, runs_in_python = in_fresh_thread(work)
+    assert runs_in_python == 0
+    for g, w in zip(out, want):
         assert torch.equal(g, w)

@@ -6,6 +6,7 @@ import pytest
 
 from tests.conftest import (
     expected_spec,
+    in_fresh_thread,
     launched_and_built,
     offset_view,
     poison_allocator,
@@ -72,24 +73,14 @@ def test_unbuilt_dtype_and_cpu_tensor_errors(packaged) -> None:
 @pytest.mark.gpu
 def test_launch_from_a_fresh_thread(packaged) -> None:
     """A new thread has no current CUDA context: the loader must launch under the device's primary context."""
-    import threading
-
     import torch
 
     x = torch.randn(5000, device="cuda")
     y = torch.randn(5000, device="cuda")
     torch.cuda.synchronize()
-    result = {}
+    def work():
+        out = packaged.vector_add(x, y)
+        torch.cuda.synchronize()
+        return out
 
-    def work() -> None:
-        try:
-            result["out"] = packaged.vector_add(x, y)
-            torch.cuda.synchronize()
-        except Exception as exc:  # reported below
-            result["error"] = exc
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
-    assert "error" not in result, result.get("error")
-    assert relative_error(result["out"], x.double() + y.double()) < 1e-6
+    assert relative_error(in_fresh_thread(work), x.double() + y.double()) < 1e-6

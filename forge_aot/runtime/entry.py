@@ -136,15 +136,9 @@ def _custom_op_kernels(package: Package, op: str) -> tuple[Callable[..., Any], C
         return package.function(op)(*args, **kwargs)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        fn = package.function(op)
-        from .kernel import LAUNCHES
+        from .kernel import call_without_launches  # the runtime loads on first use, not at import
 
-        previous = LAUNCHES.skip
-        LAUNCHES.skip = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            LAUNCHES.skip = previous
+        return call_without_launches(package.function(op), *args, **kwargs)
 
     return real, meta
 

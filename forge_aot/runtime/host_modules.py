@@ -14,7 +14,7 @@ from typing import Any
 from .entry import LIBRARIES
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
-from .kernel import LAUNCHES, Kernel
+from .kernel import Kernel, call_without_launches
 from .tables import HEURISTICS_HOOK
 
 INDEX_FORMAT = 2
@@ -109,12 +109,7 @@ def _fake(fn: Callable[..., Any]) -> Callable[..., Any]:
     so output shapes, dtypes and strides are exactly those the real call allocates."""
 
     def fake(*args: Any, **kwargs: Any) -> Any:
-        previous = LAUNCHES.skip
-        LAUNCHES.skip = True
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            LAUNCHES.skip = previous
+        return call_without_launches(fn, *args, **kwargs)
 
     return fake
 

@@ -20,6 +20,17 @@ class _LaunchState(threading.local):
 
 
 LAUNCHES = _LaunchState()
+
+
+def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run host code with every kernel launch bound and skipped: a custom op's Meta implementation (on meta or
+    fake tensors), so output shapes, dtypes and strides are exactly those a real call allocates."""
+    previous = LAUNCHES.skip
+    LAUNCHES.skip = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        LAUNCHES.skip = previous
 """``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (the
 fake implementation of a custom op runs the host code on fake tensors this way, for shapes and dtypes)."""
 

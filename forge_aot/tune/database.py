@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,20 +136,18 @@ class Record:
         return None if not self.time else float(self.time["median_ms"])
 
 
-def _fsync_append(path: Path, lines: Iterable[str]) -> None:
+def _open_for_append(path: Path) -> Any:
+    """The file opened to append lines, created if missing; a line a killed run left open is ended first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     torn = False
     if path.exists() and path.stat().st_size:
         with open(path, "rb") as f:
             f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"  # a run killed mid-line: start on a fresh line
-    with open(path, "a", encoding="utf-8") as f:
-        if torn:
-            f.write("\n")
-        for line in lines:
-            f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+            torn = f.read(1) != b"\n"
+    f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+    if torn:
+        f.write("\n")
+    return f
 
 
 class TuningDatabase:
@@ -188,8 +186,7 @@ class TuningDatabase:
         path = self.path_for(record.kernel)
         f = self._files.get(path)
         if f is None:
-            _fsync_append(path, [])  # creates the file, ends a line a killed run left open
-            f = self._files[path] = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+            f = self._files[path] = _open_for_append(path)
         f.write(record.line() + "\n")
         f.flush()
         self.records.append(record)

@@ -404,11 +404,10 @@ def _tolerance(item: TuneItem) -> float:
 class _Tuner:
     """The state of one run, shared by the compile thread and the GPU threads."""
 
-    def __init__(self, plan: BuildPlan, items: list[TuneItem], db: TuningDatabase, options: TuneOptions,
+    def __init__(self, plan: BuildPlan, db: TuningDatabase, options: TuneOptions,
                  device: dict[str, Any], target: str, run: TuneRun, progress: ProgressFn | None,
                  compiles: _Compiles) -> None:
         self.plan = plan
-        self.items = items
         self.db = db
         self.options = options
         self.device = device
@@ -418,7 +417,6 @@ class _Tuner:
         self.bin_dir = compiles.bin_dir
         self.lock = threading.Lock()
         self.compiled = compiles.compiled
-        self.compiled_from = compiles
         self.ceilings = Ceilings(float(device["peak_bytes_per_s"]), float(device["peak_flops"]), int(device["sms"]))
         self.provenance = {
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
@@ -426,8 +424,6 @@ class _Tuner:
                              driver=device.get("driver", ""), cuda=device.get("cuda", ""),
                              torch=device.get("torch", ""), forge_aot=__version__)
             for name, kp in plan.kernels.items()}
-        self.done = 0
-        self.started = time.perf_counter()
 
     def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
         """What the worker needs of a candidate: its config and its compiled binaries (None if none compiled)."""
@@ -833,7 +829,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                 else:
                     todo.append(item)
             fingerprint = hashlib.sha256(json.dumps([triton, sorted(source.values())]).encode()).hexdigest()[:16]
-            state.update(items=items, todo=todo, current=current,
+            state.update(todo=todo, current=current,
                          compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()))
 
         if target is not None and local is not None:
@@ -867,8 +863,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
         assert compiles is not None
         run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir))
         run.items += state["current"]
-        tuner = _Tuner(plan, state["items"], db, options, device, target, run, progress, compiles)
-        _pipeline(tuner, state["todo"], clients, run, _setup_command(plan, root))
+        tuner = _Tuner(plan, db, options, device, target, run, progress, compiles)
+        _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root))
     finally:
         for c in clients:
             c.close()
@@ -891,10 +887,9 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     return run
 
 
-def _pipeline(tuner: _Tuner, todo: list[TuneItem], clients: list[WorkerClient], run: TuneRun,
-              setup: dict[str, Any]) -> None:
+def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients: list[WorkerClient],
+              run: TuneRun, setup: dict[str, Any]) -> None:
     """The GPUs benchmark the rows whose binaries are all there while the rest compile."""
-    compiles = tuner.compiled_from
     run.binaries = compiles.binaries
     ready = compiles.ready
     lock = threading.Lock()
