@@ -49,6 +49,80 @@ CHILD_FORGE = textwrap.dedent("""
                       "triton_imported": "triton" in sys.modules}))
 """)
 
+CHILD_PROFILE = textwrap.dedent("""
+    import cProfile, io, json, pstats, sys, time
+    import torch
+    a = torch.randn(int(sys.argv[1]), int(sys.argv[1]), device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    import forge_kernels
+    c = forge_kernels.matmul(a, a)
+    torch.cuda.synchronize()
+    prof.disable()
+    t1 = time.perf_counter()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(25)
+    print(out.getvalue())
+    print(json.dumps({"profiled_import_and_first_call": t1 - t0, "dont_write_bytecode": sys.dont_write_bytecode}))
+""")
+
+CHILD_BREAKDOWN = textwrap.dedent("""
+    # Wall-clock stages of import + first call: the runtime's own functions wrapped with timers (no profiler).
+    import importlib, json, sys, time
+    import torch
+    n = int(sys.argv[1])
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    clock = time.perf_counter
+    stages = {}
+
+    def timed(owner, name, label):
+        fn = getattr(owner, name)
+        def wrapper(*args, **kwargs):
+            t = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                stages[label] = stages.get(label, 0.0) + clock() - t
+        setattr(owner, name, wrapper)
+
+    t0 = clock()
+    import forge_kernels
+    stages["import package"] = clock() - t0
+    rt = "forge_kernels._runtime."
+    t = clock()
+    for m in ("errors", "host_triton", "packing", "tables", "fastpath", "kernel", "drivers", "cuda", "launch",
+              "host_modules", "expressions"):
+        importlib.import_module(rt + m)
+    stages["import runtime modules"] = clock() - t
+    hm, launch, kernel = (sys.modules[rt + m] for m in ("host_modules", "launch", "kernel"))
+    timed(hm, "load_index", "index json")
+    timed(hm, "exec_host_module", "host module exec")
+    timed(kernel.Kernel, "__init__", "kernel handles")
+    timed(launch, "driver", "driver()")
+    timed(launch.BinaryBackend, "device", "device attributes")
+    timed(launch.BinaryBackend, "resolve", "resolve table (incl. device attributes)")
+    timed(launch, "_BinaryLauncher", "binary load (read, sha256, cuModuleLoadData)")
+    timed(torch, "empty", "torch.empty (output)")
+    t1 = clock()
+    c = forge_kernels.matmul(a, a)
+    t2 = clock()
+    torch.cuda.synchronize()
+    t3 = clock()
+    c = forge_kernels.matmul(a, a)
+    torch.cuda.synchronize()
+    t4 = clock()
+    stages["first call (host, to return)"] = t2 - t1
+    stages["first call sync wait"] = t3 - t2
+    stages["second call incl. kernel"] = t4 - t3
+    stages["import + first call"] = t3 - t0
+    print(json.dumps(stages))
+""")
+
 CHILD_JIT = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
@@ -93,6 +167,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="also write a cProfile of one fresh process's import + first call to this file")
     args = ap.parse_args()
     n = str(args.size)
     base_env = dict(os.environ)
@@ -125,6 +201,15 @@ def main() -> None:
         print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['import_and_first_call']:17.4f} "
               f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
     print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
+    if args.profile:
+        proc = subprocess.run([sys.executable, "-c", CHILD_PROFILE, n], capture_output=True, text=True,
+                              env=base_env, timeout=600)
+        text = proc.stdout + proc.stderr[-3000:]
+        breakdowns = [_run(CHILD_BREAKDOWN, [n], base_env) for _ in range(args.repeats)]
+        lines = [f"{k:55s} " + "  ".join(f"{b.get(k, 0.0) * 1e3:7.3f}" for b in breakdowns) + " ms"
+                 for k in breakdowns[0]]
+        args.profile.write_text("stages of import + first call (fresh processes, ms):\n" + "\n".join(lines)
+                                + "\n\ncProfile of one fresh process:\n" + text)
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "repeats": args.repeats, "summary": summary,
                                          "runs": runs}, indent=1))

@@ -63,7 +63,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
         "forge_aot_version": __version__, "triton_version": triton_version,
         "manifest_sha256": plan.loaded.sha256, "targets": targets,
         "modules": {mod: {"path": module_paths[mod], "kernels": spec["kernels"], "ops": spec["ops"],
-                          "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s}}
+                          "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
+                          **({"autograd": spec["autograd"]} if spec.get("autograd") else {})}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
     }

@@ -106,6 +106,21 @@ class TuneSpace:
 
 
 @dataclass(frozen=True)
+class OpAutograd:
+    """How an exported op's custom op differentiates (``torch.library.register_autograd``), so that
+    ``torch.compile`` and ``torch.export`` can train through it. The plain eager call does not use it: it runs
+    the host code, whose own ``torch.autograd.Function`` (if any) differentiates as under Triton's JIT."""
+
+    setup_context: str
+    """A host function of the kernel file, ``setup_context(ctx, inputs, output)``: saves on ``ctx`` what the
+    backward needs (``inputs`` is every argument of the op, defaults filled in; ``output`` its result)."""
+    backward: str
+    """A host function of the kernel file, ``backward(ctx, *grads)``: one gradient (or None) per op argument,
+    computed with the package's exported ops (for example a backward op listed in another kernel's ``ops``).
+    Those calls become custom ops here, so the compiler traces them as opaque ops."""
+
+
+@dataclass(frozen=True)
 class KernelEntry:
     """One Triton kernel: how to compile it, for which dtypes and shapes, and which host ops use it."""
 
@@ -150,6 +165,9 @@ class KernelEntry:
     are added to the table rows. Left out of the wheel."""
     tune: TuneSpace = field(default_factory=TuneSpace)
     """The tuning space."""
+    autograd: dict[str, OpAutograd] = field(default_factory=dict)
+    """Per exported op of this entry (a key of ``ops``): its backward for ``torch.compile``/``torch.export``
+    (see OpAutograd). The op needs a schema (type annotations or examples)."""
 
 
 @dataclass(frozen=True)
@@ -220,7 +238,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _toml_name(name: str) -> str:
     return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
-                                               "do_not_specialize", "reset_to_zero", "restore_value") else name
+                                               "do_not_specialize", "reset_to_zero", "restore_value",
+                                               "setup_context") else name
 
 
 def _type_name(tp: Any) -> str:
@@ -386,6 +405,13 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
     for i, op in enumerate(k.ops):
         if not _is_identifier(op):
             raise r.error(f"{at}.ops[{i}]", f"'{op}' is not an identifier")
+    for op, ag in k.autograd.items():
+        if op not in k.ops:
+            raise r.error(f"{at}.autograd.{op}", f"'{op}' is not one of this entry's ops {list(k.ops)}",
+                          close_match(op, k.ops))
+        for key, fn in (("setup-context", ag.setup_context), ("backward", ag.backward)):
+            if not _is_identifier(fn):
+                raise r.error(f"{at}.autograd.{op}.{key}", f"'{fn}' is not a function name")
     for tv, dts in k.dtypes.items():
         if not _is_identifier(tv) or tv in ELEMENT_TYPES:
             raise r.error(f"{at}.dtypes.{tv}", "type variables are identifiers that are not element types")

@@ -627,6 +627,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 raise _error(loaded, f"kernels.{name}.examples", f"no host function '{k.examples}' in {file}",
                              close_match(k.examples, src.host_functions))
             mod["examples"].add(k.examples)
+        for op, ag in k.autograd.items():
+            for key, fn_name in (("setup-context", ag.setup_context), ("backward", ag.backward)):
+                if fn_name not in src.host_functions:
+                    raise _error(loaded, f"kernels.{name}.autograd.{op}.{key}",
+                                 f"no host function '{fn_name}' in {file}", close_match(fn_name, src.host_functions))
+            mod.setdefault("autograd", {})[op] = [ag.setup_context, ag.backward]
         t = k.tune
         if t.inputs is not None and t.op is None and not k.ops:
             raise _error(loaded, f"kernels.{name}.tune.op", f"{func} has no ops: name the host function that "
@@ -651,6 +657,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                   f"{loaded.path.name}")
     tracer = Tracer(kernels, modules)
     traced = tracer.run_examples(modules)
+    for mod_name, mod in sorted(modules.items()):
+        for op in sorted(mod.get("autograd", {})):
+            if not mod["schemas"].get(op):
+                kernel = next(n for n, kp in kernels.items() if kp.module == mod_name and op in kp.entry.ops)
+                raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' has no torch.library schema "
+                             f"({mod['schema_notes'][op]}): give it type annotations so it can be a custom op")
     for mod in modules.values():
         src = mod.pop("source")
         mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))

@@ -20,7 +20,7 @@ for step in $STEPS; do
     bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
     bench-launch) python3 benchmarks/bench_launch.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/bench_launch.txt" ;;
-    cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
+    cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" --profile "$OUT/cold_start_profile.txt" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
   esac
 done
 # One file comes back: every log and JSON of the round.

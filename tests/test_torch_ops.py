@@ -73,6 +73,111 @@ def test_torch_compile_fullgraph_traces_the_op_as_one_custom_op() -> None:
     assert "forge_test_compile.rms_norm" in targets, targets  # one opaque op, no graph break
 
 
+def test_custom_op_autograd_runs_the_manifests_backward_through_custom_ops() -> None:
+    """The rms_norm custom op's autograd (manifest ``autograd``): on meta tensors, backward runs the file's
+    backward, whose rms_norm_grad call goes through its own custom op (launches skipped: nothing runs)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_autograd")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("forge_test_autograd::rms_norm", "Autograd")
+
+    seen: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(6, 1000, device="meta", dtype=torch.float16, requires_grad=True)
+    w = torch.randn(1000, device="meta", dtype=torch.float16, requires_grad=True)
+    y = torch.ops.forge_test_autograd.rms_norm(x, w, 1e-6, 0.0, "llama")
+    with Record():
+        y.backward(torch.randn_like(y))
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
+    assert w.grad.shape == w.shape and w.grad.dtype == w.dtype
+    assert "forge_test_autograd.rms_norm_grad.default" in seen, seen
+
+
+def test_torch_compile_traces_the_backward_as_the_backward_custom_op() -> None:
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+
+    _, ops = _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_compile_bwd")
+    graphs: dict[str, object] = {}
+
+    def capture(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm
+            return gm  # runs the graph: on meta tensors the custom ops' Meta implementations run
+        return compiler
+
+    def f(x, w):
+        return ops["rms_norm"](x, w, 1e-6, 0.0, "gemma").sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend=aot_autograd(fw_compiler=capture("fw"),
+                                                                     bw_compiler=capture("bw")))
+    x = torch.randn(3, 2048, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(2048, device="meta", dtype=torch.bfloat16, requires_grad=True)
+    compiled(x, w).backward()
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape
+
+    def targets(kind):
+        return [str(n.target) for n in graphs[kind].graph.nodes if n.op == "call_function"]
+    assert "forge_test_compile_bwd.rms_norm.default" in targets("fw"), targets("fw")
+    assert "forge_test_compile_bwd.rms_norm_grad.default" in targets("bw"), targets("bw")
+
+
+def test_autograd_needs_a_schema_and_existing_functions(tmp_path) -> None:
+    import shutil
+
+    from forge_aot.errors import ForgeError, ManifestError
+
+    shutil.copytree(FIXTURES, tmp_path / "fixtures", ignore=shutil.ignore_patterns("build", "tuning", "tune"))
+    root = tmp_path / "fixtures" / "realworld"
+    manifest = root / "kernel_manifest.toml"
+    text = manifest.read_text().replace('tuning-data = "tuning"\n', "")
+    manifest.write_text(text.replace('backward = "rms_norm_custom_backward"', 'backward = "rms_norm_custom_bakward"'))
+    with pytest.raises(ForgeError, match=r"no host function 'rms_norm_custom_bakward'.*rms_norm_custom_backward"):
+        make_plan(load_manifest(manifest), ["sm_90"])
+    manifest.write_text(text.replace("rms_norm = { setup-context", "layer_norm = { setup-context"))
+    with pytest.raises(ManifestError, match="'layer_norm' is not one of this entry's ops"):
+        load_manifest(manifest)
+
+
+@pytest.mark.gpu
+def test_compiled_training_step_through_custom_op_autograd_matches_eager() -> None:
+    """torch.compile(fullgraph=True) trains through forge_realworld.rms_norm: the forward and the backward are
+    the package's custom ops (the backward is the manifest's), the gradients those of eager mode (the file's
+    own autograd.Function) and of an fp32 torch reference."""
+    import torch
+
+    forge_realworld = pytest.importorskip("forge_realworld")
+    from tests.fixtures.realworld.kernels.rms_norm import rms_norm_reference
+
+    for dtype, mode, offset, shape in ((torch.float16, "llama", 0.0, (5, 3, 2048)),
+                                       (torch.bfloat16, "gemma", 1.0, (7, 1000))):
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        w = torch.randn(shape[-1], device="cuda", dtype=dtype)
+        dy = torch.randn(shape, device="cuda", dtype=dtype)
+
+        def step(fn, x=x, w=w, dy=dy, mode=mode, offset=offset):
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            y = fn(xg, wg, 1e-6, offset, mode)
+            (y.float() * dy.float()).sum().backward()
+            return y.detach(), xg.grad, wg.grad
+
+        eager = step(forge_realworld.rms_norm)
+        compiled = step(torch.compile(forge_realworld.rms_norm, fullgraph=True))
+        ref = step(rms_norm_reference)
+        assert torch.equal(compiled[0], eager[0])  # the same kernel on the same inputs
+        for got, want in zip(compiled[1:], eager[1:]):  # the backward recomputes the inverse RMS: same kernels
+            assert torch.allclose(got.float(), want.float(), rtol=1e-3, atol=1e-3)
+        for got, want in zip(compiled, ref):
+            err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+            assert err < 2e-2, err
+
+
 @pytest.mark.gpu
 def test_compiled_and_exported_ops_match_eager(packaged) -> None:
     import torch

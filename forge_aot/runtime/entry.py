@@ -24,7 +24,7 @@ LIBRARIES: list[Any] = []
 class Package:
     """One generated package's host modules, bound on first use."""
 
-    def __init__(self, package: str, root: str, ops: dict[str, tuple[str, str | None]]) -> None:
+    def __init__(self, package: str, root: str, ops: dict[str, tuple[Any, ...]]) -> None:
         self.package = package
         self.root = root
         self.ops = ops
@@ -32,7 +32,8 @@ class Package:
         self.backend: Any = None
         self.modules: dict[str, Any] = {}
         self.functions: dict[str, Callable[..., Any]] = {}
-
+        self.routed: set[str] = set()
+        """Custom ops that host code calls by name are routed through (set where the package has autograd)."""
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
@@ -50,6 +51,7 @@ class Package:
                     index = load_index(self.root, mod)
                     path = os.path.join(self.root, index["modules"][mod]["path"])
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None))
+                    route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
         return module
 
@@ -58,6 +60,7 @@ class Package:
         fn = self.functions.get(op)
         if fn is None:
             fn = getattr(self.module(self.ops[op][0]), op)
+            fn = getattr(fn, "__forge_host__", fn)
             self.functions[op] = fn
         return fn
 
@@ -96,14 +99,45 @@ class _HostModuleFinder:
         module.__spec__ = self.specs.pop(module.__name__, module.__spec__)  # the host file's own spec
 
 
-def export(package: Package, op: str, custom: bool) -> Callable[..., Any]:
-    """The exported op: its host function, loaded on the first call (the fast path in eager code); for a custom
-    op, the registered ``torch.ops.<package>.<op>`` while torch.compile or torch.export trace, so they see one
-    opaque op instead of the host code."""
+class _Routing(threading.local):
+    custom = False  # a class default: reading it never raises
+
+
+ROUTING = _Routing()
+"""``ROUTING.custom`` is set while a custom op's backward runs (see register_custom_ops): the exported ops it
+calls go through their custom ops, as while torch.compile traces, because under AOTAutograd the backward sees
+fake tensors, which only a custom op's fake implementation can take."""
+
+
+def route_in_module(module: Any, namespace: str, ops: set[str]) -> None:
+    """Let host code that calls an op by name (a backward calling a backward op) reach its custom op while
+    ``ROUTING.custom`` is set: the module's global becomes a wrapper (``__forge_host__`` is the host function)."""
+    for op in ops & set(vars(module)):
+        fn = module.__dict__[op]
+        if getattr(fn, "__forge_host__", None) is not None:
+            continue
+
+        def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, **kwargs: Any) -> Any:
+            if ROUTING.custom:
+                import torch
+
+                return getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
+            return _fn(*args, **kwargs)
+
+        functools.update_wrapper(routed, fn)
+        routed.__forge_host__ = fn  # type: ignore[attr-defined]
+        module.__dict__[op] = routed
+
+
+def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
+           custom: bool) -> Callable[..., Any]:
+    """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
+    code; for a custom op, the registered ``torch.ops.<namespace>.<op>`` while torch.compile or torch.export
+    trace (or a custom op's backward runs), so they see one opaque op instead of the host code."""
     loaded: list[Callable[..., Any]] = []
 
     def load() -> Callable[..., Any]:
-        fn = package.function(op)
+        fn = function(op)
         if not loaded:
             functools.update_wrapper(exported, fn)  # name, docstring and signature (through __wrapped__)
             loaded.append(fn)
@@ -113,68 +147,127 @@ def export(package: Package, op: str, custom: bool) -> Callable[..., Any]:
         import torch
 
         is_compiling = torch.compiler.is_compiling
-        namespace = package.package
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling():
+            if is_compiling() or ROUTING.custom:
                 return getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
+            if ROUTING.custom:
+                from .errors import ForgeRuntimeError
+
+                raise ForgeRuntimeError(f"{namespace}.{op} is called from a custom op's backward but is no custom "
+                                        "op itself (it has no schema): give it type annotations")
             return (loaded[0] if loaded else load())(*args, **kwargs)
 
     exported.__name__ = exported.__qualname__ = op
-    exported.__module__ = package.package
+    exported.__module__ = namespace
     return exported
 
 
-def _custom_op_kernels(package: Package, op: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """The custom op's real implementation (the host code) and its Meta implementation (the host code with
-    kernel launches skipped, so shapes, dtypes and strides are exactly those of a real call)."""
+def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
+                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A custom op's real implementation (the host code) and its Meta one (the host code, launches skipped)."""
 
     def real(*args: Any, **kwargs: Any) -> Any:
-        return package.function(op)(*args, **kwargs)
+        previous = ROUTING.custom
+        ROUTING.custom = False  # the host code itself runs here, not its custom op again
+        try:
+            return function(op)(*args, **kwargs)
+        finally:
+            ROUTING.custom = previous
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        from .kernel import call_without_launches  # the runtime loads on first use, not at import
+        from .kernel import call_without_launches
 
-        return call_without_launches(package.function(op), *args, **kwargs)
+        previous = ROUTING.custom
+        ROUTING.custom = False
+        try:
+            return call_without_launches(function(op), *args, **kwargs)
+        finally:
+            ROUTING.custom = previous
 
     return real, meta
 
 
-def load_package(package: str, root: str, ops: dict[str, tuple[str, str | None]] | None = None,
+def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str, backward_name: str,
+              ) -> tuple[Callable[..., None], Callable[..., Any]]:
+    """``register_autograd``'s setup_context and backward for an op: the host module's functions, the backward
+    run with ``ROUTING.custom`` set."""
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        host_attr(op, setup_name)(ctx, inputs, output)
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        previous = ROUTING.custom
+        ROUTING.custom = True
+        try:
+            return host_attr(op, backward_name)(ctx, *grads)
+        finally:
+            ROUTING.custom = previous
+
+    return setup_context, backward
+
+
+def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
+                        function: Callable[[str], Callable[..., Any]],
+                        host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
+    """Define ``torch.ops.<namespace>.<op>`` for every op that has a schema; returns the ops defined.
+
+    ``ops``: op → (host module, schema or None[, (setup_context, backward)]); ``function(op)``: the op's host
+    function; ``host_attr(op, name)``: another function of the op's host module. The real implementation is the
+    host code; the Meta one the host code with kernel launches skipped (so output shapes, dtypes and strides
+    are exactly those of a real call; FakeTensorMode runs it on meta tensors, and registering it costs a tenth
+    of torch.library.register_fake, which reads the caller's source file). Where the build recorded the op's
+    (setup_context, backward), they are its autograd (``torch.library.register_autograd``): the backward runs
+    with ``ROUTING.custom`` set. Everything resolves on first use: registering loads no host code.
+    """
+    with_schema = {op: spec for op, spec in ops.items() if spec[1]}
+    if not with_schema:
+        return set()
+    import torch
+
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    LIBRARIES.append(lib)
+    custom: set[str] = set()
+    for op, (_, schema, *autograd) in sorted(with_schema.items()):
+        try:
+            lib.define(f"{op}{schema}")
+        except RuntimeError:
+            continue  # defined by an earlier import of this package in the process: keep that one
+        real, meta = _implementations(function, op)
+        lib.impl(op, real, "CompositeExplicitAutograd")
+        lib.impl(op, meta, "Meta")
+        if autograd and autograd[0]:
+            setup_context, backward = _autograd(host_attr, op, *autograd[0])
+            torch.library.register_autograd(f"{namespace}::{op}", backward, setup_context=setup_context, lib=lib)
+        custom.add(op)
+    return custom
+
+
+def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None = None,
                  ) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
     """Entry point of a generated package: its exported ops (custom ops where they have a schema) and its
-    ``preload``. ``ops``: op → (host module, schema or None), as the build wrote them; without it they are read
-    from the index (packages generated before the table existed)."""
+    ``preload``. ``ops``: op → (host module, schema or None[, (setup_context, backward)]), as the build wrote
+    them; without it they are read from the index (packages generated before the table existed)."""
     if ops is None:
         from .host_modules import load_index
 
         index = load_index(root)
-        ops = {op: (mod, spec.get("schemas", {}).get(op) or None)
+        ops = {op: (mod, spec.get("schemas", {}).get(op) or None,
+                    *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
                for mod, spec in index["modules"].items() for op in spec["ops"]}
     state = Package(package, root, ops)
-    modules = {mod for mod, _ in ops.values()}
+    modules = {spec[0] for spec in ops.values()}
     if not any(isinstance(f, _HostModuleFinder) and f.prefix == f"{package}._ops." for f in sys.meta_path):
         sys.meta_path.insert(0, _HostModuleFinder(state, modules))
-    custom: set[str] = set()
-    with_schema = {op: schema for op, (_, schema) in ops.items() if schema}
-    if with_schema:
-        import torch
 
-        lib = torch.library.Library(package, "FRAGMENT")
-        LIBRARIES.append(lib)
-        for op, schema in sorted(with_schema.items()):
-            try:
-                lib.define(f"{op}{schema}")
-            except RuntimeError:
-                continue  # defined by an earlier import of this package in the process: keep that one
-            real, meta = _custom_op_kernels(state, op)
-            lib.impl(op, real, "CompositeExplicitAutograd")
-            # A Meta kernel serves fake tensors too (FakeTensorMode runs it on meta tensors), and registering one
-            # costs a tenth of torch.library.register_fake, which reads the caller's source file.
-            lib.impl(op, meta, "Meta")
-            custom.add(op)
-    exported = {op: export(state, op, op in custom) for op in sorted(ops)}
+    def host_attr(op: str, name: str) -> Callable[..., Any]:
+        return getattr(state.module(ops[op][0]), name)
+
+    custom = register_custom_ops(package, ops, state.function, host_attr)
+    if any(len(spec) > 2 and spec[2] for spec in ops.values()):
+        state.routed = custom
+    exported = {op: export(state.function, package, op, op in custom) for op in sorted(ops)}
     return exported, state.preload

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import os
@@ -11,10 +10,10 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .entry import LIBRARIES
+from .entry import export, register_custom_ops, route_in_module
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
-from .kernel import Kernel, call_without_launches
+from .kernel import Kernel
 from .tables import HEURISTICS_HOOK
 
 INDEX_FORMAT = 2
@@ -104,53 +103,23 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     return ops
 
 
-def _fake(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A custom op's fake (meta) implementation: the op's own host code on meta tensors, kernel launches skipped,
-    so output shapes, dtypes and strides are exactly those the real call allocates."""
-
-    def fake(*args: Any, **kwargs: Any) -> Any:
-        return call_without_launches(fn, *args, **kwargs)
-
-    return fake
-
-
-def _dispatching(fn: Callable[..., Any], torch_op: Any, is_compiling: Callable[[], bool]) -> Callable[..., Any]:
-    """The exported op: the host function itself in eager code (the fast path), the registered custom op while
-    torch.compile or torch.export trace, so they see one opaque op instead of the host code."""
-
-    @functools.wraps(fn)
-    def op(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
-            return torch_op(*args, **kwargs)
-        return fn(*args, **kwargs)
-
-    return op
-
-
 def register_torch_ops(package: str, index: dict[str, Any],
                        ops: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
-    """Register every op that has a schema as ``torch.ops.<package>.<op>`` (real implementation: the host code;
-    meta: the host code with launches skipped) and return the exported callables."""
-    import torch
+    """Register every op of bound host modules that has a schema as ``torch.ops.<package>.<op>`` (see
+    entry.register_custom_ops, with the op's autograd where the index has it) and return the exported
+    callables (development mode and tests; a generated package registers through ``entry.load_package``)."""
+    table = {op: (mod_name, mod.get("schemas", {}).get(op),
+                  *([tuple(mod["autograd"][op])] if op in mod.get("autograd", {}) else []))
+             for mod_name, mod in index["modules"].items() for op in mod["ops"] if op in ops}
 
-    schemas = {op: s for m in index["modules"].values() for op, s in m.get("schemas", {}).items() if op in ops}
-    if not schemas:
-        return ops
-    lib = torch.library.Library(package, "FRAGMENT")
-    LIBRARIES.append(lib)
-    namespace = getattr(torch.ops, package)
-    out = dict(ops)
-    for op, schema in sorted(schemas.items()):
-        try:
-            lib.define(f"{op}{schema}")
-        except RuntimeError:
-            continue  # defined by an earlier import of this package in the process: keep that one
-        lib.impl(op, ops[op], "CompositeExplicitAutograd")
-        # A Meta kernel serves fake tensors too (FakeTensorMode runs it on meta tensors), and registering one
-        # costs a tenth of torch.library.register_fake, which reads the caller's source file: import stays fast.
-        lib.impl(op, _fake(ops[op]), "Meta")
-        out[op] = _dispatching(ops[op], getattr(namespace, op), torch.compiler.is_compiling)
-    return out
+    def host_attr(op: str, name: str) -> Callable[..., Any]:
+        return sys.modules[f"{package}._ops.{table[op][0]}"].__dict__[name]
+
+    custom = register_custom_ops(package, table, ops.__getitem__, host_attr)
+    if any(len(spec) > 2 for spec in table.values()):
+        for mod_name in sorted({spec[0] for spec in table.values()}):
+            route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, custom)
+    return {op: export(ops.__getitem__, package, op, True) if op in custom else fn for op, fn in ops.items()}
 
 
 def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
