@@ -49,27 +49,6 @@ CHILD_FORGE = textwrap.dedent("""
                       "triton_imported": "triton" in sys.modules}))
 """)
 
-CHILD_PROFILE = textwrap.dedent("""
-    import cProfile, io, json, pstats, sys, time
-    import torch
-    a = torch.randn(int(sys.argv[1]), int(sys.argv[1]), device="cuda", dtype=torch.float16)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    t0 = time.perf_counter()
-    prof.enable()
-    import forge_kernels
-    c = forge_kernels.matmul(a, a)
-    torch.cuda.synchronize()
-    prof.disable()
-    t1 = time.perf_counter()
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("cumulative").print_stats(45)
-    stats.sort_stats("tottime").print_stats(25)
-    print(out.getvalue())
-    print(json.dumps({"profiled_import_and_first_call": t1 - t0, "dont_write_bytecode": sys.dont_write_bytecode}))
-""")
-
 CHILD_BREAKDOWN = textwrap.dedent("""
     # Wall-clock stages of import + first call: the runtime's own functions wrapped with timers (no profiler).
     import importlib, json, sys, time
@@ -168,7 +147,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--profile", type=Path, default=None,
-                    help="also write a cProfile of one fresh process's import + first call to this file")
+                    help="also write the wall-clock stages of import + first call (--repeats fresh processes, "
+                         "the runtime's functions wrapped with timers) to this file")
     args = ap.parse_args()
     n = str(args.size)
     base_env = dict(os.environ)
@@ -202,14 +182,10 @@ def main() -> None:
               f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
     print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
     if args.profile:
-        proc = subprocess.run([sys.executable, "-c", CHILD_PROFILE, n], capture_output=True, text=True,
-                              env=base_env, timeout=600)
-        text = proc.stdout + proc.stderr[-3000:]
         breakdowns = [_run(CHILD_BREAKDOWN, [n], base_env) for _ in range(args.repeats)]
         lines = [f"{k:55s} " + "  ".join(f"{b.get(k, 0.0) * 1e3:7.3f}" for b in breakdowns) + " ms"
                  for k in breakdowns[0]]
-        args.profile.write_text("stages of import + first call (fresh processes, ms):\n" + "\n".join(lines)
-                                + "\n\ncProfile of one fresh process:\n" + text)
+        args.profile.write_text("stages of import + first call (fresh processes, ms):\n" + "\n".join(lines) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "repeats": args.repeats, "summary": summary,
                                          "runs": runs}, indent=1))

@@ -25,18 +25,11 @@ from .errors import PackageError
 from .extension import build_extension
 from .index import build_index
 from .plan import BuildPlan
+from .runtime.entry import op_table
 
 
 def _template(name: str) -> str:
     return resources.files("forge_aot.templates").joinpath(name).read_text(encoding="utf-8")
-
-
-def _op_entry(mod: str, spec: dict[str, Any], op: str) -> tuple[Any, ...]:
-    """An op's line in the generated ``__init__``'s table: (host module, schema or None[, (setup_context,
-    backward)])."""
-    autograd = spec.get("autograd", {}).get(op)
-    schema = spec["schemas"].get(op)
-    return (mod, schema, tuple(autograd)) if autograd else (mod, schema)
 
 
 def _json_bytes(data: Any) -> bytes:
@@ -119,8 +112,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
         "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
-        "ops_table": ", ".join(f"{op!r}: {_op_entry(mod, spec, op)!r}"
-                               for mod, spec in sorted(index["modules"].items()) for op in spec["ops"]),
+        "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")

@@ -32,8 +32,9 @@ class Package:
         self.backend: Any = None
         self.modules: dict[str, Any] = {}
         self.functions: dict[str, Callable[..., Any]] = {}
-        self.routed: set[str] = set()
-        """Custom ops that host code calls by name are routed through (set where the package has autograd)."""
+        self.routed: dict[str, bool] = {}
+        """Where the package has autograd: every op (→ whether it is a custom op) that host code calls by name
+        reaches through ``route_in_module``."""
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
@@ -109,16 +110,24 @@ calls go through their custom ops, as while torch.compile traces, because under 
 fake tensors, which only a custom op's fake implementation can take."""
 
 
-def route_in_module(module: Any, namespace: str, ops: set[str]) -> None:
+def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
     """Let host code that calls an op by name (a backward calling a backward op) reach its custom op while
-    ``ROUTING.custom`` is set: the module's global becomes a wrapper (``__forge_host__`` is the host function)."""
-    for op in ops & set(vars(module)):
+    ``ROUTING.custom`` is set; an op without a custom op then raises a clear error instead of running host code
+    on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
+    packages with autograd route: other packages' calls never pay for the check."""
+    for op in sorted(ops.keys() & vars(module).keys()):
         fn = module.__dict__[op]
         if getattr(fn, "__forge_host__", None) is not None:
             continue
 
-        def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, **kwargs: Any) -> Any:
+        def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
+                   **kwargs: Any) -> Any:
             if ROUTING.custom:
+                if not _custom:
+                    from .errors import ForgeRuntimeError
+
+                    raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
+                                            "custom op itself (it has no schema): give it type annotations")
                 import torch
 
                 return getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
@@ -133,7 +142,7 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
            custom: bool) -> Callable[..., Any]:
     """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
     code; for a custom op, the registered ``torch.ops.<namespace>.<op>`` while torch.compile or torch.export
-    trace (or a custom op's backward runs), so they see one opaque op instead of the host code."""
+    trace, so they see one opaque op instead of the host code."""
     loaded: list[Callable[..., Any]] = []
 
     def load() -> Callable[..., Any]:
@@ -149,16 +158,11 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         is_compiling = torch.compiler.is_compiling
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling() or ROUTING.custom:
+            if is_compiling():
                 return getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if ROUTING.custom:
-                from .errors import ForgeRuntimeError
-
-                raise ForgeRuntimeError(f"{namespace}.{op} is called from a custom op's backward but is no custom "
-                                        "op itself (it has no schema): give it type annotations")
             return (loaded[0] if loaded else load())(*args, **kwargs)
 
     exported.__name__ = exported.__qualname__ = op
@@ -171,22 +175,12 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
     """A custom op's real implementation (the host code) and its Meta one (the host code, launches skipped)."""
 
     def real(*args: Any, **kwargs: Any) -> Any:
-        previous = ROUTING.custom
-        ROUTING.custom = False  # the host code itself runs here, not its custom op again
-        try:
-            return function(op)(*args, **kwargs)
-        finally:
-            ROUTING.custom = previous
+        return function(op)(*args, **kwargs)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        from .kernel import call_without_launches
+        from .kernel import call_without_launches  # the runtime loads on first use, not at import
 
-        previous = ROUTING.custom
-        ROUTING.custom = False
-        try:
-            return call_without_launches(function(op), *args, **kwargs)
-        finally:
-            ROUTING.custom = previous
+        return call_without_launches(function(op), *args, **kwargs)
 
     return real, meta
 
@@ -208,6 +202,14 @@ def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setu
             ROUTING.custom = previous
 
     return setup_context, backward
+
+
+def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """op → (host module, schema or None[, (setup_context, backward)]) from an index's ``modules``: the table the
+    build writes into a generated ``__init__`` and that ``register_custom_ops`` reads."""
+    return {op: (mod, spec.get("schemas", {}).get(op) or None,
+                 *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
+            for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
 def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
@@ -254,10 +256,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
     if ops is None:
         from .host_modules import load_index
 
-        index = load_index(root)
-        ops = {op: (mod, spec.get("schemas", {}).get(op) or None,
-                    *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
-               for mod, spec in index["modules"].items() for op in spec["ops"]}
+        ops = op_table(load_index(root)["modules"])
     state = Package(package, root, ops)
     modules = {spec[0] for spec in ops.values()}
     if not any(isinstance(f, _HostModuleFinder) and f.prefix == f"{package}._ops." for f in sys.meta_path):
@@ -267,7 +266,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
         return getattr(state.module(ops[op][0]), name)
 
     custom = register_custom_ops(package, ops, state.function, host_attr)
-    if any(len(spec) > 2 and spec[2] for spec in ops.values()):
-        state.routed = custom
+    if any(len(spec) > 2 for spec in ops.values()):
+        state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom) for op in sorted(ops)}
     return exported, state.preload

@@ -10,7 +10,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .entry import export, register_custom_ops, route_in_module
+from .entry import export, op_table, register_custom_ops, route_in_module
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
 from .kernel import Kernel
@@ -108,9 +108,7 @@ def register_torch_ops(package: str, index: dict[str, Any],
     """Register every op of bound host modules that has a schema as ``torch.ops.<package>.<op>`` (see
     entry.register_custom_ops, with the op's autograd where the index has it) and return the exported
     callables (development mode and tests; a generated package registers through ``entry.load_package``)."""
-    table = {op: (mod_name, mod.get("schemas", {}).get(op),
-                  *([tuple(mod["autograd"][op])] if op in mod.get("autograd", {}) else []))
-             for mod_name, mod in index["modules"].items() for op in mod["ops"] if op in ops}
+    table = {op: spec for op, spec in op_table(index["modules"]).items() if op in ops}
 
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return sys.modules[f"{package}._ops.{table[op][0]}"].__dict__[name]
@@ -118,7 +116,7 @@ def register_torch_ops(package: str, index: dict[str, Any],
     custom = register_custom_ops(package, table, ops.__getitem__, host_attr)
     if any(len(spec) > 2 for spec in table.values()):
         for mod_name in sorted({spec[0] for spec in table.values()}):
-            route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, custom)
+            route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, {op: op in custom for op in table})
     return {op: export(ops.__getitem__, package, op, True) if op in custom else fn for op, fn in ops.items()}
 
 
