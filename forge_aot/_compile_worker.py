@@ -74,6 +74,10 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    nice = int(os.environ.get("FORGE_AOT_COMPILE_NICE", "0") or 0)
+    if nice:
+        with contextlib.suppress(OSError):
+            os.nice(nice)  # before the imports: they are most of a starting worker's CPU time
     # Import the compiler (and torch, which kernel files import) before the first job arrives: a pool started
     # ahead of time does this while its parent plans.
     import triton.compiler  # noqa: F401
@@ -93,6 +97,11 @@ def main() -> None:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             result = {"ok": False, "error": detail[-4000:]}
         out.write(RESULT_MARK + json.dumps(result) + "\n")
+    # Job pipe closed: every answer is written. Skip the interpreter's teardown of torch and Triton (a large
+    # part of a second), which the pool would wait for.
+    out.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ rows has no config left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -49,6 +50,7 @@ class _Worker:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1, cwd=cwd)
         self.results: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
+        self.used = False
         threading.Thread(target=self._pump, daemon=True).start()
         threading.Thread(target=self._drain, daemon=True).start()
 
@@ -69,6 +71,7 @@ class _Worker:
 
     def request(self, payload: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self.proc.stdin is not None
+        self.used = True
         try:
             self.proc.stdin.write(json.dumps(payload) + "\n")
             self.proc.stdin.flush()
@@ -91,22 +94,32 @@ class _Worker:
         self.proc.wait()
 
     def close(self) -> None:
+        self.hang_up()
+        self.reap()
+
+    def hang_up(self) -> None:
+        """Close the job pipe: the worker exits once its current job is answered."""
         if self.proc.stdin is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
+
+    def reap(self) -> None:
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
 
 class CompilePool:
     """Runs CompileJobs on up to ``jobs`` worker processes."""
 
     def __init__(self, jobs: int | None = None, cache_dir: Path | None = None, root: Path | None = None,
-                 line_info: bool = True) -> None:
+                 line_info: bool = True, nice: int = 0) -> None:
         self.jobs = max(1, jobs or os.cpu_count() or 1)
         self.root = root  # workers run here: job sources are relative to the manifest
         self.env = dict(os.environ)
+        if nice:
+            self.env["FORGE_AOT_COMPILE_NICE"] = str(nice)
         if not line_info:
             self.env["TRITON_DISABLE_LINE_INFO"] = "1"
         if cache_dir is not None:
@@ -135,8 +148,13 @@ class CompilePool:
         """End the idle worker processes."""
         with self._idle_lock:
             idle, self._idle = self._idle, []
+        for worker in idle:  # all at once: each exit takes a moment
+            if worker.used:
+                worker.hang_up()
+            else:
+                worker.kill()  # started ahead of time and never given a job (nothing to compile): no state
         for worker in idle:
-            worker.close()
+            worker.reap()
 
     def run(self, jobs: list[CompileJob], out_dir: Path, progress: ProgressFn | None = None,
             on_result: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:

@@ -17,6 +17,7 @@ from .introspect import base_jit_function, load_kernel_module
 from .manifest import load_manifest
 from .pipeline import triton_version
 from .plan import make_plan
+from .runtime.host_triton import SCRATCH_ALLOCATOR
 from .tune.apply import apply_tuning, load_database
 
 
@@ -45,6 +46,12 @@ class JitBackend:
         kwargs = dict(zip(kernel.runtime_names, runtime))
         constexprs = {k: v for k, v in call.items() if k not in rt.LAUNCH_OPTIONS}
         options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+        if SCRATCH_ALLOCATOR[0] is not None:
+            # host code's triton.set_allocator reached the runtime's shim; Triton's JIT needs it too (it keeps
+            # it per thread, so set it on every launch)
+            import triton
+
+            triton.set_allocator(SCRATCH_ALLOCATOR[0])
         fn[tuple(grid)](**kwargs, **config.meta, **constexprs, **dict(zip(kernel.heuristic_names, heur)),
                         num_warps=config.num_warps, num_stages=config.num_stages, **options)
 

@@ -454,7 +454,7 @@ def test_scratch_buffers_are_allocated_per_launch(rt, fake, tmp_path, monkeypatc
 
     allocated = []
 
-    def scratch(torch_mod, device, size, programs):
+    def scratch(torch_mod, device, raw_stream, size, programs):
         buf = torch.empty(programs * size + 256, dtype=torch.uint8)
         allocated.append((device, size, programs))
         return buf, (buf.data_ptr() + 255) // 256 * 256
@@ -473,6 +473,44 @@ def test_scratch_buffers_are_allocated_per_launch(rt, fake, tmp_path, monkeypatc
     assert allocated == [(0, 128, 6), (0, 64, 6)] * 3
     gs, ps = struct.unpack_from("<QQ", bytes(fake.params[:48]), 32)
     assert gs and ps and gs % 256 == 0 and ps % 256 == 0 and k._fast.size() == 1
+
+
+def test_set_allocator_serves_global_scratch(rt, fake, tmp_path) -> None:
+    """Host code's ``triton.set_allocator`` (in-kernel tensor descriptors need it under the JIT) allocates the
+    wheel's global scratch too: called with (programs × size, alignment, the device's stream), on both paths."""
+    import torch
+
+    calls = []
+
+    class Buffer:
+        def __init__(self, size: int) -> None:
+            self.tensor = torch.empty(size + 512, dtype=torch.uint8)
+
+        def data_ptr(self) -> int:
+            return (self.tensor.data_ptr() + 511) // 512 * 512
+
+    def allocator(size, alignment, stream):
+        calls.append((size, alignment, stream))
+        return Buffer(size)
+
+    k = _kernel(rt, tmp_path, "alloc", ADD, specs=["xxxx"], binary_fields={"global_scratch_size": 128})
+    fake.block_size = 48
+    fake.nparams = 6
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    rt.host_triton.set_allocator(allocator)
+    try:
+        rt.fastpath.use_c_launch(k, False)
+        k[(3, 2)](x, y, o, 10)
+        rt.fastpath.use_c_launch(k, True)
+        k[(3, 2)](x, y, o, 10)
+        gs = struct.unpack_from("<Q", bytes(fake.params[:48]), 32)[0]
+        assert calls == [(6 * 128, 256, 0x5EED0)] * 2 and gs % 512 == 0 and gs
+
+        rt.host_triton.set_allocator(lambda size, alignment, stream: Buffer(size).tensor[1:])
+        with pytest.raises(rt.ForgeRuntimeError, match="not 256-byte aligned"):
+            k[(3, 2)](x, y, o, 10)
+    finally:
+        rt.host_triton.set_allocator(None)
 
 
 def test_cache_is_bounded_and_threads_share_it(rt, fake, add) -> None:

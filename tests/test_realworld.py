@@ -179,6 +179,30 @@ def test_block_pointer_attention(wheel, dev, dtype, causal, shape) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "bshd"])
+@pytest.mark.parametrize("shape", [(1, 2, 128, 64), (2, 3, 1000, 64), (1, 2, 1024, 64), (1, 4, 4096, 128),
+                                   (2, 2, 77, 64)])
+def test_tensor_descriptor_attention(wheel, dev, dtype, causal, layout, shape) -> None:
+    """Descriptors built in the kernel (TMA, global scratch) from the wheel: against torch in fp64 and bit for bit
+    against development mode (the file's host code under Triton's JIT with the wheel's config; the file as is
+    would autotune 36 configs per row); ``bshd`` is the (batch, seq, heads, dim) layout transposed, so the rows
+    are strided."""
+    import torch
+
+    z, h, n, d = shape
+    make = ((lambda: torch.randn((z, h, n, d), device="cuda", dtype=_dtype(dtype))) if layout == "contiguous"
+            else (lambda: torch.randn((z, n, h, d), device="cuda", dtype=_dtype(dtype)).transpose(1, 2)))
+    q, k, v = make(), make(), make()
+    poison_allocator(q.numel() * 2)
+    o = wheel.attention_tma(q, k, v, causal)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    assert relative_error(o, ref) < FWD_TOL[dtype] * 2
+    assert torch.equal(o, dev["attention_tma"](q, k, v, causal))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp32", "fp16"])
 @pytest.mark.parametrize("n", [1, 1000, 3000, 4096, 65536])
 def test_autotuned_sum_runs_its_config_pre_hook(wheel, dtype, n) -> None:

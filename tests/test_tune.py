@@ -293,7 +293,7 @@ def test_candidates_honour_constraints_and_the_decorators_prune_hook() -> None:
         assert call.spec in {b.spec for b in item.binaries(item.candidates[0])} and "1" in call.spec
     # norms choose their block at the call site: nothing to tune, and no item
     all_items = make_items(plan, notes=notes)
-    assert {i.entry.kernel for i in all_items} == {"attention", "matmul", "total"}
+    assert {i.entry.kernel for i in all_items} == {"attention", "attention_tma", "matmul", "total"}
 
 
 def test_shards_split_the_rows() -> None:
@@ -505,3 +505,19 @@ def test_guided_search_on_recorded_h100_measurements(row: int) -> None:
     best = min(s.median_ms for s in times.values() if not s.early_exit)
     assert outcome.benchmarked <= data["space"] // 4
     assert times[outcome.best()].median_ms <= best * 1.02
+
+
+def test_gpus_are_counted_through_the_driver_not_torch(tmp_path, monkeypatch) -> None:
+    """The tuner counts GPUs through libcuda (cuDeviceGetCount): importing torch in the parent before the
+    benchmark workers start cost the run seconds."""
+    import torch
+
+    from forge_aot.runtime import cuda
+    from forge_aot.tune import runner
+    from tests import c_launch_support as cs
+
+    lib = cs.build_fake_cuda(tmp_path)
+    monkeypatch.setattr(cuda.ctypes, "CDLL", lambda name: lib)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: pytest.fail("torch was asked"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert runner._device_count() == 2 and runner._visible_gpus(None) == ["0", "1"]

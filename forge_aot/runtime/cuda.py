@@ -21,6 +21,7 @@ class _CudaDriver:
             "cuInit": [u],
             "cuGetErrorName": [i, p(ctypes.c_char_p)],
             "cuDeviceGet": [p(i), i],
+            "cuDeviceGetCount": [p(i)],
             "cuDeviceGetAttribute": [p(i), i, i],
             "cuDeviceGetName": [ctypes.c_char_p, i, i],
             "cuDevicePrimaryCtxRetain": [p(vp), i],
@@ -49,6 +50,11 @@ class _CudaDriver:
             self.lib.cuGetErrorName(code, ctypes.byref(name))
             label = name.value.decode() if name.value else "unknown"
             raise DriverError(f"{what} failed: {label} ({code})")
+
+    def device_count(self) -> int:
+        count = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        return count.value
 
     def _device(self, index: int) -> int:
         dev = ctypes.c_int()

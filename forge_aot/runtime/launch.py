@@ -14,7 +14,8 @@ from typing import Any
 
 from . import fastpath
 from .drivers import driver
-from .errors import IntegrityError, NotBuiltError
+from .errors import ForgeRuntimeError, IntegrityError, NotBuiltError
+from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
 from .tables import (
@@ -144,9 +145,17 @@ class BinaryBackend:
             fastpath.remember(kernel, runtime, call, launcher, config, spec)
 
 
-def _scratch_buffer(torch: Any, device: int, size: int, programs: int) -> tuple[Any, int]:
-    """Global or profile scratch for one launch: a torch buffer (kept alive until the launch returns) and its
-    address rounded up to 256 bytes."""
+def _scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
+    """Global or profile scratch for one launch: a buffer (kept alive until the launch returns) and its address,
+    256-byte aligned. From the host code's ``triton.set_allocator`` allocator where it gave one, else torch."""
+    allocator = SCRATCH_ALLOCATOR[0]
+    if allocator is not None:
+        buf = allocator(programs * size, _SCRATCH_ALIGN, raw_stream(device))
+        ptr = buf.data_ptr()
+        if ptr % _SCRATCH_ALIGN == 0:
+            return buf, ptr
+        raise ForgeRuntimeError(f"the triton.set_allocator allocator returned an address ({ptr:#x}) that is not "
+                                f"{_SCRATCH_ALIGN}-byte aligned")
     buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
     ptr = buf.data_ptr()
     return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
@@ -223,7 +232,7 @@ class _BinaryLauncher:
         self._c: Any = False
 
     def _scratch(self, size: int, programs: int) -> tuple[Any, int]:
-        return _scratch_buffer(self.torch, self.device, size, programs)
+        return _scratch_buffer(self.torch, self.device, self.raw_stream, size, programs)
 
     def c_launcher(self) -> Any:
         """This binary as a C ``Launcher`` (fastpath.py), made on first use; None where the C path cannot launch
@@ -233,7 +242,7 @@ class _BinaryLauncher:
             entry = getattr(self.drv, "entry_points", None)
             if fastpath.c is not None and self.cuda and entry is not None and None not in self.kinds:
                 points = entry()
-                scratch = (functools.partial(_scratch_buffer, self.torch, self.device)
+                scratch = (functools.partial(_scratch_buffer, self.torch, self.device, self.raw_stream)
                            if self.global_scratch or self.profile_scratch else None)
                 try:
                     self._c = fastpath.c.Launcher(

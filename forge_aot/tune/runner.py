@@ -138,6 +138,14 @@ class TuneRun:
     benchmark_wall: float = 0.0
     wall: float = 0.0
     """The run, start to database (the report's rendering after it is ``report_seconds``)."""
+    boot_wall: float = 0.0
+    """Start of the run to every benchmark worker up (torch imported, CUDA up, ceilings measured)."""
+    first_row_at: float = 0.0
+    """Start of the run to the first row's benchmark (its binaries compiled, a worker set up)."""
+    gpu_idle_seconds: float = 0.0
+    """Time the benchmark workers spent waiting for compiled rows after set-up (all GPUs)."""
+    close_seconds: float = 0.0
+    """Ending the worker processes after the last row."""
     report_seconds: float = 0.0
     binaries: int = 0
     database: str = ""
@@ -260,13 +268,17 @@ class WorkerClient:
                 self.proc.wait(timeout=30)
         self.proc = None
 
-    def close(self) -> None:
+    def hang_up(self) -> None:
+        """Close the command pipe: the worker exits after its current command."""
         if self.proc is not None and self.proc.stdin is not None and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError):
                 self.proc.stdin.close()
+
+    def close(self) -> None:
+        self.hang_up()
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         self.kill()
 
     def setup(self, cmd: dict[str, Any]) -> None:
@@ -345,18 +357,29 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _device_count() -> int:
+    """GPUs the driver sees: through libcuda alone where it loads (importing torch here would hold back the
+    start of the benchmark workers by seconds), else through torch (ROCm)."""
+    try:
+        from ..runtime.cuda import _CudaDriver
+
+        return _CudaDriver().device_count()
+    except Exception:
+        pass
+    try:
+        import torch
+
+        return int(torch.cuda.device_count())
+    except Exception:
+        return 0
+
+
 def _visible_gpus(requested: tuple[int, ...] | None) -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip():
         ids = [v.strip() for v in visible.split(",") if v.strip()]
     else:
-        try:
-            import torch
-
-            count = torch.cuda.device_count()
-        except Exception:
-            count = 0
-        ids = [str(i) for i in range(count)]
+        ids = [str(i) for i in range(_device_count())]
     if not ids:
         raise TuneError("forge-aot tune needs a GPU: none is visible (torch.cuda.device_count() is 0)")
     if requested:
@@ -795,8 +818,9 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     starters = [threading.Thread(target=start, args=(i,), daemon=True) for i in range(len(clients))]
     for th in starters:
         th.start()
+    # Compiles run niced: the benchmark workers' host code (and their boot) must not queue behind them.
     pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=root,
-                       line_info=loaded.manifest.project.line_info)
+                       line_info=loaded.manifest.project.line_info, nice=COMPILE_NICE)
     compiles: _Compiles | None = None
     try:
         pool.prestart()  # compile workers import triton and torch while the parent plans
@@ -838,6 +862,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     finally:
         for th in starters:
             th.join()
+    boot_wall = time.perf_counter() - wall_start
     try:
         failed = [d for d in devices if isinstance(d, BaseException)]
         if failed:
@@ -861,15 +886,19 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             raise TuneError(f"GPU {gpus[0]} is a {local['name']} to the driver but a {device['name']} to "  # type: ignore[index]
                             "its worker")
         assert compiles is not None
-        run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir))
+        run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir), boot_wall=boot_wall)
         run.items += state["current"]
         tuner = _Tuner(plan, db, options, device, target, run, progress, compiles)
-        _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root))
+        _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root), wall_start)
     finally:
+        closing = time.perf_counter()
+        for c in clients:  # hang up on all first: they exit in parallel
+            c.hang_up()
         for c in clients:
             c.close()
         if compiles is None:
             pool.close()
+    run.close_seconds = time.perf_counter() - closing
     run.wall = time.perf_counter() - wall_start
     out_dir = work / "tune"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -887,8 +916,12 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     return run
 
 
+COMPILE_NICE = 10
+"""Niceness of the tuner's compile processes (they share the CPUs with the benchmark workers)."""
+
+
 def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients: list[WorkerClient],
-              run: TuneRun, setup: dict[str, Any]) -> None:
+              run: TuneRun, setup: dict[str, Any], wall_start: float) -> None:
     """The GPUs benchmark the rows whose binaries are all there while the rest compile."""
     run.binaries = compiles.binaries
     ready = compiles.ready
@@ -909,11 +942,17 @@ def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients:
             with lock:
                 if len(claimed) >= total:
                     return
+            waited = time.perf_counter()
             try:
                 i = ready.get(timeout=0.5)
             except queue.Empty:
+                with lock:
+                    run.gpu_idle_seconds += time.perf_counter() - waited
                 continue
             with lock:
+                run.gpu_idle_seconds += time.perf_counter() - waited
+                if not claimed:
+                    run.first_row_at = time.perf_counter() - wall_start
                 claimed.add(i)
             item = todo[i]
             started = time.perf_counter()
