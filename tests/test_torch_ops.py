@@ -145,6 +145,38 @@ def test_autograd_needs_a_schema_and_existing_functions(tmp_path) -> None:
         load_manifest(manifest)
 
 
+def test_backward_routing_reaches_custom_ops_and_names_an_op_without_schema() -> None:
+    """Host code's calls of ops by name, while a custom op's backward runs (``ROUTING.custom``): an op with a
+    schema goes through its custom op (fake tensors need its Meta implementation), one without raises a clear
+    error naming it (its host code would run on fake tensors); outside a backward both call the host code."""
+    import types
+
+    import torch
+
+    from forge_aot.runtime import entry
+
+    lib = torch.library.Library("forge_test_route", "FRAGMENT")
+    lib.define("scaled(Tensor x) -> Tensor")
+    lib.impl("scaled", lambda x: x * 3, "CompositeExplicitAutograd")
+    module = types.ModuleType("forge_test_route_host")
+    module.scaled = lambda x: x * 2  # the host code (a custom op's real implementation would launch it)
+    module.plain = lambda x: x + 1
+    entry.route_in_module(module, "forge_test_route", {"scaled": True, "plain": False})
+    x = torch.ones(3)
+    assert torch.equal(module.scaled(x), x * 2) and torch.equal(module.plain(x), x + 1)
+    assert module.scaled.__forge_host__(x).equal(x * 2)
+    entry.ROUTING.custom = True
+    try:
+        assert torch.equal(module.scaled(x), x * 3)  # through torch.ops.forge_test_route.scaled
+        with pytest.raises(rt.ForgeRuntimeError, match=r"forge_test_route\.plain is called from a custom op's "
+                                                       r"backward but is no custom op itself.*type annotations"):
+            module.plain(x)
+    finally:
+        entry.ROUTING.custom = False
+    entry.route_in_module(module, "forge_test_route", {"scaled": True})  # routing twice wraps once
+    assert torch.equal(module.scaled(x), x * 2)
+
+
 @pytest.mark.gpu
 def test_compiled_training_step_through_custom_op_autograd_matches_eager() -> None:
     """torch.compile(fullgraph=True) trains through forge_realworld.rms_norm: the forward and the backward are

@@ -822,6 +822,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     pool = CompilePool(options.jobs, cache_dir=(work / "triton-cache").resolve(), root=root,
                        line_info=loaded.manifest.project.line_info, nice=COMPILE_NICE)
     compiles: _Compiles | None = None
+    db: TuningDatabase | None = None
     try:
         pool.prestart()  # compile workers import triton and torch while the parent plans
         first = options.gpus[0] if options.gpus else 0
@@ -898,6 +899,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             c.close()
         if compiles is None:
             pool.close()
+        if db is not None:
+            db.close()
     run.close_seconds = time.perf_counter() - closing
     run.wall = time.perf_counter() - wall_start
     out_dir = work / "tune"
