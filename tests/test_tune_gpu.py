@@ -46,10 +46,14 @@ def test_small_space_picks_a_verified_winner(tuned: Path) -> None:
     for w in winners:
         assert w["config"]["MODE"] == 0
         assert w["verified"]["rel_err"] <= w["verified"]["tolerance"]
-        timed = [r["time"]["median_ms"] for r in records if r["kind"] == "measurement" and r["key"] == w["key"]
-                 and r["status"] == "ok"]
-        # the winner (re-measured interleaved) is among the fastest of the first pass
-        assert w["time"]["median_ms"] <= min(timed) * 1.25
+        first_pass = {r["config_id"]: r["time"]["median_ms"] for r in records
+                      if r["kind"] == "measurement" and r["key"] == w["key"] and r["status"] == "ok"}
+        # the winner is the fastest of the interleaved re-measurement of the finalists (the first pass's best,
+        # the default beside them) ...
+        assert w["config_id"] in first_pass and w["config_id"] in w["finalists"]
+        assert w["time"]["median_ms"] <= min(f["median_ms"] for f in w["finalists"].values()) * 1.0001
+        # ... and no outlier against the first pass (kernels of ~1 µs move by a third between two timings)
+        assert w["time"]["median_ms"] <= min(first_pass.values()) * 2
         assert w["provenance"]["gpu"] and w["provenance"]["triton"] and w["provenance"]["source_sha256"]
 
 

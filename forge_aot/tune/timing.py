@@ -3,7 +3,8 @@
 - **CUDA events** around each launch, read after one synchronize.
 - **L2 flush sized from the device**: before every timed launch a buffer of 1.5 × the device's L2 is zeroed,
   so each launch starts with a cold cache, as after other work (not a fixed 256 MB memset).
-- **CUDA-graph replay for short kernels** (under ``graph_below_ms``): ``launches`` launches are captured in
+- **CUDA-graph replay for short kernels** (the least of ``estimate_reps`` event-timed launches under
+  ``graph_below_ms``; the finalists' re-measurement uses one mode for all): ``launches`` launches are captured in
   one graph and its replays timed, so host launch gaps never show. Instead of a flush (which would dwarf a
   microsecond kernel) the launches rotate among copies of the arguments' memory, as many as make twice the
   L2 (the worker builds that rotation); a kernel that needs a reset between runs is captured as (reset,
@@ -43,6 +44,8 @@ class TimingSettings:
     early_exit_after: int = 3
     graph_launch_ms: float = 0.5
     """Kernel time captured per graph (``launches`` = this / the estimate, 10 to 200)."""
+    estimate_reps: int = 5
+    """Event-timed launches whose least time is the estimate that picks graph replay or events."""
 
 
 @dataclass(frozen=True)
@@ -117,15 +120,18 @@ class Timer:
         self.settings = settings or TimingSettings()
 
     def estimate(self, run: Run, prepare: Run | None) -> float:
-        return statistics.median(self.backend.events(run, prepare, 3))
+        """The least of a few event-timed launches: a launch the host was late for measures the host too (on a
+        busy CPU a 2 µs kernel reads 25 µs), and a median of three such would time short kernels with events."""
+        return min(self.backend.events(run, prepare, self.settings.estimate_reps))
 
     def measure(self, run: Run, prepare: Run | None = None, best_ms: float | None = None,
-                graph_run: Run | None = None) -> TimingStats:
+                graph_run: Run | None = None, mode: str | None = None) -> TimingStats:
         """Time one candidate (``run`` launches it once; ``prepare`` resets what it accumulates into;
-        ``graph_run``, if given, is ``run`` rotating among copies of its arguments, for graph replay)."""
+        ``graph_run``, if given, is ``run`` rotating among copies of its arguments, for graph replay).
+        ``mode`` (``graph`` or ``events``) overrides the choice the estimate makes."""
         s = self.settings
         est = self.estimate(run, prepare)
-        if est < s.graph_below_ms:
+        if mode == "graph" or (mode is None and est < s.graph_below_ms):
             launches = int(min(200, max(10, s.graph_launch_ms / max(est, 1e-4))))
             replays = int(min(30, max(5, s.budget_ms / max(launches * est, 1e-3))))
             looped = graph_run or run
@@ -151,11 +157,15 @@ class Timer:
         names = list(runs)
         medians: dict[str, list[float]] = {n: [] for n in names}
         modes: dict[str, str] = {}
+        # One mode for all: the finalists are compared with each other, so never graph replay against events
+        # (graph wherever one of them is short enough for it).
+        estimates = [self.estimate(run, prepare) for run, prepare, *_ in runs.values()]
+        mode = "graph" if estimates and min(estimates) < self.settings.graph_below_ms else "events"
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)] if names else []
             for n in order:
                 run, prepare, *rest = runs[n]
-                stats = self.measure(run, prepare, graph_run=rest[0] if rest else None)
+                stats = self.measure(run, prepare, graph_run=rest[0] if rest else None, mode=mode)
                 medians[n].append(stats.median_ms)
                 modes[n] = stats.mode
         return {n: summarize(medians[n], modes[n]) for n in names if medians[n]}
