@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU round on a CUDA machine: install the wheels built on the CPU machine (dist/), run the GPU tests
 # through them, then the benchmarks. Logs and JSON go to ${OUT:-gpu-round}.
-#   STEPS="tests bench-realworld bench-kernels bench-launch cold-start build" (default: all but build)
+#   STEPS="tests bench-realworld bench-realworld-graph bench-kernels bench-launch cold-start build"
+#   (default: all but build and bench-realworld-graph)
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
 STEPS=${STEPS:-"tests bench-realworld bench-kernels bench-launch cold-start"}
@@ -18,6 +19,8 @@ for step in $STEPS; do
     tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 \
         | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
+    bench-realworld-graph) python3 benchmarks/bench_realworld.py --mode graph --only "${ONLY:-}" --rounds ${ROUNDS:-5} \
+        --json "$OUT/realworld_graph.json" 2>&1 | tee "$OUT/bench_realworld_graph.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
     bench-launch) python3 benchmarks/bench_launch.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/bench_launch.txt" ;;
     cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" --profile "$OUT/cold_start_profile.txt" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
