@@ -110,6 +110,9 @@ def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
             "compile_wall": run["compile_wall"], "benchmark_wall": run["benchmark_wall"], "binaries": run["binaries"],
             "boot_wall": run.get("boot_wall"), "first_row_at": run.get("first_row_at"),
             "gpu_idle_seconds": run.get("gpu_idle_seconds"), "benchmark_seconds": run.get("benchmark_seconds"),
+            "close_seconds": run.get("close_seconds"), "compile_started_at": run.get("compile_started_at"),
+            "row_timeline": [(i["row"], i.get("ready_at"), i.get("started_at"), i.get("seconds"))
+                             for i in run["items"]],
             "records": (proj / "tuning" / "matmul.jsonl").read_text().splitlines(),
             "winners": {f"{m}x{n}x{k}": w["config_id"] for (m, n, k), w in winners.items()},
             "benchmarked": {f"{m}x{n}x{k}": w["search"]["benchmarked"] for (m, n, k), w in winners.items()}}
@@ -269,9 +272,13 @@ def main() -> None:
             print(f"  forge-aot tune    cold {a['forge_cold_s']:7.1f} s  warm binaries {a['forge_warm_s']:6.1f} s  "
                   f"(compile {fc['compile_cpu_s']:.1f} CPU-s in {fc['compile_wall']:.1f} s wall, benchmark "
                   f"{fc['benchmark_wall']:.1f} s wall)")
-            print(f"  forge-aot timeline (cold): workers up at {fc['boot_wall']:.1f} s, first row benchmarked at "
+            print(f"  forge-aot timeline (cold): compiling from {fc['compile_started_at']:.1f} s, workers up at "
+                  f"{fc['boot_wall']:.1f} s, first row benchmarked at "
                   f"{fc['first_row_at']:.1f} s, GPU waiting on compiles {fc['gpu_idle_seconds']:.1f} s, rows "
-                  f"{fc['benchmark_seconds']:.1f} s")
+                  f"{fc['benchmark_seconds']:.1f} s, workers ended in {fc['close_seconds']:.2f} s")
+            for row, ready, started, secs in fc["row_timeline"]:
+                print(f"    {row}: compiled at {ready or 0:.1f} s, benchmarked {started or 0:.1f} – "
+                      f"{(started or 0) + (secs or 0):.1f} s")
             print(f"  forge-aot / triton wall clock: {a['speedup_cold']:.1f}x faster cold, {a['speedup_warm']:.1f}x "
                   "warm (triton: its first calls only; forge-aot: the whole command)")
             print(f"  both as whole processes (triton.autotune child {a['triton_cold_process_s']:.1f} s cold, "

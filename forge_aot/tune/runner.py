@@ -106,6 +106,10 @@ class ItemResult:
     flops: float | None = None
     strategy: str = ""
     seconds: float = 0.0
+    ready_at: float | None = None
+    """Seconds from the start of the run to the row's binaries all compiled (None: not compiled this run)."""
+    started_at: float | None = None
+    """Seconds from the start of the run to a GPU taking the row."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -140,6 +144,9 @@ class TuneRun:
     """The run, start to database (the report's rendering after it is ``report_seconds``)."""
     boot_wall: float = 0.0
     """Start of the run to every benchmark worker up (torch imported, CUDA up, ceilings measured)."""
+    compile_started_at: float = 0.0
+    """Start of the run to the first compile job handed out (after planning: the tuning inputs are traced with
+    torch, and the kernel files imported, in this process)."""
     first_row_at: float = 0.0
     """Start of the run to the first row's benchmark (its binaries compiled, a worker set up)."""
     gpu_idle_seconds: float = 0.0
@@ -739,6 +746,8 @@ class _Compiles:
         self.seconds = 0.0
         self.wall = 0.0
         self.lock = threading.Lock()
+        self.ready_clock: dict[int, float] = {}
+        """Row index → time.perf_counter() when its last binary arrived."""
         needs: dict[int, set[str]] = {}
         all_jobs: dict[str, Any] = {}
         for i, item in enumerate(todo):
@@ -758,6 +767,7 @@ class _Compiles:
         self.binaries = len(all_jobs)
         self.waiting = {i: s - set(self.compiled) for i, s in needs.items()}
         for i in [i for i, left in self.waiting.items() if not left]:
+            self.ready_clock[i] = time.perf_counter()
             self.ready.put(i)
             self.waiting.pop(i)
         self.thread = threading.Thread(target=self._run, args=(pool, list(fresh.values())), daemon=True)
@@ -771,6 +781,7 @@ class _Compiles:
                 self.waiting[i].discard(r.job.binary_stem)
                 if not self.waiting[i]:
                     self.waiting.pop(i)
+                    self.ready_clock[i] = time.perf_counter()
                     self.ready.put(i)
 
     def _run(self, pool: CompilePool, jobs: list[Any]) -> None:
@@ -855,7 +866,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                     todo.append(item)
             fingerprint = hashlib.sha256(json.dumps([triton, sorted(source.values())]).encode()).hexdigest()[:16]
             state.update(todo=todo, current=current,
-                         compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()))
+                         compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()),
+                         compile_start=time.perf_counter() - wall_start)
 
         if target is not None and local is not None:
             prepare(target, local["name"])
@@ -887,7 +899,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             raise TuneError(f"GPU {gpus[0]} is a {local['name']} to the driver but a {device['name']} to "  # type: ignore[index]
                             "its worker")
         assert compiles is not None
-        run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir), boot_wall=boot_wall)
+        run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir), boot_wall=boot_wall,
+                      compile_started_at=state["compile_start"])
         run.items += state["current"]
         tuner = _Tuner(plan, db, options, device, target, run, progress, compiles)
         _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root), wall_start)
@@ -969,6 +982,9 @@ def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients:
                 result = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "failed",
                                     notes=[f"{type(exc).__name__}: {exc}"])
             result.seconds = time.perf_counter() - started
+            result.started_at = started - wall_start
+            if i in compiles.ready_clock:
+                result.ready_at = compiles.ready_clock[i] - wall_start
             with lock:
                 results[i] = result
                 run.benchmark_seconds += result.seconds
