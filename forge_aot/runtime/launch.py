@@ -229,10 +229,9 @@ class _BinaryLauncher:
         except AttributeError:  # pragma: no cover - older torch
             self.raw_stream = lambda d: torch.cuda.current_stream(d).cuda_stream
         self.torch = torch
+        # scratch(size, programs) -> (keep-alive, address): one callable for the Python and the C path
+        self.scratch = functools.partial(_scratch_buffer, torch, device, self.raw_stream)
         self._c: Any = False
-
-    def _scratch(self, size: int, programs: int) -> tuple[Any, int]:
-        return _scratch_buffer(self.torch, self.device, self.raw_stream, size, programs)
 
     def c_launcher(self) -> Any:
         """This binary as a C ``Launcher`` (fastpath.py), made on first use; None where the C path cannot launch
@@ -242,8 +241,7 @@ class _BinaryLauncher:
             entry = getattr(self.drv, "entry_points", None)
             if fastpath.c is not None and self.cuda and entry is not None and None not in self.kinds:
                 points = entry()
-                scratch = (functools.partial(_scratch_buffer, self.torch, self.device, self.raw_stream)
-                           if self.global_scratch or self.profile_scratch else None)
+                scratch = self.scratch if self.global_scratch or self.profile_scratch else None
                 try:
                     self._c = fastpath.c.Launcher(
                         self.function, self.ctx, self.block, self.shared, tuple(self.kept), bytes(self.kinds),
@@ -267,9 +265,9 @@ class _BinaryLauncher:
         keep = None
         gs = ps = 0
         if self.global_scratch:
-            keep, gs = self._scratch(self.global_scratch, gx * gy * gz)
+            keep, gs = self.scratch(self.global_scratch, gx * gy * gz)
         if self.profile_scratch:
-            keep2, ps = self._scratch(self.profile_scratch, gx * gy * gz)
+            keep2, ps = self.scratch(self.profile_scratch, gx * gy * gz)
             keep = (keep, keep2)
         buf = getattr(self._tls, "buf", None)
         if buf is None:

@@ -11,6 +11,7 @@ recorded as crashed (or timed out) and a fresh worker goes on with the rest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -364,15 +365,24 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _device_count() -> int:
-    """GPUs the driver sees: through libcuda alone where it loads (importing torch here would hold back the
-    start of the benchmark workers by seconds), else through torch (ROCm)."""
+@functools.lru_cache(maxsize=1)
+def _local_cuda_driver() -> Any:
+    """libcuda in this process (loaded and initialised once), or None where it does not load or has no GPU."""
     try:
         from ..runtime.cuda import _CudaDriver
 
-        return _CudaDriver().device_count()
+        return _CudaDriver()
     except Exception:
-        pass
+        return None
+
+
+def _device_count() -> int:
+    """GPUs the driver sees: through libcuda alone where it loads (importing torch here would hold back the
+    start of the benchmark workers by seconds), else through torch (ROCm)."""
+    drv = _local_cuda_driver()
+    if drv is not None:
+        with contextlib.suppress(Exception):
+            return int(drv.device_count())
     try:
         import torch
 
@@ -714,11 +724,12 @@ def _candidates_sha256(item: TuneItem) -> str:
 def _describe_locally(gpu_index: int) -> dict[str, Any] | None:
     """Name, compute capability and shared-memory limit of a visible GPU through the driver alone (no torch,
     no context): enough to plan and start compiling while the workers boot. None where that is unavailable."""
+    drv = _local_cuda_driver()
     try:
-        from ..runtime.cuda import _CudaDriver
-
-        info = _CudaDriver().describe(gpu_index)
+        info = drv.describe(gpu_index) if drv is not None else None
     except Exception:
+        info = None
+    if info is None:
         return None
     major, minor = info["capability"]
     return {"name": info["name"], "capability": f"{major}.{minor}", "arch": info["arch"], "backend": "cuda",

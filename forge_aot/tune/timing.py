@@ -125,12 +125,14 @@ class Timer:
         return min(self.backend.events(run, prepare, self.settings.estimate_reps))
 
     def measure(self, run: Run, prepare: Run | None = None, best_ms: float | None = None,
-                graph_run: Run | None = None, mode: str | None = None) -> TimingStats:
+                graph_run: Run | None = None, mode: str | None = None, est: float | None = None) -> TimingStats:
         """Time one candidate (``run`` launches it once; ``prepare`` resets what it accumulates into;
         ``graph_run``, if given, is ``run`` rotating among copies of its arguments, for graph replay).
-        ``mode`` (``graph`` or ``events``) overrides the choice the estimate makes."""
+        ``mode`` (``graph`` or ``events``) overrides the choice the estimate makes; ``est``, an estimate
+        already taken, saves taking it again."""
         s = self.settings
-        est = self.estimate(run, prepare)
+        if est is None:
+            est = self.estimate(run, prepare)
         if mode == "graph" or (mode is None and est < s.graph_below_ms):
             launches = int(min(200, max(10, s.graph_launch_ms / max(est, 1e-4))))
             replays = int(min(30, max(5, s.budget_ms / max(launches * est, 1e-3))))
@@ -159,13 +161,14 @@ class Timer:
         modes: dict[str, str] = {}
         # One mode for all: the finalists are compared with each other, so never graph replay against events
         # (graph wherever one of them is short enough for it).
-        estimates = [self.estimate(run, prepare) for run, prepare, *_ in runs.values()]
-        mode = "graph" if estimates and min(estimates) < self.settings.graph_below_ms else "events"
+        estimates = {n: self.estimate(run, prepare) for n, (run, prepare, *_) in runs.items()}
+        mode = "graph" if estimates and min(estimates.values()) < self.settings.graph_below_ms else "events"
         for r in range(rounds):
             order = names[r % len(names):] + names[:r % len(names)] if names else []
             for n in order:
                 run, prepare, *rest = runs[n]
-                stats = self.measure(run, prepare, graph_run=rest[0] if rest else None, mode=mode)
+                stats = self.measure(run, prepare, graph_run=rest[0] if rest else None, mode=mode,
+                                     est=estimates[n])
                 medians[n].append(stats.median_ms)
                 modes[n] = stats.mode
         return {n: summarize(medians[n], modes[n]) for n in names if medians[n]}
