@@ -93,10 +93,6 @@ class _Worker:
             self.proc.kill()
         self.proc.wait()
 
-    def close(self) -> None:
-        self.hang_up()
-        self.reap()
-
     def hang_up(self) -> None:
         """Close the job pipe: the worker exits once its current job is answered."""
         if self.proc.stdin is not None and self.proc.poll() is None:
