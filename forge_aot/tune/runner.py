@@ -679,6 +679,13 @@ class _Tuner:
         return res
 
 
+def decided_in_one_mode(winner: Record) -> bool:
+    """Whether the winner's finalists were all timed the same way (events or graph replay): a winner named by
+    comparing an event timing with a graph-replay one (tuners before the fix) is decided again. The candidates'
+    measurements are kept; only the finalists are re-measured."""
+    return len({s.get("mode") for s in winner.extra.get("finalists", {}).values()}) <= 1
+
+
 def _from_database(item: TuneItem, winner: Record, known: dict[str, Record]) -> ItemResult:
     """A row the database already has, as the report shows it."""
     default = winner.extra.get("default", {})
@@ -869,8 +876,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                 known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 searched = (winner.extra.get("search", {}).get("candidates_sha256") if winner else None)
-                fresh = winner is not None and (searched == _candidates_sha256(item)
-                                                or all(c.id in known for c in item.candidates))
+                fresh = winner is not None and decided_in_one_mode(winner) and (
+                    searched == _candidates_sha256(item) or all(c.id in known for c in item.candidates))
                 if not options.force and fresh:
                     current.append(_from_database(item, winner, known))  # type: ignore[arg-type]
                 else:
