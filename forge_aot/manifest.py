@@ -36,7 +36,6 @@ ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 RESERVED_META = ("num_warps", "num_stages", "maxnreg")
 SEARCHES = ("auto", "exhaustive", "guided")
-BETWEEN_RULES = ("nearest", "above")
 
 
 @dataclass(frozen=True)
@@ -159,10 +158,6 @@ class KernelEntry:
     """The key values that matter, as a list of points (``[{M = 4096, N = 4096, K = 4096}]``)."""
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """The key values that matter, as values per key argument; every combination becomes a table row."""
-    between: str = "nearest"
-    """Which table row serves key values between rows: ``nearest`` (in log2 distance, ties to the larger row)
-    or ``above`` (the nearest row at or above the values on every key argument, where there is one; for kernels
-    whose block must cover the size, such as a row-wise softmax)."""
     examples: str | None = None
     """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
     run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —
@@ -476,9 +471,6 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
         if kn not in key_names:
             raise r.error(f"{at}.key[{i}]", f"'{kn}' is not an integer parameter or call-site constexpr "
                           f"(accepted: {', '.join(sorted(key_names)) or 'none'})", close_match(kn, key_names))
-    if k.between not in BETWEEN_RULES:
-        raise r.error(f"{at}.between", f"unknown rule '{k.between}' (accepted: {', '.join(BETWEEN_RULES)})",
-                      close_match(k.between, BETWEEN_RULES))
     if k.shapes and k.buckets:
         raise r.error(f"{at}.buckets", "give either shapes or buckets, not both")
     if k.key and not (k.shapes or k.buckets or k.examples):

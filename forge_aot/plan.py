@@ -217,8 +217,7 @@ class KernelPlan:
     def spec_json(self) -> dict[str, Any]:
         """The kernel's entry of the package index, without its variants."""
         pre_hooks = sorted({c.pre_hook for c in self.space if c.pre_hook})
-        between = {"between": self.entry.between} if self.entry.between != "nearest" else {}
-        return {**between, "function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
+        return {"function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, "variants": {}}

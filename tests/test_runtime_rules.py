@@ -44,24 +44,6 @@ def test_rank_rows_exact_then_log_distance_ties_round_up() -> None:
     assert rt.rank_rows(multi, (600, 4000, 4096))[0] == 1
 
 
-def test_rank_rows_above_prefers_rows_that_cover_the_key() -> None:
-    rows = [(128,), (512,), (1000,), (4096,)]
-    assert rows[rt.rank_rows(rows, (700,))[0]] == (512,)  # nearest in log2
-    assert rows[rt.rank_rows(rows, (700,), "above")[0]] == (1000,)  # the nearest row that covers 700
-    assert rows[rt.rank_rows(rows, (512,), "above")[0]] == (512,)  # an exact match is still first
-    assert [rows[i] for i in rt.rank_rows(rows, (10**9,), "above")][:2] == [(4096,), (1000,)]  # none covers it
-    multi = [(64, 4096), (16, 8192), (128, 8192)]
-    assert multi[rt.rank_rows(multi, (48, 5000), "above")[0]] == (128, 8192)  # above on every argument
-    assert multi[rt.rank_rows(multi, (48, 5000))[0]] == (64, 4096)
-
-
-def test_a_table_with_between_above_serves_the_row_above() -> None:
-    configs = {cid: rt.Config(cid, {"BLOCK": b}, 4, 1, {}) for cid, b in (("c512", 512), ("c1024", 1024))}
-    rows = [[512, "c512"], [1000, "c1024"]]
-    assert rt.ConfigTable("k", ["n"], rows, configs, []).lookup((700,)).id == "c512"
-    assert rt.ConfigTable("k", ["n"], rows, configs, [], between="above").lookup((700,)).id == "c1024"
-
-
 def _table(usable=None, constraints=()) -> rt.ConfigTable:
     configs = {cid: rt.Config(cid, {"BLOCK": b}, 4, 1, {}) for cid, b in (("c128", 128), ("c1024", 1024),
                                                                            ("c4096", 4096))}

@@ -67,24 +67,21 @@ def _log2(v: float) -> float:
     return math.log2(v) if v > 1 else 0.0
 
 
-def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...], between: str = "nearest") -> list[int]:
+def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:
     """Indices of table rows, nearest first.
 
     The rule: an exact match first; otherwise the distance is the sum over key arguments of
     ``|log2(max(value, 1)) - log2(max(row, 1))|`` (so 3000 is nearer 4096 than 1024); ties go to the larger
-    row (rounding up, which keeps a block big enough), then to table order. With ``between="above"`` (the
-    manifest's ``between``) the rows at or above the key on every argument come first, nearest first.
+    row (rounding up, which keeps a block big enough), then to table order.
     """
     lk = [_log2(v) for v in key]
-    above = between == "above"
 
-    def order(i: int) -> tuple[int, float, float, int]:
+    def order(i: int) -> tuple[float, float, int]:
         row = rows[i]
         if row == key:
-            return (-1, -1.0, 0.0, i)
+            return (-1.0, 0.0, i)
         lr = [_log2(v) for v in row]
-        below = int(above and any(r < v for r, v in zip(row, key)))
-        return (below, sum(abs(a - b) for a, b in zip(lk, lr)), -sum(lr), i)
+        return (sum(abs(a - b) for a, b in zip(lk, lr)), -sum(lr), i)
 
     return sorted(range(len(rows)), key=order)
 
@@ -126,7 +123,7 @@ class ConfigTable:
 
     def __init__(self, kernel: str, key_names: Sequence[str], rows: Sequence[Sequence[Any]],
                  configs: dict[str, Config], constraints: Sequence[Expression],
-                 usable: set[str] | None = None, between: str = "nearest") -> None:
+                 usable: set[str] | None = None) -> None:
         self.kernel = kernel
         self.key_names = tuple(key_names)
         self.rows = [tuple(int(v) for v in r[:-1]) for r in rows]
@@ -134,7 +131,6 @@ class ConfigTable:
         self.configs = configs
         self.constraints = list(constraints)
         self.usable = set(configs) if usable is None else set(usable)
-        self.between = between
         self._cache: dict[tuple[int, ...], Config] = {}
         self._lock = threading.Lock()
 
@@ -152,7 +148,7 @@ class ConfigTable:
         if hit is not None:
             return hit
         chosen = None
-        for i in rank_rows(self.rows, key, self.between):
+        for i in rank_rows(self.rows, key):
             cfg = self.configs[self.row_configs[i]]
             if self._fits(cfg, key):
                 chosen = cfg
@@ -231,6 +227,5 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
               if max((b["shared"] for b in c.get("binaries", {}).values()), default=0) <= info["max_shared"]}
     rows = entry["tables"].get(info["name"], entry["tables"]["default"])
     table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
-                        kernel.spec["key"], rows, configs, kernel.constraints, usable,
-                        kernel.spec.get("between", "nearest"))
+                        kernel.spec["key"], rows, configs, kernel.constraints, usable)
     return target, table
