@@ -459,23 +459,34 @@ def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp
     again = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
     assert [i.status for i in again.items] == ["up to date", "up to date"]
     assert not [line for line in _log(sim)[before:] if line.startswith(("probe", "time"))]
-    # a winner named from finalists timed in two modes (an event timing against a graph replay) is decided again:
-    # its finalists re-measured interleaved, no candidate timed again, the other row left alone
-    (stale,) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": 65536})
-    finalists = dict(stale.extra["finalists"])
-    first, *rest = sorted(finalists)
-    mixed = {cid: dict(s, mode="events" if cid == first else "graph") for cid, s in finalists.items()}
-    assert rest, "the fixture has at least two finalists"
-    db = TuningDatabase(sim / "tuning")
-    db.append(Record(**{**vars(stale), "extra": {**stale.extra, "finalists": mixed}}))
-    db.close()
-    before = len(_log(sim))
-    redo = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
-    assert sorted((i.key["n"], i.status) for i in redo.items) == [(65536, "tuned"), (1000003, "up to date")]
-    assert not [line for line in _log(sim)[before:] if line.startswith("time-candidate")]
-    assert [line for line in _log(sim)[before:] if line.startswith("interleave")]
-    (*_, latest) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": 65536})
-    assert len({s["mode"] for s in latest.extra["finalists"].values()}) == 1
+    # a winner decided under older timing rules, or named from finalists timed in two modes (an event timing
+    # against a graph replay), is decided again: its finalists re-measured interleaved, no candidate timed
+    # again, the other rows left alone
+    from forge_aot.tune.timing import TIMING_RULES
+
+    for n, stale_extra in ((65536, "mixed modes"), (1000003, "older rules")):
+        (stale,) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": n})
+        assert stale.extra["timing_rules"] == TIMING_RULES
+        finalists = dict(stale.extra["finalists"])
+        first, *rest = sorted(finalists)
+        assert rest, "the fixture has at least two finalists"
+        if stale_extra == "mixed modes":
+            extra = {**stale.extra, "finalists": {cid: dict(s, mode="events" if cid == first else "graph")
+                                                  for cid, s in finalists.items()}}
+        else:
+            extra = {k: v for k, v in stale.extra.items() if k != "timing_rules"}
+        db = TuningDatabase(sim / "tuning")
+        db.append(Record(**{**vars(stale), "extra": extra}))
+        db.close()
+        before = len(_log(sim))
+        redo = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
+        assert sorted((i.key["n"], i.status) for i in redo.items) == sorted(
+            [(n, "tuned"), (65536 + 1000003 - n, "up to date")])
+        assert not [line for line in _log(sim)[before:] if line.startswith("time-candidate")]
+        assert [line for line in _log(sim)[before:] if line.startswith("interleave")]
+        (*_, latest) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": n})
+        assert len({s["mode"] for s in latest.extra["finalists"].values()}) == 1
+        assert latest.extra["timing_rules"] == TIMING_RULES
     # the build takes the winners: tuned rows for the simulated GPU model, aliased in sm_90's default table
     result = CliRunner().invoke(main, ["build", "--manifest", str(sim / "kernel_manifest.toml"), "-q", "-j", "2",
                                        "--target", "sm_90", "--build-dir", str(build_dir / "build")])

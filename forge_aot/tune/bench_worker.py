@@ -172,7 +172,7 @@ class Worker:
         self.variant: dict[str, Any] = {}
         self.settings = TimingSettings()
         torch.cuda.init()
-        self.timer = Timer(CudaTimingBackend(0), self.settings)
+        self.timer = Timer(CudaTimingBackend(0, self.settings.head_start_us), self.settings)
         self.info = driver().describe(0)
 
     def emit(self, event: dict[str, Any]) -> None:

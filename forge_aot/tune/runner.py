@@ -38,7 +38,7 @@ from .bench_worker import RESULT_MARK
 from .candidates import TuneItem, make_items, static_prune
 from .database import Provenance, Record, TuningDatabase, file_sha256
 from .search import Candidate, Ceilings, SearchContext, make_strategy
-from .timing import TimingStats
+from .timing import TIMING_RULES, TimingStats
 
 FINALISTS = 3
 """At most this many of the best are re-measured interleaved before a winner is named."""
@@ -672,18 +672,21 @@ class _Tuner:
                                    "search": {"strategy": strategy.name, "benchmarked": outcome.benchmarked,
                                               "space": item.space, "candidates": len(item.candidates),
                                               "candidates_sha256": _candidates_sha256(item)},
-                                   "bound": outcome.bound, "throughput": throughput}, _now())
+                                   "bound": outcome.bound, "throughput": throughput,
+                                   "timing_rules": TIMING_RULES}, _now())
         with self.lock:
             self.db.append(rec)
         res.seconds = time.perf_counter() - start
         return res
 
 
-def decided_in_one_mode(winner: Record) -> bool:
-    """Whether the winner's finalists were all timed the same way (events or graph replay): a winner named by
-    comparing an event timing with a graph-replay one (tuners before the fix) is decided again. The candidates'
-    measurements are kept; only the finalists are re-measured."""
-    return len({s.get("mode") for s in winner.extra.get("finalists", {}).values()}) <= 1
+def decided_under_current_rules(winner: Record) -> bool:
+    """Whether the winner was decided under the current timing rules (timing.TIMING_RULES) and its finalists
+    were all timed the same way. Otherwise (a tuner that compared an event timing with a graph replay, or whose
+    event timings of short kernels included the host's latency) the row is decided again: the candidates'
+    measurements are kept, the finalists re-measured."""
+    return (int(winner.extra.get("timing_rules", 1)) >= TIMING_RULES
+            and len({s.get("mode") for s in winner.extra.get("finalists", {}).values()}) <= 1)
 
 
 def _from_database(item: TuneItem, winner: Record, known: dict[str, Record]) -> ItemResult:
@@ -876,7 +879,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                 known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 searched = (winner.extra.get("search", {}).get("candidates_sha256") if winner else None)
-                fresh = winner is not None and decided_in_one_mode(winner) and (
+                fresh = winner is not None and decided_under_current_rules(winner) and (
                     searched == _candidates_sha256(item) or all(c.id in known for c in item.candidates))
                 if not options.force and fresh:
                     current.append(_from_database(item, winner, known))  # type: ignore[arg-type]
