@@ -111,6 +111,8 @@ def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
             "boot_wall": run.get("boot_wall"), "first_row_at": run.get("first_row_at"),
             "gpu_idle_seconds": run.get("gpu_idle_seconds"), "benchmark_seconds": run.get("benchmark_seconds"),
             "close_seconds": run.get("close_seconds"), "compile_started_at": run.get("compile_started_at"),
+            "boot_stages": run.get("boot_stages", {}),
+            "process_to_tune_s": wall - run["wall"] - run.get("report_seconds", 0),
             "row_timeline": [(i["row"], i.get("ready_at"), i.get("started_at"), i.get("seconds"))
                              for i in run["items"]],
             "records": (proj / "tuning" / "matmul.jsonl").read_text().splitlines(),
@@ -276,6 +278,9 @@ def main() -> None:
                   f"{fc['boot_wall']:.1f} s, first row benchmarked at "
                   f"{fc['first_row_at']:.1f} s, GPU waiting on compiles {fc['gpu_idle_seconds']:.1f} s, rows "
                   f"{fc['benchmark_seconds']:.1f} s, workers ended in {fc['close_seconds']:.2f} s")
+            stages = ", ".join(f"{k} {v:.2f}" for k, v in (fc.get("boot_stages") or {}).items())
+            print(f"    before compiling (s from tune()'s start): {stages}; process start, imports and exit "
+                  f"outside tune(): {fc['process_to_tune_s']:.1f} s")
             for row, ready, started, secs in fc["row_timeline"]:
                 print(f"    {row}: compiled at {ready or 0:.1f} s, benchmarked {started or 0:.1f} – "
                       f"{(started or 0) + (secs or 0):.1f} s")

@@ -148,6 +148,10 @@ class TuneRun:
     compile_started_at: float = 0.0
     """Start of the run to the first compile job handed out (after planning: the tuning inputs are traced with
     torch, and the kernel files imported, in this process)."""
+    boot_stages: dict[str, float] = field(default_factory=dict)
+    """Start of the run to the end of each step before compiling: ``manifest`` read, compile workers
+    ``prestarted``, GPU ``described`` through the driver, ``planned`` (kernel files imported, tuning inputs
+    traced), rows ``sorted`` into new and up to date."""
     first_row_at: float = 0.0
     """Start of the run to the first row's benchmark (its binaries compiled, a worker set up)."""
     gpu_idle_seconds: float = 0.0
@@ -829,7 +833,13 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     then binds the host modules while the first binaries compile."""
     options = options or TuneOptions()
     wall_start = time.perf_counter()
+    stages: dict[str, float] = {}
+
+    def stage(name: str) -> None:
+        stages[name] = round(time.perf_counter() - wall_start, 4)
+
     loaded = load_manifest(manifest_path)
+    stage("manifest")
     root = loaded.root
     db_dir = database_dir(loaded)
     if db_dir is None:
@@ -857,11 +867,14 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     db: TuningDatabase | None = None
     try:
         pool.prestart()  # compile workers import triton and torch while the parent plans
+        stage("prestarted")
         first = options.gpus[0] if options.gpus else 0
         local = _describe_locally(first) if os.environ.get("FORGE_AOT_TUNE_WORKER") is None else None
+        stage("described")
         plan_targets = list(loaded.manifest.project.targets)
         target = _local_target(local, plan_targets) if local else None
         plan = make_plan(loaded, [target] if target else None)
+        stage("planned")
         db = TuningDatabase(db_dir)
         notes: list[str] = []
         state: dict[str, Any] = {}
@@ -885,6 +898,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                     current.append(_from_database(item, winner, known))  # type: ignore[arg-type]
                 else:
                     todo.append(item)
+            stage("sorted")
             fingerprint = hashlib.sha256(json.dumps([triton, sorted(source.values())]).encode()).hexdigest()[:16]
             state.update(todo=todo, current=current,
                          compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()),
@@ -921,7 +935,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                             "its worker")
         assert compiles is not None
         run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir), boot_wall=boot_wall,
-                      compile_started_at=state["compile_start"])
+                      compile_started_at=state["compile_start"], boot_stages=stages)
         run.items += state["current"]
         tuner = _Tuner(plan, db, options, device, target, run, progress, compiles)
         _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root), wall_start)
