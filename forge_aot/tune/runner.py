@@ -402,7 +402,7 @@ def _visible_gpus(requested: tuple[int, ...] | None) -> list[str]:
     else:
         ids = [str(i) for i in range(_device_count())]
     if not ids:
-        raise TuneError("forge-aot tune needs a GPU: none is visible (torch.cuda.device_count() is 0)")
+        raise TuneError("forge-aot tune needs a GPU: the driver sees none (no GPU, or CUDA_VISIBLE_DEVICES hides them)")
     if requested:
         bad = [g for g in requested if g >= len(ids)]
         if bad:
