@@ -75,11 +75,13 @@ CHILD_BREAKDOWN = textwrap.dedent("""
     rt = "forge_kernels._runtime."
     t = clock()
     for m in ("errors", "host_triton", "packing", "tables", "fastpath", "kernel", "drivers", "cuda", "launch",
-              "host_modules", "expressions"):
+              "host_modules"):  # what a first call needs (expressions: only for a key between table rows)
         importlib.import_module(rt + m)
     stages["import runtime modules"] = clock() - t
     hm, launch, kernel = (sys.modules[rt + m] for m in ("host_modules", "launch", "kernel"))
-    timed(hm, "load_index", "index json")
+    timed(hm, "load_index", "index json (host module part)")
+    if hasattr(hm, "LazyJson"):
+        timed(hm.LazyJson, "_get", "index json (lazy parts: target entry, config binaries)")
     timed(hm, "exec_host_module", "host module exec")
     timed(kernel.Kernel, "__init__", "kernel handles")
     timed(launch, "driver", "driver()")

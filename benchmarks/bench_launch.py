@@ -14,7 +14,17 @@ median µs per call and the spread (min - max) over rounds:
                                   FORGE_NO_C_LAUNCH=1) takes
   forge-aot op (allocates) C / Python   the exported op (output allocation, host code, launch), both paths
   C cuLaunchKernel floor          cuLaunchKernel in a C loop on the very cubin the wheel ships
-                                  (benchmarks/launch/launch_floor.c, compiled here with `cc`)
+                                  (benchmarks/launch/launch_floor.c, compiled here with `cc`), back to back: once
+                                  the driver's queue fills, the GPU's pace for these tiny kernels
+  C cuLaunchKernel, host only     the same, timed in bursts of 32 launches after a synchronize: the host's own
+                                  cost of one cuLaunchKernel (the queue never fills)
+
+and, to show where the C path's time goes:
+
+  forge-aot kernel[(0,)](...) C   (4 arguments) the C path with an empty grid: everything (argument reading,
+                                  lookup) but the stream query and the driver call
+
+A third table times the pieces the C path and the op call into, one by one (``--no-pieces`` leaves it out).
 
 Needs the forge_launch wheel (built with the C launch path, i.e. on a machine with a C compiler and Python.h) and
 Triton (for the JIT rows). From the repository root on the GPU machine:
@@ -55,17 +65,36 @@ def per_call_us(fn: Callable[[], object], calls: int) -> float:
     return elapsed / calls * 1e6
 
 
-def c_floor(cubin: Path, function: str, nargs: int, calls: int) -> float | None:
+def c_floor(cubin: Path, function: str, nargs: int, calls: int, batch: int = 0) -> float | None:
     exe = Path("/tmp/forge_launch_floor")
     src = REPO / "benchmarks" / "launch" / "launch_floor.c"
     try:
         subprocess.run(["cc", "-O2", "-o", str(exe), str(src), "-ldl"], check=True, capture_output=True)
-        out = subprocess.run([str(exe), str(cubin), function, str(nargs), str(calls)], check=True,
+        out = subprocess.run([str(exe), str(cubin), function, str(nargs), str(calls), str(batch)], check=True,
                              capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         print(f"C floor unavailable: {exc}", file=sys.stderr)
         return None
     return float(out.stdout.strip())
+
+
+def pieces(torch, package, x, y, n: int) -> dict[str, Contender]:
+    """Single calls the C path and the op are made of, each timed alone (same loop as the other rows)."""
+    kernel = importlib.import_module(f"{package.__name__}._runtime.kernel")
+    host_triton = importlib.import_module(f"{package.__name__}._runtime.host_triton").host_triton
+    raw_stream = torch._C._cuda_getCurrentRawStream
+    meta = {"BLOCK_SIZE": 1024}
+    return {
+        "empty loop body (lambda: None)": Contender(lambda: None),
+        "x.data_ptr()": Contender(lambda: x.data_ptr()),
+        "x.get_device()": Contender(lambda: x.get_device()),
+        "x.dtype": Contender(lambda: x.dtype),
+        "current raw stream": Contender(lambda: raw_stream(0)),
+        "torch.compiler.is_compiling()": Contender(lambda: torch.compiler.is_compiling()),
+        "grid lambda (cdiv)": Contender(lambda: (lambda m: (host_triton.cdiv(n, m["BLOCK_SIZE"]),))(meta)),
+        "torch.empty_like(x)": Contender(lambda: torch.empty_like(x)),
+        "op, launches skipped": Contender(lambda: kernel.call_without_launches(package.vector_add, x, y)),
+    }
 
 
 class Contender:
@@ -81,6 +110,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--no-pieces", action="store_true", help="leave out the table of single pieces")
     args = ap.parse_args()
     import forge_launch
     import torch
@@ -117,6 +147,7 @@ def main() -> None:
             **torch_rows,
             "triton-jit kernel[grid](...)": Contender(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
             "forge-aot kernel[grid](...) C": Contender(lambda: add[grid](x, y, o, n), True),
+            "forge-aot kernel[(0,)](...) C": Contender(lambda: add[(0,)](x, y, o, n), True),
             # py_base.__getitem__ is what kernel[grid] is without the extension: the pure-Python path, exactly
             "forge-aot kernel[grid](...) Python": Contender(lambda: py_base.__getitem__(add, grid)(x, y, o, n), False),
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.vector_add(x, y), True),
@@ -149,9 +180,10 @@ def main() -> None:
             cases[name]["forge-aot kernel[grid](...) C"].fn()
         served[name] = bool(h._fast is not None and h._fast.size() > 0)
     root = Path(forge_launch.__file__).parent / "_forge" / "bin"
-    floors = {"4 args": c_floor(next((root / "add").rglob("xxxx.cubin")), "add_kernel", 4, args.calls),
-              "19 args": c_floor(next((root / "args19").rglob("x" * 15 + ".cubin")), "args19_kernel", 19,
-                                 args.calls)}
+    cubins = {"4 args": (next((root / "add").rglob("xxxx.cubin")), "add_kernel", 4),
+              "19 args": (next((root / "args19").rglob("x" * 15 + ".cubin")), "args19_kernel", 19)}
+    floors = {case: {"C cuLaunchKernel floor": c_floor(*c, args.calls),
+                     "C cuLaunchKernel, host only": c_floor(*c, args.calls, 32)} for case, c in cubins.items()}
     results: dict[str, dict[str, dict[str, float]]] = {}
     samples_out: dict[str, dict[str, list[float]]] = {}
     for case, fns in cases.items():
@@ -167,9 +199,19 @@ def main() -> None:
         results[case] = {k: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
                          for k, v in samples.items()}
         samples_out[case] = samples
-        if floors[case] is not None:
-            results[case]["C cuLaunchKernel floor"] = {"median_us": floors[case], "min_us": floors[case],
-                                                       "max_us": floors[case]}
+        for row, floor in floors[case].items():
+            if floor is not None:
+                results[case][row] = {"median_us": floor, "min_us": floor, "max_us": floor}
+    if not args.no_pieces:
+        cases["pieces"] = pieces(torch, forge_launch, x, y, n)
+        names = list(cases["pieces"])
+        samples = {k: [] for k in names}
+        for r in range(args.rounds):
+            for k in names[r % len(names):] + names[:r % len(names)]:
+                samples[k].append(per_call_us(cases["pieces"][k].fn, args.calls))
+        results["pieces"] = {k: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
+                             for k, v in samples.items()}
+        samples_out["pieces"] = samples
     device = torch.cuda.get_device_name()
     print(f"host time per launch on {device} ({args.rounds} rounds x {args.calls} calls); C launch path loaded: "
           f"{c_loaded}, serving the C rows: {served}")

@@ -8,6 +8,7 @@ Python < 3.11), so ``python -m build`` and ``pip install`` work with no network.
 from __future__ import annotations
 
 import base64
+import csv
 import gzip
 import hashlib
 import io
@@ -78,20 +79,21 @@ def _record_hash(data: bytes) -> str:
 
 def _write_wheel(path: str, entries: list[tuple[str, bytes]], dist_info: str) -> None:
     stamp = _timestamp()
-    record = []
+    record = io.StringIO()
+    rows = csv.writer(record, lineterminator="\n")  # RECORD is CSV: a name with a comma is quoted
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=stamp)
             info.external_attr = 0o100644 << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data, compresslevel=9)
-            record.append(f"{name},{_record_hash(data)},{len(data)}")
+            rows.writerow((name, _record_hash(data), len(data)))
         record_name = f"{dist_info}/RECORD"
-        record.append(f"{record_name},,")
+        rows.writerow((record_name, "", ""))
         info = zipfile.ZipInfo(record_name, date_time=stamp)
         info.external_attr = 0o100644 << 16
         info.compress_type = zipfile.ZIP_DEFLATED
-        zf.writestr(info, ("\n".join(record) + "\n").encode(), compresslevel=9)
+        zf.writestr(info, record.getvalue().encode(), compresslevel=9)
 
 
 def _read(path: str) -> bytes:

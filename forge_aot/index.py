@@ -18,8 +18,14 @@ BINARY_FIELDS = ("function", "shared", "warp_size", "num_warps", "global_scratch
                  "profile_scratch_size", "profile_scratch_align", "sha256", "size", "arch", "spec", "heur")
 
 
+def variant_dirname(variant_id: str) -> str:
+    """A variant id as a directory name: no commas, which file lists such as a wheel's RECORD (CSV) would
+    have to quote (``T=fp16,BLOCK_SIZE=1024`` → ``T=fp16_BLOCK_SIZE=1024``)."""
+    return variant_id.replace(",", "_")
+
+
 def binary_path(sidecar: dict[str, Any], config_id: str, binary_id: str) -> str:
-    variant = sidecar["variant"].replace(",", "_")
+    variant = variant_dirname(sidecar["variant"])
     return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config_id}/{binary_id}.{sidecar['format']}"
 
 

@@ -23,13 +23,17 @@ from . import __version__
 from .compiler import CompileReport
 from .errors import PackageError
 from .extension import build_extension
-from .index import build_index
+from .index import build_index, variant_dirname
 from .plan import BuildPlan
 from .runtime.entry import op_table
 
 
 def _template(name: str) -> str:
     return resources.files("forge_aot.templates").joinpath(name).read_text(encoding="utf-8")
+
+
+def _compact_json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _json_bytes(data: Any) -> bytes:
@@ -78,12 +82,36 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         binaries[rel] = b["sha256"]
     (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
     # Per host module, the part of the index its kernels need, compact: an op's first call parses only these.
+    # The configs and tables of each (kernel, variant, target) go to a file of their own
+    # (modules/<module>/<kernel>/<variant dir>/<target>.json), read when a call first resolves to it, and each
+    # config's binaries to another (<target>/<config>.json), so a first call parses only what it launches.
     (pkg / "_forge" / "modules").mkdir()
     for mod, spec in sorted(index["modules"].items()):
+        shell: dict[str, Any] = {}
+        for k, kspec in sorted(index["kernels"].items()):
+            if kspec["function"] not in spec["kernels"]:
+                continue
+            variants = {}
+            for vid, variant in sorted(kspec["variants"].items()):
+                files = f"{k}/{variant_dirname(vid)}"
+                for target, tentry in sorted(variant["targets"].items()):
+                    # the target's configs and tables; each config's binaries a file of their own, read when
+                    # the config first launches (with their largest shared memory here, for the usable check)
+                    base = pkg / "_forge" / "modules" / mod / files
+                    (base / target).mkdir(parents=True, exist_ok=True)
+                    configs = {}
+                    for cid, cfg in sorted(tentry["configs"].items()):
+                        bins = cfg.get("binaries", {})
+                        (base / target / f"{cid}.json").write_bytes(_compact_json(bins))
+                        configs[cid] = {**{f: v for f, v in cfg.items() if f != "binaries"},
+                                        "binaries_file": f"{target}/{cid}.json",
+                                        "max_shared": max((b["shared"] for b in bins.values()), default=0)}
+                    (base / f"{target}.json").write_bytes(_compact_json({**tentry, "configs": configs}))
+                variants[vid] = {**variant, "targets": sorted(variant["targets"]), "target_files": files}
+            shell[k] = {**kspec, "variants": variants}
         part = {**{k: v for k, v in index.items() if k not in ("modules", "kernels")}, "modules": {mod: spec},
-                "kernels": {k: v for k, v in index["kernels"].items() if v["function"] in spec["kernels"]}}
-        (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(
-            json.dumps(part, sort_keys=True, separators=(",", ":")).encode())
+                "kernels": shell, "split_targets": True}
+        (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(_compact_json(part))
     # The runtime package, copied verbatim (every import inside it is relative), and its optional C launch path.
     (pkg / "_runtime").mkdir()
     for module in sorted(resources.files("forge_aot.runtime").iterdir(), key=lambda m: m.name):

@@ -3,7 +3,11 @@ into a fresh venv that has no triton, and `forge-aot inspect`."""
 
 from __future__ import annotations
 
+import base64
+import csv
 import hashlib
+import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -81,6 +85,35 @@ def test_same_inputs_give_identical_wheel_bytes(repo_wheel: Path, tmp_path: Path
     second = build(REPO / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
     assert second.name == repo_wheel.name
     assert second.read_bytes() == repo_wheel.read_bytes()
+
+
+def _check_record(zf: zipfile.ZipFile) -> list[list[str]]:
+    """RECORD read as the CSV it is: three fields per row, every other entry listed once with the sha256 and
+    size of its bytes in the archive."""
+    record_name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
+    rows = list(csv.reader(io.StringIO(zf.read(record_name).decode())))
+    assert all(len(r) == 3 for r in rows)
+    assert [r[0] for r in rows] == zf.namelist() and rows[-1] == [record_name, "", ""]
+    for name, digest, size in rows[:-1]:
+        data = zf.read(name)
+        expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        assert digest == f"sha256={expected}" and int(size) == len(data)
+    return rows
+
+
+def test_record_is_csv_even_for_names_with_commas(repo_wheel: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(repo_wheel) as zf:
+        rows = _check_record(zf)
+    # no packaged file name needs quoting (variant directories replace the commas of variant ids) ...
+    assert not any("," in r[0] for r in rows)
+    # ... and the writer quotes one that does
+    spec = importlib.util.spec_from_file_location("backend", REPO / "dist_templates" / "_forge_build_backend.py")
+    backend = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(backend)
+    wheel = tmp_path / "x-1.0-py3-none-any.whl"
+    backend._write_wheel(str(wheel), [("x/a,b=1.json", b"{}"), ("x/plain.py", b"")], "x-1.0.dist-info")
+    with zipfile.ZipFile(wheel) as zf:
+        assert _check_record(zf)[0][0] == "x/a,b=1.json"
 
 
 def test_wheel_metadata_records_manifest_triton_targets_and_binaries(repo_wheel: Path) -> None:

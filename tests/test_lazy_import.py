@@ -103,3 +103,66 @@ def test_torch_compile_fullgraph_sees_one_custom_op_before_anything_loaded(site:
     assert "forge_kernels.softmax" in targets, targets
     # tracing ran the Meta implementation (the host code with launches skipped): softmax's module only
     assert [m for m in res["loaded"] if m.startswith("forge_kernels._ops.")] == ["forge_kernels._ops.softmax"]
+
+
+def test_first_call_reads_one_target_and_compiles_no_constraint_for_a_row_key(site: Path) -> None:
+    """A host module's index part holds no target's data: the configs and tables of each (kernel, variant,
+    target) are a file of their own, read when a call first resolves to it (not the other variant's), and each
+    config's binaries another, read when the config first launches.
+    A key equal to a table row takes the row's config without compiling the kernel's constraints (the build
+    checked them at that key); another key compiles them."""
+    res = _run(site, """
+        import json, os, sys
+        import forge_kernels
+        from forge_kernels._runtime import host_modules as hm, tables, launch, kernel as kmod
+        root = forge_kernels.__path__[0]
+        part = json.load(open(os.path.join(root, "_forge", "modules", "matmul.json")))
+        full = json.load(open(os.path.join(root, "_forge", "index.json")))
+        index = hm.load_index(root, "matmul")
+        spec = index["kernels"]["matmul"]
+        variant = spec["variants"]["T=fp16"]
+        names = list(variant["targets"])
+        def loaded(v):
+            return [t for t, e in v["targets"].items() if e.loaded]
+
+        before = loaded(variant)
+        k = kmod.Kernel("matmul", spec, index["targets"], launch.BinaryBackend(root))
+        info = {"name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "arch": "sm_90", "max_shared": 232448}
+        target, table = tables.resolve_table(k, variant, {"T": "fp16"}, "cuda", info)
+        after = loaded(variant)
+        others = loaded(spec["variants"]["T=bf16"])
+        configs = variant["targets"]["sm_90"]["configs"]
+        binaries_read = sorted(c for c, v in configs.items() if v["binaries"].loaded)
+        row_binaries = sorted(configs[table.lookup((4096, 4096, 4096)).id]["binaries"])
+        binaries_read_after = sorted(c for c, v in configs.items() if v["binaries"].loaded)
+        want = full["kernels"]["matmul"]["variants"]["T=fp16"]["targets"]["sm_90"]
+        got = variant["targets"]["sm_90"]
+        same = (got["tables"] == want["tables"] and sorted(got["configs"]) == sorted(want["configs"])
+                and all(dict(got["configs"][c]["binaries"]) == want["configs"][c]["binaries"]
+                        for c in want["configs"]))
+        row = table.lookup((4096, 4096, 4096))
+        after_row = "forge_kernels._runtime.expressions" in sys.modules
+        other = table.lookup((3000, 100, 77))
+        env = {**other.launch_meta, "M": 3000, "N": 100, "K": 77}
+        print(json.dumps({
+            "part_has_configs": "configs" in json.dumps(part),
+            "files": sorted(f for f in os.listdir(os.path.join(root, "_forge", "modules", "matmul", "matmul", "T=fp16"))
+                            if f.endswith(".json")),
+            "others": others,
+            "names": names, "before": before, "loaded": after, "binaries_read": binaries_read,
+            "row_binaries": row_binaries, "binaries_read_after": binaries_read_after, "target": target, "same": same,
+            "row": row.id, "row_config": [r[-1] for r in got["tables"][info["name"]]
+                                          if tuple(r[:-1]) == (4096, 4096, 4096)],
+            "expressions_after_row": after_row,
+            "expressions_after_other": "forge_kernels._runtime.expressions" in sys.modules,
+            "other_fits": all(c(env) for c in k.constraints)}))
+    """)
+    assert not res["part_has_configs"]
+    assert res["files"] == ["gfx942.json", "sm_80.json", "sm_90.json"]
+    assert res["names"] == ["gfx942", "sm_80", "sm_90"] and res["before"] == []
+    assert res["target"] == "sm_90" and res["loaded"] == ["sm_90"] and res["others"] == [] and res["same"]
+    assert res["row_config"] == [res["row"]]
+    # resolving read no config's binaries; the row config's first launch reads its own only
+    assert res["binaries_read"] == [] and res["binaries_read_after"] == [res["row"]] and res["row_binaries"]
+    assert res["expressions_after_row"] is False
+    assert res["expressions_after_other"] is True and res["other_fits"] is True

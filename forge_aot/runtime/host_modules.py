@@ -6,8 +6,9 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .entry import export, op_table, register_custom_ops, route_in_module
@@ -65,16 +66,71 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
 
 def load_index(root: str, module: str | None = None) -> dict[str, Any]:
     """The package index; with ``module``, the part of it one host module needs (written by the build beside the
-    index, so an op's first call parses only its own kernels), or the whole index where there is none."""
+    index, so an op's first call parses only its own kernels, and of those only the variant, target and config
+    it launches: see ``LazyJson``), or the whole index where there is none."""
     path = os.path.join(root, "_forge", "index.json")
-    if module is not None and os.path.exists(os.path.join(root, "_forge", "modules", f"{module}.json")):
+    part = module is not None and os.path.exists(os.path.join(root, "_forge", "modules", f"{module}.json"))
+    if part:
         path = os.path.join(root, "_forge", "modules", f"{module}.json")
     with open(path, encoding="utf-8") as f:
         index = json.load(f)
     if index.get("format") != INDEX_FORMAT:
         raise ForgeRuntimeError(f"{root}: index format {index.get('format')} is not {INDEX_FORMAT}; reinstall "
                                 "a package built by a matching forge-aot")
+    if part and index.get("split_targets"):
+        directory = os.path.join(root, "_forge", "modules", str(module))
+        for spec in index["kernels"].values():
+            for variant in spec["variants"].values():
+                files = os.path.join(directory, variant["target_files"])
+                variant["targets"] = {t: LazyJson(os.path.join(files, f"{t}.json"), _target_entry)
+                                      for t in variant["targets"]}
     return index
+
+
+class LazyJson(Mapping[str, Any]):
+    """A JSON object of the index read from its own file on first access (keys, items or an item): a variant's
+    target entry, a config's binaries. ``prepare`` runs once on what was read (under the lock)."""
+
+    def __init__(self, path: str, prepare: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.path = path
+        self._prepare = prepare
+        self._data: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> dict[str, Any]:
+        data = self._data
+        if data is None:
+            with self._lock:
+                data = self._data
+                if data is None:
+                    with open(self.path, encoding="utf-8") as f:
+                        data = json.load(f)
+                    if self._prepare is not None:
+                        self._prepare(os.path.dirname(self.path), data)
+                    self._data = data
+        return data
+
+    def __getitem__(self, name: str) -> Any:
+        return self._get()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the file has been read."""
+        return self._data is not None
+
+
+def _target_entry(directory: str, entry: dict[str, Any]) -> None:
+    """A target entry just read: each config's binaries from their own file, when first needed."""
+    for config in entry["configs"].values():
+        name = config.pop("binaries_file", None)
+        if name is not None:
+            config["binaries"] = LazyJson(os.path.join(directory, name))
 
 
 def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend: Any, kernel_class: Any,

@@ -10,7 +10,7 @@ from typing import Any
 from . import fastpath
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
 from .packing import _INT_RANGES, dtype_name
-from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, variant_id
+from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, Constraints, variant_id
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
 
@@ -125,11 +125,7 @@ class Kernel(KernelBase):
                              for a in self.axes]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
                             else (False, k) for k in spec["key"]]
-        self.constraints = []
-        if spec.get("constraints"):
-            from .expressions import Expression  # the constraint language, loaded for kernels that have some
-
-            self.constraints = [Expression(c) for c in spec["constraints"]]
+        self.constraints = Constraints(spec.get("constraints", []))
         self.variants = spec["variants"]
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""

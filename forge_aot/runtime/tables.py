@@ -114,11 +114,35 @@ class Config:
         return f"Config({items}, num_warps={self.num_warps}, num_stages={self.num_stages})"
 
 
+class Constraints(Sequence["Expression"]):
+    """A kernel's constraints, compiled when first evaluated (most calls hit a table row exactly and need none;
+    the constraint language and its parser are then never loaded)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.texts = list(texts)
+        self._compiled: list[Expression] | None = None
+
+    def _all(self) -> list[Expression]:
+        if self._compiled is None:
+            from .expressions import Expression
+
+            self._compiled = [Expression(t) for t in self.texts]
+        return self._compiled
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
 class ConfigTable:
     """Key values → config, for one kernel variant on one target (and GPU model, when tuned for it).
 
     A lookup never compiles: it returns the config of the nearest row (see ``rank_rows``) that is usable on
-    this device and satisfies the kernel's constraints for the actual key values, else any such config.
+    this device and satisfies the kernel's constraints for the actual key values, else any such config. A key
+    equal to a row's takes the row's config where it is usable: the build checked every row's config against
+    the constraints at the row's own key.
     """
 
     def __init__(self, kernel: str, key_names: Sequence[str], rows: Sequence[Sequence[Any]],
@@ -129,8 +153,12 @@ class ConfigTable:
         self.rows = [tuple(int(v) for v in r[:-1]) for r in rows]
         self.row_configs = [str(r[-1]) for r in rows]
         self.configs = configs
-        self.constraints = list(constraints)
+        self.constraints = constraints
         self.usable = set(configs) if usable is None else set(usable)
+        self._exact: dict[tuple[int, ...], Config] = {}
+        for row, cid in zip(self.rows, self.row_configs):
+            if cid in self.usable:
+                self._exact.setdefault(row, self.configs[cid])  # a repeated row: the first, as rank_rows orders
         self._cache: dict[tuple[int, ...], Config] = {}
         self._lock = threading.Lock()
 
@@ -147,8 +175,8 @@ class ConfigTable:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        chosen = None
-        for i in rank_rows(self.rows, key):
+        chosen = self._exact.get(key)
+        for i in () if chosen is not None else rank_rows(self.rows, key):
             cfg = self.configs[self.row_configs[i]]
             if self._fits(cfg, key):
                 chosen = cfg
@@ -203,6 +231,14 @@ def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
 
 
 
+def _max_shared(config: dict[str, Any]) -> int:
+    """The most shared memory any binary of a config asks for (recorded by the build beside the binaries, which
+    a wheel reads only when the config launches)."""
+    if "max_shared" in config:
+        return int(config["max_shared"])
+    return max((b["shared"] for b in config.get("binaries", {}).values()), default=0)
+
+
 def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any], backend: str,
                   info: dict[str, Any]) -> tuple[str, ConfigTable]:
     """The target and config table one build of a kernel uses on a device described by ``info``.
@@ -223,8 +259,7 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
                            c.get("pre_hook"))
                for cid, c in entry["configs"].items()}
     # A binary for an older GPU of the same major may ask for more shared memory than this one has.
-    usable = {cid for cid, c in entry["configs"].items()
-              if max((b["shared"] for b in c.get("binaries", {}).values()), default=0) <= info["max_shared"]}
+    usable = {cid for cid, c in entry["configs"].items() if _max_shared(c) <= info["max_shared"]}
     rows = entry["tables"].get(info["name"], entry["tables"]["default"])
     table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
                         kernel.spec["key"], rows, configs, kernel.constraints, usable)
