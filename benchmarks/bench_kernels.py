@@ -7,9 +7,10 @@ small sizes are not timed from cache); reported: the median over rounds, the spr
   forge-aot     the wheel's op: its table picks the config (tuned for this GPU model)
   jit-autotune  the same kernel under @triton.autotune over the same space (key = the wheel's key), its choice
                 made on a first call that is not timed. For add and softmax: the manifest's whole space, filtered
-                by the constraints for the shape. For matmul (260 configs, whose serial compile alone would take
-                the whole GPU lease): the 16 fastest configs the tuning database measured at the nearest tuned row,
-                plus the untuned default.
+                by the constraints for the shape. For matmul, the kernel the op takes for the shape (on Hopper,
+                large problems with TMA-addressable rows take the persistent TMA kernel: its whole space; else the
+                tiled kernel, whose 288 configs would take the whole GPU lease to compile serially: the 16 fastest
+                configs the tuning database measured at the nearest tuned row, plus the untuned default).
   torch         torch.add / torch.softmax / torch.mm
 Goals: tuned rows >= 0.98x jit-autotune; shapes between rows >= 0.9x; matmul >= 0.9x torch at 4096^3, 8192^3.
 
@@ -136,7 +137,8 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from forge_aot.tune.database import TuningDatabase
-    from kernels.matmul import matmul_kernel
+    from kernels import matmul as matmul_file
+    from kernels.matmul import matmul_kernel, matmul_tma_kernel
     from kernels.softmax import softmax_kernel
     from kernels.vector_add import add_kernel
 
@@ -162,16 +164,33 @@ def main() -> None:
             m, n, k = shape
             inputs = [(torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt))
                       for _ in range(3)]
-            space = matmul_space(db, device, shape)
-            tuned = autotuned(matmul_kernel, _configs(triton, space), ["M", "N", "K"])
+            if matmul_file._takes_tma(*inputs[0]):  # the op's own choice: the persistent TMA kernel
+                sms = torch.cuda.get_device_properties(0).multi_processor_count
+                space = [{"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w,
+                          "num_stages": st}
+                         for bn, bk, w, st in itertools.product([256, 128], [64, 128], [8, 4], [3, 4, 5])
+                         if (128 * bk + bk * bn) * 2 * st <= 160 * 1024]
+                tuned = autotuned(matmul_tma_kernel, _configs(triton, space), ["M", "N", "K"])
+                triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
 
-            def jit(a, b, tuned=tuned):
-                c = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
-                M, K = a.shape
-                N = b.shape[1]
-                tuned[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)](
-                    a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
-                return c
+                def jit(a, b, tuned=tuned, sms=sms):
+                    c = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
+                    M, K = a.shape
+                    N = b.shape[1]
+                    tuned[lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)](
+                        a, b, c, M, N, K, sms)
+                    return c
+            else:
+                space = matmul_space(db, device, shape)
+                tuned = autotuned(matmul_kernel, _configs(triton, space), ["M", "N", "K"])
+
+                def jit(a, b, tuned=tuned):
+                    c = torch.empty(a.shape[0], b.shape[1], device="cuda", dtype=a.dtype)
+                    M, K = a.shape
+                    N = b.shape[1]
+                    tuned[lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)](
+                        a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
+                    return c
 
             contenders = {"forge-aot": forge_kernels.matmul, "jit-autotune": jit, "torch": torch.mm}
             rate = f"{2 * m * n * k / 1e9:.6g} TFLOP/s"

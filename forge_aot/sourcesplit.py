@@ -87,11 +87,21 @@ class SourceFile:
     """Every ``kernel[grid](...)`` call of the host code."""
     function_lines: dict[str, tuple[int, int]] = field(default_factory=dict)
     """First and last line of each top-level host function (to leave build-only helpers out of the wheel)."""
+    names_used: dict[str, frozenset[str]] = field(default_factory=dict)
+    """For each top-level host function: every name it reads (to keep the helpers shipped code calls)."""
 
     def shipped_source(self, leave_out: set[str]) -> str:
-        """The host source with the named top-level functions blanked too (e.g. build-time example runners)."""
+        """The host source with the named top-level functions blanked too (e.g. build-time example runners),
+        except those a function that stays reaches by name (a tuning op the exported op also calls)."""
+        kept = set(self.function_lines) - leave_out
+        todo = list(kept)
+        while todo:
+            for name in self.names_used.get(todo.pop(), frozenset()) & leave_out:
+                if name not in kept:
+                    kept.add(name)
+                    todo.append(name)
         lines = self.host_source.splitlines(keepends=True)
-        for name in leave_out:
+        for name in leave_out - kept:
             first, last = self.function_lines[name]
             for i in range(first - 1, last):
                 lines[i] = "\n"
@@ -321,6 +331,7 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
     host_defs: set[str] = set()
     kernel_refs: dict[str, frozenset[str]] = {}
     function_lines: dict[str, tuple[int, int]] = {}
+    names_used: dict[str, frozenset[str]] = {}
     launches: list[LaunchSite] = []
     checked: list[tuple[ast.AST, str]] = [(s, "") for s in host] + [(_heuristics_values(d), n) for n, d in heuristics]
     for node_root, _ in checked:
@@ -347,7 +358,8 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
     for stmt in host:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             host_defs.add(stmt.name)
-            kernel_refs[stmt.name] = frozenset(_names_in(stmt) & set(kernels))
+            names_used[stmt.name] = frozenset(_names_in(stmt))
+            kernel_refs[stmt.name] = names_used[stmt.name] & set(kernels)
             function_lines[stmt.name] = (_first_line(stmt), stmt.end_lineno or stmt.lineno)
             launches += _launch_sites(stmt, set(kernels))
     lines = text.splitlines(keepends=True)
@@ -361,7 +373,7 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
         _heuristics_lines(lines, original, name, dec)
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
-                      function_lines=function_lines)
+                      function_lines=function_lines, names_used=names_used)
 
 
 def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:

@@ -2,6 +2,11 @@
 
 The inner dimensions are contiguous (unit stride) by construction: the host op makes them so, which lets
 the compiler vectorise along K and N without specializing a runtime stride equal to 1.
+
+Two kernels: ``matmul_kernel`` (one program per output tile, pointer loads; every GPU and shape) and, on Hopper
+for large problems whose rows TMA can address, ``matmul_tma_kernel`` (Triton's persistent tutorial kernel: one
+program per SM walking the tiles, tensor descriptors built in the kernel, so their 128-byte records live in
+global scratch that the host hands over through ``triton.set_allocator``).
 """
 
 import torch
@@ -40,6 +45,77 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
+@triton.jit
+def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, num_sms,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
+    start_pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[N, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_pid_in_group = GROUP_M * num_pid_n
+    for tile_id in tl.range(start_pid, num_tiles, num_sms, flatten=True):
+        group_id = tile_id // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_size_m)
+        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
+            b = b_desc.load([ki * BLOCK_K, pid_n * BLOCK_N])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))
+
+
+_SMS: dict[int, tuple[tuple[int, int], int]] = {}
+
+
+def _device_sms(device: torch.device) -> tuple[tuple[int, int], int]:
+    """(compute capability, SM count) of a CUDA device, read once per device."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    found = _SMS.get(index)
+    if found is None:
+        props = torch.cuda.get_device_properties(index)
+        found = _SMS[index] = ((props.major, props.minor), props.multi_processor_count)
+    return found
+
+
+def _matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The persistent TMA kernel on contiguous A (M×K) and B (K×N) whose K and N are multiples of 8 (TMA needs
+    16-byte aligned rows) and whose data are 16-byte aligned (also the tuning op of ``matmul_tma_kernel``)."""
+    num_sms = _device_sms(a.device)[1] if a.is_cuda else 132  # traced on the meta device at build time
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    device = a.device
+
+    def scratch(size: int, alignment: int, stream):  # the kernel's tensor descriptors, on the operands' GPU
+        return torch.empty(size, device=device, dtype=torch.int8)
+
+    triton.set_allocator(scratch)
+
+    def grid(meta):
+        return (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
+
+    matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
+    return c
+
+
+def _takes_tma(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Hopper, a problem large enough to fill every SM with 128×128 tiles, rows TMA can address."""
+    M, K = a.shape
+    N = b.shape[1]
+    if not a.is_cuda or M < 1024 or N < 1024 or K < 1024 or K % 8 or N % 8:
+        return False
+    if not (a.is_contiguous() and b.is_contiguous()) or a.data_ptr() % 16 or b.data_ptr() % 16:
+        return False
+    return _device_sms(a.device)[0][0] == 9
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b for 2-D fp16/bf16 tensors; the result has their dtype."""
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
@@ -50,6 +126,14 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a = a.contiguous()
     if b.stride(1) != 1:
         b = b.contiguous()
+    if _takes_tma(a, b):
+        return _matmul_tma(a, b)
+    return _matmul_tiled(a, b)
+
+
+def _matmul_tiled(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The tiled kernel on A (M×K) and B (K×N) with unit inner strides (also the tuning op of
+    ``matmul_kernel``, whose large rows serve the GPUs without the TMA path)."""
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)

@@ -46,7 +46,7 @@ def test_missing_manifest_is_a_clear_error(tmp_path: Path) -> None:
 def test_repository_manifest_is_valid() -> None:
     result = CliRunner().invoke(main, ["check", "--manifest", str(REPO / "kernel_manifest.toml")])
     assert result.exit_code == 0, result.output
-    assert "3 kernels" in result.output
+    assert "4 kernels" in result.output
 
 
 def test_variants_rows_and_plan_of_repository_manifest() -> None:

@@ -14,7 +14,10 @@ from tests.conftest import (
 )
 
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
-SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096, 4096, 4096), (1, 4096, 300)]
+SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096, 4096, 4096), (1, 4096, 300),
+          (1100, 1048, 1032)]
+"""(M, N, K); on Hopper the last two take the persistent TMA kernel when their data are 16-byte aligned (the
+last has partial tiles on every side), the rest the tiled kernel."""
 
 
 def _dtype(name: str):
@@ -41,6 +44,7 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
         b = torch.randn(N, K, device="cuda", dtype=_dtype(dtype)).t()
     poison_allocator(M * N * a.element_size())
     reset_handle("forge_kernels._ops.matmul", "matmul_kernel")
+    reset_handle("forge_kernels._ops.matmul", "matmul_tma_kernel")
     c = packaged.matmul(a, b)
     torch.cuda.synchronize()
     assert c.shape == (M, N) and c.dtype == a.dtype
@@ -49,9 +53,19 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     # exact specializations per row, the same with M, N, K or any divisibility unassumed, the generic one).
     a2 = a if a.stride(1) == 1 else a.contiguous()
     b2 = b if b.stride(1) == 1 else b.contiguous()
-    launched, built = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
-    assert "x" * 9 in built
-    assert launched == {expected_spec([a2, b2, c, M, N, K, a2.stride(0), b2.stride(0), c.stride(0)], built)}
+    props = torch.cuda.get_device_properties(a.device)
+    tma = (props.major == 9 and min(M, N, K) >= 1024 and K % 8 == 0 and N % 8 == 0
+           and a2.data_ptr() % 16 == 0 and b2.data_ptr() % 16 == 0)
+    tiled = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
+    persistent = launched_and_built("forge_kernels._ops.matmul", "matmul_tma_kernel")
+    if tma:
+        launched, built = persistent
+        assert tiled[0] == set()
+        assert launched == {expected_spec([a2, b2, c, M, N, K, props.multi_processor_count], built)}
+    else:
+        launched, built = tiled
+        assert persistent[0] == set() and "x" * 9 in built
+        assert launched == {expected_spec([a2, b2, c, M, N, K, a2.stride(0), b2.stride(0), c.stride(0)], built)}
 
 
 @pytest.mark.gpu

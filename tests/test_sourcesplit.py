@@ -21,10 +21,12 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     assert "import triton" not in src.host_source
     line = next(i for i, text in enumerate(original) if text.startswith("def matmul("))
     assert host[line] == original[line]
-    assert src.kernel_refs["matmul"] == {"matmul_kernel"}
+    assert src.kernel_refs["_matmul_tiled"] == {"matmul_kernel"}
+    assert src.kernel_refs["_matmul_tma"] == {"matmul_tma_kernel"} and src.kernel_refs["matmul"] == frozenset()
     params = [(p.name, p.constexpr) for p in src.kernels["matmul_kernel"].params]
     assert params[0] == ("a_ptr", False) and params[-1] == ("GROUP_M", True)
-    assert [(s.kernel, s.function, s.keywords) for s in src.launches] == [("matmul_kernel", "matmul", ())]
+    assert sorted((s.kernel, s.function, s.keywords) for s in src.launches) == [
+        ("matmul_kernel", "_matmul_tiled", ()), ("matmul_tma_kernel", "_matmul_tma", ())]
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -107,3 +109,21 @@ def test_tensor_descriptors_are_refused_with_the_reason(tmp_path: Path) -> None:
                  "def op(x):\n    from triton.tools.tensor_descriptor import TensorDescriptor\n    return x\n")
     with pytest.raises(SourceError, match="TensorDescriptor"):
         parse_source(f, {"op"})
+
+
+def test_build_only_helpers_are_left_out_unless_shipped_code_calls_them(tmp_path: Path) -> None:
+    f = tmp_path / "k.py"
+    f.write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n"
+        "@triton.jit\ndef k(x_ptr, BLOCK: tl.constexpr):\n    pass\n\n\n"
+        "def _fast(x):\n    k[(1,)](x)\n    return x\n\n\n"
+        "def _slow(x):\n    return _fast(x)\n\n\n"
+        "def op(x):\n    return _slow(x) if x.numel() > 4 else x\n\n\n"
+        "def tune_inputs(key, variant, device):\n    return (torch.randn(4, device=device),)\n\n\n"
+        "def run_for_tuning(x):\n    return _fast(x)\n")
+    src = parse_source(f, {"op"})
+    # the tuning op _fast is reached from op through _slow: shipped; tune_inputs and the runner are not
+    shipped = src.shipped_source({"_fast", "tune_inputs", "run_for_tuning"})
+    assert "def _fast" in shipped and "def _slow" in shipped and "def op" in shipped
+    assert "def tune_inputs" not in shipped and "def run_for_tuning" not in shipped
+    assert shipped.count("\n") == src.host_source.count("\n")
