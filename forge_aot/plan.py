@@ -649,9 +649,10 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
+        shipped = src.reachable(exported)  # the ops and the helpers they call
         for fn, refs in sorted(src.kernel_refs.items()):
-            if fn not in exported:
-                continue  # an unexported helper; it is not reachable from the package's ops
+            if fn not in shipped:
+                continue  # a helper the package's ops never reach
             for kern in sorted(refs - declared):
                 raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                   f"{loaded.path.name}")

@@ -90,16 +90,21 @@ class SourceFile:
     names_used: dict[str, frozenset[str]] = field(default_factory=dict)
     """For each top-level host function: every name it reads (to keep the helpers shipped code calls)."""
 
-    def shipped_source(self, leave_out: set[str]) -> str:
-        """The host source with the named top-level functions blanked too (e.g. build-time example runners),
-        except those a function that stays reaches by name (a tuning op the exported op also calls)."""
-        kept = set(self.function_lines) - leave_out
+    def reachable(self, roots: set[str]) -> set[str]:
+        """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
+        kept = set(roots)
         todo = list(kept)
         while todo:
-            for name in self.names_used.get(todo.pop(), frozenset()) & leave_out:
+            for name in self.names_used.get(todo.pop(), frozenset()) & self.function_lines.keys():
                 if name not in kept:
                     kept.add(name)
                     todo.append(name)
+        return kept
+
+    def shipped_source(self, leave_out: set[str]) -> str:
+        """The host source with the named top-level functions blanked too (e.g. build-time example runners),
+        except those a function that stays reaches by name (a tuning op the exported op also calls)."""
+        kept = self.reachable(set(self.function_lines) - leave_out)
         lines = self.host_source.splitlines(keepends=True)
         for name in leave_out - kept:
             first, last = self.function_lines[name]

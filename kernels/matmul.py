@@ -84,6 +84,12 @@ def _device_sms(device: torch.device) -> tuple[tuple[int, int], int]:
     return found
 
 
+def _scratch(size: int, alignment: int, stream):
+    """Global scratch for the kernel's tensor descriptors, on the current GPU (the launch runs under the operands'
+    device): one stateless allocator, so threads on different GPUs can share it."""
+    return torch.empty(size, device=torch.cuda.current_device(), dtype=torch.int8)
+
+
 def _matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The persistent TMA kernel on contiguous A (M×K) and B (K×N) whose K and N are multiples of 8 (TMA needs
     16-byte aligned rows) and whose data are 16-byte aligned (also the tuning op of ``matmul_tma_kernel``)."""
@@ -91,29 +97,29 @@ def _matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    device = a.device
-
-    def scratch(size: int, alignment: int, stream):  # the kernel's tensor descriptors, on the operands' GPU
-        return torch.empty(size, device=device, dtype=torch.int8)
-
-    triton.set_allocator(scratch)
+    triton.set_allocator(_scratch)
 
     def grid(meta):
         return (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
 
-    matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
+    if a.is_cuda and a.device.index != torch.cuda.current_device():
+        with torch.cuda.device(a.device):  # the scratch goes to the operands' GPU
+            matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
+    else:
+        matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
     return c
 
 
 def _takes_tma(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Hopper, a problem large enough to fill every SM with 128×128 tiles, rows TMA can address."""
+    """An NVIDIA Hopper GPU (sm_90: ROCm reports gfx9 devices as major 9 too), a problem large enough to fill
+    every SM with 128×128 tiles, rows TMA can address."""
     M, K = a.shape
     N = b.shape[1]
-    if not a.is_cuda or M < 1024 or N < 1024 or K < 1024 or K % 8 or N % 8:
+    if not a.is_cuda or torch.version.hip or M < 1024 or N < 1024 or K < 1024 or K % 8 or N % 8:
         return False
     if not (a.is_contiguous() and b.is_contiguous()) or a.data_ptr() % 16 or b.data_ptr() % 16:
         return False
-    return _device_sms(a.device)[0][0] == 9
+    return _device_sms(a.device)[0] == (9, 0)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

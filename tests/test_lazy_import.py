@@ -166,3 +166,23 @@ def test_first_call_reads_one_target_and_compiles_no_constraint_for_a_row_key(si
     assert res["binaries_read"] == [] and res["binaries_read_after"] == [res["row"]] and res["row_binaries"]
     assert res["expressions_after_row"] is False
     assert res["expressions_after_other"] is True and res["other_fits"] is True
+
+
+def test_a_missing_index_part_is_a_clear_error(site: Path, tmp_path: Path) -> None:
+    res = _run(site, f"""
+        import json
+        from forge_kernels._runtime.errors import ForgeRuntimeError
+        from forge_kernels._runtime.host_modules import LazyJson
+        bad = {str(tmp_path / "bad.json")!r}
+        open(bad, "w").write("{{not json")
+        out = []
+        for path in ({str(tmp_path / "missing.json")!r}, bad):
+            part = LazyJson(path)
+            try:
+                part["configs"]
+            except ForgeRuntimeError as exc:
+                out.append([str(exc), part.loaded])
+        print(json.dumps(out))
+    """)
+    assert len(res) == 2 and all("reinstall the package" in msg and not loaded for msg, loaded in res)
+    assert "missing.json" in res[0][0] and "bad.json" in res[1][0]

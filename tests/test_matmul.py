@@ -54,8 +54,8 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     a2 = a if a.stride(1) == 1 else a.contiguous()
     b2 = b if b.stride(1) == 1 else b.contiguous()
     props = torch.cuda.get_device_properties(a.device)
-    tma = (props.major == 9 and min(M, N, K) >= 1024 and K % 8 == 0 and N % 8 == 0
-           and a2.data_ptr() % 16 == 0 and b2.data_ptr() % 16 == 0)
+    tma = (not torch.version.hip and (props.major, props.minor) == (9, 0) and min(M, N, K) >= 1024
+           and K % 8 == 0 and N % 8 == 0 and a2.data_ptr() % 16 == 0 and b2.data_ptr() % 16 == 0)
     tiled = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
     persistent = launched_and_built("forge_kernels._ops.matmul", "matmul_tma_kernel")
     if tma:

@@ -21,11 +21,14 @@ def test_ops_run_on_the_tensors_device(packaged, current: int) -> None:
     x = torch.randn(300, 1000, device=dev)
     a = torch.randn(512, 300, device=dev, dtype=torch.float16)
     b = torch.randn(300, 200, device=dev, dtype=torch.float16)
+    big = torch.randn(1024, 1024, device=dev, dtype=torch.float16)  # Hopper: the persistent TMA kernel
     side = torch.cuda.Stream(device=dev)
     with torch.cuda.stream(side):  # the other device's current stream is a side stream: launches go there
         s, m, v = packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x)
+        mb = packaged.matmul(big, big)
     side.synchronize()
-    assert s.device == m.device == v.device == dev and torch.cuda.current_device() == current
+    assert s.device == m.device == v.device == mb.device == dev and torch.cuda.current_device() == current
+    assert relative_error(mb, big.double() @ big.double()) < 2e-3
     assert relative_error(s, torch.softmax(x.double(), -1)) < 1e-5
     assert relative_error(m, a.double() @ b.double()) < 2e-3
     assert torch.equal(v, x + x)

@@ -20,7 +20,9 @@ def test_preload_then_graph_capture_replays_like_eager(packaged) -> None:
     x = torch.randn(300, 1000, device="cuda")
     a = torch.randn(512, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(256, 384, device="cuda", dtype=torch.float16)
-    eager = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x))
+    # on Hopper this one takes the persistent TMA kernel, whose descriptor scratch is allocated in the capture
+    big = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+    eager = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x), packaged.matmul(big, big))
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -29,14 +31,15 @@ def test_preload_then_graph_capture_replays_like_eager(packaged) -> None:
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x))
+        captured = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x), packaged.matmul(big, big))
     # nothing was loaded during the capture: preload had loaded every binary this GPU runs
     assert packaged.preload() == backend_loaded
     x.copy_(torch.randn_like(x))
     a.copy_(torch.randn_like(a))
+    big.copy_(torch.randn_like(big))
     graph.replay()
     torch.cuda.synchronize()
-    fresh = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x))
+    fresh = (packaged.softmax(x), packaged.matmul(a, b), packaged.vector_add(x, x), packaged.matmul(big, big))
     for got, want in zip(captured, fresh):
         assert torch.equal(got, want)
     assert not torch.equal(captured[0], eager[0])  # the replay computed on the new inputs

@@ -25,7 +25,7 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     assert src.kernel_refs["_matmul_tma"] == {"matmul_tma_kernel"} and src.kernel_refs["matmul"] == frozenset()
     params = [(p.name, p.constexpr) for p in src.kernels["matmul_kernel"].params]
     assert params[0] == ("a_ptr", False) and params[-1] == ("GROUP_M", True)
-    assert sorted((s.kernel, s.function, s.keywords) for s in src.launches) == [
+    assert sorted({(s.kernel, s.function, s.keywords) for s in src.launches}) == [
         ("matmul_kernel", "_matmul_tiled", ()), ("matmul_tma_kernel", "_matmul_tma", ())]
 
 

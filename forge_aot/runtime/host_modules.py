@@ -103,8 +103,12 @@ class LazyJson(Mapping[str, Any]):
             with self._lock:
                 data = self._data
                 if data is None:
-                    with open(self.path, encoding="utf-8") as f:
-                        data = json.load(f)
+                    try:
+                        with open(self.path, encoding="utf-8") as f:
+                            data = json.load(f)
+                    except (OSError, ValueError) as exc:
+                        raise ForgeRuntimeError(f"{self.path}: cannot read this part of the package index ({exc}); "
+                                                "reinstall the package") from None
                     if self._prepare is not None:
                         self._prepare(os.path.dirname(self.path), data)
                     self._data = data
