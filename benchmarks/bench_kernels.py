@@ -122,6 +122,17 @@ def matmul_space(db, device: str, key: tuple[int, int, int]) -> list[dict[str, A
     return out + ([default] if default not in out else [])
 
 
+def manifest_space(kernel: str, key: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The repository manifest's tuning space of a kernel for one key (fp16), filtered by its constraints: the
+    candidates forge-aot tune measured for that row, as flat config dicts."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan, preferences
+
+    plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_90"])
+    choices = preferences(plan.kernels[kernel], key, {"T": "fp16"}, None)
+    return [{**c.meta, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in choices]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, default=None)
@@ -166,10 +177,7 @@ def main() -> None:
                       for _ in range(3)]
             if matmul_file._takes_tma(*inputs[0]):  # the op's own choice: the persistent TMA kernel
                 sms = torch.cuda.get_device_properties(0).multi_processor_count
-                space = [{"BLOCK_M": 128, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w,
-                          "num_stages": st}
-                         for bn, bk, w, st in itertools.product([256, 128], [64, 128], [8, 4], [3, 4, 5])
-                         if (128 * bk + bk * bn) * 2 * st <= 160 * 1024]
+                space = manifest_space("matmul_tma", shape)
                 tuned = autotuned(matmul_tma_kernel, _configs(triton, space), ["M", "N", "K"])
                 triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
 

@@ -94,10 +94,10 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
             variants = {}
             for vid, variant in sorted(kspec["variants"].items()):
                 files = f"{k}/{variant_dirname(vid)}"
+                base = pkg / "_forge" / "modules" / mod / files
                 for target, tentry in sorted(variant["targets"].items()):
                     # the target's configs and tables; each config's binaries a file of their own, read when
                     # the config first launches (with their largest shared memory here, for the usable check)
-                    base = pkg / "_forge" / "modules" / mod / files
                     (base / target).mkdir(parents=True, exist_ok=True)
                     configs = {}
                     for cid, cfg in sorted(tentry["configs"].items()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import NotBuiltError, UnsupportedDeviceError
@@ -132,6 +132,9 @@ class Constraints(Sequence["Expression"]):
     def __getitem__(self, i: Any) -> Any:
         return self._all()[i]
 
+    def __iter__(self) -> Iterator[Expression]:
+        return iter(self._all())
+
     def __len__(self) -> int:
         return len(self.texts)
 
@@ -176,11 +179,12 @@ class ConfigTable:
         if hit is not None:
             return hit
         chosen = self._exact.get(key)
-        for i in () if chosen is not None else rank_rows(self.rows, key):
-            cfg = self.configs[self.row_configs[i]]
-            if self._fits(cfg, key):
-                chosen = cfg
-                break
+        if chosen is None:
+            for i in rank_rows(self.rows, key):
+                cfg = self.configs[self.row_configs[i]]
+                if self._fits(cfg, key):
+                    chosen = cfg
+                    break
         if chosen is None:
             chosen = next((c for c in self.configs.values() if self._fits(c, key)), None)
         if chosen is None:
