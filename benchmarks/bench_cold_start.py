@@ -10,6 +10,11 @@ runtime, the op's host module and index slice, the driver, the module load and t
 the package import (after torch) plus that first call; "total" from the process's first line (torch import
 included). Prints a table and writes JSON (--json).
 
+A second table puts the wheel's import + first call of a small op (vector_add, fp16, 1M elements; CUDA context up
+and inputs allocated before the clock starts) beside its floor: a process that does only what any first launch
+of that binary must do, with no runtime at all (the output's torch.empty, reading the cubin, cuModuleLoadData,
+cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose.
+
     python benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json cold_start.json
 """
 
@@ -104,6 +109,69 @@ CHILD_BREAKDOWN = textwrap.dedent("""
     print(json.dumps(stages))
 """)
 
+CHILD_OP = textwrap.dedent("""
+    # Import + first call of vector_add after torch and the CUDA context; reports the binary it launched.
+    import json, re, sys, time
+    import torch
+    n = int(sys.argv[1])
+    x = torch.randn(n, device="cuda", dtype=torch.float16)
+    y = torch.randn(n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    import forge_kernels
+    t_import = time.perf_counter()
+    out = forge_kernels.vector_add(x, y)
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    import forge_kernels._ops.vector_add as host
+    (state,) = host.add_kernel._states.values()
+    ((config, *_), launcher), = state.launchers.items()
+    config = getattr(config, "id", config)
+    block_size = int(re.search(r"BLOCK_SIZE(\\d+)", str(config)).group(1))
+    binary = {"path": launcher.path, "function": launcher.name, "block": launcher.block,
+              "shared": launcher.shared, "grid": (n + block_size - 1) // block_size, "kept": launcher.kept,
+              "config": str(config)}
+    err = (out.double() - (x.double() + y.double())).abs().max().item()
+    print(json.dumps({"import_pkg": t_import - t0, "first_call": t_first - t_import, "import_and_first_call":
+                      t_first - t0, "max_abs_err": err, "binary": binary}))
+""")
+
+CHILD_FLOOR = textwrap.dedent("""
+    # The floor of a first launch of the same binary: torch.empty, read, load, get function, launch, sync.
+    import ctypes, json, sys, time
+    import torch
+    n = int(sys.argv[1])
+    binary = json.loads(sys.argv[2])
+    x = torch.randn(n, device="cuda", dtype=torch.float16)
+    y = torch.randn(n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    cu = ctypes.CDLL("libcuda.so.1")  # torch has loaded it already: this is a handle lookup
+
+    def check(r, what):
+        if r != 0:
+            raise RuntimeError(f"{what}: CUresult {r}")
+
+    t0 = time.perf_counter()
+    out = torch.empty_like(x)
+    with open(binary["path"], "rb") as f:
+        image = f.read()
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    check(cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+    check(cu.cuModuleGetFunction(ctypes.byref(function), module, binary["function"].encode()), "cuModuleGetFunction")
+    values = [ctypes.c_uint64(x.data_ptr()), ctypes.c_uint64(y.data_ptr()), ctypes.c_uint64(out.data_ptr()),
+              ctypes.c_int32(n)]
+    values = [values[i] for i in binary["kept"]] + [ctypes.c_uint64(0), ctypes.c_uint64(0)]
+    params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    check(cu.cuLaunchKernel(function, binary["grid"], 1, 1, binary["block"], 1, 1, binary["shared"], stream, params,
+                            None), "cuLaunchKernel")
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    err = (out.double() - (x.double() + y.double())).abs().max().item()
+    print(json.dumps({"import_pkg": 0.0, "first_call": t_first - t0, "import_and_first_call": t_first - t0,
+                      "max_abs_err": err}))
+""")
+
 CHILD_JIT = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
@@ -137,7 +205,7 @@ CHILD_JIT = textwrap.dedent("""
 
 def _run(code: str, args: list[str], env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+                          timeout=600, cwd=tempfile.gettempdir())  # not the repository: "-c" puts the cwd on sys.path
     if proc.returncode != 0:
         raise SystemExit(f"child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -148,12 +216,15 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--op-size", type=int, default=1 << 20, help="elements of the vector_add floor comparison")
     ap.add_argument("--profile", type=Path, default=None,
                     help="also write the wall-clock stages of import + first call (--repeats fresh processes, "
                          "the runtime's functions wrapped with timers) to this file")
     args = ap.parse_args()
     n = str(args.size)
-    base_env = dict(os.environ)
+    # The children import the installed wheel: the repository on PYTHONPATH would add its directory to every
+    # top-level import's search, which a deployed process does not have (the JIT child adds it itself).
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     runs: dict[str, list[dict]] = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
@@ -183,6 +254,27 @@ def main() -> None:
         print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['import_and_first_call']:17.4f} "
               f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
     print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
+    op_runs: dict[str, list[dict]] = {"forge-aot": [], "floor (ctypes)": []}
+    for _ in range(args.repeats):  # interleaved: the host's speed drifts between rounds
+        op_runs["forge-aot"].append(_run(CHILD_OP, [str(args.op_size)], base_env))
+        op_runs["floor (ctypes)"].append(_run(CHILD_FLOOR, [str(args.op_size),
+                                                            json.dumps(op_runs["forge-aot"][-1]["binary"])], base_env))
+    op_summary = {}
+    for mode, rs in op_runs.items():
+        op_summary[mode] = {k: statistics.median(r[k] for r in rs)
+                            for k in ("import_pkg", "first_call", "import_and_first_call")}
+        op_summary[mode]["import_and_first_call_all"] = [r["import_and_first_call"] for r in rs]
+        op_summary[mode]["max_abs_err"] = max(r["max_abs_err"] for r in rs)
+    floor = op_summary["floor (ctypes)"]["import_and_first_call"]
+    print(f"\nvector_add fp16 {args.op_size} elements after torch + CUDA context, fresh process per run, median of "
+          f"{args.repeats} (binary {op_runs['forge-aot'][0]['binary']['config']})")
+    print(f"{'mode':20s} {'import pkg (ms)':>16s} {'first call (ms)':>16s} {'import+first (ms)':>18s} "
+          f"{'range (ms)':>16s} {'/ floor':>8s}")
+    for mode, s in op_summary.items():
+        spread = s["import_and_first_call_all"]
+        print(f"{mode:20s} {s['import_pkg'] * 1e3:16.3f} {s['first_call'] * 1e3:16.3f} "
+              f"{s['import_and_first_call'] * 1e3:18.3f} {min(spread) * 1e3:7.3f} - {max(spread) * 1e3:6.3f} "
+              f"{s['import_and_first_call'] / floor:7.1f}x")
     if args.profile:
         breakdowns = [_run(CHILD_BREAKDOWN, [n], base_env) for _ in range(args.repeats)]
         lines = [f"{k:55s} " + "  ".join(f"{b.get(k, 0.0) * 1e3:7.3f}" for b in breakdowns) + " ms"
@@ -190,7 +282,8 @@ def main() -> None:
         args.profile.write_text("stages of import + first call (fresh processes, ms):\n" + "\n".join(lines) + "\n")
     if args.json:
         args.json.write_text(json.dumps({"size": args.size, "repeats": args.repeats, "summary": summary,
-                                         "runs": runs}, indent=1))
+                                         "runs": runs, "op_size": args.op_size, "op_summary": op_summary,
+                                         "op_runs": op_runs}, indent=1))
 
 
 if __name__ == "__main__":

@@ -133,11 +133,35 @@ def manifest_space(kernel: str, key: tuple[int, ...]) -> list[dict[str, Any]]:
     return [{**c.meta, "num_warps": c.num_warps, "num_stages": c.num_stages} for c in choices]
 
 
+def _config_id(config) -> str:
+    """A triton.Config (or a forge-aot Config) as the tuning database names it: meta, w, s."""
+    meta = "-".join(f"{k}{v}" for k, v in config.kwargs.items()) if hasattr(config, "kwargs") else \
+        "-".join(f"{k}{v}" for k, v in config.meta.items())
+    return f"{meta}-w{config.num_warps}-s{config.num_stages}"
+
+
+def forge_pick(op: str, shape: tuple[int, ...], args: tuple) -> str:
+    """The config the wheel's table gives this call (after a call has resolved the kernel's table)."""
+    import torch
+
+    from kernels import matmul as matmul_file
+
+    module = importlib.import_module(f"forge_kernels._ops.{op}")
+    if op == "matmul":
+        name = "matmul_tma_kernel" if matmul_file._takes_tma(*args) else "matmul_kernel"
+    else:
+        name = {"softmax": "softmax_kernel", "vector_add": "add_kernel"}[op]
+    key = tuple(shape) if op == "matmul" else (shape[-1],)
+    states = [s for s in getattr(module, name)._states.values()
+              if s.assignment.get("T") == "fp16" and s.device == torch.cuda.current_device()]
+    return states[0].table.lookup(key).id if states else "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", help="comma-separated ops")
+    ap.add_argument("--only", help="comma-separated ops, or op:shape cases (matmul:4096x4096x4096)")
     ap.add_argument("--mode", choices=["events", "graph"], default="events",
                     help="events: do_bench per call; graph: rotated calls replayed in one CUDA graph")
     args = ap.parse_args()
@@ -169,7 +193,7 @@ def main() -> None:
     print(f"{'case':28s} {'kind':8s} {'forge-aot':>11s} {'jit-autotune':>13s} {'torch':>10s} {'vs jit':>7s} "
           f"{'vs torch':>8s} {'rate':>14s}")
     for op, shape, kind in CASES:
-        if only and op not in only:
+        if only and op not in only and f"{op}:{'x'.join(map(str, shape))}" not in only:
             continue
         if op == "matmul":
             m, n, k = shape
@@ -254,7 +278,8 @@ def main() -> None:
                     samples[name].append(do_bench(lambda fn=fn, it=it: fn(*next(it)), warmup=10, rep=50,
                                                   return_mode="median"))
         med = {name: statistics.median(v) for name, v in samples.items()}
-        row = {"op": op, "shape": list(shape), "kind": kind, "median_ms": med,
+        picks = {"forge-aot": forge_pick(op, shape, inputs[0]), "jit-autotune": _config_id(tuned.best_config)}
+        row = {"op": op, "shape": list(shape), "kind": kind, "median_ms": med, "configs": picks,
                "spread_ms": {name: [min(v), max(v)] for name, v in samples.items()},
                "vs_jit": med["jit-autotune"] / med["forge-aot"], "vs_torch": med["torch"] / med["forge-aot"],
                "jit_space": len(space), "rate": _rate(rate, med["forge-aot"])}
@@ -262,6 +287,8 @@ def main() -> None:
         label = f"{op} {'x'.join(map(str, shape))}"
         print(f"{label:28s} {kind:8s} {med['forge-aot'] * 1e3:9.1f}us {med['jit-autotune'] * 1e3:11.1f}us "
               f"{med['torch'] * 1e3:8.1f}us {row['vs_jit']:7.3f} {row['vs_torch']:8.2f} {row['rate']:>14s}")
+        if sorted(picks["forge-aot"].split("-")) != sorted(picks["jit-autotune"].split("-")):
+            print(f"{'':28s} configs differ: forge-aot {picks['forge-aot']}, jit-autotune {picks['jit-autotune']}")
     n = 4096
     x = torch.randn(n, device="cuda")
     y = torch.randn(n, device="cuda")

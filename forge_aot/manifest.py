@@ -165,6 +165,10 @@ class KernelEntry:
     are added to the table rows. Left out of the wheel."""
     tune: TuneSpace = field(default_factory=TuneSpace)
     """The tuning space."""
+    targets: tuple[str, ...] = ()
+    """The targets this kernel is built for, a subset of ``project.targets`` [default: all of them]: a kernel
+    written for one architecture (Hopper's TMA, say) whose host code calls it only there. On a GPU of
+    another target, a call that reaches it raises an error naming the device and the targets."""
     autograd: dict[str, OpAutograd] = field(default_factory=dict)
     """Per exported op of this entry (a key of ``ops``): its backward for ``torch.compile``/``torch.export``
     (see OpAutograd). The op needs a schema (type annotations or examples)."""
@@ -383,6 +387,12 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
     seen_ops: dict[str, str] = {}
     for name, k in m.kernels.items():
         _validate_kernel(name, k, root, r)
+        for i, t in enumerate(k.targets):
+            if t not in p.targets:
+                raise r.error(f"kernels.{name}.targets[{i}]", f"'{t}' is not one of project.targets "
+                              f"({', '.join(p.targets)})", close_match(t, p.targets))
+        if len(set(k.targets)) != len(k.targets):
+            raise r.error(f"kernels.{name}.targets", "a target is listed twice")
         if k.source in seen_sources:
             raise r.error(f"kernels.{name}.source",
                           f"'{k.source}' is already the source of kernels.{seen_sources[k.source]}")

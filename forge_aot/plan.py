@@ -688,7 +688,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     for c in tracer.trace_inputs(kp, assignment, key):
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
-            for target in chosen:
+            for target in [t for t in chosen if not kp.entry.targets or t in kp.entry.targets]:
                 entry = EntryPlan(name, vid, assignment, target, calls=variant_calls)
                 table = []
                 for key in rows:

@@ -16,6 +16,7 @@ evaluates the author's own lambdas with Triton's semantics.
 from __future__ import annotations
 
 import ast
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -379,6 +380,50 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
                       function_lines=function_lines, names_used=names_used)
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    """Names a top-level statement binds, imports included."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {a.asname or a.name.split(".")[0] for a in stmt.names if a.name != "*"}
+    return _defined_names(stmt)
+
+
+def code_sha256(path: Path, roots: set[str]) -> str:
+    """sha256 of the code a measurement of a kernel depends on: the top-level statements that define ``roots``
+    (the kernel, its tuning op, inputs, reference...) and everything they name, transitively (Triton helpers,
+    ``tl.constexpr`` globals, imports, host helpers), plus every top-level statement that binds no name (module
+    code that may change anything; docstrings aside). Their exact source text is hashed, so an edit anywhere
+    else in the file (another kernel, a comment between definitions, a function moved) keeps tuning results,
+    while any edit inside what the measurement ran, even a comment, counts as new code. Text, not
+    ``ast.dump``: the tuning GPU and the build machine may run different Python versions."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise SourceError(f"{path}: cannot parse: {exc}") from None
+    by_name: dict[str, list[ast.stmt]] = {}
+    for stmt in tree.body:
+        for name in _bound_names(stmt):
+            by_name.setdefault(name, []).append(stmt)
+    kept: set[int] = set()
+    free = [s for s in tree.body if not _bound_names(s)
+            and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # docstrings run nothing
+    todo = free + [s for n in sorted(roots) for s in by_name.get(n, [])]
+    while todo:
+        stmt = todo.pop()
+        if id(stmt) in kept:
+            continue
+        kept.add(id(stmt))
+        for name in _names_in(stmt):
+            todo += [s for s in by_name.get(name, []) if id(s) not in kept]
+    lines = text.splitlines()
+    digest = hashlib.sha256(b"forge-aot code v1\n")
+    for stmt in tree.body:
+        if id(stmt) in kept:
+            digest.update("\n".join(lines[_first_line(stmt) - 1:stmt.end_lineno or stmt.lineno]).encode())
+            digest.update(b"\n\x00\n")
+    return digest.hexdigest()
 
 
 def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:

@@ -23,6 +23,25 @@ for step in $STEPS; do
         --json "$OUT/realworld_graph.json" 2>&1 | tee "$OUT/bench_realworld_graph.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
     bench-launch) python3 benchmarks/bench_launch.py --json "$OUT/launch.json" 2>&1 | tee "$OUT/bench_launch.txt" ;;
+    import-diag)  # where a fresh process's import + first call goes: -X importtime, bytecode caches, finders
+      (cd /tmp && env -u PYTHONPATH python3 -X importtime -c "import torch; x = torch.randn(1 << 20, device='cuda', \
+dtype=torch.float16); torch.cuda.synchronize(); import forge_kernels; forge_kernels.vector_add(x, x); \
+torch.cuda.synchronize()") 2> "$OUT/importtime.txt"
+      (cd /tmp && env -u PYTHONPATH python3 -c "import sys, os, forge_kernels; r = os.path.dirname(forge_kernels.__file__); \
+print(sys.meta_path); print(sys.path); print(sys.flags); [print(d, sorted(os.listdir(d))) for d, _, f in \
+os.walk(r) if d.endswith('__pycache__')]") > "$OUT/import_env.txt" 2>&1
+      for op in vector_add matmul; do
+        (cd /tmp && env -u PYTHONPATH python3 -c "
+import cProfile, pstats, torch
+n = 4096 if '$op' == 'matmul' else 1 << 20
+x = torch.randn(n, n, device='cuda', dtype=torch.float16) if n == 4096 else torch.randn(n, device='cuda', dtype=torch.float16)
+torch.cuda.synchronize()
+pr = cProfile.Profile(); pr.enable()
+import forge_kernels
+getattr(forge_kernels, '$op')(x, x); torch.cuda.synchronize()
+pr.disable(); pstats.Stats(pr).sort_stats('tottime').print_stats(45); pstats.Stats(pr).sort_stats('cumtime').print_stats(60)
+") > "$OUT/first_call_cprofile_$op.txt" 2>&1
+      done ;;
     cold-start) python3 benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json "$OUT/cold_start.json" --profile "$OUT/cold_start_profile.txt" 2>&1 | tee "$OUT/bench_cold_start.txt" ;;
   esac
 done

@@ -77,6 +77,23 @@ def test_importing_a_host_module_binds_its_kernel_handles(site: Path) -> None:
     assert res["origin"].endswith("forge_kernels/_ops/matmul.py") and res["same"]
 
 
+def test_a_host_module_bound_by_a_first_call_imports_by_its_dotted_name(site: Path) -> None:
+    res = _run(site, """
+        import json, sys, torch
+        import forge_kernels
+        try:
+            forge_kernels.vector_add(torch.randn(4), torch.randn(4))  # binds the host module, then fails (CPU)
+        except Exception as exc:
+            error = type(exc).__name__
+        import forge_kernels._ops.vector_add as host  # the import system takes it from sys.modules
+        from forge_kernels._ops import vector_add
+        print(json.dumps({"error": error, "same": host is vector_add is sys.modules["forge_kernels._ops.vector_add"],
+                          "handle": repr(host.add_kernel)}))
+    """)
+    assert res["error"] == "UnsupportedDeviceError" and res["same"]
+    assert res["handle"].startswith("<forge-aot kernel add")
+
+
 def test_torch_compile_fullgraph_sees_one_custom_op_before_anything_loaded(site: Path) -> None:
     res = _run(site, f"""
         import json, sys, torch

@@ -65,6 +65,27 @@ def test_variants_rows_and_plan_of_repository_manifest() -> None:
     json.dumps(plan.to_json())
 
 
+def test_a_kernel_with_its_own_targets_is_planned_for_those_only() -> None:
+    """matmul_tma is Hopper's path: the repository manifest builds it for sm_90 alone."""
+    from forge_aot import runtime as rt
+    from forge_aot.index import build_index
+
+    plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"))
+    by_kernel: dict[str, set[str]] = {}
+    for e in plan.entries:
+        by_kernel.setdefault(e.kernel, set()).add(e.target)
+    assert by_kernel["matmul_tma"] == {"sm_90"}
+    assert by_kernel["matmul"] == {"sm_80", "sm_90", "gfx942"}
+    # a build for the other targets only: the kernel stays bound (the host code names it) with no binaries,
+    # and a call that reaches it says so instead of blaming the dtype
+    sm80 = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_80"])
+    assert not [e for e in sm80.entries if e.kernel == "matmul_tma"]
+    index = build_index(sm80, None, "jit", {m: "x.py" for m in sm80.modules})
+    kernel = rt.Kernel("matmul_tma_kernel", index["kernels"]["matmul_tma"], index["targets"], backend=None)
+    with pytest.raises(rt.UnsupportedDeviceError, match="no binaries of this kernel"):
+        kernel.find_variant(("fp16",))
+
+
 def test_schema_matches_committed_file_and_validates_manifest() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     from forge_aot.manifest import json_schema

@@ -5,6 +5,7 @@ survived, a SIGKILLed run resumed, shards merged."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -22,7 +23,8 @@ from click.testing import CliRunner
 from forge_aot.cli import main
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import ConfigChoice, make_plan
-from forge_aot.tune.apply import apply_tuning, load_database
+from forge_aot.sourcesplit import code_sha256
+from forge_aot.tune.apply import apply_tuning, kernel_code_sha256, load_database
 from forge_aot.tune.candidates import make_items, shard_of, static_prune
 from forge_aot.tune.database import Provenance, Record, TuningDatabase, file_sha256, merge_databases
 from forge_aot.tune.search import Candidate, Ceilings, ExhaustiveSearch, GuidedSearch, SearchContext, classify
@@ -289,7 +291,100 @@ def test_alias_policy_counts_and_stale_results(tmp_path: Path) -> None:
     assert summary.rows["sm_80"] == {"tuned": 0, "aliased": 0, "untuned": 5}
     assert summary.devices["sm_90"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert any("Triton 3.5.0" in s for s in summary.stale)
-    assert any("another version of the kernel file" in s for s in summary.stale)
+    assert any("another version of the kernel's code" in s for s in summary.stale)
+
+
+KERNEL_FILE = '''"""Two kernels in one file."""
+
+import torch
+import triton
+import triton.language as tl
+
+SCALE: tl.constexpr = 2
+
+
+@triton.jit
+def _twice(x):
+    return x * SCALE
+
+
+@triton.jit
+def a_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, _twice(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+@triton.jit
+def b_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def a_op(x):
+    a_kernel[(triton.cdiv(x.numel(), 128),)](x, x.numel(), BLOCK=128)
+    return x
+
+
+def b_op(x):
+    b_kernel[(triton.cdiv(x.numel(), 128),)](x, x.numel(), BLOCK=128)
+    return x
+'''
+
+
+@pytest.mark.parametrize(("edit", "a_changes", "b_changes"), [
+    (lambda s: s.replace("+ 1, mask", "+ 2, mask"), False, True),  # the other kernel
+    (lambda s: s.replace("def a_op", "# a comment between definitions\n\n\ndef a_op"), False, False),
+    (lambda s: s.replace('"""Two kernels in one file."""', '"""Docs."""\n\nimport os'), False, False),
+    (lambda s: s.replace("return x * SCALE", "return x * SCALE + 0"), True, False),  # a Triton helper a calls
+    (lambda s: s.replace("SCALE: tl.constexpr = 2", "SCALE: tl.constexpr = 3"), True, False),  # its constexpr
+    (lambda s: s.replace("BLOCK=128)\n    return x\n\n\ndef b_op", "BLOCK=64)\n    return x\n\n\ndef b_op"),
+     True, False),  # the host function that launches a
+    (lambda s: s + "\ntorch.manual_seed(0)\n", True, True),  # module code that binds no name
+])
+def test_code_hash_follows_what_a_measurement_ran(tmp_path: Path, edit, a_changes: bool, b_changes: bool) -> None:
+    path = tmp_path / "k.py"
+    path.write_text(KERNEL_FILE)
+    before = code_sha256(path, {"a_kernel", "a_op"}), code_sha256(path, {"b_kernel", "b_op"}), file_sha256(path)
+    edited = edit(KERNEL_FILE)
+    assert edited != KERNEL_FILE
+    path.write_text(edited)
+    after = code_sha256(path, {"a_kernel", "a_op"}), code_sha256(path, {"b_kernel", "b_op"}), file_sha256(path)
+    assert (before[0] != after[0], before[1] != after[1], before[2] != after[2]) == (a_changes, b_changes, True)
+
+
+def test_code_hash_decides_where_both_have_one_else_the_file_hash() -> None:
+    old = _prov(source="f" * 64)
+    assert old.same_measurement(_prov(source="f" * 64))
+    assert not old.same_measurement(dataclasses.replace(old, source_sha256="g" * 64, code_sha256="c" * 64))
+    new = dataclasses.replace(old, code_sha256="c" * 64)
+    assert new.same_measurement(dataclasses.replace(new, source_sha256="g" * 64))  # the file changed elsewhere
+    assert not new.same_measurement(dataclasses.replace(new, code_sha256="d" * 64))
+    assert Provenance.from_json(new.to_json()) == new and "code_sha256" not in old.to_json()
+
+
+def test_build_uses_a_winner_whose_code_is_unchanged_in_an_edited_file(tmp_path: Path) -> None:
+    project = _tiny_project(tmp_path, '["sm_90"]')
+    kernel = project / "tiny.py"
+    kernel.write_text((FIXTURES / "kernels" / "tiny.py").read_text())
+    manifest = project / "kernel_manifest.toml"
+    manifest.write_text(manifest.read_text().replace(str(FIXTURES / "kernels" / "tiny.py"), "tiny.py"))
+    plan = make_plan(load_manifest(manifest))
+    code = kernel_code_sha256(plan.kernels["add"])
+    db = TuningDatabase(project / "tuning")
+    big = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    db.append(_winner("add", "T=fp16", {"n_elements": 1048576}, big,
+                      dataclasses.replace(_prov(source=file_sha256(kernel)), code_sha256=code)))
+    db.append(_winner("add", "T=fp32", {"n_elements": 1024}, big, _prov(source=file_sha256(kernel))))  # no code hash
+    db.close()
+    # an edit to the other kernel of the file: the code hash still matches, the file hash does not
+    kernel.write_text(kernel.read_text().replace("x_ptr + offsets, mask=mask) * 2", "x_ptr + offsets, mask=mask) * 3"))
+    loaded = load_manifest(manifest)
+    plan = make_plan(loaded)
+    assert kernel_code_sha256(plan.kernels["add"]) == code
+    summary = apply_tuning(plan, load_database(loaded), TRITON)
+    assert summary.rows["sm_90"]["tuned"] == 1
+    assert summary.stale == ["1 winner of add on NVIDIA H100 80GB HBM3 (sm_90): measured on another version of the "
+                             "kernel's code: not used (re-run forge-aot tune)"]
 
 
 @pytest.mark.slow

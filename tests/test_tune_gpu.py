@@ -55,6 +55,7 @@ def test_small_space_picks_a_verified_winner(tuned: Path) -> None:
         # ... and no outlier against the first pass (kernels of ~1 µs move by a third between two timings)
         assert w["time"]["median_ms"] <= min(first_pass.values()) * 2
         assert w["provenance"]["gpu"] and w["provenance"]["triton"] and w["provenance"]["source_sha256"]
+        assert w["provenance"]["code_sha256"]  # what decides whether the result still stands
 
 
 def test_planted_wrong_and_faulting_configs_are_survived_and_reported(tuned: Path) -> None:

@@ -43,9 +43,15 @@ class Package:
             with self.lock:
                 module = self.modules.get(mod)
                 if module is None:
+                    import importlib
+
                     from .host_modules import bind_module, load_index
                     from .kernel import Kernel
                     from .launch import BinaryBackend
+
+                    # The import system takes a module found in sys.modules as imported with its parents:
+                    # ``import <package>._ops.<mod> as m`` after a first call needs ``_ops`` imported too.
+                    importlib.import_module(f"{self.package}._ops")
 
                     if self.backend is None:
                         self.backend = BinaryBackend(self.root)

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ..manifest import LoadedManifest
-from ..plan import BuildPlan, ConfigChoice, TableRow, preferences
+from ..plan import BuildPlan, ConfigChoice, KernelPlan, TableRow, preferences
+from ..sourcesplit import code_sha256
 from ..targets import TARGETS
-from .database import Record, TuningDatabase, file_sha256
+from .database import Provenance, Record, TuningDatabase, file_sha256
 
 
 @dataclass
@@ -56,12 +57,27 @@ def _capability_of_target(target: str) -> str:
     return f"{int(info.arch) // 10}.{int(info.arch) % 10}" if info.backend == "cuda" else str(info.arch)
 
 
+def code_roots(kp: KernelPlan) -> set[str]:
+    """The names a tuning measurement of the kernel runs: the kernel, the host function that launches it (the
+    tuning op, else the kernel's ops), the inputs, the reference, the pruning hook and the configs' pre-hooks."""
+    t = kp.entry.tune
+    roots = {kp.function, *([t.op] if t.op else kp.entry.ops)}
+    roots |= {n for n in (t.inputs, t.reference, t.prune) if n}
+    return roots | {c.pre_hook for c in kp.space if c.pre_hook}
+
+
+def kernel_code_sha256(kp: KernelPlan) -> str:
+    """sha256 of the code a measurement of ``kp`` depends on (see ``sourcesplit.code_sha256``)."""
+    return code_sha256(kp.source, code_roots(kp))
+
+
 def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str) -> TuningSummary:
     """Put each row's tuned (or aliased) config first and add one table per tuned GPU model, in place."""
     summary = TuningSummary(str(db.directory) if db is not None else None)
     if db is not None:
         summary.warnings = list(db.warnings)
-    source_sha = {name: file_sha256(kp.source) for name, kp in plan.kernels.items()}
+    current = {name: Provenance("", "", "", "", file_sha256(kp.source), code_sha256=kernel_code_sha256(kp))
+               for name, kp in plan.kernels.items()}
     stale: dict[str, int] = {}
     for entry in plan.entries:
         kp = plan.kernels[entry.kernel]
@@ -77,8 +93,8 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             reason = None
             if r.provenance.triton != triton_version:
                 reason = f"measured under Triton {r.provenance.triton}, this build uses {triton_version}"
-            elif r.provenance.source_sha256 != source_sha[entry.kernel]:
-                reason = "measured on another version of the kernel file"
+            elif not r.provenance.same_code(current[entry.kernel]):
+                reason = "measured on another version of the kernel's code"
             elif set(r.key) != set(kp.key):
                 reason = f"keyed by {sorted(r.key)}, the kernel's key is {kp.key}"
             else:

@@ -47,11 +47,15 @@ class Provenance:
     triton: str
     """Triton version that compiled the binaries."""
     source_sha256: str
-    """sha256 of the kernel file."""
+    """sha256 of the whole kernel file."""
     driver: str = ""
     cuda: str = ""
     torch: str = ""
     forge_aot: str = ""
+    code_sha256: str = ""
+    """sha256 of the code the measurement ran (``sourcesplit.code_sha256``: the kernel, its tuning op, inputs and
+    reference and what they reach), which decides whether a result still stands; empty in records written
+    before it existed, for which the whole file's ``source_sha256`` decides."""
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v != ""}
@@ -61,10 +65,16 @@ class Provenance:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: str(v) for k, v in data.items() if k in known})
 
+    def same_code(self, other: Provenance) -> bool:
+        """Whether both measured the same kernel code: by code hash where both have one, else by file hash."""
+        if self.code_sha256 and other.code_sha256:
+            return self.code_sha256 == other.code_sha256
+        return self.source_sha256 == other.source_sha256
+
     def same_measurement(self, other: Provenance) -> bool:
-        """Whether a result measured under ``other`` stands for this run (same GPU model, Triton, source)."""
-        return (self.gpu, self.target, self.triton, self.source_sha256) == \
-            (other.gpu, other.target, other.triton, other.source_sha256)
+        """Whether a result measured under ``other`` stands for this run (same GPU model, Triton, code)."""
+        return (self.gpu, self.target, self.triton) == (other.gpu, other.target, other.triton) and \
+            self.same_code(other)
 
 
 def row_id(kernel: str, variant: str, key: dict[str, int]) -> str:

@@ -33,7 +33,7 @@ from ..manifest import load_manifest
 from ..plan import BuildPlan, ConfigChoice, job_for, make_plan
 from ..runtime import Expression, pick_cuda_target, pick_hip_target
 from ..targets import TARGETS
-from .apply import database_dir
+from .apply import database_dir, kernel_code_sha256
 from .bench_worker import RESULT_MARK
 from .candidates import TuneItem, make_items, static_prune
 from .database import Provenance, Record, TuningDatabase, file_sha256
@@ -466,7 +466,8 @@ class _Tuner:
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
                              triton=_triton_version(), source_sha256=file_sha256(kp.source),
                              driver=device.get("driver", ""), cuda=device.get("cuda", ""),
-                             torch=device.get("torch", ""), forge_aot=__version__)
+                             torch=device.get("torch", ""), forge_aot=__version__,
+                             code_sha256=kernel_code_sha256(kp))
             for name, kp in plan.kernels.items()}
 
     def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
@@ -884,11 +885,12 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             plan.targets = [target]
             items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
             triton = _triton_version()
-            source = {name: file_sha256(kp.source) for name, kp in plan.kernels.items()}
+            source = {name: (file_sha256(kp.source), kernel_code_sha256(kp)) for name, kp in plan.kernels.items()}
             todo, current = [], []
             for item in items:
                 prov = Provenance(gpu=gpu_name, capability="", target=target, triton=triton,
-                                  source_sha256=source[item.entry.kernel])
+                                  source_sha256=source[item.entry.kernel][0],
+                                  code_sha256=source[item.entry.kernel][1])
                 known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 searched = (winner.extra.get("search", {}).get("candidates_sha256") if winner else None)
