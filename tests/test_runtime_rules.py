@@ -51,6 +51,20 @@ def _table(usable=None, constraints=()) -> rt.ConfigTable:
     return rt.ConfigTable("k", ["n"], rows, configs, [rt.Expression(c) for c in constraints], usable)
 
 
+def test_table_constraints_see_the_variant_and_maxnreg_as_the_build_does() -> None:
+    """The build checks constraints with the variant's values (a type variable is its dtype name) and the
+    config's maxnreg; a key between rows re-checks them at run time with the same names."""
+    configs = {"small": rt.Config("small", {"BLOCK": 128}, 4, 1, {}, maxnreg=128),
+               "big": rt.Config("big", {"BLOCK": 4096}, 8, 1, {})}
+    rows = [[128, "small"], [4096, "big"]]
+    constraints = [rt.Expression('BLOCK <= 1024 or T != "fp32"'), rt.Expression("maxnreg == None or maxnreg >= 128")]
+    for dtype, expect in (("fp16", "big"), ("fp32", "small")):
+        table = rt.ConfigTable("k", ["n"], rows, configs, constraints, None, {"T": dtype})
+        assert table.lookup((3000,)).id == expect  # not a row: the constraints decide, T included
+    tight = rt.ConfigTable("k", ["n"], rows, configs, [rt.Expression("maxnreg == None")], None, {"T": "fp16"})
+    assert tight.lookup((100,)).id == "big"  # the nearest row's config sets maxnreg=128
+
+
 def test_table_lookup_nearest_and_cached() -> None:
     table = _table()
     assert table.lookup((1000,)).id == "c1024"

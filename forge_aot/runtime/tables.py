@@ -150,8 +150,11 @@ class ConfigTable:
 
     def __init__(self, kernel: str, key_names: Sequence[str], rows: Sequence[Sequence[Any]],
                  configs: dict[str, Config], constraints: Sequence[Expression],
-                 usable: set[str] | None = None) -> None:
+                 usable: set[str] | None = None, env: dict[str, Any] | None = None) -> None:
         self.kernel = kernel
+        self.env = dict(env or {})
+        """What the constraints see besides the config and the key: the variant's values (type variables as
+        dtype names, call-site constexprs, launch options), as the build saw them."""
         self.key_names = tuple(key_names)
         self.rows = [tuple(int(v) for v in r[:-1]) for r in rows]
         self.row_configs = [str(r[-1]) for r in rows]
@@ -170,7 +173,8 @@ class ConfigTable:
             return False
         if not self.constraints:
             return True
-        env = dict(cfg.launch_meta)
+        # As the build's check (plan.preferences): the config's values, then the key and the variant's.
+        env = {**cfg.launch_meta, "maxnreg": cfg.maxnreg, **self.env}
         env.update(zip(self.key_names, key))
         return all(c(env) for c in self.constraints)
 
@@ -266,5 +270,5 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     usable = {cid for cid, c in entry["configs"].items() if _max_shared(c) <= info["max_shared"]}
     rows = entry["tables"].get(info["name"], entry["tables"]["default"])
     table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
-                        kernel.spec["key"], rows, configs, kernel.constraints, usable)
+                        kernel.spec["key"], rows, configs, kernel.constraints, usable, assignment)
     return target, table
