@@ -128,9 +128,9 @@ CHILD_OP = textwrap.dedent("""
     ((config, *_), launcher), = state.launchers.items()
     config = getattr(config, "id", config)
     block_size = int(re.search(r"BLOCK_SIZE(\\d+)", str(config)).group(1))
-    binary = {"path": launcher.path, "function": launcher.name, "block": launcher.block,
+    binary = {"path": launcher.path, "function": launcher.symbol, "block": launcher.block,
               "shared": launcher.shared, "grid": (n + block_size - 1) // block_size, "kept": launcher.kept,
-              "config": str(config)}
+              "config": str(config), "scratch": [launcher.global_scratch, launcher.profile_scratch]}
     err = (out.double() - (x.double() + y.double())).abs().max().item()
     print(json.dumps({"import_pkg": t_import - t0, "first_call": t_first - t_import, "import_and_first_call":
                       t_first - t0, "max_abs_err": err, "binary": binary}))
@@ -142,6 +142,7 @@ CHILD_FLOOR = textwrap.dedent("""
     import torch
     n = int(sys.argv[1])
     binary = json.loads(sys.argv[2])
+    assert binary["scratch"] == [0, 0], "the floor passes null scratch pointers: a binary that needs none"
     x = torch.randn(n, device="cuda", dtype=torch.float16)
     y = torch.randn(n, device="cuda", dtype=torch.float16)
     torch.cuda.synchronize()
@@ -224,7 +225,11 @@ def main() -> None:
     n = str(args.size)
     # The children import the installed wheel: the repository on PYTHONPATH would add its directory to every
     # top-level import's search, which a deployed process does not have (the JIT child adds it itself).
-    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    base_env = dict(os.environ)
+    path = [p for p in base_env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != REPO]
+    base_env.pop("PYTHONPATH", None)
+    if path:
+        base_env["PYTHONPATH"] = os.pathsep.join(path)
     runs: dict[str, list[dict]] = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):

@@ -165,7 +165,7 @@ class KernelEntry:
     are added to the table rows. Left out of the wheel."""
     tune: TuneSpace = field(default_factory=TuneSpace)
     """The tuning space."""
-    targets: tuple[str, ...] = ()
+    targets: tuple[str, ...] | None = None
     """The targets this kernel is built for, a subset of ``project.targets`` [default: all of them]: a kernel
     written for one architecture (Hopper's TMA, say) whose host code calls it only there. On a GPU of
     another target, a call that reaches it raises an error naming the device and the targets."""
@@ -387,12 +387,16 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
     seen_ops: dict[str, str] = {}
     for name, k in m.kernels.items():
         _validate_kernel(name, k, root, r)
-        for i, t in enumerate(k.targets):
-            if t not in p.targets:
-                raise r.error(f"kernels.{name}.targets[{i}]", f"'{t}' is not one of project.targets "
-                              f"({', '.join(p.targets)})", close_match(t, p.targets))
-        if len(set(k.targets)) != len(k.targets):
-            raise r.error(f"kernels.{name}.targets", "a target is listed twice")
+        if k.targets is not None:
+            if not k.targets:
+                raise r.error(f"kernels.{name}.targets", "list at least one target (or leave the key out: every "
+                              "project target)")
+            for i, t in enumerate(k.targets):
+                if t not in p.targets:
+                    raise r.error(f"kernels.{name}.targets[{i}]", f"'{t}' is not one of project.targets "
+                                  f"({', '.join(p.targets)})", close_match(t, p.targets))
+            if len(set(k.targets)) != len(k.targets):
+                raise r.error(f"kernels.{name}.targets", "a target is listed twice")
         if k.source in seen_sources:
             raise r.error(f"kernels.{name}.source",
                           f"'{k.source}' is already the source of kernels.{seen_sources[k.source]}")

@@ -137,7 +137,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "manifest_name": plan.loaded.path.name, "manifest_sha256": plan.loaded.sha256,
         "dependencies": ", ".join(json.dumps(d) for d in m.project.dependencies),
         "triton_version": triton_version, "targets": ", ".join(plan.targets),
-        "exports": "".join(f'{op} = _ops["{op}"]\n' for op in ops),
+        "exports": "".join(f'{op} = _exported["{op}"]\n' for op in ops),
         "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
         "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),

@@ -217,7 +217,9 @@ class KernelPlan:
     def spec_json(self) -> dict[str, Any]:
         """The kernel's entry of the package index, without its variants."""
         pre_hooks = sorted({c.pre_hook for c in self.space if c.pre_hook})
-        return {"function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
+        # only_targets: the manifest's own targets for this kernel (for the runtime's messages)
+        restricted = {"only_targets": list(self.entry.targets)} if self.entry.targets else {}
+        return {**restricted, "function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, "variants": {}}
@@ -765,7 +767,8 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
                                                     (d == "heuristics" and kp.heuristic_names)],
             "axes": kp.axes, "axis_values_from": sources, "key": kp.key,
             "variants": len({e.variant for e in entries}), "space": len(kp.space),
-            "traced_calls": sum(len(v) for e in entries for v in e.calls.values()) // max(1, len(plan.targets)),
+            "traced_calls": sum(len(v) for e in entries for v in e.calls.values())
+            // max(1, len({e.target for e in entries})),  # each target's entries share the variant's calls
             "launches": [{"function": s.function, "line": s.line, "keywords": list(s.keywords),
                           "unknown": s.star_args} for s in kp.launches],
             "binaries": binaries,

@@ -106,7 +106,7 @@ class SourceFile:
         """The host source with the named top-level functions blanked too (e.g. build-time example runners),
         except those a function that stays reaches by name (a tuning op the exported op also calls)."""
         kept = self.reachable(set(self.function_lines) - leave_out)
-        lines = self.host_source.splitlines(keepends=True)
+        lines = _split_lines(self.host_source, keepends=True)
         for name in leave_out - kept:
             first, last = self.function_lines[name]
             for i in range(first - 1, last):
@@ -368,13 +368,11 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
             kernel_refs[stmt.name] = names_used[stmt.name] & set(kernels)
             function_lines[stmt.name] = (_first_line(stmt), stmt.end_lineno or stmt.lineno)
             launches += _launch_sites(stmt, set(kernels))
-    lines = text.splitlines(keepends=True)
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
+    lines = _split_lines(text, keepends=True)
     for stmt in [*kernel_stmts, *blanked]:
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
             lines[i] = "\n"
-    original = text.splitlines()
+    original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
@@ -383,17 +381,54 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:
-    """Names a top-level statement binds, imports included."""
+    """Names a top-level statement binds (imports included), or none where it also changes something else: an
+    assignment to an attribute or an item (``os.environ[...] = ...``) and a ``__future__`` import count as
+    module code."""
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+        return set()
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return {a.asname or a.name.split(".")[0] for a in stmt.names if a.name != "*"}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names: set[str] = set()
+        todo = list(targets)
+        while todo:
+            t = todo.pop()
+            if isinstance(t, ast.Name):
+                names.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                todo += t.elts
+            elif isinstance(t, ast.Starred):
+                todo.append(t.value)
+            else:
+                return set()
+        return names
     return _defined_names(stmt)
+
+
+def _is_main_block(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":``, which runs only when the file is a script, never in a measurement."""
+    test = getattr(stmt, "test", None)
+    return isinstance(stmt, ast.If) and isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) \
+        and test.left.id == "__name__" and len(test.comparators) == 1 \
+        and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == "__main__"
+
+
+def _split_lines(text: str, keepends: bool = False) -> list[str]:
+    """Lines as Python's parser counts them: ``str.splitlines`` also splits at form feeds and other
+    separators, which would shift every line number after one (the text has ``\\n`` line ends only)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line + "\n" for line in lines] if keepends else lines
 
 
 def code_sha256(path: Path, roots: set[str]) -> str:
     """sha256 of the code a measurement of a kernel depends on: the top-level statements that define ``roots``
     (the kernel, its tuning op, inputs, reference...) and everything they name, transitively (Triton helpers,
     ``tl.constexpr`` globals, imports, host helpers), plus every top-level statement that binds no name (module
-    code that may change anything; docstrings aside). Their exact source text is hashed, so an edit anywhere
+    code that may change anything: calls, ``os.environ[...] = ...``, ``__future__`` imports; docstrings and an
+    ``if __name__ == "__main__":`` block aside). Their exact source text is hashed, so an edit anywhere
     else in the file (another kernel, a comment between definitions, a function moved) keeps tuning results,
     while any edit inside what the measurement ran, even a comment, counts as new code. Text, not
     ``ast.dump``: the tuning GPU and the build machine may run different Python versions."""
@@ -407,7 +442,7 @@ def code_sha256(path: Path, roots: set[str]) -> str:
         for name in _bound_names(stmt):
             by_name.setdefault(name, []).append(stmt)
     kept: set[int] = set()
-    free = [s for s in tree.body if not _bound_names(s)
+    free = [s for s in tree.body if not _bound_names(s) and not _is_main_block(s)
             and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # docstrings run nothing
     todo = free + [s for n in sorted(roots) for s in by_name.get(n, [])]
     while todo:
@@ -417,7 +452,7 @@ def code_sha256(path: Path, roots: set[str]) -> str:
         kept.add(id(stmt))
         for name in _names_in(stmt):
             todo += [s for s in by_name.get(name, []) if id(s) not in kept]
-    lines = text.splitlines()
+    lines = _split_lines(text)
     digest = hashlib.sha256(b"forge-aot code v1\n")
     for stmt in tree.body:
         if id(stmt) in kept:

@@ -81,8 +81,9 @@ def test_a_kernel_with_its_own_targets_is_planned_for_those_only() -> None:
     sm80 = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_80"])
     assert not [e for e in sm80.entries if e.kernel == "matmul_tma"]
     index = build_index(sm80, None, "jit", {m: "x.py" for m in sm80.modules})
-    kernel = rt.Kernel("matmul_tma_kernel", index["kernels"]["matmul_tma"], index["targets"], backend=None)
-    with pytest.raises(rt.UnsupportedDeviceError, match="no binaries of this kernel"):
+    kernel = rt.Kernel("matmul_tma", index["kernels"]["matmul_tma"], index["targets"], backend=None)
+    with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries of this kernel: it was built for sm_80 and "
+                       r"kernels\.matmul_tma\.targets lists sm_90"):
         kernel.find_variant(("fp16",))
 
 

@@ -147,8 +147,14 @@ def test_resolution_picks_target_device_table_and_drops_configs_too_big_for_the_
     # default table, but the sm_80 binary asking for 150 KB cannot run on a 99 KB sm_86
     assert target == "sm_80" and table.lookup((4096,)).id == "small"
     h100 = {"name": "NVIDIA H100 80GB HBM3", "capability": (9, 0), "arch": "sm_90", "max_shared": 227 * 1024}
-    with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries for NVIDIA H100.*built for sm_80"):
+    with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries for NVIDIA H100.*it was built for sm_80\. "
+                       r"Rebuild with this device's target added to project\.targets"):
         rt.resolve_table(kernel, variant, {"T": "fp16"}, "cuda", h100)
+    # a kernel the manifest builds for some of the project's targets only: the message names its own list
+    only = rt.Kernel("k", {**kernel.spec, "only_targets": ["sm_80"]}, kernel.targets, backend=None)
+    with pytest.raises(rt.UnsupportedDeviceError, match=r"this kernel was built for sm_80\. Rebuild with this "
+                       r"device's target added to kernels\.k\.targets"):
+        rt.resolve_table(only, only.variants["T=fp16"], {"T": "fp16"}, "cuda", h100)
 
 
 def test_tampered_binary_is_refused_before_any_driver_call(tmp_path) -> None:

@@ -340,6 +340,13 @@ def b_op(x):
     (lambda s: s.replace("BLOCK=128)\n    return x\n\n\ndef b_op", "BLOCK=64)\n    return x\n\n\ndef b_op"),
      True, False),  # the host function that launches a
     (lambda s: s + "\ntorch.manual_seed(0)\n", True, True),  # module code that binds no name
+    (lambda s: s + '\nos.environ["TRITON_F32_DEFAULT"] = "ieee"\n', True, True),  # binds no name of its own
+    (lambda s: s + '\nif __name__ == "__main__":\n    a_op(torch.ones(4))\n', False, False),  # a script's part
+    # a form feed in a comment: Python counts it in no line break, neither may the hash's line ranges
+    (lambda s: s.replace("import torch", "# \f page break\nimport torch").replace("BLOCK=128)\n    return x\n\n\n"
+                                                                                  "def b_op", "BLOCK=64)\n    "
+                                                                                  "return x\n\n\ndef b_op"),
+     True, False),
 ])
 def test_code_hash_follows_what_a_measurement_ran(tmp_path: Path, edit, a_changes: bool, b_changes: bool) -> None:
     path = tmp_path / "k.py"
@@ -410,6 +417,13 @@ def test_build_and_inspect_report_tuned_aliased_untuned_rows(tmp_path: Path) -> 
 # ---------------------------------------------------------------------------------------------------------
 # Candidates
 # ---------------------------------------------------------------------------------------------------------
+
+def test_a_kernel_built_for_other_targets_is_not_tuned_and_says_so() -> None:
+    plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_80"])  # an A100's target
+    notes: list[str] = []
+    assert make_items(plan, kernels=("matmul_tma",), notes=notes) == []
+    assert notes == ["matmul_tma: not tuned here (kernels.matmul_tma.targets is sm_90; this GPU's target is sm_80)"]
+
 
 def test_candidates_honour_constraints_and_the_decorators_prune_hook() -> None:
     plan = make_plan(load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml"), ["sm_90"])

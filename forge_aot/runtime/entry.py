@@ -50,7 +50,8 @@ class Package:
                     from .launch import BinaryBackend
 
                     # The import system takes a module found in sys.modules as imported with its parents:
-                    # ``import <package>._ops.<mod> as m`` after a first call needs ``_ops`` imported too.
+                    # ``import <package>._ops.<mod> as m`` after a first call reads ``<package>._ops``, which
+                    # must be the subpackage, imported.
                     importlib.import_module(f"{self.package}._ops")
 
                     if self.backend is None:

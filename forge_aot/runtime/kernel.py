@@ -242,8 +242,10 @@ class Kernel(KernelBase):
     def find_variant(self, values: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
         """The built variant for the axis values of a call, or a clear error naming what was built."""
         if not self.variants:
-            raise UnsupportedDeviceError(f"{self.function}(): this package has no binaries of this kernel: none of "
-                                         "the targets it was built for is among the kernel's own targets")
+            raise UnsupportedDeviceError(
+                f"{self.function}(): this package has no binaries of this kernel: it was built for "
+                f"{', '.join(self.targets) or 'no target'} and kernels.{self.name}.targets lists "
+                f"{', '.join(self.spec.get('only_targets', [])) or 'none of them'}")
         assignment: dict[str, Any] = {}
         for axis, value in zip(self.axes, values):
             built = [v["assign"][axis] for v in self.variants.values()]

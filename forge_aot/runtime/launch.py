@@ -197,6 +197,8 @@ class _BinaryLauncher:
         self.global_scratch = int(binary.get("global_scratch_size", 0))
         self.profile_scratch = int(binary.get("profile_scratch_size", 0))
         self.name = kernel.function
+        self.symbol = binary["function"]
+        """The function's name inside the binary."""
         # Arguments specialized to the constant 1 are compiled into the binary, not passed.
         ones = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_ONE}
         kept = [i for i in range(len(kernel.runtime)) if i not in ones]

@@ -173,9 +173,8 @@ class ConfigTable:
             return False
         if not self.constraints:
             return True
-        # As the build's check (plan.preferences): the config's values, then the key and the variant's.
-        env = {**cfg.launch_meta, "maxnreg": cfg.maxnreg, **self.env}
-        env.update(zip(self.key_names, key))
+        # As the build's check (plan.preferences): the config's values, then the key's, then the variant's.
+        env = {**cfg.launch_meta, "maxnreg": cfg.maxnreg, **dict(zip(self.key_names, key)), **self.env}
         return all(c(env) for c in self.constraints)
 
     def lookup(self, key: tuple[int, ...]) -> Config:
@@ -257,10 +256,12 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     cuda = backend == "cuda"
     target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
     if target is None:
+        only = kernel.spec.get("only_targets")
+        where = (f"kernels.{kernel.name}.targets" if only else "project.targets") + " in kernel_manifest.toml"
         raise UnsupportedDeviceError(
-            f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); it "
-            f"was built for {', '.join(variant['targets']) or 'no target'}. Rebuild with this target "
-            "added to kernel_manifest.toml.")
+            f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); "
+            f"{'this kernel' if only else 'it'} was built for {', '.join(variant['targets']) or 'no target'}. "
+            f"Rebuild with this device's target added to {where}.")
     entry = variant["targets"][target]
     call_values = {k: v for k, v in assignment.items() if k in kernel.call_names}
     configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_values, c.get("maxnreg"),

@@ -59,9 +59,10 @@ def _capability_of_target(target: str) -> str:
 
 def code_roots(kp: KernelPlan) -> set[str]:
     """The names a tuning measurement of the kernel runs: the kernel, the host function that launches it (the
-    tuning op, else the kernel's ops), the inputs, the reference, the pruning hook and the configs' pre-hooks."""
+    tuning op, else the kernel's first op, as the runner calls), the inputs, the reference, the pruning hook and
+    the configs' pre-hooks."""
     t = kp.entry.tune
-    roots = {kp.function, *([t.op] if t.op else kp.entry.ops)}
+    roots = {kp.function, *([t.op] if t.op else kp.entry.ops[:1])}
     roots |= {n for n in (t.inputs, t.reference, t.prune) if n}
     return roots | {c.pre_hook for c in kp.space if c.pre_hook}
 

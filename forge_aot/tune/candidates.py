@@ -143,6 +143,10 @@ def make_items(plan: BuildPlan, *, kernels: tuple[str, ...] = (), shard: tuple[i
                             key_path="--kernel")
     index, total = shard
     items: list[TuneItem] = []
+    for name, kp in plan.kernels.items():
+        if kp.entry.targets and not set(kp.entry.targets) & set(plan.targets) and (not kernels or name in kernels):
+            notes.append(f"{name}: not tuned here (kernels.{name}.targets is {', '.join(kp.entry.targets)}; this "
+                         f"GPU's target is {', '.join(plan.targets)})")
     for entry in plan.entries:
         kp = plan.kernels[entry.kernel]
         if kernels and entry.kernel not in kernels:
