@@ -58,6 +58,30 @@ def test_small_space_picks_a_verified_winner(tuned: Path) -> None:
         assert w["provenance"]["code_sha256"]  # what decides whether the result still stands
 
 
+def test_an_edit_to_another_kernel_of_the_file_keeps_the_results(tuned: Path, tmp_path: Path) -> None:
+    """The code hash: re-tuning after an edit to another kernel of the same file measures nothing again; an edit
+    to the kernel itself makes its rows stale (the build would say so) and they are measured again."""
+    project = tmp_path / "project"
+    shutil.copytree(tuned, project)
+    source = project / "kernels" / "tune_fixtures.py"
+    text = source.read_text()
+    edited = text.replace("def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n",
+                          "def accumulate_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):\n    # edited\n")
+    assert edited != text
+    source.write_text(edited)
+    before = len(_records(project, "scale"))
+    result = _tune(project, "--kernel", "scale")
+    assert result.returncode == 0, result.stderr
+    assert len(_records(project, "scale")) == before  # every row up to date: nothing measured
+    source.write_text(edited.replace("def scale_kernel(", "def scale_kernel(  # edited\n    "))
+    result = _tune(project, "--kernel", "scale")
+    assert result.returncode == 0, result.stderr
+    new = _records(project, "scale")[before:]
+    assert {r["key"]["n"] for r in new if r["kind"] == "winner"} == {65536, 1000003}
+    assert len({r["provenance"]["code_sha256"] for r in new}) == 1
+    assert new[0]["provenance"]["code_sha256"] != _records(project, "scale")[0]["provenance"]["code_sha256"]
+
+
 def test_planted_wrong_and_faulting_configs_are_survived_and_reported(tuned: Path) -> None:
     records = [r for r in _records(tuned, "scale") if r["kind"] == "measurement"]
     for n in (65536, 1000003):
