@@ -28,7 +28,13 @@ def _load():
     return module
 
 
-def _case(mm, M: int, N: int, K: int, dtype: torch.dtype, sms: int, rounds: int) -> dict:
+SPACE = {"BLOCK_M": [128], "BLOCK_N": [256, 128], "BLOCK_K": [64, 128], "num_warps": [8, 4], "num_stages": [3, 4, 5]}
+"""The manifest's space for matmul_tma (``--wide`` adds 64-row and 64-column tiles, for problems too small to fill
+every SM with 128x128 tiles)."""
+WIDE = {"BLOCK_M": [128, 64], "BLOCK_N": [256, 128, 64], "BLOCK_K": [64], "num_warps": [8, 4], "num_stages": [3, 4]}
+
+
+def _case(mm, M: int, N: int, K: int, dtype: torch.dtype, sms: int, rounds: int, space: dict) -> dict:
     a = torch.randn(M, K, device="cuda", dtype=dtype)
     b = torch.randn(K, N, device="cuda", dtype=dtype)
     ref = (a.double() @ b.double())
@@ -41,16 +47,17 @@ def _case(mm, M: int, N: int, K: int, dtype: torch.dtype, sms: int, rounds: int)
                                BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_warps=8, num_stages=3)
         return c
     fns["tiled winner 128x256x64 w8 s3"] = tiled
-    for bn, bk, w, s in itertools.product([256, 128], [64, 128], [8, 4], [3, 4, 5]):
-        if (128 * bk + bk * bn) * 2 * s > 160 * 1024:
+    for bm, bn, bk, w, s in itertools.product(*(space[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps",
+                                                                  "num_stages"))):
+        if (bm * bk + bk * bn) * 2 * s > 160 * 1024:
             continue
 
-        def tma(bn=bn, bk=bk, w=w, s=s, c=c):
-            grid = (min(sms, triton.cdiv(M, 128) * triton.cdiv(N, bn)),)
-            mm.matmul_tma_kernel[grid](a, b, c, M, N, K, sms, BLOCK_M=128, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+        def tma(bm=bm, bn=bn, bk=bk, w=w, s=s, c=c):
+            grid = (min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn)),)
+            mm.matmul_tma_kernel[grid](a, b, c, M, N, K, sms, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
                                        num_warps=w, num_stages=s)
             return c
-        fns[f"tma 128x{bn}x{bk} w{w} s{s}"] = tma
+        fns[f"tma {bm}x{bn}x{bk} w{w} s{s}"] = tma
     errors, times = {}, {k: [] for k in fns}
     for name, fn in list(fns.items()):
         try:
@@ -81,13 +88,16 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--shapes", default="4096x4096x4096,8192x8192x8192,2048x4096x4096", help="MxNxK,...")
+    ap.add_argument("--wide", action="store_true", help="also 64-row and 64-column tiles (see WIDE)")
     args = ap.parse_args()
     mm = _load()
     triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = {}
-    for M, N, K in [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 4096)]:
-        case, result = _case(mm, M, N, K, torch.float16, sms, args.rounds)
+    for shape in args.shapes.split(","):
+        M, N, K = (int(v) for v in shape.split("x"))
+        case, result = _case(mm, M, N, K, torch.float16, sms, args.rounds, WIDE if args.wide else SPACE)
         out[case] = result
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

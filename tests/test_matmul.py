@@ -16,8 +16,8 @@ from tests.conftest import (
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
 SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096, 4096, 4096), (1, 4096, 300),
           (1100, 1048, 1032)]
-"""(M, N, K); on Hopper the last two take the persistent TMA kernel when their data are 16-byte aligned (the
-last has partial tiles on every side), the rest the tiled kernel."""
+"""(M, N, K); on Hopper 1000³, 512×4096×4096, 4096³ and 1100×1048×1032 take the persistent TMA kernel when their
+data are 16-byte aligned (the last has partial tiles on every side), the rest the tiled kernel."""
 
 
 def _dtype(name: str):
@@ -33,7 +33,7 @@ def _dtype(name: str):
 def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout: str) -> None:
     import torch
 
-    from kernels.matmul import reference
+    from kernels.matmul import TMA_MIN_DIM, reference
 
     M, N, K = mnk
     a = torch.randn(M, K, device="cuda", dtype=_dtype(dtype))
@@ -54,7 +54,7 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     a2 = a if a.stride(1) == 1 else a.contiguous()
     b2 = b if b.stride(1) == 1 else b.contiguous()
     props = torch.cuda.get_device_properties(a.device)
-    tma = (not torch.version.hip and (props.major, props.minor) == (9, 0) and min(M, N, K) >= 1024
+    tma = (not torch.version.hip and (props.major, props.minor) == (9, 0) and min(M, N, K) >= TMA_MIN_DIM
            and K % 8 == 0 and N % 8 == 0 and a2.data_ptr() % 16 == 0 and b2.data_ptr() % 16 == 0)
     tiled = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
     persistent = launched_and_built("forge_kernels._ops.matmul", "matmul_tma_kernel")
