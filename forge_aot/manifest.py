@@ -158,6 +158,11 @@ class KernelEntry:
     """The key values that matter, as a list of points (``[{M = 4096, N = 4096, K = 4096}]``)."""
     buckets: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """The key values that matter, as values per key argument; every combination becomes a table row."""
+    refine: int = 0
+    """Rows added between the listed shapes: for each shape, one at the geometric midpoint to each of its
+    ``refine`` nearest shapes (nearest as the runtime's lookup ranks rows; a value is rounded to a multiple of
+    16 where both ends are). For tables whose best config changes between the listed shapes (the number of
+    waves a tiled kernel's grid makes, say); each added row is traced, tuned and built like a listed one."""
     examples: str | None = None
     """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
     run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —
@@ -481,6 +486,11 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
             raise r.error(f"{at}.do-not-specialize[{i}]", f"'{pname}' is not a runtime parameter (accepted: "
                           f"{', '.join(k.signature)})", close_match(pname, k.signature))
     key_names = int_params | call_site
+    if k.refine < 0:
+        raise r.error(f"{at}.refine", "must be 0 (no rows added) or more")
+    if k.refine and set(k.key) & call_site:
+        raise r.error(f"{at}.refine", f"key arguments {sorted(set(k.key) & call_site)} are chosen at the call "
+                      "site: rows between their values would ask for values that are not built")
     for i, kn in enumerate(k.key):
         if kn not in key_names:
             raise r.error(f"{at}.key[{i}]", f"'{kn}' is not an integer parameter or call-site constexpr "

@@ -12,6 +12,7 @@ row's first choice and walks down a row's list only when a config fails to compi
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from .runtime import (
     SPEC_ONE,
     TRITON_DEFAULTS,
     Expression,
+    rank_rows,
     variant_id,
 )
 from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
@@ -488,10 +490,36 @@ def _rows(k: mf.KernelEntry, key: list[str]) -> list[tuple[int, ...]]:
     if not key:
         return [()]
     if k.shapes:
-        return [tuple(int(p[name]) for name in key) for p in k.shapes]
+        return refine_rows([tuple(int(p[name]) for name in key) for p in k.shapes], k.refine)
     if k.buckets:
-        return [tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in key])]
+        return refine_rows([tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in key])],
+                           k.refine)
     return []
+
+
+def _midpoint(a: int, b: int) -> int:
+    """The geometric mean of two key values, a multiple of 16 where both are."""
+    if a == b or min(a, b) <= 0:
+        return (a + b) // 2
+    step = 16 if a % 16 == 0 and b % 16 == 0 else 1
+    return max(step, round(math.sqrt(a * b) / step) * step)
+
+
+def refine_rows(rows: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
+    """``rows`` in their order, then for each row the midpoints to its ``n`` nearest other rows (the runtime's
+    ``rank_rows`` order), each once (see ``KernelEntry.refine``)."""
+    if n <= 0 or len(rows) < 2:
+        return rows
+    listed = list(dict.fromkeys(rows))
+    out, seen = list(listed), set(listed)
+    for row in listed:
+        others = [r for r in listed if r != row]
+        for i in rank_rows(others, row)[:n]:
+            mid = tuple(_midpoint(a, b) for a, b in zip(row, others[i]))
+            if mid not in seen:
+                seen.add(mid)
+                out.append(mid)
+    return out
 
 
 def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,

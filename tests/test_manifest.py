@@ -87,6 +87,39 @@ def test_a_kernel_with_its_own_targets_is_planned_for_those_only() -> None:
         kernel.find_variant(("fp16",))
 
 
+def test_refine_adds_rows_between_the_listed_shapes() -> None:
+    from forge_aot.plan import refine_rows
+
+    # 1-D: each row's two nearest, geometric midpoints (multiples of 16 where both ends are), each once
+    assert refine_rows([(128,), (256,), (1000,), (4096,)], 2) == [(128,), (256,), (1000,), (4096,), (176,), (358,),
+                                                                  (506,), (2024,), (1024,)]
+    assert refine_rows([(128,), (256,)], 0) == [(128,), (256,)]
+    # matmul's gap between 1024^3 and 1536^3 gets a row, where the best tile changes with the wave count
+    cubes = [(1000, 1000, 1000), (1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048)]
+    refined = refine_rows(cubes, 2)
+    assert refined[:4] == cubes and (1248, 1248, 1248) in refined and len(refined) == len(set(refined))
+    # in a plan: the repository's matmul_tma refines its shapes; the added rows are traced and tabled
+    plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_90"])
+    entry = next(e for e in plan.entries if e.kernel == "matmul_tma" and e.variant == "T=fp16")
+    keys = {r.key for r in entry.tables["default"]}
+    assert (1248, 1248, 1248) in keys and (1024, 1024, 1024) in keys
+    assert entry.calls[(1248, 1248, 1248)]  # the tuning inputs were traced at the added row too
+
+
+def test_refine_is_refused_where_a_key_is_chosen_at_the_call_site(tmp_path: Path) -> None:
+    from tests.test_callsite import HEADER, ROW_SCALE, _project
+
+    bad = _project(tmp_path, HEADER + ROW_SCALE.replace('key = ["n_cols"]', 'key = ["n_cols", "BLOCK_SIZE"]')
+                   + 'shapes = [{ n_cols = 100, BLOCK_SIZE = 128 }]\nrefine = 1\n'
+                   'constexprs = { ACT = [""], BLOCK_SIZE = [128], num_warps = [4] }\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(bad)])
+    assert result.exit_code == 2 and "kernels.row_scale.refine" in result.output and "call site" in result.output
+    negative = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 100 }]\nrefine = -1\n'
+                        'constexprs = { ACT = [""], BLOCK_SIZE = [128], num_warps = [4] }\n', "neg")
+    result = CliRunner().invoke(main, ["check", "--manifest", str(negative)])
+    assert result.exit_code == 2 and "must be 0" in result.output
+
+
 def test_schema_matches_committed_file_and_validates_manifest() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     from forge_aot.manifest import json_schema
