@@ -160,9 +160,10 @@ class KernelEntry:
     """The key values that matter, as values per key argument; every combination becomes a table row."""
     refine: int = 0
     """Rows added between the listed shapes: for each shape, one at the geometric midpoint to each of its
-    ``refine`` nearest shapes (nearest as the runtime's lookup ranks rows; a value is rounded to a multiple of
-    16 where both ends are). For tables whose best config changes between the listed shapes (the number of
-    waves a tiled kernel's grid makes, say); each added row is traced, tuned and built like a listed one."""
+    ``refine`` nearest shapes (nearest as the runtime's lookup ranks rows; each value rounded to the largest
+    power of two up to 16 that divides both ends, so a row keeps the alignment they share). For tables whose
+    best config changes between the listed shapes (the number of waves a tiled kernel's grid makes, say); each
+    added row is traced, tuned and built like a listed one."""
     examples: str | None = None
     """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
     run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —

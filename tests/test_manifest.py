@@ -90,14 +90,16 @@ def test_a_kernel_with_its_own_targets_is_planned_for_those_only() -> None:
 def test_refine_adds_rows_between_the_listed_shapes() -> None:
     from forge_aot.plan import refine_rows
 
-    # 1-D: each row's two nearest, geometric midpoints (multiples of 16 where both ends are), each once
-    assert refine_rows([(128,), (256,), (1000,), (4096,)], 2) == [(128,), (256,), (1000,), (4096,), (176,), (358,),
-                                                                  (506,), (2024,), (1024,)]
+    # 1-D: each row's two nearest, geometric midpoints keeping the alignment both ends share (1000 and 256 are
+    # multiples of 8: 504, not 506), each once
+    assert refine_rows([(128,), (256,), (1000,), (4096,)], 2) == [(128,), (256,), (1000,), (4096,), (176,), (360,),
+                                                                  (504,), (2024,), (1024,)]
     assert refine_rows([(128,), (256,)], 0) == [(128,), (256,)]
     # matmul's gap between 1024^3 and 1536^3 gets a row, where the best tile changes with the wave count
     cubes = [(1000, 1000, 1000), (1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048)]
     refined = refine_rows(cubes, 2)
     assert refined[:4] == cubes and (1248, 1248, 1248) in refined and len(refined) == len(set(refined))
+    assert all(v % 8 == 0 for row in refined for v in row)  # TMA needs rows of K and N halfs 16-byte aligned
     # in a plan: the repository's matmul_tma refines its shapes; the added rows are traced and tabled
     plan = make_plan(load_manifest(REPO / "kernel_manifest.toml"), ["sm_90"])
     entry = next(e for e in plan.entries if e.kernel == "matmul_tma" and e.variant == "T=fp16")
