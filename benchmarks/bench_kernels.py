@@ -45,6 +45,8 @@ CASES = [
     ("matmul", (3000, 4096, 4096), "between"), ("matmul", (48, 4096, 4096), "between"),
     ("matmul", (1536, 1536, 1536), "row"), ("matmul", (1024, 1024, 1024), "row"),
     ("matmul", (768, 4096, 4096), "between"), ("matmul", (1200, 1200, 1200), "between"),
+    ("matmul", (512, 512, 512), "between"), ("matmul", (768, 768, 768), "between"),
+    ("matmul", (520, 536, 552), "between"),
     ("softmax", (8192, 128), "row"), ("softmax", (32, 50257), "row"), ("softmax", (4096, 4096), "row"),
     ("softmax", (4096, 1024), "row"), ("softmax", (1024, 32768), "row"), ("softmax", (8192, 3000), "between"),
     ("softmax", (2048, 6000), "between"), ("softmax", (8192, 700), "between"),

@@ -163,7 +163,9 @@ class KernelEntry:
     ``refine`` nearest shapes (nearest as the runtime's lookup ranks rows; each value rounded to the largest
     power of two up to 16 that divides both ends, so a row keeps the alignment they share). For tables whose
     best config changes between the listed shapes (the number of waves a tiled kernel's grid makes, say); each
-    added row is traced, tuned and built like a listed one."""
+    added row is traced, tuned and built like a listed one (with ``derive``, its derived values may add
+    variants). An added row that no config or derive expression can serve is left out. With ``buckets``, each
+    point gains midpoints towards its nearest points only, not a finer grid."""
     examples: str | None = None
     """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
     run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —

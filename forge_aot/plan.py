@@ -438,6 +438,13 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     if key and not (k.shapes or k.buckets or k.examples):
         raise _error(loaded, f"{at}.shapes", "the kernel has a key: list the shapes that matter (shapes or "
                      "buckets) or name an examples function that calls the ops")
+    if k.refine:
+        chosen_at_call = sorted(set(key) & {*call_constexprs, *launch_axes})
+        if chosen_at_call:  # the manifest checked its own key; this is the decorator's too
+            raise _error(loaded, f"{at}.refine", f"key arguments {chosen_at_call} are chosen at the call site: "
+                         "rows between their values would ask for values that are not built")
+        if not (k.shapes or k.buckets):
+            raise _error(loaded, f"{at}.refine", "adds rows between listed shapes: list them (shapes or buckets)")
     space = [ConfigChoice.from_flat(c, meta_names, {}) for c in flat_space]
     env_names = {*meta_names, "num_warps", "num_stages", "maxnreg", *call_constexprs, *launch_axes, *key,
                  *k.dtypes}
@@ -467,6 +474,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
                       launches)
+    if k.refine and t.inputs is None:
+        plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
+                          "without it they take the default rule like their neighbours")
     _check_launch_sites(loaded, plan, src)
     return plan
 
@@ -486,26 +496,33 @@ def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFi
                               f"or launch option (accepted: {', '.join([*names, *LAUNCH_OPTIONS])})")
 
 
-def _rows(k: mf.KernelEntry, key: list[str]) -> list[tuple[int, ...]]:
+def _listed_rows(k: mf.KernelEntry, key: list[str]) -> list[tuple[int, ...]]:
     if not key:
         return [()]
     if k.shapes:
-        return refine_rows([tuple(int(p[name]) for name in key) for p in k.shapes], k.refine)
+        return [tuple(int(p[name]) for name in key) for p in k.shapes]
     if k.buckets:
-        return refine_rows([tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in key])],
-                           k.refine)
+        return [tuple(combo) for combo in itertools.product(*[k.buckets[name] for name in key])]
     return []
+
+
+def _rows(k: mf.KernelEntry, key: list[str]) -> tuple[list[tuple[int, ...]], set[tuple[int, ...]]]:
+    """The table rows the manifest gives (its shapes or buckets, and the rows ``refine`` adds) and which of them
+    ``refine`` added (a row it adds that no config or derive expression can serve is left out, not an error)."""
+    listed = _listed_rows(k, key)
+    rows = refine_rows(listed, k.refine)
+    return rows, set(rows) - set(listed)
 
 
 def _midpoint(a: int, b: int) -> int:
     """The geometric mean of two key values, rounded to the largest power of two up to 16 that divides both: a
     row keeps the alignment its ends share (1000 and 1536 give 1240, not 1239: a kernel whose rows of K
     elements must be 16-byte aligned, like TMA's, could not run at 1239)."""
-    if a == b or min(a, b) <= 0:
-        return (a + b) // 2
-    common = math.gcd(a, b)
-    step = min(16, common & -common)
-    return max(step, round(math.sqrt(a * b) / step) * step)
+    if a == b:
+        return a
+    common = math.gcd(a, b)  # gcd(0, b) is b
+    step = min(16, common & -common) if common else 1
+    return max(step, round(math.sqrt(max(a, 1) * max(b, 1)) / step) * step)  # 0 counts as 1, as in rank_rows
 
 
 def refine_rows(rows: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
@@ -515,8 +532,9 @@ def refine_rows(rows: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
         return rows
     listed = list(dict.fromkeys(rows))
     out, seen = list(listed), set(listed)
-    for row in listed:
-        others = [r for r in listed if r != row]
+    ordered = sorted(listed)  # ties in rank_rows go to table order: the manifest's order must not decide
+    for row in ordered:
+        others = [r for r in ordered if r != row]
         for i in rank_rows(others, row)[:n]:
             mid = tuple(_midpoint(a, b) for a, b in zip(row, others[i]))
             if mid not in seen:
@@ -554,7 +572,7 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
         entry = out.setdefault(values, ({a: assignment[a] for a in kp.axes}, set()))
         entry[1].update(keys)
 
-    rows = _rows(k, kp.key)
+    rows, added = _rows(k, kp.key)
     # The manifest decides every call-site value (lists, derive, defaults): its variants, with the traced keys
     # as rows too. Otherwise the traced calls alone say which variants exist.
     from_manifest = set(call_axes) <= listed | set(defaults)
@@ -573,12 +591,16 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
                         continue
                     for row in rows:
                         env = {**given, **dict(zip(kp.key, row))}
-                        for n, expr in derived.items():
-                            try:
+                        try:
+                            for n, expr in derived.items():
+                                failing = n
                                 env[n] = expr.value(env)
-                            except Exception as exc:
-                                raise _error(loaded, f"{at}.derive.{n}", f"cannot evaluate {expr.text!r} for "
-                                             f"{dict(zip(kp.key, row))}: {type(exc).__name__}: {exc}") from None
+                        except Exception as exc:
+                            if row in added:
+                                continue  # a row refine added that the derive expressions cannot serve
+                            raise _error(loaded, f"{at}.derive.{failing}", f"cannot evaluate "
+                                         f"{derived[failing].text!r} for {dict(zip(kp.key, row))}: "
+                                         f"{type(exc).__name__}: {exc}") from None
                         add({**env, **{a: env[a] for a in call_axes}}, {row})
     dtypes_built = {tv: set(vals) for tv, vals in k.dtypes.items()}
     for call in traced:
@@ -711,6 +733,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         calls_by_variant: dict[tuple[Any, ...], dict[tuple[int, ...], list[TracedCall]]] = {}
         for c in calls:
             calls_by_variant.setdefault(c.values, {}).setdefault(c.key, []).append(c)
+        refined = _rows(kp.entry, kp.key)[1]
         for values, (assignment, keys) in variants.items():
             vid = variant_id(assignment, kp.axes)
             rows = sorted(keys)
@@ -726,6 +749,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 table = []
                 for key in rows:
                     prefs = preferences(kp, key, assignment, None)
+                    if not prefs and key in refined:
+                        continue  # a row refine added that no config serves: left out
                     if not prefs:
                         raise _error(loaded, f"kernels.{name}.tune.constraints", f"no config of the tuning "
                                      f"space satisfies the constraints for {dict(zip(kp.key, key))} [{vid}]")

@@ -110,19 +110,23 @@ def _matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-TMA_MIN_DIM = 512
-"""The persistent TMA kernel takes problems with M, N and K at least this large. Measured on the H100 under the
-JIT (scripts/probe_matmul_tma.py --wide): at 1000³ it runs in 12 µs where the tiled kernel's best over its 260
-configs takes 35 µs (rows of 1000 elements are not 16-element aligned, which the tiled kernel's loads need); at
-512×4096×4096 31 against 32 µs."""
+TMA_MIN_DIM = 1024
+"""The persistent TMA kernel takes problems with M, N and K at least this large, ..."""
+TMA_MIN_DIM_UNALIGNED = 512
+"""... or this large where K or N is not a multiple of 16: the tiled kernel's loads need rows of 16-element
+multiples to vectorize, TMA's do not. Measured on the H100 under the JIT (scripts/probe_matmul_tma.py --wide and
+a review's probe): 1000³ 12 against 30 – 35 µs for the tiled kernel's best, 520×536×552 6.9 against 14.1 µs;
+but aligned 512³ 5.8 against 3.4 µs and 768³ 7.3 against 5.2 µs, where the tiled kernel stays."""
 
 
 def _takes_tma(a: torch.Tensor, b: torch.Tensor) -> bool:
     """An NVIDIA Hopper GPU (sm_90: ROCm reports gfx9 devices as major 9 too), a problem of at least
-    ``TMA_MIN_DIM`` in every dimension, rows TMA can address (16-byte aligned)."""
+    ``TMA_MIN_DIM`` in every dimension (``TMA_MIN_DIM_UNALIGNED`` where K or N is not a multiple of 16), rows
+    TMA can address (16-byte aligned)."""
     M, K = a.shape
     N = b.shape[1]
-    if not a.is_cuda or torch.version.hip or min(M, N, K) < TMA_MIN_DIM or K % 8 or N % 8:
+    least = TMA_MIN_DIM_UNALIGNED if K % 16 or N % 16 else TMA_MIN_DIM
+    if not a.is_cuda or torch.version.hip or min(M, N, K) < least or K % 8 or N % 8:
         return False
     if not (a.is_contiguous() and b.is_contiguous()) or a.data_ptr() % 16 or b.data_ptr() % 16:
         return False

@@ -108,6 +108,45 @@ def test_refine_adds_rows_between_the_listed_shapes() -> None:
     assert entry.calls[(1248, 1248, 1248)]  # the tuning inputs were traced at the added row too
 
 
+def test_refine_rows_do_not_depend_on_the_manifest_order_and_zero_counts_as_one() -> None:
+    from forge_aot.plan import _midpoint, refine_rows
+
+    shapes = [(2048, 1024), (2048, 2048), (256, 256), (1024, 2048)]
+    added = set(refine_rows(shapes, 1)) - set(shapes)
+    assert added == set(refine_rows(shapes[::-1], 1)) - set(shapes)  # distance ties broken the same way
+    assert _midpoint(0, 4096) == _midpoint(1, 4096) == 64 and _midpoint(7, 7) == 7
+
+
+def test_a_refined_row_no_config_serves_is_left_out(tmp_path: Path) -> None:
+    from tests.test_callsite import HEADER, ROW_SCALE, _project
+
+    # a constraint the listed rows meet and their midpoint (1440) does not
+    manifest = _project(tmp_path, HEADER + ROW_SCALE + 'shapes = [{ n_cols = 1024 }, { n_cols = 2048 }]\n'
+                        'refine = 1\nconstexprs = { ACT = [""], BLOCK_SIZE = [4096], num_warps = [4] }\n'
+                        '\n[kernels.row_scale.tune]\nconstraints = ["n_cols % 1024 == 0"]\n')
+    plan = make_plan(load_manifest(manifest))
+    keys = {r.key for e in plan.entries for r in e.tables["default"]}
+    assert keys == {(1024,), (2048,)}  # (1440,) was added, then left out: no config satisfies the constraints
+    assert "refine" in " ".join(plan.kernels["row_scale"].notes)  # no tune.inputs: the added rows stay untuned
+
+
+def test_refine_is_refused_where_the_decorators_key_is_chosen_at_the_call_site(tmp_path: Path) -> None:
+    from tests.test_callsite import HEADER, ROW_SCALE, _project
+
+    src = (FIXTURES / "kernels" / "callsite.py").read_text().replace(
+        "@triton.jit\ndef row_scale_kernel", '@triton.autotune(configs=[triton.Config({}, num_warps=4)], '
+        'key=["n_cols", "BLOCK_SIZE"])\n@triton.jit\ndef row_scale_kernel')
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "callsite.py").write_text(src)
+    body = HEADER + ROW_SCALE.replace("KERNELS/callsite.py", str(tmp_path / "k" / "callsite.py"))
+    body = body.replace('key = ["n_cols"]\n', "") + ('shapes = [{ n_cols = 100, BLOCK_SIZE = 128 }, '
+                                                     '{ n_cols = 3000, BLOCK_SIZE = 4096 }]\nrefine = 1\n'
+                                                     'constexprs = { ACT = [""], BLOCK_SIZE = [128, 4096] }\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_project(tmp_path, body, "auto"))])
+    assert result.exit_code == 2, result.output
+    assert "kernels.row_scale.refine" in result.output and "call site" in result.output
+
+
 def test_refine_is_refused_where_a_key_is_chosen_at_the_call_site(tmp_path: Path) -> None:
     from tests.test_callsite import HEADER, ROW_SCALE, _project
 

@@ -15,9 +15,10 @@ from tests.conftest import (
 
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
 SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096, 4096, 4096), (1, 4096, 300),
-          (1100, 1048, 1032)]
-"""(M, N, K); on Hopper 1000³, 512×4096×4096, 4096³ and 1100×1048×1032 take the persistent TMA kernel when their
-data are 16-byte aligned (the last has partial tiles on every side), the rest the tiled kernel."""
+          (1100, 1048, 1032), (520, 536, 552)]
+"""(M, N, K); on Hopper 1000³, 4096³, 1100×1048×1032 and 520×536×552 take the persistent TMA kernel when their
+data are 16-byte aligned (1100×1048×1032 has partial tiles on every side; 1000³ and 520×536×552 have K not a
+multiple of 16), the rest the tiled kernel (512×4096×4096: aligned and under 1024)."""
 
 
 def _dtype(name: str):
@@ -33,7 +34,7 @@ def _dtype(name: str):
 def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout: str) -> None:
     import torch
 
-    from kernels.matmul import TMA_MIN_DIM, reference
+    from kernels.matmul import TMA_MIN_DIM, TMA_MIN_DIM_UNALIGNED, reference
 
     M, N, K = mnk
     a = torch.randn(M, K, device="cuda", dtype=_dtype(dtype))
@@ -54,7 +55,8 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     a2 = a if a.stride(1) == 1 else a.contiguous()
     b2 = b if b.stride(1) == 1 else b.contiguous()
     props = torch.cuda.get_device_properties(a.device)
-    tma = (not torch.version.hip and (props.major, props.minor) == (9, 0) and min(M, N, K) >= TMA_MIN_DIM
+    least = TMA_MIN_DIM_UNALIGNED if K % 16 or N % 16 else TMA_MIN_DIM
+    tma = (not torch.version.hip and (props.major, props.minor) == (9, 0) and min(M, N, K) >= least
            and K % 8 == 0 and N % 8 == 0 and a2.data_ptr() % 16 == 0 and b2.data_ptr() % 16 == 0)
     tiled = launched_and_built("forge_kernels._ops.matmul", "matmul_kernel")
     persistent = launched_and_built("forge_kernels._ops.matmul", "matmul_tma_kernel")
