@@ -99,6 +99,12 @@ class BinarySpec:
     def generic(self) -> bool:
         return all(c == SPEC_NONE for c in self.spec)
 
+    def aligned(self) -> BinarySpec:
+        """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
+        offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
+        unvectorized binary)."""
+        return BinarySpec("".join(c if c == SPEC_ONE else SPEC_DIV16 for c in self.spec), self.heur)
+
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given)."""
         chars = [SPEC_NONE if i in positions and (not code_from or c in code_from) else c
@@ -273,7 +279,8 @@ class BuildPlan:
 
     def binaries_for(self, entry: EntryPlan, key: tuple[int, ...], config: ConfigChoice) -> list[BinarySpec]:
         """The binaries a row needs of a config. Per traced call (else the documented default): its exact
-        specialization; for other shapes, the same with no assumption on the sizes outside the key (integers
+        specialization and the same with every argument aligned (for aligned shapes near an unaligned row); for
+        other shapes, the same with no assumption on the sizes outside the key (integers
         not named ``*stride*``: a batch of 1 in the examples must not cost a real batch its unit strides), on
         each key size alone, on any size, and on any integer's divisibility by 16 (values of 1 kept); the
         generic fallback. Each
@@ -298,7 +305,7 @@ class BuildPlan:
             # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
             # also relaxed on its own (the specialization the JIT compiles for such a call).
             single = {b.relaxed([i]) for i in sizes if kp.spec_params[i] in kp.key and b.spec[i] == SPEC_DIV16}
-            out |= {b, b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur), *single}
+            out |= {b, b.aligned(), b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur), *single}
             flags = [i for i, (_, v) in enumerate(heur) if isinstance(v, bool)][:3]
             for values in itertools.product((False, True), repeat=len(flags)):
                 flipped = list(heur)
