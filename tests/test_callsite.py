@@ -11,7 +11,7 @@ import pytest
 from forge_aot import runtime as rt
 from forge_aot.errors import ManifestError, SourceError
 from forge_aot.manifest import load_manifest
-from forge_aot.plan import make_plan, plan_summary
+from forge_aot.plan import BinarySpec, make_plan, plan_summary
 from tests.conftest import FIXTURES
 
 CALLSITE = FIXTURES / "projects" / "callsite" / "kernel_manifest.toml"
@@ -128,11 +128,13 @@ def test_autotune_and_heuristics_decorators_become_space_key_and_binaries(tmp_pa
     (e,) = plan.entries
     rows = {r.key: r for r in e.tables["default"]}
     # untuned: the first config of the decorator's list; EVEN follows from the key and the config for the
-    # row's own binary; the loose and generic binaries exist for both values (shapes between rows)
+    # row's own binary and its aligned twin (for aligned calls near the row); the loose and generic binaries
+    # exist for both values (shapes between rows)
     for key, even in (((4096,), True), ((1000,), False)):
         binaries = plan.binaries_for(e, key, rows[key].preferences[0])
+        assert BinarySpec(kp.default_spec(key), (("EVEN", even),)) in binaries
         exact = max(binaries, key=lambda b: rt.spec_rank(b.spec))
-        assert exact.heur == (("EVEN", even),) and exact.spec == kp.default_spec(key)
+        assert exact == BinarySpec("DDD", (("EVEN", even),))  # 1000 is not divisible by 16: its aligned twin
         assert {b.heur for b in binaries if b.generic} == {(("EVEN", False),), (("EVEN", True),)}
     host = next(iter(plan.modules.values()))["host_source"]
     assert "__forge_heuristics__('sum_kernel'," in host and "def get_configs" not in host
