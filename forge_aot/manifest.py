@@ -491,9 +491,6 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
     key_names = int_params | call_site
     if k.refine < 0:
         raise r.error(f"{at}.refine", "must be 0 (no rows added) or more")
-    if k.refine and set(k.key) & call_site:
-        raise r.error(f"{at}.refine", f"key arguments {sorted(set(k.key) & call_site)} are chosen at the call "
-                      "site: rows between their values would ask for values that are not built")
     for i, kn in enumerate(k.key):
         if kn not in key_names:
             raise r.error(f"{at}.key[{i}]", f"'{kn}' is not an integer parameter or call-site constexpr "

@@ -447,7 +447,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                      "buckets) or name an examples function that calls the ops")
     if k.refine:
         chosen_at_call = sorted(set(key) & {*call_constexprs, *launch_axes})
-        if chosen_at_call:  # the manifest checked its own key; this is the decorator's too
+        if chosen_at_call:  # the manifest's key or the decorator's
             raise _error(loaded, f"{at}.refine", f"key arguments {chosen_at_call} are chosen at the call site: "
                          "rows between their values would ask for values that are not built")
         if not (k.shapes or k.buckets):
@@ -550,10 +550,10 @@ def refine_rows(rows: list[tuple[int, ...]], n: int) -> list[tuple[int, ...]]:
     return out
 
 
-def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
-              traced: list[TracedCall]) -> dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]]:
-    """Variant axis values → (assignment, table keys): from the manifest's lists, derived values per row and
-    traced calls, so only what the rows reach is built."""
+def _variants(loaded: mf.LoadedManifest, kp: KernelPlan, traced: list[TracedCall], rows: list[tuple[int, ...]],
+              added: set[tuple[int, ...]]) -> dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]]:
+    """Variant axis values → (assignment, table keys): from the manifest's lists (its ``rows``, ``added`` the
+    ones refine added), derived values per row and traced calls, so only what the rows reach is built."""
     k = kp.entry
     at = f"kernels.{kp.name}"
     call_axes = [a for a in kp.axes if a not in k.dtypes]
@@ -579,7 +579,6 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan,
         entry = out.setdefault(values, ({a: assignment[a] for a in kp.axes}, set()))
         entry[1].update(keys)
 
-    rows, added = _rows(k, kp.key)
     # The manifest decides every call-site value (lists, derive, defaults): its variants, with the traced keys
     # as rows too. Otherwise the traced calls alone say which variants exist.
     from_manifest = set(call_axes) <= listed | set(defaults)
@@ -733,14 +732,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])
-        variants = _variants(loaded, kp, calls)
+        manifest_rows, refined = _rows(kp.entry, kp.key)
+        variants = _variants(loaded, kp, calls, manifest_rows, refined)
         if not variants:
             raise _error(loaded, f"kernels.{name}", f"no build of {kp.function} is reached: its examples never "
                          "launch it in a built dtype")
         calls_by_variant: dict[tuple[Any, ...], dict[tuple[int, ...], list[TracedCall]]] = {}
         for c in calls:
             calls_by_variant.setdefault(c.values, {}).setdefault(c.key, []).append(c)
-        refined = _rows(kp.entry, kp.key)[1]
         for values, (assignment, keys) in variants.items():
             vid = variant_id(assignment, kp.axes)
             rows = sorted(keys)

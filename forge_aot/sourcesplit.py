@@ -437,12 +437,13 @@ def code_sha256(path: Path, roots: set[str]) -> str:
         tree = ast.parse(text, filename=str(path))
     except SyntaxError as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
+    bound = {id(s): _bound_names(s) for s in tree.body}
     by_name: dict[str, list[ast.stmt]] = {}
     for stmt in tree.body:
-        for name in _bound_names(stmt):
+        for name in bound[id(stmt)]:
             by_name.setdefault(name, []).append(stmt)
     kept: set[int] = set()
-    free = [s for s in tree.body if not _bound_names(s) and not _is_main_block(s)
+    free = [s for s in tree.body if not bound[id(s)] and not _is_main_block(s)
             and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # docstrings run nothing
     todo = free + [s for n in sorted(roots) for s in by_name.get(n, [])]
     while todo:

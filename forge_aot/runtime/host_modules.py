@@ -54,9 +54,6 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     except BaseException:
         sys.modules.pop(module_name, None)
         raise
-    parent, _, child = module_name.rpartition(".")
-    if parent in sys.modules:  # as the import system does: ``import pkg._ops.mod as m`` reads the attribute
-        setattr(sys.modules[parent], child, module)
     for handle in kernels.values():
         for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
             fn = module.__dict__.get(hook)

@@ -72,12 +72,17 @@ def kernel_code_sha256(kp: KernelPlan) -> str:
     return code_sha256(kp.source, code_roots(kp))
 
 
+def source_hashes(kp: KernelPlan) -> dict[str, str]:
+    """A kernel's ``Provenance`` source fields: the whole file's sha256 and its code hash."""
+    return {"source_sha256": file_sha256(kp.source), "code_sha256": kernel_code_sha256(kp)}
+
+
 def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str) -> TuningSummary:
     """Put each row's tuned (or aliased) config first and add one table per tuned GPU model, in place."""
     summary = TuningSummary(str(db.directory) if db is not None else None)
     if db is not None:
         summary.warnings = list(db.warnings)
-    current = {name: Provenance("", "", "", "", file_sha256(kp.source), code_sha256=kernel_code_sha256(kp))
+    current = {name: Provenance(gpu="", capability="", target="", triton="", **source_hashes(kp))
                for name, kp in plan.kernels.items()}
     stale: dict[str, int] = {}
     for entry in plan.entries:

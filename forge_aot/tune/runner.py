@@ -33,10 +33,10 @@ from ..manifest import load_manifest
 from ..plan import BuildPlan, ConfigChoice, job_for, make_plan
 from ..runtime import Expression, pick_cuda_target, pick_hip_target
 from ..targets import TARGETS
-from .apply import database_dir, kernel_code_sha256
+from .apply import database_dir, source_hashes
 from .bench_worker import RESULT_MARK
 from .candidates import TuneItem, make_items, static_prune
-from .database import Provenance, Record, TuningDatabase, file_sha256
+from .database import Provenance, Record, TuningDatabase
 from .search import Candidate, Ceilings, SearchContext, make_strategy
 from .timing import TIMING_RULES, TimingStats
 
@@ -464,10 +464,8 @@ class _Tuner:
         self.ceilings = Ceilings(float(device["peak_bytes_per_s"]), float(device["peak_flops"]), int(device["sms"]))
         self.provenance = {
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
-                             triton=_triton_version(), source_sha256=file_sha256(kp.source),
-                             driver=device.get("driver", ""), cuda=device.get("cuda", ""),
-                             torch=device.get("torch", ""), forge_aot=__version__,
-                             code_sha256=kernel_code_sha256(kp))
+                             triton=_triton_version(), driver=device.get("driver", ""), cuda=device.get("cuda", ""),
+                             torch=device.get("torch", ""), forge_aot=__version__, **source_hashes(kp))
             for name, kp in plan.kernels.items()}
 
     def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
@@ -885,12 +883,11 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             plan.targets = [target]
             items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
             triton = _triton_version()
-            source = {name: (file_sha256(kp.source), kernel_code_sha256(kp)) for name, kp in plan.kernels.items()}
+            source = {name: source_hashes(kp) for name, kp in plan.kernels.items()}
             todo, current = [], []
             for item in items:
                 prov = Provenance(gpu=gpu_name, capability="", target=target, triton=triton,
-                                  source_sha256=source[item.entry.kernel][0],
-                                  code_sha256=source[item.entry.kernel][1])
+                                  **source[item.entry.kernel])
                 known = db.measurements(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 winner = db.winner(item.entry.kernel, item.entry.variant, item.key_dict, prov)
                 searched = (winner.extra.get("search", {}).get("candidates_sha256") if winner else None)
@@ -901,7 +898,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
                 else:
                     todo.append(item)
             stage("sorted")
-            fingerprint = hashlib.sha256(json.dumps([triton, sorted(source.values())]).encode()).hexdigest()[:16]
+            hashes = sorted((h["source_sha256"], h["code_sha256"]) for h in source.values())
+            fingerprint = hashlib.sha256(json.dumps([triton, hashes]).encode()).hexdigest()[:16]
             state.update(todo=todo, current=current,
                          compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()),
                          compile_start=time.perf_counter() - wall_start)
