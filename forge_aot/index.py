@@ -70,7 +70,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
         "manifest_sha256": plan.loaded.sha256, "targets": targets,
         "modules": {mod: {"path": module_paths[mod], "kernels": spec["kernels"], "ops": spec["ops"],
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
-                          **({"autograd": spec["autograd"]} if spec.get("autograd") else {})}
+                          **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
+                          **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {})}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
     }

@@ -13,6 +13,7 @@ import os
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
@@ -54,6 +55,16 @@ def _ensure_driver() -> None:
         driver.active  # noqa: B018 - a real GPU driver, where there is one
     except RuntimeError:
         driver.set_active(_BuildTargetDriver(os.environ.get(IMPORT_TARGET_ENV, "cuda:90:32")))
+
+
+def make_importable(directory: Path | str) -> None:
+    """Put a directory first on ``sys.path`` (once): the project root, then each kernel file's directory (as
+    ``load_kernel_module`` does, like a script's), so kernel files import the project's helper modules as
+    ``mylib.ops.utils`` or ``utils`` (see localmods.py). Workers run with the root as their working directory,
+    which ``python -m`` puts on the path already."""
+    directory = str(Path(directory).resolve())
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
 
 
 def load_kernel_module(path: str) -> types.ModuleType:

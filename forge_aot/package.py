@@ -62,6 +62,18 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         # The kernel file with its Triton lines blanked, line numbers kept (see sourcesplit).
         (pkg / "_ops" / f"{mod}.py").write_text(spec["host_source"], encoding="utf-8")
     (pkg / "_ops" / "__init__.py").write_text('"""Host code of the packaged ops."""\n', encoding="utf-8")
+    local = {name: src for spec in plan.modules.values() for name, src in spec.get("local_sources", {}).items()}
+    if local:
+        # The project's own modules the host code imports (localmods.py): the runtime sends those imports here.
+        base = pkg / "_ops" / "_local"
+        base.mkdir()
+        (base / "__init__.py").write_text('"""The project modules the host code imports."""\n', encoding="utf-8")
+        for dotted, (text, package) in sorted(local.items()):
+            parts = dotted.split(".")
+            target = base.joinpath(*parts, "__init__.py") if package else base.joinpath(*parts[:-1],
+                                                                                        f"{parts[-1]}.py")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
     index = build_index(plan, report, triton_version, module_paths)
     binaries: dict[str, str] = {}
     for spec in index["kernels"].values():

@@ -20,7 +20,8 @@ from typing import Any
 
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
-from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, read_decorators
+from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, make_importable, read_decorators
+from .localmods import LocalModule, local_imports
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
@@ -217,6 +218,9 @@ class KernelPlan:
     heuristics: list[tuple[str, Any]] = field(default_factory=list)
     """(name, function) from the host module, in Triton's order of evaluation."""
     notes: list[str] = field(default_factory=list)
+    local_modules: dict[str, LocalModule] = field(default_factory=dict)
+    """The project's own modules its file imports, transitively (shipped with the host code; part of its code
+    hash)."""
 
     @property
     def launch_axes(self) -> list[str]:
@@ -319,7 +323,9 @@ class BuildPlan:
             "manifest": str(self.loaded.path), "manifest_sha256": self.loaded.sha256, "targets": self.targets,
             "kernels": {n: {"function": k.function, "source": str(k.source), "params": k.params, "axes": k.axes,
                             "spec_params": k.spec_params, "key": k.key, "heuristics": k.heuristic_names,
-                            "space": [c.id for c in k.space], "notes": k.notes}
+                            "space": [c.id for c in k.space], "notes": k.notes,
+                            **({"local_modules": {m: str(lm.path) for m, lm in sorted(k.local_modules.items())}}
+                               if k.local_modules else {})}
                         for n, k in self.kernels.items()},
             "entries": [{"kernel": e.kernel, "variant": e.variant, "target": e.target,
                          "tables": {dev: [{"key": list(r.key), "preferences": [c.id for c in r.preferences],
@@ -657,10 +663,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                 suggestion=close_match(t, TARGETS))
     first = TARGETS[chosen[0]]
     os.environ.setdefault(IMPORT_TARGET_ENV, f"{first.backend}:{first.arch}:{first.warp_size}")
+    make_importable(root)
     ops_by_file: dict[Path, set[str]] = {}
     for k in m.kernels.values():
         ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
     sources: dict[Path, SourceFile] = {}
+    local: dict[Path, dict[str, LocalModule]] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
     for name, k in m.kernels.items():
@@ -668,11 +676,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         path = (root / file).resolve()
         if path not in sources:
             sources[path] = parse_source(path, ops_by_file[path])
+            local[path] = local_imports(path, root)
+            make_importable(path.parent)
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path)
+        kp.local_modules = local[path]
         kernels[name] = kp
         mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "build_only": set(), "source": src})
+                                             "build_only": set(), "source": src, "local_modules": local[path]})
         if mod["path"] != str(path):
             raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
                          "are named after their file")
@@ -729,6 +740,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         src = mod.pop("source")
         mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))
         mod["full_host_source"] = src.host_source  # with the build-only functions (tuning inputs, references)
+    for mod in modules.values():
+        # The project modules it imports: their host code (Triton lines blanked, as for kernel files), shipped
+        # under <package>/_ops/_local/ (a namespace package becomes an empty one).
+        mod["local_sources"] = {
+            name: (parse_source(lm.path, helper=True).host_source if lm.path.is_file() else "", lm.package)
+            for name, lm in sorted(mod.pop("local_modules").items())}
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])

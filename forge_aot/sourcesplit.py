@@ -255,11 +255,12 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
     lines[first:last + 1] = [ln + "\n" for ln in new]
 
 
-def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
+def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False) -> SourceFile:
     """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers.
 
     ``ops``: the host functions the package exports (they and what they reach must be free of Triton);
-    without it every host definition that does not use Triton counts as reached.
+    without it every host definition that does not use Triton counts as reached. ``helper``: a project module
+    the kernel files import (localmods.py), which may hold no kernel.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -290,7 +291,7 @@ def parse_source(path: Path, ops: set[str] | None = None) -> SourceFile:
             blanked.append(stmt)
         else:
             rest.append(stmt)
-    if not kernels:
+    if not kernels and not helper:
         raise SourceError(f"{path}: no @triton.jit function found")
     for name, dec in heuristics:
         if not isinstance(dec, ast.Call):

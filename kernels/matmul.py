@@ -9,6 +9,8 @@ program per SM walking the tiles, tensor descriptors built in the kernel, so the
 global scratch that the host hands over through ``triton.set_allocator``).
 """
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -102,10 +104,8 @@ def _matmul_tma(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     def grid(meta):
         return (min(num_sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
 
-    if a.is_cuda and a.device.index != torch.cuda.current_device():
-        with torch.cuda.device(a.device):  # the scratch goes to the operands' GPU
-            matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
-    else:
+    switch = a.is_cuda and a.device.index != torch.cuda.current_device()  # the scratch goes to the operands' GPU
+    with torch.cuda.device(a.device) if switch else contextlib.nullcontext():
         matmul_tma_kernel[grid](a, b, c, M, N, K, num_sms)
     return c
 

@@ -34,7 +34,10 @@ def wheel():
 
 @pytest.fixture(scope="module")
 def jit():
-    """The fixture files imported as they are, running under Triton's JIT (and autotuner)."""
+    """The fixture files imported as they are, running under Triton's JIT (and autotuner), the fixture project's
+    root importable as it is for its authors (rms_norm imports the ``ligerlike`` helpers)."""
+    if str(REALWORLD) not in sys.path:
+        sys.path.insert(0, str(REALWORLD))
     mods = {}
     for name in ("rms_norm", "layer_norm", "matmul_autotune", "flash_attention"):
         spec = importlib.util.spec_from_file_location(f"_rw_jit_{name}", REALWORLD / "kernels" / f"{name}.py")

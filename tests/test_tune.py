@@ -550,6 +550,11 @@ def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp
     build_dir = tmp_path_factory.getbasetemp() / "tune-build"
     run = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
     assert [i.status for i in run.items] == ["tuned", "tuned"]
+    # each row says which GPU's worker tuned it and where its time went, command by command
+    for item in run.items:
+        assert item.gpu == "0"
+        assert {"inputs", "probe", "time", "interleave", "verify"} <= item.phases.keys()
+        assert 0 < sum(item.phases.values()) <= item.seconds
     db = TuningDatabase(sim / "tuning")
     for n in (65536, 1000003):
         status = {r.config_id: r.status for r in db.select(kind="measurement", key={"n": n})}

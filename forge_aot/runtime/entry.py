@@ -35,6 +35,9 @@ class Package:
         self.routed: dict[str, bool] = {}
         """Where the package has autograd: every op (→ whether it is a custom op) that host code calls by name
         reaches through ``route_in_module``."""
+        self.local_tops: set[str] = set()
+        """Top-level names of the project modules the bound host modules import (shipped in ``_ops/_local``)."""
+        self.builtins: dict[str, Any] | None = None
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
@@ -57,11 +60,28 @@ class Package:
                     if self.backend is None:
                         self.backend = BinaryBackend(self.root)
                     index = load_index(self.root, mod)
-                    path = os.path.join(self.root, index["modules"][mod]["path"])
-                    module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None))
+                    spec = index["modules"][mod]
+                    path = os.path.join(self.root, spec["path"])
+                    builtins = None
+                    if spec.get("local_modules"):
+                        from .host_modules import local_builtins
+
+                        self.local_tops.update(n.partition(".")[0] for n in spec["local_modules"])
+                        if self.builtins is None:
+                            self.builtins = local_builtins(self.package, self.local_tops)
+                        builtins = self.builtins
+                    module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
+                                         builtins)
                     route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
         return module
+
+    def local_spec(self, fullname: str) -> Any:
+        """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code."""
+        from .host_modules import host_triton, local_spec
+
+        bound = {"triton": host_triton, "__builtins__": self.builtins}
+        return local_spec(fullname, os.path.join(self.root, "_ops", "_local"), bound)
 
     def function(self, op: str) -> Callable[..., Any]:
         """The host function of an exported op."""
@@ -88,11 +108,16 @@ class _HostModuleFinder:
     def __init__(self, package: Package, modules: set[str]) -> None:
         self.package = package
         self.prefix = f"{package.package}._ops."
+        self.local_prefix = f"{package.package}._ops._local."
         self.names = modules
         self.specs: dict[str, Any] = {}
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if not fullname.startswith(self.prefix) or fullname[len(self.prefix):] not in self.names:
+        if not fullname.startswith(self.prefix):
+            return None
+        if fullname.startswith(self.local_prefix) and self.package.builtins is not None:
+            return self.package.local_spec(fullname)
+        if fullname[len(self.prefix):] not in self.names:
             return None
         import importlib.util
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import json
 import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from .entry import export, op_table, register_custom_ops, route_in_module
@@ -22,12 +23,63 @@ INDEX_FORMAT = 2
 
 
 
+def local_builtins(package: str, names: Iterable[str]) -> dict[str, Any]:
+    """The builtins of packaged host code that imports project modules (localmods.py; ``names``: their dotted
+    names as the code imports them, or a set of top-level names the caller may grow): ``import`` and
+    ``from ... import`` of those names get the package's copies, ``<package>._ops._local.<name>``, so nothing
+    lands in ``sys.modules`` under the project's own names (a deployed process may have other modules of the same
+    names)."""
+    import builtins
+
+    tops = names if isinstance(names, set) else {n.partition(".")[0] for n in names}  # a set: read live
+    base = f"{package}._ops._local."
+    real = builtins.__import__
+
+    def __import__(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                   level: int = 0) -> Any:
+        if level == 0 and name.partition(".")[0] in tops:
+            module = real(base + name, globals, locals, fromlist, 0)
+            return module if fromlist else sys.modules[base + name.partition(".")[0]]
+        return real(name, globals, locals, fromlist, level)
+
+    return {**vars(builtins), "__import__": __import__}
+
+
+class LocalModuleLoader(importlib.machinery.SourceFileLoader):
+    """Loads a shipped project module (``<package>._ops._local.*``) as host code: the ``triton`` helpers and the
+    package's import rules bound before its first line (its Triton lines are blanked, as in kernel files)."""
+
+    def __init__(self, fullname: str, path: str, bound: dict[str, Any]) -> None:
+        super().__init__(fullname, path)
+        self.bound = bound
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__dict__.update(self.bound)
+        super().exec_module(module)
+
+
+def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
+    """The module spec of ``<package>._ops._local.<dotted>`` under the package's ``_ops/_local`` directory, or None
+    where there is no such file."""
+    parts = fullname.split("._ops._local.", 1)[1].split(".")
+    package = os.path.join(directory, *parts)
+    init = os.path.join(package, "__init__.py")
+    if os.path.isfile(init):
+        return importlib.util.spec_from_file_location(fullname, init, loader=LocalModuleLoader(fullname, init, bound),
+                                                      submodule_search_locations=[package])
+    path = package + ".py"
+    if os.path.isfile(path):
+        return importlib.util.spec_from_file_location(fullname, path, loader=LocalModuleLoader(fullname, path, bound))
+    return None
+
+
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
-                     source: str | None = None) -> types.ModuleType:
+                     source: str | None = None, builtins: dict[str, Any] | None = None) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
     from the kernel file, compiled under the kernel file's name so tracebacks point at the author's lines.
+    ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``).
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -45,6 +97,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     module.__dict__.update(kernels)
     module.__dict__["triton"] = host_triton
     module.__dict__[HEURISTICS_HOOK] = register_heuristics
+    if builtins is not None:
+        module.__dict__["__builtins__"] = builtins
     sys.modules[module_name] = module
     try:
         if source is None:
@@ -138,15 +192,15 @@ def _target_entry(directory: str, entry: dict[str, Any]) -> None:
 
 
 def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend: Any, kernel_class: Any,
-                source: tuple[str, str | None]) -> types.ModuleType:
+                source: tuple[str, str | None], builtins: dict[str, Any] | None = None) -> types.ModuleType:
     """Create the kernel handles of one host module and run it (``source``: filename, text or None to read
-    the file)."""
+    the file; ``builtins``: see ``exec_host_module``)."""
     specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()}
     bound = {}
     for fn in index["modules"][mod_name]["kernels"]:
         name, spec = specs[fn]
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
-    return exec_host_module(module_name, source[0], bound, source[1])
+    return exec_host_module(module_name, source[0], bound, source[1], builtins)
 
 
 def bind_ops(package: str, index: dict[str, Any], backend: Any,

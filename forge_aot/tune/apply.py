@@ -16,6 +16,7 @@ express (a changed meta-parameter list, a constraint it now fails) is never used
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,19 @@ def code_roots(kp: KernelPlan) -> set[str]:
 
 
 def kernel_code_sha256(kp: KernelPlan) -> str:
-    """sha256 of the code a measurement of ``kp`` depends on (see ``sourcesplit.code_sha256``)."""
-    return code_sha256(kp.source, code_roots(kp))
+    """sha256 of the code a measurement of ``kp`` depends on (see ``sourcesplit.code_sha256``), and of the whole
+    text of each project module its file imports (``KernelPlan.local_modules``: a helper in ``kernels/utils.py``
+    that picks BLOCK_SIZE changes what a measurement ran). A kernel importing none keeps its hash."""
+    digest = code_sha256(kp.source, code_roots(kp))
+    if not kp.local_modules:
+        return digest
+    h = hashlib.sha256(f"forge-aot code+local v1\n{digest}\n".encode())
+    for name, lm in sorted(kp.local_modules.items()):
+        h.update(f"{name}\n".encode())
+        if lm.path.is_file():
+            h.update(lm.path.read_bytes())
+        h.update(b"\n\x00\n")
+    return h.hexdigest()
 
 
 def source_hashes(kp: KernelPlan) -> dict[str, str]:

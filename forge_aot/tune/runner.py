@@ -21,10 +21,11 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import __version__
 from ..compiler import CompilePool, CompileResult, ProgressFn
@@ -39,6 +40,8 @@ from .candidates import TuneItem, make_items, static_prune
 from .database import Provenance, Record, TuningDatabase
 from .search import Candidate, Ceilings, SearchContext, make_strategy
 from .timing import TIMING_RULES, TimingStats
+
+_T = TypeVar("_T")
 
 FINALISTS = 3
 """At most this many of the best are re-measured interleaved before a winner is named."""
@@ -111,6 +114,11 @@ class ItemResult:
     """Seconds from the start of the run to the row's binaries all compiled (None: not compiled this run)."""
     started_at: float | None = None
     """Seconds from the start of the run to a GPU taking the row."""
+    gpu: str | None = None
+    """The GPU (CUDA_VISIBLE_DEVICES id) whose worker tuned the row."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the row's worker commands: ``inputs``, ``probe``, ``time``, ``interleave``, ``verify``
+    (where a run with several GPUs does not scale, they say which part waits)."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -502,7 +510,15 @@ class _Tuner:
         prov = self.provenance[k]
         t = item.kernel.entry.tune
         res = ItemResult(item.id, k, item.entry.variant, item.key_dict, "tuned", space=item.space,
-                         flops=_expression(t.flops, item))
+                         flops=_expression(t.flops, item), gpu=client.gpu)
+        phases = res.phases
+
+        def timed(phase: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - began
         by_id = {c.id: c for c in item.candidates}
         known = {} if self.options.force else self.db.measurements(k, item.entry.variant, item.key_dict, prov)
         results: dict[str, CandidateResult] = {}
@@ -531,7 +547,7 @@ class _Tuner:
                "tolerance": _tolerance(item), "reset": item.kernel.reset_to_zero,
                "restore": item.kernel.restore_value, "seed": seed, "default": payloads[default.id]}
         try:
-            info = client.set_item(cmd)
+            info = timed("inputs", client.set_item, cmd)
         except WorkerError as exc:
             res.status = "failed"
             res.notes.append(f"the tuning inputs or the reference failed: {exc}")
@@ -548,7 +564,7 @@ class _Tuner:
             results[cid] = CandidateResult(cid, r.status, r.median_ms, r.time, r.extra.get("rel_err"),
                                            r.extra.get("error", ""), r.extra.get("attrs", {}), cached=True)
         to_probe = [payloads[c.id] for c in usable if c.id not in known]
-        probed = client.run("probe", to_probe) if to_probe else {}
+        probed = timed("probe", client.run, "probe", to_probe) if to_probe else {}
         for cid, ev in probed.items():
             status = ev["status"]
             attrs = ev.get("attrs", {})
@@ -587,7 +603,7 @@ class _Tuner:
                     out[c.cid] = cached[c.cid]
                 else:
                     todo.append(payloads[c.cid])
-            for cid, ev in (client.run("time", todo, best_ms=best) if todo else {}).items():
+            for cid, ev in (timed("time", client.run, "time", todo, best_ms=best) if todo else {}).items():
                 prev = results.get(cid) or CandidateResult(cid, "ok")
                 if ev["status"] == "ok":
                     stats = TimingStats.from_json(ev["time"])
@@ -625,8 +641,8 @@ class _Tuner:
         runnable = default.id in probed_ok and default.id not in finalists
         measured = finalists + ([default.id] if runnable else [])
         final = {cid: ok[cid] for cid in finalists}
-        ev = client.single({"cmd": "interleave", "candidates": [payloads[c] for c in measured], "rounds": 3},
-                           "interleaved")
+        ev = timed("interleave", client.single,
+                   {"cmd": "interleave", "candidates": [payloads[c] for c in measured], "rounds": 3}, "interleaved")
         if ev is not None:
             final = {cid: TimingStats.from_json(s) for cid, s in ev["results"].items()}
         else:
@@ -638,8 +654,8 @@ class _Tuner:
         winner = None
         verified: dict[str, Any] = {}
         for cid in order[:FINALISTS + 2]:
-            ev = client.single({"cmd": "verify", "candidate": payloads[cid], "default": payloads[default.id],
-                                "seed": seed + 1}, "verified")
+            ev = timed("verify", client.single, {"cmd": "verify", "candidate": payloads[cid],
+                                                 "default": payloads[default.id], "seed": seed + 1}, "verified")
             if ev is not None and ev.get("ok"):
                 winner, verified = cid, {"rel_err": ev["rel_err"], "tolerance": cmd["tolerance"], "seed": seed + 1}
                 break

@@ -1,0 +1,157 @@
+"""Kernel files that import the project's own helper modules (as Liger-Kernel's ops import
+``liger_kernel.ops.utils``): found from the source, shipped with the host code, resolved to the shipped copies in
+a deployed process, and part of the kernel's code hash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forge_aot.localmods import _is_local, local_imports
+
+KERNEL = '''\
+"""A kernel whose host code takes its block size from a helper package of the project."""
+
+import torch
+import triton
+import triton.language as tl
+from mylib.ops import block_for
+{sibling_import}
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    BLOCK, num_warps = block_for(n)
+    {sibling_call}
+    scale_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK, num_warps=num_warps)
+    return out
+
+
+def examples(device="cpu"):
+    for n in (1000, 4096):
+        scale(torch.randn(n, device=device, dtype=torch.float16))
+'''
+
+MANIFEST = '''\
+[project]
+name = "forge_localmods"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "kernels/scale.py:scale_kernel"
+ops = ["scale"]
+signature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }
+key = ["n"]
+examples = "examples"
+'''
+
+
+def _project(root: Path, *, sibling: bool = True) -> Path:
+    """A project: kernels/scale.py importing mylib.ops (a package whose __init__ re-exports from .utils, which
+    imports triton and a sibling helper) and, script-style, kernels/tiny_helpers.py."""
+    (root / "kernels").mkdir(parents=True)
+    (root / "mylib" / "ops").mkdir(parents=True)
+    (root / "kernel_manifest.toml").write_text(MANIFEST)
+    (root / "kernels" / "scale.py").write_text(KERNEL.format(
+        sibling_import="from tiny_helpers import check_size" if sibling else "",
+        sibling_call="check_size(n)" if sibling else ""))
+    (root / "kernels" / "tiny_helpers.py").write_text("def check_size(n):\n    assert n > 0, n\n")
+    (root / "mylib" / "__init__.py").write_text('"""A helper library of the project."""\n')
+    (root / "mylib" / "ops" / "__init__.py").write_text("from .utils import block_for\n")
+    (root / "mylib" / "ops" / "utils.py").write_text(textwrap.dedent('''\
+        import triton
+
+        from mylib.ops.limits import MAX_BLOCK
+
+
+        def block_for(n):
+            """(BLOCK, num_warps) for n elements."""
+            block = min(triton.next_power_of_2(n), MAX_BLOCK)
+            return block, 4 if block <= 1024 else 8
+        '''))
+    (root / "mylib" / "ops" / "limits.py").write_text("MAX_BLOCK = 2048\n")
+    (root / "build").mkdir()  # a directory named like an installed module is not a module of the project
+    return root / "kernel_manifest.toml"
+
+
+def test_local_imports_follow_the_import_system(tmp_path: Path) -> None:
+    _project(tmp_path)
+    kernel = tmp_path / "kernels" / "scale.py"
+    kernel.write_text(kernel.read_text() + "\nfrom build import nothing_here  # noqa\nimport json\n")
+    found = local_imports(kernel, tmp_path)
+    assert sorted(found) == ["mylib", "mylib.ops", "mylib.ops.limits", "mylib.ops.utils", "tiny_helpers"]
+    assert found["mylib"].package and found["mylib"].path.name == "__init__.py"
+    assert found["mylib.ops"].package and not found["mylib.ops.utils"].package
+    assert found["tiny_helpers"].path == tmp_path / "kernels" / "tiny_helpers.py"
+    # installed packages inside the project (a virtual environment there) are not the project's code
+    assert not _is_local(tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "x.py", tmp_path)
+    assert _is_local(tmp_path / "mylib" / "ops" / "utils.py", tmp_path)
+
+
+def test_a_helper_edit_changes_the_code_hash_of_the_kernels_importing_it(tmp_path: Path) -> None:
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from forge_aot.tune.apply import kernel_code_sha256
+
+    manifest = _project(tmp_path)
+
+    def code_hash() -> str:
+        return kernel_code_sha256(make_plan(load_manifest(manifest), ["sm_90"]).kernels["scale"])
+
+    before = code_hash()
+    limits = tmp_path / "mylib" / "ops" / "limits.py"
+    limits.write_text("MAX_BLOCK = 4096\n")
+    assert code_hash() != before
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tmp_path: Path) -> None:
+    from forge_aot.pipeline import build
+
+    manifest = _project(tmp_path / "project")
+    wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True)
+    shipped = sorted(str(p.relative_to(target / "forge_localmods" / "_ops" / "_local"))
+                     for p in (target / "forge_localmods" / "_ops" / "_local").rglob("*.py"))
+    assert shipped == ["__init__.py", "mylib/__init__.py", "mylib/ops/__init__.py", "mylib/ops/limits.py",
+                       "mylib/ops/utils.py", "tiny_helpers.py"]
+    # A fresh process that has neither the project nor forge-aot nor Triton importable: the custom op's meta
+    # implementation runs the host code (launches skipped), which imports the helpers.
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None  # importing Triton would raise
+        sys.modules["mylib"] = None  # so would reaching the project's own names
+        import torch, forge_localmods
+        out = torch.ops.forge_localmods.scale(torch.empty(3000, device="meta", dtype=torch.float16))
+        import forge_localmods._ops.scale as host
+        print(json.dumps({"shape": list(out.shape), "dtype": str(out.dtype), "block": host.block_for(3000),
+                          "helper_module": host.block_for.__module__,
+                          "loaded": sorted(m for m in sys.modules if m.startswith("forge_localmods._ops"))}))
+        ''')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["shape"] == [3000] and res["dtype"] == "torch.float16"
+    assert res["block"] == [2048, 8] and res["helper_module"] == "forge_localmods._ops._local.mylib.ops.utils"
+    assert res["loaded"] == ["forge_localmods._ops", "forge_localmods._ops._local", "forge_localmods._ops._local.mylib",
+                             "forge_localmods._ops._local.mylib.ops", "forge_localmods._ops._local.mylib.ops.limits",
+                             "forge_localmods._ops._local.mylib.ops.utils",
+                             "forge_localmods._ops._local.tiny_helpers", "forge_localmods._ops.scale"]
