@@ -118,8 +118,6 @@ def test_hanging_config_times_out(tmp_path: Path) -> None:
     assert next(r for r in records if r["kind"] == "winner")["config"]["MODE"] == 0
 
 
-@pytest.mark.xfail(strict=False, reason="measured on 2x H200 (benchmarks/results/issue6/two_gpus_h200x2.txt): two "
-                   "workers took 13.5 s against 14.6 s for one; the simulated workers halve it, the cause is open")
 def test_two_gpus_take_about_half_the_time(tmp_path: Path) -> None:
     import torch
 
