@@ -71,7 +71,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
         "modules": {mod: {"path": module_paths[mod], "kernels": spec["kernels"], "ops": spec["ops"],
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
                           **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
-                          **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {})}
+                          **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
+                          **({"package": spec["package"]} if spec.get("package") else {})}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
     }

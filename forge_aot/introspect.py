@@ -72,12 +72,19 @@ def load_kernel_module(path: str) -> types.ModuleType:
     module = _modules.get(path)
     if module is None:
         _ensure_driver()
+        from .localmods import package_of
+
         directory = os.path.dirname(os.path.abspath(path))
         if directory not in sys.path:
             sys.path.insert(0, directory)
+        package = package_of(Path(path))
+        if package is not None:
+            make_importable(package[1])
         name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
         module = types.ModuleType(name)
         module.__file__ = path
+        if package is not None:
+            module.__package__ = package[0]  # its relative imports, as when its library imports it
         sys.modules[name] = module
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")

@@ -95,13 +95,30 @@ def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[str]:
     return out
 
 
+def package_of(path: Path) -> tuple[str, Path] | None:
+    """The package a kernel file lies in (its directory and each parent holding an ``__init__.py``: ``unsloth.kernels``
+    for ``unsloth/kernels/rms_layernorm.py``) and the directory holding the topmost one; None outside any package.
+    The build runs such a file with that ``__package__``, so its relative imports (``from .utils import ...``) work as
+    when the library imports it."""
+    parts: list[str] = []
+    directory = path.parent.resolve()
+    while (directory / "__init__.py").is_file() and directory.name.isidentifier():
+        parts.append(directory.name)
+        directory = directory.parent
+    return (".".join(reversed(parts)), directory) if parts else None
+
+
 def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
     """The project modules a kernel file imports, transitively, by dotted name (parent packages included).
 
-    Searched as the build imports it: the file's directory first, then the project root."""
-    search = [path.parent.resolve(), root.resolve()]
+    Searched as the build imports it: the file's directory first, then the directory holding its package (where it
+    lies in one), then the project root. A kernel file in a package resolves its relative imports against it; the
+    kernel file itself counts where one of its modules imports it (a package ``__init__`` re-exporting its ops)."""
+    package = package_of(path)
+    search = [path.parent.resolve(), *([package[1]] if package else []), root.resolve()]
     found: dict[str, LocalModule] = {}
-    todo: list[tuple[Path, LocalModule | None]] = [(path, None)]
+    own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
+    todo: list[tuple[Path, LocalModule | None]] = [(path, own)]
     seen: set[Path] = set()
     while todo:
         file, module = todo.pop()
@@ -114,7 +131,7 @@ def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
             raise SourceError(f"{file}: cannot parse: {exc}") from None
         for name in _imported_names(tree, module):
             for m in _find(name, search, root) or []:
-                if m.name not in found and m.path.resolve() != path.resolve():
+                if m.name not in found:
                     found[m.name] = m
                     todo.append((m.path, m))
     return found

@@ -21,7 +21,7 @@ from typing import Any
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
 from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, make_importable, read_decorators
-from .localmods import LocalModule, local_imports
+from .localmods import LocalModule, local_imports, package_of
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
@@ -669,6 +669,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
     sources: dict[Path, SourceFile] = {}
     local: dict[Path, dict[str, LocalModule]] = {}
+    packages: dict[Path, str | None] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
     for name, k in m.kernels.items():
@@ -678,12 +679,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             sources[path] = parse_source(path, ops_by_file[path])
             local[path] = local_imports(path, root)
             make_importable(path.parent)
+            package = package_of(path)
+            if package is not None:
+                make_importable(package[1])
+            packages[path] = package[0] if package else None
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path)
         kp.local_modules = local[path]
         kernels[name] = kp
         mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "build_only": set(), "source": src, "local_modules": local[path]})
+                                             "build_only": set(), "source": src, "local_modules": local[path],
+                                             "package": packages[path]})
         if mod["path"] != str(path):
             raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
                          "are named after their file")

@@ -53,7 +53,8 @@ class Tracer:
         for mod_name, mod in sorted(modules.items()):
             plans = [self.by_function[f] for f in mod["kernels"]]
             index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans},
-                     "modules": {mod_name: {"kernels": mod["kernels"], "ops": []}}}
+                     "modules": {mod_name: {"kernels": mod["kernels"], "ops": [],
+                                            **({"package": mod["package"]} if mod.get("package") else {})}}}
 
             def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> TraceKernel:
                 self.handles[name] = TraceKernel(name, spec, targets, backend)

@@ -155,3 +155,59 @@ def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tm
                              "forge_localmods._ops._local.mylib.ops", "forge_localmods._ops._local.mylib.ops.limits",
                              "forge_localmods._ops._local.mylib.ops.utils",
                              "forge_localmods._ops._local.tiny_helpers", "forge_localmods._ops.scale"]
+
+
+def _package_project(root: Path) -> Path:
+    """Kernels inside a package that import by relative imports (as unsloth's ``from .utils import
+    calculate_settings``), the package's ``__init__`` re-exporting the op from the kernel file itself."""
+    kernels = root / "unslothish" / "kernels"
+    kernels.mkdir(parents=True)
+    (root / "unslothish" / "__init__.py").write_text('"""A library."""\n')
+    (kernels / "__init__.py").write_text("from .scale import scale\n\n__all__ = ['scale']\n")
+    (kernels / "utils.py").write_text("import triton\n\n\ndef block_for(n):\n"
+                                      "    return min(triton.next_power_of_2(n), 2048), 4\n")
+    (kernels / "scale.py").write_text(KERNEL.format(sibling_import="", sibling_call="").replace(
+        "from mylib.ops import block_for", "from .utils import block_for"))
+    manifest = root / "kernel_manifest.toml"
+    manifest.write_text(MANIFEST.replace("kernels/scale.py", "unslothish/kernels/scale.py"))
+    return manifest
+
+
+def test_relative_imports_of_a_kernel_file_inside_a_package(tmp_path: Path) -> None:
+    from forge_aot.localmods import package_of
+
+    manifest = _package_project(tmp_path)
+    kernel = tmp_path / "unslothish" / "kernels" / "scale.py"
+    assert package_of(kernel) == ("unslothish.kernels", tmp_path.resolve())
+    found = local_imports(kernel, tmp_path)
+    # the package __init__ imports the kernel file back: it is shipped too (its host code)
+    assert sorted(found) == ["unslothish", "unslothish.kernels", "unslothish.kernels.scale", "unslothish.kernels.utils"]
+    assert manifest.exists()
+
+
+@pytest.mark.slow
+def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_copies(tmp_path: Path) -> None:
+    from forge_aot.pipeline import build
+
+    manifest = _package_project(tmp_path / "project")
+    wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["unslothish"] = None
+        import torch, forge_localmods
+        out = forge_localmods.scale  # the exported op; its custom op's meta implementation runs the host code
+        y = torch.ops.forge_localmods.scale(torch.empty(5000, device="meta", dtype=torch.float16))
+        import forge_localmods._ops.scale as host
+        print(json.dumps({"shape": list(y.shape), "package": host.__package__,
+                          "helper": host.block_for.__module__}))
+        ''')
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res == {"shape": [5000], "package": "forge_localmods._ops._local.unslothish.kernels",
+                   "helper": "forge_localmods._ops._local.unslothish.kernels.utils"}

@@ -71,7 +71,7 @@ class Package:
                             self.builtins = local_builtins(self.package, self.local_tops)
                         builtins = self.builtins
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
-                                         builtins)
+                                         builtins, f"{self.package}._ops._local.")
                     route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
         return module

@@ -74,12 +74,14 @@ def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
 
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
-                     source: str | None = None, builtins: dict[str, Any] | None = None) -> types.ModuleType:
+                     source: str | None = None, builtins: dict[str, Any] | None = None,
+                     package: str | None = None) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
     from the kernel file, compiled under the kernel file's name so tracebacks point at the author's lines.
-    ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``).
+    ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``);
+    ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package).
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -99,6 +101,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     module.__dict__[HEURISTICS_HOOK] = register_heuristics
     if builtins is not None:
         module.__dict__["__builtins__"] = builtins
+    if package is not None:
+        module.__dict__["__package__"] = package
     sys.modules[module_name] = module
     try:
         if source is None:
@@ -192,15 +196,19 @@ def _target_entry(directory: str, entry: dict[str, Any]) -> None:
 
 
 def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend: Any, kernel_class: Any,
-                source: tuple[str, str | None], builtins: dict[str, Any] | None = None) -> types.ModuleType:
+                source: tuple[str, str | None], builtins: dict[str, Any] | None = None,
+                package_prefix: str = "") -> types.ModuleType:
     """Create the kernel handles of one host module and run it (``source``: filename, text or None to read
-    the file; ``builtins``: see ``exec_host_module``)."""
+    the file; ``builtins``: see ``exec_host_module``). A kernel file inside a package runs with that package
+    (the index's ``package``) after ``package_prefix``: the packaged copies' place in a wheel."""
     specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()}
     bound = {}
     for fn in index["modules"][mod_name]["kernels"]:
         name, spec = specs[fn]
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
-    return exec_host_module(module_name, source[0], bound, source[1], builtins)
+    package = index["modules"][mod_name].get("package")
+    return exec_host_module(module_name, source[0], bound, source[1], builtins,
+                            package_prefix + package if package else None)
 
 
 def bind_ops(package: str, index: dict[str, Any], backend: Any,
