@@ -78,6 +78,11 @@ def main() -> None:
     if nice:
         with contextlib.suppress(OSError):
             os.nice(nice)  # before the imports: they are most of a starting worker's CPU time
+    # The project root (the working directory the pool gives its workers) for the kernel files' imports of the
+    # project's modules, also where PYTHONSAFEPATH keeps ``python -m`` from adding it.
+    from forge_aot.introspect import make_importable
+
+    make_importable(os.getcwd())
     # Import the compiler (and torch, which kernel files import) before the first job arrives: a pool started
     # ahead of time does this while its parent plans.
     import triton.compiler  # noqa: F401

@@ -57,14 +57,19 @@ def _ensure_driver() -> None:
         driver.set_active(_BuildTargetDriver(os.environ.get(IMPORT_TARGET_ENV, "cuda:90:32")))
 
 
+PROJECT_DIRS: set[str] = set()
+"""Directories ``make_importable`` added (projects planned in this process): never where an installed module is."""
+
+
 def make_importable(directory: Path | str) -> None:
-    """Put a directory first on ``sys.path`` (once): the project root, then each kernel file's directory (as
-    ``load_kernel_module`` does, like a script's), so kernel files import the project's helper modules as
-    ``mylib.ops.utils`` or ``utils`` (see localmods.py). Workers run with the root as their working directory,
-    which ``python -m`` puts on the path already."""
+    """Put a directory last on ``sys.path`` (once): the project root, each kernel file's directory and the
+    directory holding a kernel file's package, so kernel files import the project's helper modules as
+    ``mylib.ops.utils`` or ``utils`` (see localmods.py). Last: a project file named like a standard or installed
+    module (``build.py``, ``math.py``) never shadows it in the build's own process."""
     directory = str(Path(directory).resolve())
+    PROJECT_DIRS.add(directory)
     if directory not in sys.path:
-        sys.path.insert(0, directory)
+        sys.path.append(directory)
 
 
 def load_kernel_module(path: str) -> types.ModuleType:
@@ -74,9 +79,7 @@ def load_kernel_module(path: str) -> types.ModuleType:
         _ensure_driver()
         from .localmods import package_of
 
-        directory = os.path.dirname(os.path.abspath(path))
-        if directory not in sys.path:
-            sys.path.insert(0, directory)
+        make_importable(os.path.dirname(os.path.abspath(path)))
         package = package_of(Path(path))
         if package is not None:
             make_importable(package[1])

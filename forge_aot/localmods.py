@@ -3,7 +3,8 @@
 Libraries keep host helpers in a module of their own (Liger-Kernel's ``ops/utils.py`` holds ``calculate_settings``
 and ``ensure_contiguous``): a kernel file says ``from kernels.utils import calculate_settings`` (the project root
 importable) or, script-style, ``from utils import calculate_settings`` (its own directory importable). The build
-imports kernel files with both directories on ``sys.path`` (see ``introspect.importable_root``); this module finds,
+imports kernel files with both directories on ``sys.path``, after everything else (``introspect.make_importable``:
+a project file named like a standard or installed module never shadows it); this module finds,
 from the source alone, which imported modules are files of the project, transitively, so the wheel ships them
 (host code only, like the kernel files) and the runtime resolves those imports to the shipped copies.
 
@@ -15,7 +16,9 @@ functions count too; ``importlib.import_module(...)`` calls are not seen.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import importlib.machinery
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .errors import SourceError
@@ -31,6 +34,9 @@ class LocalModule:
     """Its file (``__init__.py`` for a package)."""
     package: bool
     """Whether it is a package (regular, with ``__init__.py``, or namespace: then ``path`` is the directory)."""
+    used: frozenset[str] | None = None
+    """The names host code takes from it (``from m import a, b``); None where some import takes the whole module
+    (``import m``, ``from m import *``, a submodule's parent): then every definition must be host code."""
 
 
 def _is_local(path: Path, root: Path) -> bool:
@@ -41,10 +47,27 @@ def _is_local(path: Path, root: Path) -> bool:
     return not any(part in ("site-packages", "dist-packages") for part in rel.parts)
 
 
+def _external(top: str, search: list[Path]) -> bool:
+    """Whether a top-level name is importable without the project's directories (built in, the standard library,
+    installed): the build puts those directories last on ``sys.path``, so such a name is never the project's."""
+    if top in sys.builtin_module_names:
+        return True
+    from .introspect import PROJECT_DIRS
+
+    ours = {str(p) for p in search} | PROJECT_DIRS
+    path = [p for p in sys.path if p and str(Path(p).resolve()) not in ours]
+    try:
+        return importlib.machinery.PathFinder.find_spec(top, path) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _find(name: str, search: list[Path], root: Path) -> list[LocalModule] | None:
     """The module ``name`` and its parent packages, looked up the way the import system does in ``search``
     (first hit of the top-level name wins); None where it is not the project's (installed, built in, absent)."""
     parts = name.split(".")
+    if _external(parts[0], search):
+        return None
     for base in search:
         found: list[LocalModule] = []
         directory = base
@@ -72,12 +95,13 @@ def _find(name: str, search: list[Path], root: Path) -> list[LocalModule] | None
     return None
 
 
-def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[str]:
-    """Every module name a file imports, relative imports resolved against ``module``'s package."""
-    out: list[str] = []
+def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[tuple[str, frozenset[str] | None]]:
+    """Every module name a file imports with the names it takes from it (None: the whole module), relative imports
+    resolved against ``module``'s package."""
+    out: list[tuple[str, frozenset[str] | None]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
+            out += [(a.name, None) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 if module is None:
@@ -90,8 +114,9 @@ def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[str]:
             else:
                 target = node.module or ""
             if target:
-                out.append(target)
-                out += [f"{target}.{a.name}" for a in node.names if a.name != "*"]  # submodules, if files
+                names = [a.name for a in node.names]
+                out.append((target, None if "*" in names else frozenset(names)))
+                out += [(f"{target}.{n}", None) for n in names if n != "*"]  # submodules, if files
     return out
 
 
@@ -117,6 +142,7 @@ def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
     package = package_of(path)
     search = [path.parent.resolve(), *([package[1]] if package else []), root.resolve()]
     found: dict[str, LocalModule] = {}
+    used: dict[str, set[str] | None] = {}
     own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
     todo: list[tuple[Path, LocalModule | None]] = [(path, own)]
     seen: set[Path] = set()
@@ -129,12 +155,38 @@ def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
             tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             raise SourceError(f"{file}: cannot parse: {exc}") from None
-        for name in _imported_names(tree, module):
-            for m in _find(name, search, root) or []:
+        for name, names in _imported_names(tree, module):
+            chain = _find(name, search, root) or []
+            for m in chain:
                 if m.name not in found:
                     found[m.name] = m
+                    used[m.name] = set()
                     todo.append((m.path, m))
-    return found
+            if not chain or chain[-1].name != name:
+                continue  # ``from m import x`` also tries ``m.x`` as a module: here x is a name of m
+            for m in chain[:-1]:
+                used[m.name] = None  # a parent package's __init__ runs whole
+            taken = used[name]
+            used[name] = None if names is None or taken is None else taken | names
+    return {n: replace(m, used=None if used[n] is None else frozenset(used[n])) for n, m in found.items()}
 
 
-__all__ = ["LocalModule", "local_imports"]
+def merge_local(modules: dict[str, dict[str, LocalModule]]) -> dict[str, LocalModule]:
+    """The project modules of several kernel files as one package ships them; the same dotted name from two
+    different files (``utils.py`` beside two kernel files in different directories) cannot be."""
+    out: dict[str, LocalModule] = {}
+    for importer, found in sorted(modules.items()):
+        for name, m in found.items():
+            prev = out.get(name)
+            if prev is None:
+                out[name] = m
+            elif prev.path.resolve() != m.path.resolve():
+                raise SourceError(f"{importer}: imports '{name}' from {m.path}, while another kernel file imports "
+                                  f"'{name}' from {prev.path}; one package cannot ship both under one name "
+                                  "(rename one, or import it by a package path)")
+            elif prev.used is not None:
+                out[name] = replace(prev, used=None if m.used is None else prev.used | m.used)
+    return out
+
+
+__all__ = ["LocalModule", "local_imports", "merge_local", "package_of"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
 from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, make_importable, read_decorators
-from .localmods import LocalModule, local_imports, package_of
+from .localmods import LocalModule, local_imports, merge_local, package_of
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
@@ -678,6 +679,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         if path not in sources:
             sources[path] = parse_source(path, ops_by_file[path])
             local[path] = local_imports(path, root)
+            for helper in local[path]:  # imported afresh: an earlier plan in this process may have read older text
+                sys.modules.pop(helper, None)
             make_importable(path.parent)
             package = package_of(path)
             if package is not None:
@@ -746,12 +749,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         src = mod.pop("source")
         mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))
         mod["full_host_source"] = src.host_source  # with the build-only functions (tuning inputs, references)
+    # The project modules the host modules import: their host code (Triton lines blanked, as for kernel files; what
+    # host code takes from them must be host code), shipped under <package>/_ops/_local/ (a namespace package
+    # becomes an empty one).
+    shipped = merge_local({str(p): found for p, found in local.items()})
+    texts = {name: (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
+                    if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
-        # The project modules it imports: their host code (Triton lines blanked, as for kernel files), shipped
-        # under <package>/_ops/_local/ (a namespace package becomes an empty one).
-        mod["local_sources"] = {
-            name: (parse_source(lm.path, helper=True).host_source if lm.path.is_file() else "", lm.package)
-            for name, lm in sorted(mod.pop("local_modules").items())}
+        mod["local_sources"] = {name: texts[name] for name in sorted(mod.pop("local_modules"))}
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])

@@ -260,7 +260,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
 
     ``ops``: the host functions the package exports (they and what they reach must be free of Triton);
     without it every host definition that does not use Triton counts as reached. ``helper``: a project module
-    the kernel files import (localmods.py), which may hold no kernel.
+    the kernel files import (localmods.py), which may hold no kernel; ``ops`` are then the names host code takes
+    from it (None: it is imported whole, so every definition), and one that needs Triton is an error, not blanked.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -309,6 +310,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 triton_side.add(id(stmt))
                 changed = True
     by_name = {n: s for s in rest for n in _defined_names(s)}
+    if helper and ops is None:
+        ops = set(by_name)  # a module imported whole: every definition is host code
     roots = [s for s in rest if id(s) not in triton_side or not _defined_names(s)
              or (ops is not None and _defined_names(s) & ops)]
     reached_ids: set[int] = set()

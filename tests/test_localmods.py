@@ -86,13 +86,16 @@ def _project(root: Path, *, sibling: bool = True) -> Path:
         '''))
     (root / "mylib" / "ops" / "limits.py").write_text("MAX_BLOCK = 2048\n")
     (root / "build").mkdir()  # a directory named like an installed module is not a module of the project
+    # project files named like standard or installed modules never shadow them (the build imports `build`)
+    (root / "build.py").write_text("raise RuntimeError('the project build.py was imported')\n")
+    (root / "kernels" / "math.py").write_text("raise RuntimeError('the project math.py was imported')\n")
     return root / "kernel_manifest.toml"
 
 
 def test_local_imports_follow_the_import_system(tmp_path: Path) -> None:
     _project(tmp_path)
     kernel = tmp_path / "kernels" / "scale.py"
-    kernel.write_text(kernel.read_text() + "\nfrom build import nothing_here  # noqa\nimport json\n")
+    kernel.write_text(kernel.read_text() + "\nimport json\nimport math\n")
     found = local_imports(kernel, tmp_path)
     assert sorted(found) == ["mylib", "mylib.ops", "mylib.ops.limits", "mylib.ops.utils", "tiny_helpers"]
     assert found["mylib"].package and found["mylib"].path.name == "__init__.py"
@@ -139,6 +142,9 @@ def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tm
         sys.modules["triton"] = None  # importing Triton would raise
         sys.modules["mylib"] = None  # so would reaching the project's own names
         import torch, forge_localmods
+        # a shipped helper imported before any op ran (as unpickling an object it defines would)
+        from forge_localmods._ops._local.mylib.ops import utils
+        assert utils.block_for(100) == (128, 4)
         out = torch.ops.forge_localmods.scale(torch.empty(3000, device="meta", dtype=torch.float16))
         import forge_localmods._ops.scale as host
         print(json.dumps({"shape": list(out.shape), "dtype": str(out.dtype), "block": host.block_for(3000),
@@ -211,3 +217,38 @@ def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_cop
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res == {"shape": [5000], "package": "forge_localmods._ops._local.unslothish.kernels",
                    "helper": "forge_localmods._ops._local.unslothish.kernels.utils"}
+
+
+def test_a_helper_that_host_code_takes_must_be_host_code(tmp_path: Path) -> None:
+    from forge_aot.errors import SourceError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _project(tmp_path)
+    (tmp_path / "mylib" / "ops" / "utils.py").write_text(textwrap.dedent('''\
+        from triton import cdiv
+
+        def block_for(n):
+            return min(cdiv(n, 128) * 128, 2048), 4
+        '''))
+    with pytest.raises(SourceError, match="cdiv"):
+        make_plan(load_manifest(manifest), ["sm_90"])
+
+
+def test_two_helpers_of_one_name_cannot_ship(tmp_path: Path) -> None:
+    from forge_aot.errors import SourceError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _project(tmp_path)
+    other = tmp_path / "more"
+    other.mkdir()
+    (other / "scale2.py").write_text((tmp_path / "kernels" / "scale.py").read_text()
+                                     .replace("scale", "scale2").replace("scale2_kernel", "scale2_kernel"))
+    (other / "tiny_helpers.py").write_text("def check_size(n):\n    assert n >= 0, n\n")
+    manifest.write_text(manifest.read_text() + MANIFEST.split("\n\n", 1)[1]
+                        .replace("kernels.scale", "kernels.scale2").replace("kernels/scale.py:scale_kernel",
+                                                                          "more/scale2.py:scale2_kernel")
+                        .replace('ops = ["scale"]', 'ops = ["scale2"]'))
+    with pytest.raises(SourceError, match="imports 'tiny_helpers' from"):
+        make_plan(load_manifest(manifest), ["sm_90"])

@@ -77,9 +77,16 @@ class Package:
         return module
 
     def local_spec(self, fullname: str) -> Any:
-        """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code."""
-        from .host_modules import host_triton, local_spec
+        """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code, with the import
+        rules of every host module (even before any op ran: ``pickle`` of an object a helper defines)."""
+        from .host_modules import host_triton, load_index, local_builtins, local_spec
 
+        with self.lock:
+            if self.builtins is None:
+                modules = load_index(self.root)["modules"]
+                self.local_tops.update(n.partition(".")[0] for spec in modules.values()
+                                       for n in spec.get("local_modules", ()))
+                self.builtins = local_builtins(self.package, self.local_tops)
         bound = {"triton": host_triton, "__builtins__": self.builtins}
         return local_spec(fullname, os.path.join(self.root, "_ops", "_local"), bound)
 
@@ -115,7 +122,7 @@ class _HostModuleFinder:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        if fullname.startswith(self.local_prefix) and self.package.builtins is not None:
+        if fullname.startswith(self.local_prefix):
             return self.package.local_spec(fullname)
         if fullname[len(self.prefix):] not in self.names:
             return None

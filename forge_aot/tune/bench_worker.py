@@ -224,9 +224,10 @@ class Worker:
 
     # -- setup -----------------------------------------------------------------------------------------
     def setup(self, cmd: dict[str, Any]) -> None:
-        from ..introspect import base_jit_function, load_kernel_module
+        from ..introspect import base_jit_function, load_kernel_module, make_importable
 
         os.chdir(cmd["root"])
+        make_importable(cmd["root"])  # the kernel files' imports of the project's modules
         functions = {fn: base_jit_function(getattr(load_kernel_module(path), fn))
                      for fn, path in cmd["kernel_files"].items()}
         self.backend = TuneBackend(functions)

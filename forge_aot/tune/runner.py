@@ -1027,7 +1027,7 @@ def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients:
                 result = tuner.tune_item(client, item)
             except WorkerError as exc:
                 result = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "failed",
-                                    notes=[str(exc)])
+                                    notes=[str(exc)], gpu=client.gpu)
             except BaseException as exc:
                 errors.append(exc)
                 result = ItemResult(item.id, item.entry.kernel, item.entry.variant, item.key_dict, "failed",
