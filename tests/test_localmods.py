@@ -122,15 +122,29 @@ def test_a_helper_edit_changes_the_code_hash_of_the_kernels_importing_it(tmp_pat
     assert code_hash() != before
 
 
-@pytest.mark.slow
-def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tmp_path: Path) -> None:
+def _installed(manifest: Path, tmp_path: Path) -> Path:
+    """The project's wheel, built and installed into a directory of its own."""
     from forge_aot.pipeline import build
 
-    manifest = _project(tmp_path / "project")
     wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
                     str(wheel)], check=True)
+    return target
+
+
+def _run_fresh(code: str, target: Path) -> dict:
+    """``code`` in a fresh process that has only the installed package importable (not the project, not forge-aot);
+    its last line of output, as JSON."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tmp_path: Path) -> None:
+    target = _installed(_project(tmp_path / "project"), tmp_path)
     shipped = sorted(str(p.relative_to(target / "forge_localmods" / "_ops" / "_local"))
                      for p in (target / "forge_localmods" / "_ops" / "_local").rglob("*.py"))
     assert shipped == ["__init__.py", "mylib/__init__.py", "mylib/ops/__init__.py", "mylib/ops/limits.py",
@@ -151,10 +165,7 @@ def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tm
                           "helper_module": host.block_for.__module__,
                           "loaded": sorted(m for m in sys.modules if m.startswith("forge_localmods._ops"))}))
         ''')
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(target)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = _run_fresh(code, target)
     assert res["shape"] == [3000] and res["dtype"] == "torch.float16"
     assert res["block"] == [2048, 8] and res["helper_module"] == "forge_localmods._ops._local.mylib.ops.utils"
     assert res["loaded"] == ["forge_localmods._ops", "forge_localmods._ops._local", "forge_localmods._ops._local.mylib",
@@ -193,13 +204,7 @@ def test_relative_imports_of_a_kernel_file_inside_a_package(tmp_path: Path) -> N
 
 @pytest.mark.slow
 def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_copies(tmp_path: Path) -> None:
-    from forge_aot.pipeline import build
-
-    manifest = _package_project(tmp_path / "project")
-    wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target),
-                    str(wheel)], check=True)
+    target = _installed(_package_project(tmp_path / "project"), tmp_path)
     code = textwrap.dedent('''\
         import json, sys
         sys.modules["triton"] = None
@@ -211,10 +216,7 @@ def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_cop
         print(json.dumps({"shape": list(y.shape), "package": host.__package__,
                           "helper": host.block_for.__module__}))
         ''')
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(target)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = _run_fresh(code, target)
     assert res == {"shape": [5000], "package": "forge_localmods._ops._local.unslothish.kernels",
                    "helper": "forge_localmods._ops._local.unslothish.kernels.utils"}
 
