@@ -61,6 +61,15 @@ PROJECT_DIRS: set[str] = set()
 """Directories ``make_importable`` added (projects planned in this process): never where an installed module is."""
 
 
+def forget_projects() -> None:
+    """Take the directories of projects planned earlier in this process off ``sys.path`` (a plan starts with its
+    own: two projects may both have a ``mylib``, and the first on the path would win)."""
+    for directory in PROJECT_DIRS:
+        while directory in sys.path:
+            sys.path.remove(directory)
+    PROJECT_DIRS.clear()
+
+
 def make_importable(directory: Path | str) -> None:
     """Put a directory last on ``sys.path`` (once): the project root, each kernel file's directory and the
     directory holding a kernel file's package, so kernel files import the project's helper modules as

@@ -133,12 +133,14 @@ def package_of(path: Path) -> tuple[str, Path] | None:
     return (".".join(reversed(parts)), directory) if parts else None
 
 
-def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
+def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, LocalModule]:
     """The project modules a kernel file imports, transitively, by dotted name (parent packages included).
 
     Searched as the build imports it: the file's directory first, then the directory holding its package (where it
     lies in one), then the project root. A kernel file in a package resolves its relative imports against it; the
-    kernel file itself counts where one of its modules imports it (a package ``__init__`` re-exporting its ops)."""
+    kernel file itself counts where one of its modules imports it (a package ``__init__`` re-exporting its ops).
+    ``text``: the kernel file's code to start from instead of the file (what the wheel ships of it, without the
+    build-only functions, whose imports the package never runs)."""
     package = package_of(path)
     search = [path.parent.resolve(), *([package[1]] if package else []), root.resolve()]
     found: dict[str, LocalModule] = {}
@@ -152,7 +154,8 @@ def local_imports(path: Path, root: Path) -> dict[str, LocalModule]:
             continue
         seen.add(file)
         try:
-            tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+            code = text if text is not None and file == path else file.read_text(encoding="utf-8")
+            tree = ast.parse(code, filename=str(file))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             raise SourceError(f"{file}: cannot parse: {exc}") from None
         for name, names in _imported_names(tree, module):

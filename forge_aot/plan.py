@@ -21,7 +21,7 @@ from typing import Any
 
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
-from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, make_importable, read_decorators
+from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, forget_projects, make_importable, read_decorators
 from .localmods import LocalModule, local_imports, merge_local, package_of
 from .runtime import (
     LAUNCH_OPTIONS,
@@ -664,6 +664,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                 suggestion=close_match(t, TARGETS))
     first = TARGETS[chosen[0]]
     os.environ.setdefault(IMPORT_TARGET_ENV, f"{first.backend}:{first.arch}:{first.warp_size}")
+    forget_projects()
     make_importable(root)
     ops_by_file: dict[Path, set[str]] = {}
     for k in m.kernels.values():
@@ -749,14 +750,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         src = mod.pop("source")
         mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))
         mod["full_host_source"] = src.host_source  # with the build-only functions (tuning inputs, references)
-    # The project modules the host modules import: their host code (Triton lines blanked, as for kernel files; what
-    # host code takes from them must be host code), shipped under <package>/_ops/_local/ (a namespace package
-    # becomes an empty one).
-    shipped = merge_local({str(p): found for p, found in local.items()})
+    # The project modules the shipped host code imports (the whole file's imports, build-only functions included,
+    # are the code hash's business): their host code (Triton lines blanked, as for kernel files; what host code
+    # takes from them must be host code), shipped under <package>/_ops/_local/ (a namespace package becomes an
+    # empty one).
+    runs = {Path(mod["path"]): local_imports(Path(mod["path"]), root, mod["host_source"]) for mod in modules.values()}
+    shipped = merge_local({str(p): found for p, found in runs.items()})
     texts = {name: (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
                     if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
-        mod["local_sources"] = {name: texts[name] for name in sorted(mod.pop("local_modules"))}
+        mod.pop("local_modules")
+        mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])

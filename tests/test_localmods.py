@@ -254,3 +254,30 @@ def test_two_helpers_of_one_name_cannot_ship(tmp_path: Path) -> None:
                         .replace('ops = ["scale"]', 'ops = ["scale2"]'))
     with pytest.raises(SourceError, match="imports 'tiny_helpers' from"):
         make_plan(load_manifest(manifest), ["sm_90"])
+
+
+def test_what_only_build_time_functions_import_is_hashed_but_not_shipped(tmp_path: Path) -> None:
+    """An examples function (left out of the wheel) that imports a project test helper needing Triton: the
+    build takes it, the package does not ship it, and the kernel's code hash follows it."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _project(tmp_path)
+    (tmp_path / "mylib" / "testing.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton.language as tl
+
+        FP = tl.float16  # Triton at module scope: never host code
+
+
+        def sample(n, device):
+            return torch.randn(n, device=device, dtype=torch.float16)
+        '''))
+    kernel = tmp_path / "kernels" / "scale.py"
+    kernel.write_text(kernel.read_text().replace(
+        "    for n in (1000, 4096):\n        scale(torch.randn(n, device=device, dtype=torch.float16))",
+        "    from mylib.testing import sample\n\n    for n in (1000, 4096):\n        scale(sample(n, device))"))
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert "mylib.testing" in plan.kernels["scale"].local_modules
+    assert sorted(plan.modules["scale"]["local_sources"]) == ["mylib", "mylib.ops", "mylib.ops.limits",
+                                                              "mylib.ops.utils", "tiny_helpers"]
