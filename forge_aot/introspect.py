@@ -81,22 +81,31 @@ def make_importable(directory: Path | str) -> None:
         sys.path.append(directory)
 
 
+def make_kernel_importable(path: Path | str) -> str | None:
+    """Make what a kernel file imports importable (its directory, like a script's, and the directory holding its
+    package where it lies in one); returns that package's dotted name (its ``__package__``) or None."""
+    from .localmods import package_of
+
+    path = Path(path).resolve()
+    make_importable(path.parent)
+    package = package_of(path)
+    if package is None:
+        return None
+    make_importable(package[1])
+    return package[0]
+
+
 def load_kernel_module(path: str) -> types.ModuleType:
     """Execute a kernel file as a module (once per path), its directory importable like a script's."""
     module = _modules.get(path)
     if module is None:
         _ensure_driver()
-        from .localmods import package_of
-
-        make_importable(os.path.dirname(os.path.abspath(path)))
-        package = package_of(Path(path))
-        if package is not None:
-            make_importable(package[1])
+        package = make_kernel_importable(path)
         name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
         module = types.ModuleType(name)
         module.__file__ = path
         if package is not None:
-            module.__package__ = package[0]  # its relative imports, as when its library imports it
+            module.__package__ = package  # its relative imports, as when its library imports it
         sys.modules[name] = module
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")

@@ -62,11 +62,14 @@ def _external(top: str, search: list[Path]) -> bool:
         return False
 
 
-def _find(name: str, search: list[Path], root: Path) -> list[LocalModule] | None:
+def _find(name: str, search: list[Path], root: Path, external: dict[str, bool]) -> list[LocalModule] | None:
     """The module ``name`` and its parent packages, looked up the way the import system does in ``search``
-    (first hit of the top-level name wins); None where it is not the project's (installed, built in, absent)."""
+    (first hit of the top-level name wins); None where it is not the project's (installed, built in, absent).
+    ``external``: ``_external``'s answers so far (every file imports torch: its search runs once)."""
     parts = name.split(".")
-    if _external(parts[0], search):
+    if parts[0] not in external:
+        external[parts[0]] = _external(parts[0], search)
+    if external[parts[0]]:
         return None
     for base in search:
         found: list[LocalModule] = []
@@ -145,6 +148,7 @@ def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, 
     search = [path.parent.resolve(), *([package[1]] if package else []), root.resolve()]
     found: dict[str, LocalModule] = {}
     used: dict[str, set[str] | None] = {}
+    external: dict[str, bool] = {}
     own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
     todo: list[tuple[Path, LocalModule | None]] = [(path, own)]
     seen: set[Path] = set()
@@ -159,7 +163,7 @@ def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, 
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             raise SourceError(f"{file}: cannot parse: {exc}") from None
         for name, names in _imported_names(tree, module):
-            chain = _find(name, search, root) or []
+            chain = _find(name, search, root, external) or []
             for m in chain:
                 if m.name not in found:
                     found[m.name] = m

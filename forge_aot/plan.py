@@ -21,8 +21,15 @@ from typing import Any
 
 from . import manifest as mf
 from .errors import ManifestError, SourceError, close_match
-from .introspect import IMPORT_TARGET_ENV, AutotuneInfo, forget_projects, make_importable, read_decorators
-from .localmods import LocalModule, local_imports, merge_local, package_of
+from .introspect import (
+    IMPORT_TARGET_ENV,
+    AutotuneInfo,
+    forget_projects,
+    make_importable,
+    make_kernel_importable,
+    read_decorators,
+)
+from .localmods import LocalModule, local_imports, merge_local
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
@@ -682,18 +689,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             local[path] = local_imports(path, root)
             for helper in local[path]:  # imported afresh: an earlier plan in this process may have read older text
                 sys.modules.pop(helper, None)
-            make_importable(path.parent)
-            package = package_of(path)
-            if package is not None:
-                make_importable(package[1])
-            packages[path] = package[0] if package else None
+            packages[path] = make_kernel_importable(path)
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path)
         kp.local_modules = local[path]
         kernels[name] = kp
         mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "build_only": set(), "source": src, "local_modules": local[path],
-                                             "package": packages[path]})
+                                             "build_only": set(), "source": src, "package": packages[path]})
         if mod["path"] != str(path):
             raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
                          "are named after their file")
@@ -759,7 +761,6 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     texts = {name: (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
                     if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
-        mod.pop("local_modules")
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():

@@ -62,31 +62,32 @@ class Package:
                     index = load_index(self.root, mod)
                     spec = index["modules"][mod]
                     path = os.path.join(self.root, spec["path"])
-                    builtins = None
-                    if spec.get("local_modules"):
-                        from .host_modules import local_builtins
-
-                        self.local_tops.update(n.partition(".")[0] for n in spec["local_modules"])
-                        if self.builtins is None:
-                            self.builtins = local_builtins(self.package, self.local_tops)
-                        builtins = self.builtins
+                    builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
                                          builtins, f"{self.package}._ops._local.")
                     route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
         return module
 
+    def _import_rules(self, names: Any) -> dict[str, Any]:
+        """The builtins of packaged code that imports the project modules ``names`` (dotted): one namespace for
+        the package, whose import rules grow with every host module bound (see host_modules.local_builtins)."""
+        with self.lock:
+            self.local_tops.update(n.partition(".")[0] for n in names)
+            if self.builtins is None:
+                from .host_modules import local_builtins
+
+                self.builtins = local_builtins(self.package, self.local_tops)
+            return self.builtins
+
     def local_spec(self, fullname: str) -> Any:
         """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code, with the import
         rules of every host module (even before any op ran: ``pickle`` of an object a helper defines)."""
-        from .host_modules import host_triton, load_index, local_builtins, local_spec
+        from .host_modules import host_triton, load_index, local_spec
 
-        with self.lock:
-            if self.builtins is None:
-                modules = load_index(self.root)["modules"]
-                self.local_tops.update(n.partition(".")[0] for spec in modules.values()
-                                       for n in spec.get("local_modules", ()))
-                self.builtins = local_builtins(self.package, self.local_tops)
+        if self.builtins is None:
+            self._import_rules(n for spec in load_index(self.root)["modules"].values()
+                               for n in spec.get("local_modules", ()))
         bound = {"triton": host_triton, "__builtins__": self.builtins}
         return local_spec(fullname, os.path.join(self.root, "_ops", "_local"), bound)
 

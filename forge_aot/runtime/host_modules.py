@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .entry import export, op_table, register_custom_ops, route_in_module
@@ -23,15 +23,13 @@ INDEX_FORMAT = 2
 
 
 
-def local_builtins(package: str, names: Iterable[str]) -> dict[str, Any]:
-    """The builtins of packaged host code that imports project modules (localmods.py; ``names``: their dotted
-    names as the code imports them, or a set of top-level names the caller may grow): ``import`` and
-    ``from ... import`` of those names get the package's copies, ``<package>._ops._local.<name>``, so nothing
-    lands in ``sys.modules`` under the project's own names (a deployed process may have other modules of the same
-    names)."""
+def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
+    """The builtins of packaged host code that imports project modules (localmods.py; ``tops``: their top-level
+    names, a set the caller may grow): ``import`` and ``from ... import`` of those names get the package's copies,
+    ``<package>._ops._local.<name>``, so nothing lands in ``sys.modules`` under the project's own names (a deployed
+    process may have other modules of the same names)."""
     import builtins
 
-    tops = names if isinstance(names, set) else {n.partition(".")[0] for n in names}  # a set: read live
     base = f"{package}._ops._local."
     real = builtins.__import__
 

@@ -458,7 +458,7 @@ class _Tuner:
 
     def __init__(self, plan: BuildPlan, db: TuningDatabase, options: TuneOptions,
                  device: dict[str, Any], target: str, run: TuneRun, progress: ProgressFn | None,
-                 compiles: _Compiles) -> None:
+                 compiles: _Compiles, source: dict[str, dict[str, str]]) -> None:
         self.plan = plan
         self.db = db
         self.options = options
@@ -470,11 +470,12 @@ class _Tuner:
         self.lock = threading.Lock()
         self.compiled = compiles.compiled
         self.ceilings = Ceilings(float(device["peak_bytes_per_s"]), float(device["peak_flops"]), int(device["sms"]))
+        # source: each kernel's source_hashes, computed once when tune() sorted the rows
         self.provenance = {
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
                              triton=_triton_version(), driver=device.get("driver", ""), cuda=device.get("cuda", ""),
-                             torch=device.get("torch", ""), forge_aot=__version__, **source_hashes(kp))
-            for name, kp in plan.kernels.items()}
+                             torch=device.get("torch", ""), forge_aot=__version__, **source[name])
+            for name in plan.kernels}
 
     def payload(self, item: TuneItem, c: ConfigChoice) -> dict[str, Any] | None:
         """What the worker needs of a candidate: its config and its compiled binaries (None if none compiled)."""
@@ -916,7 +917,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             stage("sorted")
             hashes = sorted((h["source_sha256"], h["code_sha256"]) for h in source.values())
             fingerprint = hashlib.sha256(json.dumps([triton, hashes]).encode()).hexdigest()[:16]
-            state.update(todo=todo, current=current,
+            state.update(todo=todo, current=current, source=source,
                          compiles=_Compiles(plan, todo, pool, (work / "tune" / f"binaries-{fingerprint}").resolve()),
                          compile_start=time.perf_counter() - wall_start)
 
@@ -953,7 +954,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
         run = TuneRun(device, target, gpus, notes=notes + db.warnings, database=str(db_dir), boot_wall=boot_wall,
                       compile_started_at=state["compile_start"], boot_stages=stages)
         run.items += state["current"]
-        tuner = _Tuner(plan, db, options, device, target, run, progress, compiles)
+        tuner = _Tuner(plan, db, options, device, target, run, progress, compiles, state["source"])
         _pipeline(tuner, compiles, state["todo"], clients, run, _setup_command(plan, root), wall_start)
     finally:
         closing = time.perf_counter()
