@@ -74,14 +74,22 @@ CHILD_BREAKDOWN = textwrap.dedent("""
                 stages[label] = stages.get(label, 0.0) + clock() - t
         setattr(owner, name, wrapper)
 
+    timed(torch.library.Library, "__init__", "  import package: torch.library.Library()")
+    timed(torch.library.Library, "define", "  import package: Library.define (custom ops)")
+    timed(torch.library.Library, "impl", "  import package: Library.impl (real, Meta)")
     t0 = clock()
     import forge_kernels
     stages["import package"] = clock() - t0
     rt = "forge_kernels._runtime."
     t = clock()
-    for m in ("errors", "host_triton", "packing", "tables", "fastpath", "kernel", "drivers", "cuda", "launch",
-              "host_modules"):  # what a first call needs (expressions: only for a key between table rows)
-        importlib.import_module(rt + m)
+    for m in ("errors", "host_triton", "packing", "tables", "_fastlaunch", "fastpath", "kernel", "drivers", "cuda",
+              "launch", "host_modules"):  # what a first call needs (expressions: only for a key between table rows)
+        tm = clock()
+        try:
+            importlib.import_module(rt + m)
+        except ImportError:  # a wheel without the C launch path
+            pass
+        stages["  import " + m] = clock() - tm
     stages["import runtime modules"] = clock() - t
     hm, launch, kernel = (sys.modules[rt + m] for m in ("host_modules", "launch", "kernel"))
     timed(hm, "load_index", "index json (host module part)")

@@ -12,7 +12,12 @@ median µs per call and the spread (min - max) over rounds:
   forge-aot kernel[grid] Python   the same handle, C path turned off (fastpath.use_c_launch(handle, False)):
                                   exactly the pure-Python path a wheel without the extension (or with
                                   FORGE_NO_C_LAUNCH=1) takes
+  forge-aot kernel[grid] Python + C launcher   the Python path's binding and table lookup, then the C launcher
+                                  packs and launches: what a call the C path leaves to Python gets (a kernel with
+                                  @triton.heuristics or config pre-hooks, keyword runtime arguments)
+  forge-aot kernel[lambda grid] C the C path with a grid function, as host code usually writes it
   forge-aot op (allocates) C / Python   the exported op (output allocation, host code, launch), both paths
+  forge-aot host function C       the op's host function called directly (the op less its export wrapper)
   C cuLaunchKernel floor          cuLaunchKernel in a C loop on the very cubin the wheel ships
                                   (benchmarks/launch/launch_floor.c, compiled here with `cc`), back to back: once
                                   the driver's queue fills, the GPU's pace for these tiny kernels
@@ -24,7 +29,8 @@ and, to show where the C path's time goes:
   forge-aot kernel[(0,)](...) C   (4 arguments) the C path with an empty grid: everything (argument reading,
                                   lookup) but the stream query and the driver call
 
-A third table times the pieces the C path and the op call into, one by one (``--no-pieces`` leaves it out).
+A third table times the pieces the C path and the op call into, one by one (``--no-pieces`` leaves it out),
+among them the C ``Launcher`` alone on ready addresses and vector_add's host code up to its launch.
 
 Needs the forge_launch wheel (built with the C launch path, i.e. on a machine with a C compiler and Python.h) and
 Triton (for the JIT rows). From the repository root on the GPU machine:
@@ -84,7 +90,27 @@ def pieces(torch, package, x, y, n: int) -> dict[str, Contender]:
     host_triton = importlib.import_module(f"{package.__name__}._runtime.host_triton").host_triton
     raw_stream = torch._C._cuda_getCurrentRawStream
     meta = {"BLOCK_SIZE": 1024}
+    add = importlib.import_module(f"{package.__name__}._ops.vector_add").add_kernel
+    launchers = [lch.c_launcher() for state in add._states.values() for lch in state.launchers.values()]
+    c_launcher = next((lch for lch in launchers if lch is not None), None)
+    addresses = (x.data_ptr(), y.data_ptr(), x.data_ptr(), n)
+    grid = ((n + 1023) // 1024,)
+
+    def body(x: object, y: object) -> object:  # vector_add's host code up to its launch
+        if x.shape != y.shape or x.dtype != y.dtype:  # type: ignore[attr-defined]
+            raise ValueError
+        x, y = x.contiguous(), y.contiguous()  # type: ignore[attr-defined]
+        out = torch.empty_like(x)
+        n = x.numel()  # type: ignore[attr-defined]
+        (lambda meta: (host_triton.cdiv(n, meta["BLOCK_SIZE"]),))
+        return out
+
+    rows = {} if c_launcher is None else {
+        # the C Launcher alone, arguments already addresses: stream, context check, cuLaunchKernel (writes x)
+        "C launcher(grid, addresses)": Contender(lambda: c_launcher(grid, addresses))}
     return {
+        **rows,
+        "op host code before its launch": Contender(lambda: body(x, y)),
         "empty loop body (lambda: None)": Contender(lambda: None),
         "x.data_ptr()": Contender(lambda: x.data_ptr()),
         "x.get_device()": Contender(lambda: x.get_device()),
@@ -98,9 +124,11 @@ def pieces(torch, package, x, y, n: int) -> dict[str, Contender]:
 
 
 class Contender:
-    """A timed callable; ``use_c`` (True/False/None) sets the forge-aot handles' launch path before it runs."""
+    """A timed callable; ``use_c`` sets the forge-aot handles' launch path before it runs: True (the C path),
+    False (pure Python), "launcher" (Python binding, the C launcher packing and launching: what calls the C path
+    leaves to Python get, heuristics kernels' for one), None (leave as it is)."""
 
-    def __init__(self, fn: Callable[[], object], use_c: bool | None = None) -> None:
+    def __init__(self, fn: Callable[[], object], use_c: bool | str | None = None) -> None:
         self.fn = fn
         self.use_c = use_c
 
@@ -127,16 +155,20 @@ def main() -> None:
     n = 4096
     x, y, z, w = (torch.randn(n, device="cuda") for _ in range(4))
     o = torch.empty_like(x)
-    add = importlib.import_module("forge_launch._ops.vector_add").add_kernel
+    add_module = importlib.import_module("forge_launch._ops.vector_add")
+    add, add_host = add_module.add_kernel, getattr(add_module.vector_add, "__forge_host__", add_module.vector_add)
+    cdiv = importlib.import_module("forge_launch._runtime.host_triton").cdiv
     a19 = importlib.import_module("forge_launch._ops.launch_kernels").args19_kernel
     handles = (add, a19)
     grid = (triton.cdiv(n, 1024),)
     a19_args = (o, x, y, z, w, n, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
 
-    def set_path(use_c: bool | None) -> None:
+    def set_path(use_c: bool | str | None) -> None:
         if use_c is not None:
             for h in handles:
-                fastpath.use_c_launch(h, use_c)
+                fastpath.use_c_launch(h, use_c is True)
+                if use_c == "launcher":
+                    h._c_launch = True
 
     torch_rows = {
         "torch.add(x, y, out=o)": Contender(lambda: torch.add(x, y, out=o)),
@@ -148,9 +180,14 @@ def main() -> None:
             "triton-jit kernel[grid](...)": Contender(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
             "forge-aot kernel[grid](...) C": Contender(lambda: add[grid](x, y, o, n), True),
             "forge-aot kernel[(0,)](...) C": Contender(lambda: add[(0,)](x, y, o, n), True),
+            "forge-aot kernel[lambda grid](...) C": Contender(lambda: add[lambda m: (cdiv(n, m["BLOCK_SIZE"]),)](
+                x, y, o, n), True),
             # py_base.__getitem__ is what kernel[grid] is without the extension: the pure-Python path, exactly
             "forge-aot kernel[grid](...) Python": Contender(lambda: py_base.__getitem__(add, grid)(x, y, o, n), False),
+            "forge-aot kernel[grid](...) Python + C launcher": Contender(
+                lambda: py_base.__getitem__(add, grid)(x, y, o, n), "launcher"),
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.vector_add(x, y), True),
+            "forge-aot host function (no export wrapper) C": Contender(lambda: add_host(x, y), True),
             "forge-aot op (allocates) Python": Contender(lambda: forge_launch.vector_add(x, y), False),
         },
         "19 args": {
@@ -159,6 +196,8 @@ def main() -> None:
             "forge-aot kernel[grid](...) C": Contender(lambda: a19[grid](*a19_args, BLOCK=1024), True),
             "forge-aot kernel[grid](...) Python": Contender(
                 lambda: py_base.__getitem__(a19, grid)(*a19_args, BLOCK=1024), False),
+            "forge-aot kernel[grid](...) Python + C launcher": Contender(
+                lambda: py_base.__getitem__(a19, grid)(*a19_args, BLOCK=1024), "launcher"),
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.args19(x, y, z, w), True),
             "forge-aot op (allocates) Python": Contender(lambda: forge_launch.args19(x, y, z, w), False),
         },

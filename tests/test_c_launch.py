@@ -397,6 +397,51 @@ def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add
     assert tuned._fast is None and not rt.fastpath.use_c_launch(tuned, True)
 
 
+def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_path, monkeypatch) -> None:
+    """A kernel with heuristics (never on the C path) binds in Python and launches through the C launcher: the
+    driver gets the bytes the pure-Python launch gives it, the ctypes types are never made, and a value the C
+    launcher leaves to Python (a NaN float) still launches, through ctypes."""
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    params = [*ADD[:4], ["s", "fp32"], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
+    fake.block_size, fake.nparams = 48, 6
+    tuned = _kernel(rt, tmp_path, "heur_c", params, specs=["xxxx"], binary_fields={"heur": {"EVEN": False}})
+    tuned.add_heuristics({"EVEN": lambda nargs: nargs["n"] % 2 == 0})
+    assert tuned._fast is None
+    python_launches = []
+    original = rt._BinaryLauncher.__call__
+    monkeypatch.setattr(rt._BinaryLauncher, "__call__",
+                        lambda self, grid, values: (python_launches.append(1), original(self, grid, values))[1])
+    records = {}
+    for use_c in (True, False):
+        tuned._c_launch = use_c
+        tuned[(3,)](x, y, o, 17, 2.5)
+        records[use_c] = fake.launch_record()
+    assert records[True] == records[False] and python_launches == [1]
+    ((launcher,),) = [list(state.launchers.values()) for state in tuned._states.values()]
+    assert launcher.c_launcher() is not None
+    tuned._c_launch = True
+    tuned[(3,)](x, y, o, 17, float("nan"))  # NaN: the C launcher leaves it to ctypes, which launches it
+    assert python_launches == [1, 1]
+    nan_block = fake.launch_record()[6]
+    assert struct.unpack_from("<f", nan_block, 28)[0] != struct.unpack_from("<f", nan_block, 28)[0]
+
+
+def test_parameter_block_layout_matches_ctypes(rt, fake, tmp_path) -> None:
+    """The launcher computes the C layout itself (no ctypes types unless the Python launch runs): the same
+    offsets and size as the ctypes structure, for every scalar type between pointers."""
+    for ty in SCALARS:
+        params = [["x_ptr", "*fp32"], ["a", "i8"], ["s", ty], ["b", "i16"], ["c", ty], ["BLOCK", "meta"]]
+        k = _kernel(rt, tmp_path / ty, "lay", params)
+        (b,) = k.variants["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"].values()
+        launcher = rt._BinaryLauncher(k, b, str(tmp_path / ty / b["path"]), 0, 232448)
+        assert "args_type" not in vars(launcher)
+        offsets, size = list(launcher.offsets), launcher.block_size
+        import ctypes
+
+        assert ctypes.sizeof(launcher.args_type) == size  # args_type checks the offsets when it is made
+        assert offsets == launcher.offsets and launcher.packer.size <= size
+
+
 def test_backends_that_change_the_launch_keep_the_generic_path(rt, tmp_path) -> None:
     class Tuning(rt.BinaryBackend):
         def launch(self, *args):

@@ -13,7 +13,7 @@ keyword, ``LAUNCHES.skip``...), goes to ``Kernel.run`` untouched: errors and rar
 
 Without the extension (a wheel built without a C compiler, a ``.so`` that does not load on this machine) or
 with ``FORGE_NO_C_LAUNCH=1`` in the environment, the runtime is pure Python. ``use_c_launch(kernel, False)``
-turns the C path off for one kernel handle.
+turns the C path off for one kernel handle (its launches then pack through ctypes too: the pure-Python path).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
     extension is absent, the backend is not the packaged one, or the kernel's calls never qualify)."""
     if c is None or not isinstance(kernel, c.KernelBase):
         return False
+    kernel._c_launch = enabled
     fast = plan(kernel) if enabled and launches_from_c(kernel) else None
     kernel._set_fast(fast)
     return fast is not None

@@ -86,6 +86,9 @@ class Kernel(KernelBase):
     as Triton's JIT) and launches on torch's current stream.
     """
 
+    _c_launch = True
+    """Whether launches may go through the C launcher (fastpath.use_c_launch turns it off per handle)."""
+
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]],
                  backend: Any) -> None:
         self.name = name

@@ -134,8 +134,17 @@ class BinaryBackend:
         launcher = state.launchers.get((config.id, heur, spec))
         if launcher is None:
             launcher = self._launcher(kernel, state, config, heur, spec)
+        # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
+        # path cannot take whole (heuristics, pre-hooks, keywords) still skip the ctypes packing.
+        c_launcher = launcher.c_launcher() if kernel._c_launch and hasattr(launcher, "c_launcher") else None
         try:
-            launcher(grid, values)
+            if c_launcher is None:
+                launcher(grid, values)
+            else:
+                try:
+                    c_launcher(grid, values)
+                except (TypeError, ValueError):  # a grid or a value it leaves to the Python launcher (NaN, numpy)
+                    launcher(grid, values)
         except struct.error:
             for i, name, ty, lo, hi in kernel.int_checks:
                 if not lo <= values[i] <= hi:
@@ -207,25 +216,21 @@ class _BinaryLauncher:
             if ones else None
         params = [kernel.runtime[i] for i in kept]
         self.kinds = [fastpath.kind(ty) for _, ty in params]
-        fields = []
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
-        for j, (_, ty) in enumerate(params):
-            fields.append((f"a{j}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]))
-        # Triton 3.6 kernels take two trailing pointers: global scratch and profile scratch.
-        fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
-        self.args_type = type("Args", (ctypes.Structure,), {"_fields_": fields})
-        self.offsets = [getattr(self.args_type, name).offset for name, _ in fields]
-        # One struct.pack_into fills the whole parameter block: explicit padding reproduces the C layout.
-        codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for _, ty in params] + ["Q", "Q"]
-        fmt, pos = "<", 0
-        for off, code in zip(self.offsets, codes):
-            fmt += "x" * (off - pos) + code
-            pos = off + struct.calcsize("<" + code)
-        self.packer = struct.Struct(fmt)
-        self.params_type = ctypes.c_void_p * len(fields)
+        # The parameter block's C layout (each scalar aligned to its size, as ctypes lays out the Args struct
+        # the Python path packs), with the two trailing pointers of Triton 3.6 kernels: global and profile
+        # scratch. Computed here, not through ctypes: where the C launcher serves, the ctypes types are never made.
+        self._types = [ty for _, ty in params]
+        self._codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for ty in self._types] + ["Q", "Q"]
+        self.offsets, pos = [], 0
+        for code in self._codes:
+            size = struct.calcsize("<" + code)
+            pos = (pos + size - 1) // size * size
+            self.offsets.append(pos)
+            pos += size
+        self.block_size = (pos + 7) // 8 * 8
         self.cuda = self.drv.backend == "cuda"
         self.ctx = self.drv.primary_context(device) if self.cuda else 0
-        self._tls = threading.local()
         try:
             self.raw_stream = torch._C._cuda_getCurrentRawStream
         except AttributeError:  # pragma: no cover - older torch
@@ -247,12 +252,40 @@ class _BinaryLauncher:
                 try:
                     self._c = fastpath.c.Launcher(
                         self.function, self.ctx, self.block, self.shared, tuple(self.kept), bytes(self.kinds),
-                        tuple(self.offsets), ctypes.sizeof(self.args_type), self.global_scratch,
+                        tuple(self.offsets), self.block_size, self.global_scratch,
                         self.profile_scratch, scratch, self.raw_stream, self.device, self.drv.check, self.name,
                         points["launch"], points["ctx_get"], points["ctx_push"], points["ctx_pop"])
                 except (TypeError, ValueError, OverflowError):
                     self._c = None
         return self._c
+
+    # The pure-Python launch's own state, made on its first launch (a launch the C launcher serves needs none).
+    @functools.cached_property
+    def args_type(self) -> Any:
+        """The parameter block as a ctypes structure (its layout is ``offsets``)."""
+        fields = [(f"a{j}", ctypes.c_uint64 if ty.startswith("*") else _CTYPES[ty]) for j, ty in enumerate(self._types)]
+        fields += [("global_scratch", ctypes.c_uint64), ("profile_scratch", ctypes.c_uint64)]
+        args_type = type("Args", (ctypes.Structure,), {"_fields_": fields})
+        assert [getattr(args_type, name).offset for name, _ in fields] == self.offsets
+        assert ctypes.sizeof(args_type) == self.block_size
+        return args_type
+
+    @functools.cached_property
+    def packer(self) -> struct.Struct:
+        """One ``pack_into`` fills the whole parameter block: explicit padding reproduces the C layout."""
+        fmt, pos = "<", 0
+        for off, code in zip(self.offsets, self._codes):
+            fmt += "x" * (off - pos) + code
+            pos = off + struct.calcsize("<" + code)
+        return struct.Struct(fmt)
+
+    @functools.cached_property
+    def params_type(self) -> Any:
+        return ctypes.c_void_p * len(self.offsets)
+
+    @functools.cached_property
+    def _tls(self) -> threading.local:
+        return threading.local()
 
     def __call__(self, grid: Sequence[int], values: list[Any]) -> None:
         gx = grid[0]
