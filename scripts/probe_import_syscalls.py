@@ -25,6 +25,11 @@ def per_call_us(fn, n: int = 2000) -> float:
     return statistics.median(samples)
 
 
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def main() -> None:
     package = sys.argv[1] if len(sys.argv) > 1 else "forge_kernels"
     spec = importlib.util.find_spec(package)
@@ -44,7 +49,7 @@ def main() -> None:
         rows = {
             "os.stat(file)": per_call_us(lambda: os.stat(small)),
             "os.listdir(runtime dir)": per_call_us(lambda: os.listdir(rt), 500),
-            "open+read+close (small file)": per_call_us(lambda: open(small, "rb").read()),
+            "open+read+close (small file)": per_call_us(lambda: read_file(small)),
             "getpid (a cheap syscall)": per_call_us(os.getpid),
         }
         t = time.perf_counter()
@@ -53,7 +58,7 @@ def main() -> None:
         rows["import a one-line module (fresh, pyc cached)"] = (time.perf_counter() - t) / 200 * 1e6
         sys.path.remove(tmp)
     for name in sorted(os.listdir(os.path.join(rt, "__pycache__"))):
-        data = open(os.path.join(rt, "__pycache__", name), "rb").read()
+        data = read_file(os.path.join(rt, "__pycache__", name))
         rows[f"marshal.loads {name} ({len(data)} B)"] = per_call_us(lambda d=data: marshal.loads(d[16:]), 200)
     print("sys.meta_path:", [type(f).__name__ if not isinstance(f, type) else f.__name__ for f in sys.meta_path])
     print("sys.path_hooks:", len(sys.path_hooks), "sys.path:", len(sys.path))
