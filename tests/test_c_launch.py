@@ -426,6 +426,25 @@ def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_
     assert struct.unpack_from("<f", nan_block, 28)[0] != struct.unpack_from("<f", nan_block, 28)[0]
 
 
+@pytest.mark.parametrize("nint,ones", [(63, 2), (64, 1), (65, 2)])
+def test_many_arguments_some_dropped_launch_alike(rt, fake, tmp_path, nint, ones) -> None:
+    """Beyond 64 runtime arguments the C path refuses the kernel; a binary with arguments specialized to 1 can
+    still keep 64 or fewer, at positions beyond 64: its C launcher must refuse them too (it once wrote past its
+    stack array), and the launch goes through ctypes with the same bytes."""
+    params = [["x_ptr", "*fp32"]] + [[f"a{i}", "i32"] for i in range(nint)] + [["BLOCK", "meta"]]
+    k = _kernel(rt, tmp_path, "big", params, specs=["x" + "1" * ones + "x" * (nint - ones)])
+    fake.block_size, fake.nparams = (8 + 4 * (nint - ones) + 7) // 8 * 8 + 16, 1 + nint - ones + 2
+    args = [_tensor(0)] + [1] * ones + [0x11110000 + i for i in range(ones, nint)]
+    records = {}
+    for use_c in (False, True):
+        k._c_launch = use_c
+        k[(3, 1, 1)](*args)
+        records[use_c] = fake.launch_record()
+    assert records[False] == records[True]
+    ((launcher,),) = [list(state.launchers.values()) for state in k._states.values()]
+    assert (launcher.c_launcher() is None) == (nint + 1 > 64)
+
+
 def test_parameter_block_layout_matches_ctypes(rt, fake, tmp_path) -> None:
     """The launcher computes the C layout itself (no ctypes types unless the Python launch runs): the same
     offsets and size as the ctypes structure, for every scalar type between pointers."""

@@ -227,6 +227,14 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
         PyErr_SetString(PyExc_ValueError, "parameter layout does not fit the C launch path");
         goto fail;
     }
+    for (int j = 0; j < L->n_kept; j++) {
+        /* Positions index the call's values (at most MAX_ARGS of them): a kernel with more runtime arguments,
+         * some specialized to 1 and dropped, keeps positions beyond that; such a binary launches through ctypes. */
+        if (L->idx[j] < 0 || L->idx[j] >= MAX_ARGS) {
+            PyErr_SetString(PyExc_ValueError, "argument position beyond the C launch path's limit");
+            goto fail;
+        }
+    }
     for (int j = 0; j < n_off; j++) {
         int width = j < L->n_kept ? kind_size[L->kind[j]] : 8;
         if (L->offset[j] < 0 || L->offset[j] + width > size) {

@@ -136,15 +136,16 @@ class BinaryBackend:
             launcher = self._launcher(kernel, state, config, heur, spec)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
         # path cannot take whole (heuristics, pre-hooks, keywords) still skip the ctypes packing.
-        c_launcher = launcher.c_launcher() if kernel._c_launch and hasattr(launcher, "c_launcher") else None
+        # (Only for the launcher class itself: a subclass that changes the launch keeps it.)
+        c_launcher = launcher.c_launcher() if kernel._c_launch and type(launcher) is _BinaryLauncher else None
         try:
             if c_launcher is None:
                 launcher(grid, values)
             else:
                 try:
                     c_launcher(grid, values)
-                except (TypeError, ValueError):  # a grid or a value it leaves to the Python launcher (NaN, numpy)
-                    launcher(grid, values)
+                except (TypeError, ValueError, OverflowError):  # raised before any launch: a grid or value it
+                    launcher(grid, values)  # leaves to the ctypes launcher (NaN, numpy scalars, huge grids)
         except struct.error:
             for i, name, ty, lo, hi in kernel.int_checks:
                 if not lo <= values[i] <= hi:
