@@ -86,6 +86,8 @@ configs = [
 ]
 inputs = "tune_inputs"
 reference = "reference"
+# the tiled kernel itself: on Hopper the matmul op takes matmul_tma for large problems
+op = "_matmul_tiled"
 flops = "2 * M * N * K"
 search = "{search}"
 
