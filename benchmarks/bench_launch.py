@@ -1,9 +1,10 @@
 """Host time per launch: torch eager, Triton's JIT, forge-aot's C and pure-Python launch paths, its ops, the C floor.
 
-For a 4-argument kernel (vector add) and a 19-argument one (benchmarks/launch/launch_kernels.py, launched with the
-call-site constexpr BLOCK=1024), on tiny inputs so that the host, not the GPU, sets the pace. Contenders, in one
-process, timed over --calls calls per round, --rounds rounds, interleaved in rotating order; reported: the
-median µs per call and the spread (min - max) over rounds:
+For a 4-argument kernel (vector add), a 19-argument one (benchmarks/launch/launch_kernels.py, launched with the
+call-site constexpr BLOCK=1024) and a 4-argument one with a @triton.heuristics value (EVEN: n divisible by
+BLOCK), on tiny inputs so that the host, not the GPU, sets the pace. Contenders, in one process, timed over
+--calls calls per round, --rounds rounds, interleaved in rotating order; reported: the median µs per call and the
+spread (min - max) over rounds:
 
   torch.add(x, y, out=o)          torch eager, no allocation (the same rows in both cases, for reference)
   torch x + y (allocates)         torch eager with its output allocation
@@ -146,6 +147,7 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "benchmarks" / "launch"))
+    from launch_kernels import add_heur_kernel as jit_add_heur
     from launch_kernels import args19_kernel as jit_args19
 
     from kernels.vector_add import add_kernel as jit_add
@@ -158,8 +160,9 @@ def main() -> None:
     add_module = importlib.import_module("forge_launch._ops.vector_add")
     add, add_host = add_module.add_kernel, getattr(add_module.vector_add, "__forge_host__", add_module.vector_add)
     cdiv = importlib.import_module("forge_launch._runtime.host_triton").cdiv
-    a19 = importlib.import_module("forge_launch._ops.launch_kernels").args19_kernel
-    handles = (add, a19)
+    launch_module = importlib.import_module("forge_launch._ops.launch_kernels")
+    a19, heur = launch_module.args19_kernel, launch_module.add_heur_kernel
+    handles = (add, a19, heur)
     grid = (triton.cdiv(n, 1024),)
     a19_args = (o, x, y, z, w, n, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
 
@@ -201,6 +204,16 @@ def main() -> None:
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.args19(x, y, z, w), True),
             "forge-aot op (allocates) Python": Contender(lambda: forge_launch.args19(x, y, z, w), False),
         },
+        "4 args + @triton.heuristics": {
+            **torch_rows,
+            "triton-jit kernel[grid](...)": Contender(lambda: jit_add_heur[grid](x, y, o, n, BLOCK=1024)),
+            "forge-aot kernel[grid](...) C": Contender(lambda: heur[grid](x, y, o, n, BLOCK=1024), True),
+            "forge-aot kernel[grid](...) Python + C launcher": Contender(
+                lambda: py_base.__getitem__(heur, grid)(x, y, o, n, BLOCK=1024), "launcher"),
+            "forge-aot kernel[grid](...) Python": Contender(
+                lambda: py_base.__getitem__(heur, grid)(x, y, o, n, BLOCK=1024), False),
+            "forge-aot op (allocates) C": Contender(lambda: forge_launch.add_heur(x, y), True),
+        },
     }
     c_loaded = fastpath.c is not None
     if not c_loaded:
@@ -214,7 +227,7 @@ def main() -> None:
     torch.cuda.synchronize()
     set_path(True)
     served = {}
-    for name, h in (("4 args", add), ("19 args", a19)):
+    for name, h in (("4 args", add), ("19 args", a19), ("4 args + @triton.heuristics", heur)):
         for _ in range(3):
             cases[name]["forge-aot kernel[grid](...) C"].fn()
         served[name] = bool(h._fast is not None and h._fast.size() > 0)
@@ -238,7 +251,7 @@ def main() -> None:
         results[case] = {k: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
                          for k, v in samples.items()}
         samples_out[case] = samples
-        for row, floor in floors[case].items():
+        for row, floor in floors.get(case, {}).items():
             if floor is not None:
                 results[case][row] = {"median_us": floor, "min_us": floor, "max_us": floor}
     if not args.no_pieces:

@@ -373,7 +373,7 @@ def test_call_site_constexprs_and_launch_options_as_keywords(rt, fake, args19) -
     assert errors[True][1][0] is rt.NotBuiltError and errors[True][4] is None
 
 
-def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
+def test_launches_skip_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     add[(4,)](x, y, o, 4096)
     calls = fake.calls
@@ -389,60 +389,107 @@ def test_launches_skip_and_heuristics_and_pre_hooks_stay_in_python(rt, fake, add
     for _ in range(3):
         hooked[(1,)](x, y, o, 5)
     assert ran == [5, 5, 5] and hooked._fast is None  # kernels with config pre-hooks never take the C path
-    # heuristics run on the host at each call: registering one takes the kernel off the C path, for good
-    params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
-    tuned = _kernel(rt, tmp_path, "heur", params, specs=["xxxx"])
-    assert tuned._fast is not None
-    tuned.add_heuristics({"EVEN": lambda nargs: nargs["n"] % 2 == 0})
-    assert tuned._fast is None and not rt.fastpath.use_c_launch(tuned, True)
+
+
+def _heuristics_kernel(rt, fake, tmp_path, name):
+    """add with two heuristics (EVEN from n; HALF from EVEN, which it reads by name) and a binary per EVEN."""
+    params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"], ["HALF", "heuristic"]]
+    spec = cs.kernel_spec(tmp_path, name, params, specs=["xxxx"])
+    binaries = {}
+    for even in (True, False):
+        b = cs.binary(tmp_path, name, f"xxxx-{even}", heur={"EVEN": even, "HALF": 512})
+        b["spec"] = "xxxx"
+        binaries[f"xxxx-{even}"] = b
+    spec["variants"]["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"] = binaries
+    k = rt.Kernel(name, spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    seen = []
+    k.add_heuristics({"EVEN": lambda nargs: (seen.append(sorted(nargs)), nargs["n"] % 2 == 0)[1]})
+    k.add_heuristics({"HALF": lambda nargs: nargs["BLOCK"] // 2 if nargs["EVEN"] in (True, False) else None})
+    fake.block_size, fake.nparams = 48, 6
+    return k, seen
+
+
+def test_heuristics_kernels_take_the_c_path(rt, fake, tmp_path) -> None:
+    """A kernel with @triton.heuristics: the C path calls the heuristics on the same arguments by name the Python
+    path gives them (runtime arguments, call-site values, the config's keyword arguments, earlier heuristics'
+    values), launches the binary the Python path resolved for those values with the same bytes and grid (a grid
+    function sees the heuristic values), and leaves values it has not seen to the Python path, once each."""
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    k, seen = _heuristics_kernel(rt, fake, tmp_path, "heurc")
+    assert k._fast is not None
+    grids = []
+
+    def grid(meta):
+        grids.append((meta["EVEN"], meta["HALF"], meta["BLOCK"]))
+        return (3 if meta["EVEN"] else 5,)
+
+    for n in (4096, 4095):
+        records, fallbacks = _launch_both(rt, fake, k, grid, (x, y, o, n))
+        assert records[0] == records[1] == records[2] and fallbacks == 1
+        assert records[0][1] == ((3 if n % 2 == 0 else 5), 1, 1)
+    # each call called each heuristic once, on the same names in both paths
+    assert len(seen) == 6 and all(names == seen[0] for names in seen)
+    assert set(seen[0]) == {"x_ptr", "y_ptr", "out_ptr", "n", "BLOCK", "num_warps", "num_ctas", "num_stages"}
+    assert grids[-1] == (False, 512, 1024)
+    # remembered now: n = 4095 (EVEN False, n not divisible by 16; switching paths in _launch_both forgot 4096). An
+    # even n not divisible by 16 and n = 4096 are new to the C path once each; then every call stays in C
+    calls = []
+    k.run = lambda g, a, kw: (calls.append(a[3]), type(k).run(k, g, a, kw))[1]
+    try:
+        for n in (10, 11, 12, 10, 11, 12, 4096, 4095):
+            k[grid](x, y, o, n)
+    finally:
+        del k.run
+    assert calls == [10, 4096]
+    # a grid function that reads an argument by name gets the arguments with the heuristic values
+    named = []
+    k[lambda nargs: (named.append((nargs["n"], nargs["EVEN"])), (1,))[1]](x, y, o, 7)
+    assert named == [(7, False)]
+
+
+def test_heuristics_errors_are_the_python_paths(rt, fake, tmp_path) -> None:
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    k, _ = _heuristics_kernel(rt, fake, tmp_path, "heurerr")
+    k[(1,)](x, y, o, 8)
+    k[(1,)](x, y, o, 8)
+    assert k._fast.size() == 1
+    k.heuristics[0] = ("EVEN", lambda nargs: 1 / 0)
+    rt.fastpath.use_c_launch(k, True)  # re-read with the failing heuristic
+    errors = []
+    for use_c in (True, False):
+        rt.fastpath.use_c_launch(k, use_c)
+        with pytest.raises(ZeroDivisionError) as info:
+            k[(1,)](x, y, o, 8)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
 
 
 def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_path, monkeypatch) -> None:
-    """A kernel with heuristics (never on the C path) binds in Python and launches through the C launcher: the
-    driver gets the bytes the pure-Python launch gives it, the ctypes types are never made, and a value the C
-    launcher leaves to Python (a NaN float) still launches, through ctypes."""
+    """A call the C path leaves to Python (runtime arguments as keywords) binds in Python and launches through
+    the C launcher: the driver gets the bytes the pure-Python launch gives it, no ctypes launch runs, and a value
+    the C launcher leaves to Python (a NaN float) still launches, through ctypes."""
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
-    params = [*ADD[:4], ["s", "fp32"], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
+    params = [*ADD[:4], ["s", "fp32"], ["BLOCK", "meta"]]
     fake.block_size, fake.nparams = 48, 6
-    tuned = _kernel(rt, tmp_path, "heur_c", params, specs=["xxxx"], binary_fields={"heur": {"EVEN": False}})
-    tuned.add_heuristics({"EVEN": lambda nargs: nargs["n"] % 2 == 0})
-    assert tuned._fast is None
+    k = _kernel(rt, tmp_path, "kw_c", params, specs=["xxxx"])
     python_launches = []
     original = rt._BinaryLauncher.__call__
     monkeypatch.setattr(rt._BinaryLauncher, "__call__",
                         lambda self, grid, values: (python_launches.append(1), original(self, grid, values))[1])
     records = {}
     for use_c in (True, False):
-        tuned._c_launch = use_c
-        tuned[(3,)](x, y, o, 17, 2.5)
+        k._c_launch = use_c
+        k[(3,)](x, y, o, n=17, s=2.5)
         records[use_c] = fake.launch_record()
     assert records[True] == records[False] and python_launches == [1]
-    ((launcher,),) = [list(state.launchers.values()) for state in tuned._states.values()]
+    assert k._fast.size() == 0  # keyword calls are never remembered for the C path
+    ((launcher,),) = [list(state.launchers.values()) for state in k._states.values()]
     assert launcher.c_launcher() is not None
-    tuned._c_launch = True
-    tuned[(3,)](x, y, o, 17, float("nan"))  # NaN: the C launcher leaves it to ctypes, which launches it
+    k._c_launch = True
+    k[(3,)](x, y, o, n=17, s=float("nan"))  # NaN: the C launcher leaves it to ctypes, which launches it
     assert python_launches == [1, 1]
     nan_block = fake.launch_record()[6]
     assert struct.unpack_from("<f", nan_block, 28)[0] != struct.unpack_from("<f", nan_block, 28)[0]
-
-
-@pytest.mark.parametrize("nint,ones", [(63, 2), (64, 1), (65, 2)])
-def test_many_arguments_some_dropped_launch_alike(rt, fake, tmp_path, nint, ones) -> None:
-    """Beyond 64 runtime arguments the C path refuses the kernel; a binary with arguments specialized to 1 can
-    still keep 64 or fewer, at positions beyond 64: its C launcher must refuse them too (it once wrote past its
-    stack array), and the launch goes through ctypes with the same bytes."""
-    params = [["x_ptr", "*fp32"]] + [[f"a{i}", "i32"] for i in range(nint)] + [["BLOCK", "meta"]]
-    k = _kernel(rt, tmp_path, "big", params, specs=["x" + "1" * ones + "x" * (nint - ones)])
-    fake.block_size, fake.nparams = (8 + 4 * (nint - ones) + 7) // 8 * 8 + 16, 1 + nint - ones + 2
-    args = [_tensor(0)] + [1] * ones + [0x11110000 + i for i in range(ones, nint)]
-    records = {}
-    for use_c in (False, True):
-        k._c_launch = use_c
-        k[(3, 1, 1)](*args)
-        records[use_c] = fake.launch_record()
-    assert records[False] == records[True]
-    ((launcher,),) = [list(state.launchers.values()) for state in k._states.values()]
-    assert (launcher.c_launcher() is None) == (nint + 1 > 64)
 
 
 def test_parameter_block_layout_matches_ctypes(rt, fake, tmp_path) -> None:

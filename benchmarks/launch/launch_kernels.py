@@ -1,4 +1,5 @@
-"""Kernels for the launch-overhead benchmark: 4 and 19 runtime arguments (bench_launch.py)."""
+"""Kernels for the launch-overhead benchmark: 4 and 19 runtime arguments, and 4 with a @triton.heuristics value
+(bench_launch.py)."""
 
 import torch
 import triton
@@ -23,4 +24,22 @@ def args19(x, y, z, w):
     n = x.numel()
     args19_kernel[(triton.cdiv(n, 1024),)](out, x, y, z, w, n, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0,
                                            BLOCK=1024)
+    return out
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def add_heur_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:  # the heuristic drops the mask when the blocks tile n exactly (a common library pattern)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) + tl.load(y_ptr + offs))
+    else:
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add_heur(x, y):
+    out = torch.empty_like(x)
+    n = x.numel()
+    add_heur_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
     return out

@@ -12,7 +12,9 @@
  *   KernelBase  base class of the runtime's Kernel: `kernel[grid]` returns a Launch (mp_subscript in C).
  *   Launch      `kernel[grid]`; calling it tries the FastKernel, else calls kernel.run(grid, args, kwargs).
  *   FastKernel  per kernel handle: how to read a call's arguments and a cache from (dtypes, device, key
- *               values, specialization) to the Launcher and config the Python path resolved for them.
+ *               values, specialization) to the Launcher and config the Python path resolved for them; for a
+ *               kernel with @triton.heuristics, to the config and, per tuple of heuristic values, the Launcher
+ *               (the heuristics are called here on the arguments by name, as Kernel.run calls them).
  *   Launcher    one loaded binary on one device: parameter-block layout, launch dimensions, driver calls.
  */
 #define PY_SSIZE_T_CLEAN
@@ -453,6 +455,7 @@ typedef struct {
     int used;
     CallKey key;
     PyObject *launcher, *meta, *config, *call;
+    PyObject *kwargs, *by_heur;   /* heuristics kernels: config.all_kwargs(), heuristic values -> Launcher */
 } Entry;
 
 typedef struct {
@@ -467,6 +470,8 @@ typedef struct {
     int n_call;
     PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
     PyObject *tensor_types, *get_device, *data_ptr, *launches;
+    int n_heur;
+    PyObject *runtime_names, *heuristics, *heuristic_names;   /* (name, function) pairs in calling order */
     Entry *table;
     size_t cap, used;
 } FastKernel;
@@ -485,6 +490,7 @@ static void clear_table(FastKernel *F) {
         for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
         for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
         Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
+        Py_XDECREF(e->kwargs); Py_XDECREF(e->by_heur);
     }
     PyMem_Free(old);
 }
@@ -495,6 +501,7 @@ static void FastKernel_dealloc(PyObject *self) {
     clear_table(F);
     Py_XDECREF(F->tensor_types); Py_XDECREF(F->get_device); Py_XDECREF(F->data_ptr); Py_XDECREF(F->launches);
     Py_XDECREF(F->call_names); Py_XDECREF(F->call_defaults); Py_XDECREF(F->missing);
+    Py_XDECREF(F->runtime_names); Py_XDECREF(F->heuristics); Py_XDECREF(F->heuristic_names);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
     Py_DECREF(tp);
@@ -503,12 +510,14 @@ static void FastKernel_dealloc(PyObject *self) {
 static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
-                            "data_ptr", "launches", NULL};
+                            "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
-        *get_device, *data_ptr, *launches;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO", names, &kinds, &ptr_pos, &spec_pos, &spec_ptr,
-                                     &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type, &call_defaults,
-                                     &missing, &types, &get_device, &data_ptr, &launches))
+        *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+                                     &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
+                                     &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
+                                     &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
+                                     &heuristic_names))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -560,6 +569,26 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     Py_INCREF(get_device); F->get_device = get_device;
     Py_INCREF(data_ptr); F->data_ptr = data_ptr;
     Py_INCREF(launches); F->launches = launches;
+    if (heuristics && PyTuple_Size(heuristics)) {
+        /* Every heuristic is a (name, callable) pair; every heuristic parameter gets a value; the arguments
+         * are read by name. */
+        if (!runtime_names || !heuristic_names || PyTuple_Size(runtime_names) != F->n) {
+            PyErr_SetString(PyExc_ValueError, "heuristics need the runtime names and the heuristic names");
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_Size(heuristics); i++) {
+            PyObject *pair = PyTuple_GetItem(heuristics, i);
+            if (!PyTuple_Check(pair) || PyTuple_Size(pair) != 2 || !PyUnicode_Check(PyTuple_GetItem(pair, 0))
+                || !PyCallable_Check(PyTuple_GetItem(pair, 1))) {
+                PyErr_SetString(PyExc_TypeError, "heuristics are (name, callable) pairs");
+                goto fail;
+            }
+        }
+        F->n_heur = (int)PyTuple_Size(heuristics);
+        Py_INCREF(runtime_names); F->runtime_names = runtime_names;
+        Py_INCREF(heuristics); F->heuristics = heuristics;
+        Py_INCREF(heuristic_names); F->heuristic_names = heuristic_names;
+    }
     return (PyObject *)F;
 fail:
     Py_DECREF(F);
@@ -677,8 +706,8 @@ static Entry *find(FastKernel *F, const CallKey *k) {
     }
 }
 
-static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
-                  PyObject *call);
+static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                     PyObject *call, PyObject *kwargs);
 
 static int grow(FastKernel *F) {
     size_t old_cap = F->cap, cap = old_cap ? old_cap * 2 : 16;
@@ -698,14 +727,18 @@ static int grow(FastKernel *F) {
     return 0;
 }
 
-static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
-                  PyObject *call) {
-    if (find(F, k)) return 0;
+/* The entry for k, inserted if new (kwargs: heuristics kernels only); NULL with an exception set on failure. */
+static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
+                     PyObject *call, PyObject *kwargs) {
+    Entry *found = find(F, k);
+    if (found) return found;
     if (F->used >= MAX_CACHED) {                 /* bounded, like ConfigTable's lookup cache */
         clear_table(F);
-        if (find(F, k)) return 0;                /* another thread may have run meanwhile */
+        if ((found = find(F, k))) return found;  /* another thread may have run meanwhile */
     }
-    if ((F->used + 1) * 2 > F->cap && grow(F) < 0) return -1;
+    PyObject *by_heur = NULL;
+    if (kwargs && !(by_heur = PyDict_New())) return NULL;
+    if ((F->used + 1) * 2 > F->cap && grow(F) < 0) { Py_XDECREF(by_heur); return NULL; }
     size_t mask = F->cap - 1, i = (size_t)k->hash & mask;
     while (F->table[i].used) i = (i + 1) & mask;
     Entry *e = &F->table[i];
@@ -716,27 +749,46 @@ static int insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta,
     Py_INCREF(call); e->call = call;
     Py_INCREF(meta); e->meta = meta;
     Py_INCREF(config); e->config = config;
+    Py_XINCREF(kwargs); e->kwargs = kwargs;
+    e->by_heur = by_heur;
     e->used = 1;
     F->used++;
-    return 0;
+    return e;
 }
 
-/* fast.register(args, call, launcher, launch_meta, config, spec) -> bool: remember what the Python path resolved
- * for this call (call: its bound call-site values), if this file reads the call the same way (same
- * specialization string). */
+/* fast.register(args, call, launcher, launch_meta, config, spec, heur=(), config_kwargs=None) -> bool: remember
+ * what the Python path resolved for this call (call: its bound call-site values; for a kernel with heuristics,
+ * the heuristic values it computed and the config's all_kwargs()), if this file reads the call the same way
+ * (same specialization string). */
 static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     FastKernel *F = (FastKernel *)self;
-    PyObject *call_args, *call, *launcher, *meta, *config;
+    PyObject *call_args, *call, *launcher, *meta, *config, *heur = NULL, *kwargs = NULL;
     const char *spec;
     Py_ssize_t spec_len;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOs#", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
-                          &launcher, &meta, &config, &spec, &spec_len))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOs#|O!O", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
+                          &launcher, &meta, &config, &spec, &spec_len, &PyTuple_Type, &heur, &kwargs))
         return NULL;
+    Py_ssize_t n_heur = heur ? PyTuple_Size(heur) : 0;
+    if (n_heur != F->n_heur || (F->n_heur && !(kwargs && PyDict_Check(kwargs)))) {
+        PyErr_SetString(PyExc_ValueError, "register: heuristic values (and the config's keyword arguments) are "
+                                          "given exactly for kernels with heuristics");
+        return NULL;
+    }
     CallKey k;
     uint64_t vals[MAX_ARGS];
     if (!read_call(F, call_args, call, &k, vals)) Py_RETURN_FALSE;
     int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0;
-    if (ok && insert(F, &k, launcher, meta, config, call) < 0) { release_key(F, &k); return NULL; }
+    if (ok) {
+        Entry *e = insert(F, &k, F->n_heur ? Py_None : launcher, meta, config, call, F->n_heur ? kwargs : NULL);
+        if (!e) { release_key(F, &k); return NULL; }
+        if (F->n_heur) {
+            PyObject *by_heur = e->by_heur;   /* held: storing into it may run code that clears the table */
+            Py_INCREF(by_heur);
+            int r = PyDict_Size(by_heur) < MAX_CACHED ? PyDict_SetItem(by_heur, heur, launcher) : 0;
+            Py_DECREF(by_heur);
+            if (r < 0) { release_key(F, &k); return NULL; }
+        }
+    }
     release_key(F, &k);
     return PyBool_FromLong(ok);
 }
@@ -801,14 +853,16 @@ static void Launch_dealloc(PyObject *self) {
 
 /* The grid's dimensions: 1 read, 0 left to the Python path, -1 error (the grid function raised). */
 static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
-                     unsigned long long dims[3]) {
+                     PyObject *nargs, unsigned long long dims[3]) {
     if (!PyCallable_Check(l->grid)) return read_grid(l->grid, dims);
     PyObject *g = PyObject_CallFunctionObjArgs(l->grid, meta, NULL);
     if (!g) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
-        /* The grid function reads an argument by name, as Triton allows: Kernel.named_args, as run() does. */
+        /* The grid function reads an argument by name, as Triton allows: Kernel.named_args, as run() does
+         * (for a kernel with heuristics, the arguments by name the heuristics saw, their values included). */
         PyErr_Clear();
-        PyObject *named = PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
+        PyObject *named = nargs ? (Py_INCREF(nargs), nargs)
+                                : PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
         if (!named) return -1;
         g = PyObject_CallFunctionObjArgs(l->grid, named, NULL);
         Py_DECREF(named);
@@ -816,6 +870,60 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
     }
     int r = read_grid(g, dims);
     Py_DECREF(g);
+    return r;
+}
+
+/* A kernel with heuristics, as Kernel.run: the arguments by name (runtime arguments, call-site values, the config's
+ * keyword arguments), each heuristic called on them in order and its value added, the binary remembered for
+ * those values, the grid function called on the config's launch values plus the heuristic values (on the
+ * arguments by name if it reads one). 1 launched, 0 left to the Python path (values not seen before), -1 error
+ * (a heuristic or the grid function raised: the same error the Python path would raise). */
+static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call, PyObject *kwargs,
+                           PyObject *by_heur, PyObject *meta, PyObject *config, const uint64_t *vals) {
+    int r = -1;
+    PyObject *heur = NULL, *grid_meta = NULL;
+    PyObject *nargs = PyDict_New();
+    if (!nargs) return -1;
+    for (int i = 0; i < F->n; i++)
+        if (PyDict_SetItem(nargs, PyTuple_GetItem(F->runtime_names, i), PyTuple_GetItem(args, i)) < 0) goto done;
+    if (PyDict_Update(nargs, call) < 0 || PyDict_Update(nargs, kwargs) < 0) goto done;
+    for (int j = 0; j < F->n_heur; j++) {
+        PyObject *pair = PyTuple_GetItem(F->heuristics, j);
+        PyObject *v = PyObject_CallFunctionObjArgs(PyTuple_GetItem(pair, 1), nargs, NULL);
+        if (!v) goto done;
+        int set = PyDict_SetItem(nargs, PyTuple_GetItem(pair, 0), v);
+        Py_DECREF(v);
+        if (set < 0) goto done;
+    }
+    Py_ssize_t n_names = PyTuple_Size(F->heuristic_names);
+    if (!(heur = PyTuple_New(n_names)) || !(grid_meta = PyDict_Copy(meta))) goto done;
+    for (Py_ssize_t j = 0; j < n_names; j++) {
+        PyObject *name = PyTuple_GetItem(F->heuristic_names, j);
+        PyObject *v = PyDict_GetItemWithError(nargs, name);
+        if (!v) {
+            if (PyErr_Occurred()) goto done;
+            r = 0;   /* a heuristic parameter no heuristic set: the Python path says so */
+            goto done;
+        }
+        Py_INCREF(v);
+        PyTuple_SetItem(heur, j, v);
+        if (PyDict_SetItem(grid_meta, name, v) < 0) goto done;
+    }
+    PyObject *launcher = PyDict_GetItemWithError(by_heur, heur);
+    if (!launcher) {
+        if (PyErr_Occurred()) goto done;
+        r = 0;       /* values the Python path has not resolved yet: it resolves and remembers them */
+        goto done;
+    }
+    Py_INCREF(launcher);
+    unsigned long long dims[3];
+    r = eval_grid(l, args, grid_meta, config, call, nargs, dims);
+    if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+    Py_DECREF(launcher);
+done:
+    Py_DECREF(nargs);
+    Py_XDECREF(heur);
+    Py_XDECREF(grid_meta);
     return r;
 }
 
@@ -836,12 +944,20 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     /* Held before anything can run other threads (releasing the key, the grid function), which may clear the
      * cache. */
     PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config, *call = e->call;
+    PyObject *config_kwargs = e->kwargs, *by_heur = e->by_heur;
     Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config); Py_INCREF(call);
+    Py_XINCREF(config_kwargs); Py_XINCREF(by_heur);
     release_key(F, &k);
     unsigned long long dims[3];
-    int r = eval_grid(l, args, meta, config, call, dims);
-    if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+    int r;
+    if (F->n_heur) {
+        r = heuristics_call(l, F, args, call, config_kwargs, by_heur, meta, config, vals);
+    } else {
+        r = eval_grid(l, args, meta, config, call, NULL, dims);
+        if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+    }
     Py_DECREF(launcher); Py_DECREF(meta); Py_DECREF(config); Py_DECREF(call);
+    Py_XDECREF(config_kwargs); Py_XDECREF(by_heur);
     return r;
 }
 
@@ -966,7 +1082,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 2) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 3) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,14 +2,17 @@
 
 ``forge-aot build`` compiles ``_fastlaunch.c`` into the wheel (``_fastlaunch.abi3.so``, CPython's limited API:
 one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **call_site_values)`` is one C call when the
-runtime arguments are positional (call-site constexprs and launch options as keywords), the kernel has no
-``@triton.heuristics`` or config pre-hooks, and the Python path has resolved the call's (dtypes, call-site
-values, device, key values, specialization) once before. The C code reads the arguments as the Python path
-does (devices, dtypes, pointers, integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch
-the Python path remembered for them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel``
-on torch's current stream under the device's primary context. Every other call, and every call it cannot read
-exactly as the Python path would (a CPU tensor, an integer out of range, a ``numpy`` scalar, an unknown
-keyword, ``LAUNCHES.skip``...), goes to ``Kernel.run`` untouched: errors and rare cases are the Python path's.
+runtime arguments are positional (call-site constexprs and launch options as keywords), the kernel has no config
+pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
+specialization) once before. The C code reads the arguments as the Python path does (devices, dtypes, pointers,
+integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch the Python path remembered for
+them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel`` on torch's current stream under
+the device's primary context. For a kernel with ``@triton.heuristics`` it calls the heuristics on the arguments by
+name as ``Kernel.run`` does, and launches the binary the Python path resolved for those heuristic values (values
+not seen before go to the Python path, which calls the heuristics again and remembers them). Every other call,
+and every call it cannot read exactly as the Python path would (a CPU tensor, an integer out of range, a
+``numpy`` scalar, an unknown keyword, ``LAUNCHES.skip``...), goes to ``Kernel.run`` untouched: errors and rare
+cases are the Python path's.
 
 Without the extension (a wheel built without a C compiler, a ``.so`` that does not load on this machine) or
 with ``FORGE_NO_C_LAUNCH=1`` in the environment, the runtime is pure Python. ``use_c_launch(kernel, False)``
@@ -24,7 +27,7 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 2
+ABI = 3
 
 
 def _load() -> Any:
@@ -52,7 +55,7 @@ _MISSING = object()
 
 def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
-    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks") or kernel.heuristics:
+    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks"):
         return None
     from .kernel import LAUNCHES
     from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
@@ -68,13 +71,15 @@ def plan(kernel: Any) -> Any:
 
     if getattr(torch.version, "hip", None):
         return None  # the C launcher drives CUDA only: on ROCm every call takes the Python path
+    # Heuristics, as Kernel.run calls them: in registration order, on the arguments by name.
+    heuristics = tuple((name, fn) for name, fn in kernel.heuristics)
     try:
         return c.FastKernel(bytes(kinds), tuple(kernel.ptr_pos), tuple(p for p, _ in kernel.spec_slots),
                             tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
                             tuple(src for is_rt, src in kernel.axis_sources if is_rt),
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
                             (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
-                            LAUNCHES)
+                            LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 
@@ -101,10 +106,15 @@ def launches_from_c(kernel: Any) -> bool:
             and cls.named_args is Kernel.named_args)
 
 
-def remember(kernel: Any, runtime: Any, call: dict[str, Any], launcher: Any, config: Any, spec: str) -> None:
+def remember(kernel: Any, runtime: Any, call: dict[str, Any], launcher: Any, config: Any, spec: str,
+             heur: tuple[Any, ...] = ()) -> None:
     """After the Python path launched a call whose runtime arguments were positional (``runtime`` is the call's
-    tuple) with its call-site values bound in ``call``: let the C path launch such calls from now on."""
+    tuple) with its call-site values bound in ``call`` (and, for a kernel with heuristics, their values
+    ``heur``): let the C path launch such calls from now on."""
     fast = kernel._fast
     c_launcher = launcher.c_launcher()
     if fast is not None and c_launcher is not None and type(runtime) is tuple:
-        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec)
+        if heur:
+            fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, config.all_kwargs())
+        else:
+            fast.register(runtime, call, c_launcher, config.launch_meta, config, spec)

@@ -163,7 +163,7 @@ class Kernel(KernelBase):
                                         f"package knows as heuristic ({self.heuristic_names})")
             self.heuristics.append((name, fn))
         if self._fast is not None:
-            self._set_fast(None)  # heuristics run on the host at each call: the Python path's job
+            fastpath.use_c_launch(self, True)  # the C path calls the heuristics too: re-read with them
 
     # -- binding ------------------------------------------------------------------------------------------
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]:

@@ -151,8 +151,8 @@ class BinaryBackend:
                 if not lo <= values[i] <= hi:
                     raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
             raise
-        if kernel._fast is not None and not heur and config.pre_hook is None:
-            fastpath.remember(kernel, runtime, call, launcher, config, spec)
+        if kernel._fast is not None and config.pre_hook is None:
+            fastpath.remember(kernel, runtime, call, launcher, config, spec, heur)
 
 
 def _scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
