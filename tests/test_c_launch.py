@@ -447,6 +447,57 @@ def test_heuristics_kernels_take_the_c_path(rt, fake, tmp_path) -> None:
     assert named == [(7, False)]
 
 
+def test_heuristics_see_this_calls_call_site_values(rt, fake, tmp_path) -> None:
+    """The heuristics see the call-site values this call passed (the objects and their order, as Kernel._bind
+    gives them), not the ones of the call that was remembered: A=True after A=1 (equal, so the same cache entry)
+    picks the binary the Python path picks."""
+    params = [*ADD[:4], ["BLOCK", "meta"], ["A", "constexpr"], ["B", "constexpr"], ["EVEN", "heuristic"]]
+    spec = cs.kernel_spec(tmp_path, "callsite", params, specs=["xxxx"], call_site={"A": [1], "B": [2]})
+    binaries = {}
+    for even in (True, False):
+        b = cs.binary(tmp_path, "callsite", f"xxxx-{even}", heur={"EVEN": even})
+        b["spec"] = "xxxx"
+        binaries[str(even)] = b
+    spec["variants"]["A=1,B=2"]["targets"]["sm_90"]["configs"]["c"]["binaries"] = binaries
+    k = rt.Kernel("callsite", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    seen = []
+    k.add_heuristics({"EVEN": lambda nargs: (seen.append([(n, type(nargs[n])) for n in nargs if n in "AB"]),
+                                             nargs["A"] is True)[1]})
+    fake.block_size, fake.nparams = 48, 6
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    k[(1,)](x, y, o, 4096, B=2, A=1)  # the Python path: EVEN False, remembered
+    k[(1,)](x, y, o, 4096, B=2, A=1)  # now the C path
+    assert k._fast.size() == 1
+    k[(1,)](x, y, o, 4096, A=True, B=2)  # EVEN True, new to the C path: the Python path, then remembered
+    k[(1,)](x, y, o, 4096, A=True, B=2)  # the C path
+    c_launch = fake.launch_record()
+    rt.fastpath.use_c_launch(k, False)
+    k[(1,)](x, y, o, 4096, A=True, B=2)
+    assert fake.launch_record() == c_launch
+    assert seen[:2] == [[("B", int), ("A", int)]] * 2
+    # 4 for 3 calls: the C path called the heuristic before handing the new EVEN value to the Python path
+    assert seen[2:] == [[("A", bool), ("B", int)]] * 4
+
+
+def test_a_heuristic_added_twice_or_refused_never_breaks_a_call(rt, fake, tmp_path) -> None:
+    """Two heuristics for one parameter (a host module run twice on the same handles) and a refused
+    add_heuristics (an unknown name: nothing is added) leave every call working: they launch."""
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"]]
+    k = _kernel(rt, tmp_path, "twice", params, specs=["xxxx"], binary_fields={"heur": {"EVEN": True}})
+    even = lambda nargs: nargs["n"] % 2 == 0
+    k.add_heuristics({"EVEN": even})
+    with pytest.raises(rt.ForgeRuntimeError, match="BOGUS"):
+        k.add_heuristics({"EVEN": even, "BOGUS": even})
+    assert len(k.heuristics) == 1
+    k.add_heuristics({"EVEN": even})
+    fake.block_size, fake.nparams = 48, 6
+    before = fake.calls
+    for _ in range(3):
+        k[(1,)](x, y, o, 4096)
+    assert fake.calls == before + 3
+
+
 def test_heuristics_errors_are_the_python_paths(rt, fake, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     k, _ = _heuristics_kernel(rt, fake, tmp_path, "heurerr")
@@ -490,6 +541,25 @@ def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_
     assert python_launches == [1, 1]
     nan_block = fake.launch_record()[6]
     assert struct.unpack_from("<f", nan_block, 28)[0] != struct.unpack_from("<f", nan_block, 28)[0]
+
+
+@pytest.mark.parametrize("nint,ones", [(63, 2), (64, 1), (65, 2)])
+def test_many_arguments_some_dropped_launch_alike(rt, fake, tmp_path, nint, ones) -> None:
+    """Beyond 64 runtime arguments the C path refuses the kernel; a binary with arguments specialized to 1 can
+    still keep 64 or fewer, at positions beyond 64: its C launcher must refuse them too (it once wrote past its
+    stack array), and the launch goes through ctypes with the same bytes."""
+    params = [["x_ptr", "*fp32"]] + [[f"a{i}", "i32"] for i in range(nint)] + [["BLOCK", "meta"]]
+    k = _kernel(rt, tmp_path, "big", params, specs=["x" + "1" * ones + "x" * (nint - ones)])
+    fake.block_size, fake.nparams = (8 + 4 * (nint - ones) + 7) // 8 * 8 + 16, 1 + nint - ones + 2
+    args = [_tensor(0)] + [1] * ones + [0x11110000 + i for i in range(ones, nint)]
+    records = {}
+    for use_c in (False, True):
+        k._c_launch = use_c
+        k[(3, 1, 1)](*args)
+        records[use_c] = fake.launch_record()
+    assert records[False] == records[True]
+    ((launcher,),) = [list(state.launchers.values()) for state in k._states.values()]
+    assert (launcher.c_launcher() is None) == (nint + 1 > 64)
 
 
 def test_parameter_block_layout_matches_ctypes(rt, fake, tmp_path) -> None:

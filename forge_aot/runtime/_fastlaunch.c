@@ -768,12 +768,12 @@ static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!O!OOs#|O!O", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
                           &launcher, &meta, &config, &spec, &spec_len, &PyTuple_Type, &heur, &kwargs))
         return NULL;
+    /* Heuristic values (one per heuristic parameter) and the config's keyword arguments come exactly with a
+     * kernel read with its heuristics; anything else (a reading made before the heuristics were all added) is
+     * not remembered: those calls stay on the Python path. */
     Py_ssize_t n_heur = heur ? PyTuple_Size(heur) : 0;
-    if (n_heur != F->n_heur || (F->n_heur && !(kwargs && PyDict_Check(kwargs)))) {
-        PyErr_SetString(PyExc_ValueError, "register: heuristic values (and the config's keyword arguments) are "
-                                          "given exactly for kernels with heuristics");
-        return NULL;
-    }
+    Py_ssize_t want = F->n_heur ? PyTuple_Size(F->heuristic_names) : 0;
+    if (n_heur != want || (F->n_heur && !(kwargs && PyDict_Check(kwargs)))) Py_RETURN_FALSE;
     CallKey k;
     uint64_t vals[MAX_ARGS];
     if (!read_call(F, call_args, call, &k, vals)) Py_RETURN_FALSE;
@@ -876,17 +876,30 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
 /* A kernel with heuristics, as Kernel.run: the arguments by name (runtime arguments, call-site values, the config's
  * keyword arguments), each heuristic called on them in order and its value added, the binary remembered for
  * those values, the grid function called on the config's launch values plus the heuristic values (on the
- * arguments by name if it reads one). 1 launched, 0 left to the Python path (values not seen before), -1 error
- * (a heuristic or the grid function raised: the same error the Python path would raise). */
-static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call, PyObject *kwargs,
-                           PyObject *by_heur, PyObject *meta, PyObject *config, const uint64_t *vals) {
+ * arguments by name if it reads one). 1 launched, 0 left to the Python path (values not seen before, or a grid
+ * this file does not read: Kernel.run then calls the heuristics again, so they are expected to be pure, as
+ * Triton's own autotuner also assumes), -1 error (a heuristic or the grid function raised: the same error the
+ * Python path would raise). */
+static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs,
+                           PyObject *config_kwargs, PyObject *by_heur, PyObject *meta, PyObject *config,
+                           const uint64_t *vals) {
     int r = -1;
     PyObject *heur = NULL, *grid_meta = NULL;
     PyObject *nargs = PyDict_New();
     if (!nargs) return -1;
     for (int i = 0; i < F->n; i++)
         if (PyDict_SetItem(nargs, PyTuple_GetItem(F->runtime_names, i), PyTuple_GetItem(args, i)) < 0) goto done;
-    if (PyDict_Update(nargs, call) < 0 || PyDict_Update(nargs, kwargs) < 0) goto done;
+    /* This call's call-site values, in the order Kernel._bind gives them: the keywords as passed (read_call let
+     * only call-site names through), then the defaults of the ones left out, in declaration order. */
+    if (call_kwargs && PyDict_Size(call_kwargs) && PyDict_Update(nargs, call_kwargs) < 0) goto done;
+    for (int c = 0; c < F->n_call; c++) {
+        PyObject *name = PyTuple_GetItem(F->call_names, c);
+        PyObject *given = call_kwargs ? PyDict_GetItemWithError(call_kwargs, name) : NULL;
+        if (given) continue;
+        if (PyErr_Occurred()) goto done;
+        if (PyDict_SetItem(nargs, name, PyTuple_GetItem(F->call_defaults, c)) < 0) goto done;
+    }
+    if (PyDict_Update(nargs, config_kwargs) < 0) goto done;
     for (int j = 0; j < F->n_heur; j++) {
         PyObject *pair = PyTuple_GetItem(F->heuristics, j);
         PyObject *v = PyObject_CallFunctionObjArgs(PyTuple_GetItem(pair, 1), nargs, NULL);
@@ -917,7 +930,7 @@ static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *c
     }
     Py_INCREF(launcher);
     unsigned long long dims[3];
-    r = eval_grid(l, args, grid_meta, config, call, nargs, dims);
+    r = eval_grid(l, args, grid_meta, config, NULL, nargs, dims);
     if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
     Py_DECREF(launcher);
 done:
@@ -951,7 +964,7 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     unsigned long long dims[3];
     int r;
     if (F->n_heur) {
-        r = heuristics_call(l, F, args, call, config_kwargs, by_heur, meta, config, vals);
+        r = heuristics_call(l, F, args, kwargs, config_kwargs, by_heur, meta, config, vals);
     } else {
         r = eval_grid(l, args, meta, config, call, NULL, dims);
         if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;

@@ -157,11 +157,11 @@ class Kernel(KernelBase):
 
     def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
         """Register one ``@triton.heuristics`` decorator's values (outer decorators register first)."""
-        for name, fn in values.items():
+        for name in values:  # all checked before any is added: a failed call changes nothing
             if name not in self.heuristic_names:
                 raise ForgeRuntimeError(f"{self.function}: heuristic '{name}' is not a constexpr parameter the "
                                         f"package knows as heuristic ({self.heuristic_names})")
-            self.heuristics.append((name, fn))
+        self.heuristics.extend(values.items())
         if self._fast is not None:
             fastpath.use_c_launch(self, True)  # the C path calls the heuristics too: re-read with them
 
