@@ -445,6 +445,7 @@ static PyType_Spec Launcher_spec = {"_fastlaunch.Launcher", sizeof(Launcher), 0,
 typedef struct {
     PyObject *dtypes[MAX_TYPEVARS];   /* owned by the entry (or, in a CallKey, by the call) */
     PyObject *calls[MAX_CALLS];       /* call-site values (borrowed in a CallKey, owned by the entry) */
+    uint32_t defaulted;               /* bit c: calls[c] is the default (the call did not pass it); not hashed */
     long device;
     uint64_t keys[MAX_KEYS];
     char spec[MAX_ARGS];
@@ -630,7 +631,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k
     for (int c = 0; c < F->n_call; c++) {
         PyObject *v = given ? PyDict_GetItem(kwargs, PyTuple_GetItem(F->call_names, c)) : NULL;
         if (v) matched++;
-        else v = PyTuple_GetItem(F->call_defaults, c);
+        else { v = PyTuple_GetItem(F->call_defaults, c); k->defaulted |= 1u << c; }
         if (v == F->missing) return 0;                /* a required constexpr not passed: Python says so */
         k->calls[c] = v;
     }
@@ -880,7 +881,7 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
  * this file does not read: Kernel.run then calls the heuristics again, so they are expected to be pure, as
  * Triton's own autotuner also assumes), -1 error (a heuristic or the grid function raised: the same error the
  * Python path would raise). */
-static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs,
+static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
                            PyObject *config_kwargs, PyObject *by_heur, PyObject *meta, PyObject *config,
                            const uint64_t *vals) {
     int r = -1;
@@ -890,15 +891,12 @@ static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *c
     for (int i = 0; i < F->n; i++)
         if (PyDict_SetItem(nargs, PyTuple_GetItem(F->runtime_names, i), PyTuple_GetItem(args, i)) < 0) goto done;
     /* This call's call-site values, in the order Kernel._bind gives them: the keywords as passed (read_call let
-     * only call-site names through), then the defaults of the ones left out, in declaration order. */
+     * only call-site names through), then the defaults of the ones left out (read_call marked them), in
+     * declaration order. */
     if (call_kwargs && PyDict_Size(call_kwargs) && PyDict_Update(nargs, call_kwargs) < 0) goto done;
-    for (int c = 0; c < F->n_call; c++) {
-        PyObject *name = PyTuple_GetItem(F->call_names, c);
-        PyObject *given = call_kwargs ? PyDict_GetItemWithError(call_kwargs, name) : NULL;
-        if (given) continue;
-        if (PyErr_Occurred()) goto done;
-        if (PyDict_SetItem(nargs, name, PyTuple_GetItem(F->call_defaults, c)) < 0) goto done;
-    }
+    for (int c = 0; c < F->n_call; c++)
+        if ((k->defaulted >> c & 1u) && PyDict_SetItem(nargs, PyTuple_GetItem(F->call_names, c), k->calls[c]) < 0)
+            goto done;
     if (PyDict_Update(nargs, config_kwargs) < 0) goto done;
     for (int j = 0; j < F->n_heur; j++) {
         PyObject *pair = PyTuple_GetItem(F->heuristics, j);
@@ -909,7 +907,8 @@ static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *c
         if (set < 0) goto done;
     }
     Py_ssize_t n_names = PyTuple_Size(F->heuristic_names);
-    if (!(heur = PyTuple_New(n_names)) || !(grid_meta = PyDict_Copy(meta))) goto done;
+    int grid_function = PyCallable_Check(l->grid);   /* a tuple grid needs no launch values */
+    if (!(heur = PyTuple_New(n_names)) || (grid_function && !(grid_meta = PyDict_Copy(meta)))) goto done;
     for (Py_ssize_t j = 0; j < n_names; j++) {
         PyObject *name = PyTuple_GetItem(F->heuristic_names, j);
         PyObject *v = PyDict_GetItemWithError(nargs, name);
@@ -920,7 +919,7 @@ static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *c
         }
         Py_INCREF(v);
         PyTuple_SetItem(heur, j, v);
-        if (PyDict_SetItem(grid_meta, name, v) < 0) goto done;
+        if (grid_meta && PyDict_SetItem(grid_meta, name, v) < 0) goto done;
     }
     PyObject *launcher = PyDict_GetItemWithError(by_heur, heur);
     if (!launcher) {
@@ -964,7 +963,7 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     unsigned long long dims[3];
     int r;
     if (F->n_heur) {
-        r = heuristics_call(l, F, args, kwargs, config_kwargs, by_heur, meta, config, vals);
+        r = heuristics_call(l, F, args, kwargs, &k, config_kwargs, by_heur, meta, config, vals);
     } else {
         r = eval_grid(l, args, meta, config, call, NULL, dims);
         if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;

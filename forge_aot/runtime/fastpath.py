@@ -106,15 +106,12 @@ def launches_from_c(kernel: Any) -> bool:
             and cls.named_args is Kernel.named_args)
 
 
-def remember(kernel: Any, runtime: Any, call: dict[str, Any], launcher: Any, config: Any, spec: str,
+def remember(kernel: Any, runtime: Any, call: dict[str, Any], c_launcher: Any, config: Any, spec: str,
              heur: tuple[Any, ...] = ()) -> None:
-    """After the Python path launched a call whose runtime arguments were positional (``runtime`` is the call's
-    tuple) with its call-site values bound in ``call`` (and, for a kernel with heuristics, their values
-    ``heur``): let the C path launch such calls from now on."""
+    """After the Python path launched a call through ``c_launcher`` (its binary's C ``Launcher``) whose runtime
+    arguments were positional (``runtime`` is the call's tuple) with its call-site values bound in ``call`` (and,
+    for a kernel with heuristics, their values ``heur``): let the C path launch such calls from now on."""
     fast = kernel._fast
-    c_launcher = launcher.c_launcher()
-    if fast is not None and c_launcher is not None and type(runtime) is tuple:
-        if heur:
-            fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, config.all_kwargs())
-        else:
-            fast.register(runtime, call, c_launcher, config.launch_meta, config, spec)
+    if fast is not None and type(runtime) is tuple:
+        with_heuristics = (heur, config.all_kwargs()) if heur else ()
+        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, *with_heuristics)

@@ -135,7 +135,7 @@ class BinaryBackend:
         if launcher is None:
             launcher = self._launcher(kernel, state, config, heur, spec)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
-        # path cannot take whole (heuristics, pre-hooks, keywords) still skip the ctypes packing.
+        # path cannot take whole (config pre-hooks, keyword arguments, first calls) still skip the ctypes packing.
         # (Only for the launcher class itself: a subclass that changes the launch keeps it.)
         c_launcher = launcher.c_launcher() if kernel._c_launch and type(launcher) is _BinaryLauncher else None
         try:
@@ -151,8 +151,8 @@ class BinaryBackend:
                 if not lo <= values[i] <= hi:
                     raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
             raise
-        if kernel._fast is not None and config.pre_hook is None:
-            fastpath.remember(kernel, runtime, call, launcher, config, spec, heur)
+        if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
+            fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)
 
 
 def _scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
