@@ -8,8 +8,11 @@ examples function must not depend on their values.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import math
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import runtime as rt
@@ -134,8 +137,9 @@ class Tracer:
         for device in ("meta", "cpu"):
             handle.records = []
             try:
-                args = call_inputs(getattr(module, t.inputs), key_dict, variant, device)  # type: ignore[arg-type]
-                call_op(getattr(module, op_name), args)
+                with meta_random_factories() if device == "meta" else contextlib.nullcontext():
+                    args = call_inputs(getattr(module, t.inputs), key_dict, variant, device)  # type: ignore[arg-type]
+                    call_op(getattr(module, op_name), args)
             except Exception as exc:
                 last = exc
                 continue
@@ -168,6 +172,126 @@ def tuning_variant(kp: KernelPlan, assignment: dict[str, Any]) -> dict[str, Any]
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
                 "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
                 "u64": "uint64", "i1": "bool", "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2"}
+
+
+@contextlib.contextmanager
+def meta_random_factories() -> Iterator[None]:
+    """Random, range and ``*_like`` factories, and plain arithmetic, that make meta tensors return empty ones
+    instead (same shape, dtype and strides as torch's own meta kernels give).
+
+    Their meta kernels are Python that calls ``torch._check``, which imports sympy on first use: 0.25 s on the
+    build machine and seconds on a busy GPU host, paid by every ``forge-aot tune`` whose tuning inputs call
+    ``torch.randn(..., device=device)`` while it plans. Meta tensors hold no values, so nothing else differs."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    default_dtypes = {torch.randn: None, torch.rand: None, torch.randint: torch.int64}
+    likes = {torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.randn_like,
+             torch.rand_like, torch.randint_like}
+    same_layout = {None, torch.preserve_format, torch.contiguous_format}
+    T = torch.Tensor
+    # Element-wise arithmetic (``torch.randn(...) * 4`` in tuning inputs): torch.result_type's dtype, broadcast shape.
+    arithmetic = {torch.add, torch.sub, torch.mul, T.add, T.sub, T.mul, T.__add__, T.__radd__, T.__sub__,
+                  T.__rsub__, T.__mul__, T.__rmul__}
+    division = {torch.div, T.div, T.__truediv__, T.__rtruediv__}
+    unary = {torch.neg, torch.abs, T.neg, T.abs, T.__neg__, T.__abs__}
+    arithmetic_in_place = {T.add_, T.sub_, T.mul_, T.div_, T.__iadd__, T.__isub__, T.__imul__, T.__itruediv__,
+                           T.neg_, T.abs_}
+    in_place = {torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_, torch.Tensor.exponential_,
+                torch.Tensor.log_normal_, torch.Tensor.cauchy_, torch.Tensor.geometric_, torch.Tensor.bernoulli_}
+
+    def on_meta(device: Any) -> bool:
+        return device is not None and torch.device(device).type == "meta"
+
+    def shape_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if "size" in kwargs:
+            return tuple(kwargs["size"])
+        if func is torch.randint:  # randint(high, size) or randint(low, high, size)
+            return tuple(args[-1])
+        if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+            return tuple(args[0])
+        return tuple(args)
+
+    def arange_length(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, bool] | None:
+        bounds = [*args, *(kwargs[k] for k in ("start", "end", "step") if k in kwargs)]
+        if not 1 <= len(bounds) <= 3 or not all(isinstance(b, (int, float)) for b in bounds):
+            return None
+        start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds[:2], bounds[2] if len(bounds) == 3
+                                                                          else 1)
+        return max(0, math.ceil((end - start) / step)), all(isinstance(b, int) for b in bounds)
+
+    def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+        """NumPy broadcasting (``torch.broadcast_shapes`` imports sympy); None where the shapes do not broadcast."""
+        out: list[int] = []
+        for dims in itertools.zip_longest(*(reversed(s) for s in shapes), fillvalue=1):
+            sizes = {d for d in dims if d != 1}
+            if len(sizes) > 1:
+                return None
+            out.append(sizes.pop() if sizes else 1)
+        return tuple(reversed(out))
+
+    def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if len(args) > 2 or set(kwargs) - {"alpha"} or (func in division and kwargs):
+            return None
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not tensors or not all(t.is_meta and t.layout == torch.strided and t.is_contiguous() for t in tensors) \
+                or not all(isinstance(a, (torch.Tensor, bool, int, float)) for a in args):
+            return None
+        shape = broadcast(*(tuple(t.shape) for t in tensors))
+        if shape is None:
+            return None
+        if not any(tuple(t.shape) == shape for t in tensors):
+            return None  # only broadcast operands: the output's strides are torch's rule
+        dtype = torch.result_type(*args) if len(args) == 2 else args[0].dtype
+        if func in division and not (dtype.is_floating_point or dtype.is_complex):
+            dtype = torch.get_default_dtype()
+        if func in arithmetic_in_place:
+            first = args[0]
+            return first if isinstance(first, torch.Tensor) and tuple(first.shape) == shape and torch.can_cast(
+                dtype, first.dtype) else None
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    def empty_instead(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if func in default_dtypes and on_meta(kwargs.get("device")):
+            dtype = kwargs.get("dtype") or default_dtypes[func] or torch.get_default_dtype()
+            return torch.empty(shape_of(func, args, kwargs), dtype=dtype, device="meta",
+                               layout=kwargs.get("layout") or torch.strided,
+                               requires_grad=bool(kwargs.get("requires_grad")))
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if (func in likes and first is not None and first.layout == torch.strided and first.is_contiguous()
+                and kwargs.get("memory_format") in same_layout and kwargs.get("layout") in (None, torch.strided)
+                and (on_meta(kwargs.get("device")) or (first.is_meta and kwargs.get("device") is None))):
+            # A contiguous input gives a contiguous output under every memory format read here; other strides
+            # are torch's rule to apply (its meta kernel decides below).
+            return torch.empty(first.shape, dtype=kwargs.get("dtype") or first.dtype, device="meta",
+                               requires_grad=bool(kwargs.get("requires_grad")))
+        if func in in_place and first is not None and first.is_meta:
+            return first
+        if func in arithmetic or func in division or func in unary or func in arithmetic_in_place:
+            return elementwise(func, args, kwargs)
+        if func is torch.arange and on_meta(kwargs.get("device")):
+            found = arange_length(args, kwargs)
+            if found is not None:
+                length, ints = found
+                dtype = kwargs.get("dtype") or (torch.int64 if ints else torch.get_default_dtype())
+                return torch.empty(length, dtype=dtype, device="meta")
+        return None
+
+    class MetaRandom(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            if kwargs.get("out") is None and kwargs.get("generator") is None:
+                try:
+                    made = empty_instead(func, args, kwargs)
+                except (TypeError, ValueError, RuntimeError):
+                    made = None  # a call this reading does not understand: torch's own meta kernel decides
+                if made is not None:
+                    return made
+            return func(*args, **kwargs)
+
+    with MetaRandom():
+        yield
 
 
 def call_inputs(fn: Any, key: dict[str, int], variant: dict[str, Any], device: str) -> Any:

@@ -1,7 +1,8 @@
 """Where a warm `forge-aot tune` spends its wall time before the GPU benchmarks: the bench_tuning.py project
 (matmul, its small space, 5 shapes), tuned cold and then warm (--force, every binary cached) a few times, against
 the pieces alone in fresh processes with nothing else running: `import torch`, and the plan (import the kernel
-files, trace the tuning inputs on the meta device).
+files, trace the tuning inputs on the meta device), with forge-aot's meta shortcuts and with torch's own Python
+meta kernels (which import sympy and Dynamo), interleaved.
 
     python scripts/probe_tune_boot.py --out DIR      (on a GPU machine; prints a table, writes DIR/probe.json)
 """
@@ -23,15 +24,19 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import bench_tuning as bt  # noqa: E402
 
 PLAN_ALONE = """
-import sys, time, json
+import contextlib, sys, time, json
 t0 = time.perf_counter()
 import torch
 t1 = time.perf_counter()
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
+if sys.argv[2] == "torch-meta":  # as before the meta shortcuts: torch's Python meta kernels trace the inputs
+    import forge_aot.trace
+    forge_aot.trace.meta_random_factories = contextlib.nullcontext
 plan = make_plan(load_manifest(sys.argv[1]), ["sm_90"])
 t2 = time.perf_counter()
-print(json.dumps({"import_torch": t1 - t0, "plan_after_torch": t2 - t1, "dynamo": "torch._dynamo" in sys.modules}))
+print(json.dumps({"mode": sys.argv[2], "import_torch": t1 - t0, "plan_after_torch": t2 - t1,
+                  "dynamo": "torch._dynamo" in sys.modules, "sympy": "sympy" in sys.modules}))
 """
 
 
@@ -60,9 +65,10 @@ def main() -> None:
         build = Path(tmp) / "build"
         plans = []
         for _ in range(2):
-            out = subprocess.run([sys.executable, "-c", PLAN_ALONE, str(proj / "kernel_manifest.toml")], cwd=proj,
-                                 env=env, capture_output=True, text=True, check=True)
-            plans.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            for mode in ("shortcuts", "torch-meta"):  # interleaved: the same host state for both
+                out = subprocess.run([sys.executable, "-c", PLAN_ALONE, str(proj / "kernel_manifest.toml"), mode],
+                                     cwd=proj, env=env, capture_output=True, text=True, check=True)
+                plans.append(json.loads(out.stdout.strip().splitlines()[-1]))
         result["plan_alone"] = plans
         runs = []
         for i in range(1 + args.warm_runs):

@@ -1,0 +1,89 @@
+"""Tracing tuning inputs on the meta device without torch's Python meta kernels (which import sympy and Dynamo):
+the shortcuts give what torch's own meta kernels give, and planning the repository's manifest imports neither."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from forge_aot.trace import meta_random_factories  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _meta(*shape: int, dtype: object = None) -> object:
+    return torch.empty(*shape, device="meta", dtype=dtype or torch.float32)
+
+
+CALLS = {
+    "randn sizes": lambda: torch.randn(7, 33, device="meta", dtype=torch.float16),
+    "randn tuple": lambda: torch.randn((5, 3), device="meta"),
+    "randn size kw requires_grad": lambda: torch.randn(size=(4,), device="meta", requires_grad=True),
+    "rand": lambda: torch.rand(9, device="meta", dtype=torch.bfloat16),
+    "randint high size": lambda: torch.randint(10, (3, 4), device="meta"),
+    "randint low high size dtype": lambda: torch.randint(-5, 5, (6,), device="meta", dtype=torch.int32),
+    "randn_like": lambda: torch.randn_like(_meta(3, 5)),
+    "randn_like dtype": lambda: torch.randn_like(_meta(3, 5), dtype=torch.float16),
+    "empty_like contiguous": lambda: torch.empty_like(_meta(2, 3, 4)),
+    "empty_like transposed": lambda: torch.empty_like(_meta(6, 10).t()),
+    "empty_like sliced": lambda: torch.empty_like(_meta(6, 10)[:, 1:]),
+    "zeros_like": lambda: torch.zeros_like(_meta(4, 4, dtype=torch.int8)),
+    "full_like": lambda: torch.full_like(_meta(3), 2.5),
+    "randint_like": lambda: torch.randint_like(_meta(3, 2), 7),
+    "arange int": lambda: torch.arange(10, device="meta"),
+    "arange start end step": lambda: torch.arange(3, 20, 4, device="meta"),
+    "arange float": lambda: torch.arange(0.0, 1.0, 0.3, device="meta"),
+    "normal_": lambda: _meta(5, 5).normal_(),
+    "uniform_": lambda: _meta(5).uniform_(-1, 1),
+    "fp16 times int": lambda: _meta(4, 6, dtype=torch.float16) * 4,
+    "int times float": lambda: _meta(4, dtype=torch.int32) * 0.5,
+    "float plus fp16 tensor": lambda: _meta(4, 6) + _meta(4, 6, dtype=torch.float16),
+    "broadcast add": lambda: _meta(4, 6) + _meta(6),
+    "both broadcast": lambda: _meta(4, 1) + _meta(1, 6),
+    "rsub": lambda: 1 - _meta(3, dtype=torch.bfloat16),
+    "int true division": lambda: _meta(3, dtype=torch.int64) / 2,
+    "int div by tensor": lambda: torch.div(_meta(3, dtype=torch.int16), _meta(3, dtype=torch.int16)),
+    "neg": lambda: -_meta(2, 2, dtype=torch.float16),
+    "abs": lambda: torch.abs(_meta(5, dtype=torch.int8)),
+    "add alpha": lambda: torch.add(_meta(3), _meta(3), alpha=2),
+    "mul_ in place": lambda: _meta(3, 3).mul_(2),
+    "add_ broadcast in place": lambda: _meta(3, 3).add_(_meta(3)),
+    "transposed times scalar": lambda: _meta(5, 8).t() * 2,
+}
+
+
+def _describe(t: object) -> tuple[object, ...]:
+    return (tuple(t.shape), t.dtype, t.stride(), t.requires_grad, t.device.type)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_meta_shortcuts_match_torch(name: str) -> None:
+    with meta_random_factories():
+        ours = _describe(CALLS[name]())
+    assert ours == _describe(CALLS[name]())
+
+
+def test_in_place_on_meta_returns_the_same_tensor() -> None:
+    t = _meta(4)
+    with meta_random_factories():
+        assert t.normal_() is t
+        assert t.mul_(3) is t
+
+
+def test_planning_the_repository_imports_neither_sympy_nor_dynamo() -> None:
+    """The plan's tracing of every tuning input on the meta device stays off torch's Python meta kernels (seconds
+    of imports on a busy GPU host, paid by every forge-aot tune and build)."""
+    code = ("import json, sys\nfrom forge_aot.manifest import load_manifest\nfrom forge_aot.plan import make_plan\n"
+            "plan = make_plan(load_manifest('kernel_manifest.toml'), ['sm_90'])\n"
+            "print(json.dumps({'entries': len(plan.entries), 'sympy': 'sympy' in sys.modules, "
+            "'dynamo': 'torch._dynamo' in sys.modules}))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["entries"] > 0
+    assert result == {"entries": result["entries"], "sympy": False, "dynamo": False}
