@@ -131,6 +131,7 @@ def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
             "process_to_tune_s": wall - run["wall"] - run.get("report_seconds", 0),
             "row_timeline": [(i["row"], i.get("ready_at"), i.get("started_at"), i.get("seconds"))
                              for i in run["items"]],
+            "row_phases": {i["row"]: i.get("phases", {}) for i in run["items"]},
             "records": (proj / "tuning" / "matmul.jsonl").read_text().splitlines(),
             "winners": {f"{m}x{n}x{k}": w["config_id"] for (m, n, k), w in winners.items()},
             "benchmarked": {f"{m}x{n}x{k}": w["search"]["benchmarked"] for (m, n, k), w in winners.items()}}
@@ -321,6 +322,13 @@ def main() -> None:
             for row, ready, started, secs in fc["row_timeline"]:
                 print(f"    {row}: compiled at {ready or 0:.1f} s, benchmarked {started or 0:.1f} – "
                       f"{(started or 0) + (secs or 0):.1f} s")
+            fw = a["forge_warm"]
+            print(f"  forge-aot timeline (warm): workers up at {fw['boot_wall']:.2f} s, first row at "
+                  f"{fw['first_row_at']:.2f} s, rows {fw['benchmark_seconds']:.2f} s, workers ended in "
+                  f"{fw['close_seconds']:.2f} s, outside tune() {fw['process_to_tune_s']:.2f} s; before the rows: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in (fw.get("boot_stages") or {}).items()))
+            for row, phases in fw.get("row_phases", {}).items():
+                print(f"    {row}: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
             print(f"  forge-aot / triton wall clock: {a['speedup_cold']:.1f}x faster cold, {a['speedup_warm']:.1f}x "
                   "warm (triton: its first calls only; forge-aot: the whole command)")
             print(f"  both as whole processes (triton.autotune child {a['triton_cold_process_s']:.1f} s cold, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -287,5 +288,27 @@ def schema() -> None:
     click.echo(json.dumps(json_schema(), indent=2))
 
 
+def entry() -> None:
+    """The console script: ``main`` (click), then the process ends. Where a command imported torch (tune, build:
+    the kernel files import it), the interpreter's teardown of torch takes a third of a second on the build
+    machine and more on GPU hosts, after every result is written; once the output is flushed the process ends
+    without it. Library callers and ``main`` itself are unaffected."""
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    else:
+        code = 0
+    if "torch" not in sys.modules:
+        sys.exit(code)
+    if not isinstance(code, int):  # None (success) or a message, as sys.exit would treat them
+        if code is not None:
+            print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    entry()

@@ -11,9 +11,11 @@ rows has no config left.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +29,26 @@ from .errors import CompileError
 from .plan import BinarySpec, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
 from .runtime import SPEC_ONE
 from .targets import TARGETS
+
+
+def triton_version() -> str:
+    """``triton.__version__``, read from the package's ``__init__`` where Triton is not imported yet: the parent
+    process plans through a host shim and compiles in worker processes, so importing Triton only for its
+    version (a third of a second here, more on busy GPU hosts) is wasted. The same text the import would give;
+    the import itself where the file does not assign it literally."""
+    loaded = sys.modules.get("triton")
+    if loaded is not None:
+        return str(loaded.__version__)
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        with contextlib.suppress(OSError):
+            found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]\s*$""",
+                              Path(spec.origin).read_text(encoding="utf-8"), re.MULTILINE)
+            if found:
+                return found.group(1)
+    import triton
+
+    return str(triton.__version__)
 
 ProgressFn = Callable[[str, int, int, str], None]
 """progress(stage, done, total, message)."""

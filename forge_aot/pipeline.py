@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .compiler import CompilePool, CompileReport, ProgressFn, compile_plan
+from .compiler import CompilePool, CompileReport, ProgressFn, compile_plan, triton_version
 from .errors import CompileError, ForgeError
 from .manifest import load_manifest
 from .package import build_wheel, stage_package
@@ -33,12 +33,6 @@ def _atomic_json(path: Path, data: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n", encoding="utf-8")
     os.replace(tmp, path)
-
-
-def triton_version() -> str:
-    import triton
-
-    return str(triton.__version__)
 
 
 def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_dir: str | Path | None = None,

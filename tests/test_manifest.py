@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -183,3 +184,25 @@ def test_schema_matches_committed_file_and_validates_manifest() -> None:
             walk(node["additionalProperties"])
 
     walk(schema)
+
+
+@pytest.mark.parametrize(("exit_with", "code", "stderr"), [("None", 0, ""), ("3", 3, ""), ("'no luck'", 1, "no luck"),
+                                                          ("0", 0, "")])
+def test_console_script_ends_quickly_with_the_commands_exit_code(exit_with: str, code: int, stderr: str) -> None:
+    """``entry`` skips torch's teardown once torch is imported: the command's exit code and output survive."""
+    script = ("import sys, torch\nfrom forge_aot import cli\n"
+              f"def main():\n    print('written', flush=False)\n    sys.exit({exit_with})\n"
+              "cli.main = main\ncli.entry()\nprint('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert (done.returncode, done.stdout, done.stderr.strip()) == (code, "written\n", stderr)
+
+
+def test_console_script_runs_a_command_that_imports_torch() -> None:
+    """``forge-aot check`` plans (the kernel files import torch): it ends through the quick exit with its report."""
+    done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "check", "--manifest", "kernel_manifest.toml"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "4 kernels" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "forge_aot.cli", "check", "--manifest", "missing.toml"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: "), bad.stderr

@@ -199,8 +199,6 @@ class Worker:
         mm = self._best_of(lambda: a @ b, 5)
         torch.cuda.empty_cache()
         hip = bool(getattr(torch.version, "hip", None))
-        import triton  # noqa: F401 - imported now, while the parent plans, rather than at setup
-
         return {"name": props.name, "capability": self.info["arch"] if hip else f"{props.major}.{props.minor}",
                 "arch": self.info["arch"], "backend": "hip" if hip else "cuda",
                 "sms": props.multi_processor_count, "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
@@ -503,6 +501,9 @@ def main() -> None:
                 worker = Worker(out)
             if op == "device":
                 worker.emit({"event": "device", "device": worker.device(), "pid": os.getpid()})
+                # Setup needs Triton (the kernel files' decorators): imported now, once the parent has what it
+                # waits for, while it plans and sorts the rows, rather than at setup or before answering.
+                import triton  # noqa: F401
             elif op == "setup":
                 worker.setup(cmd)
                 worker.emit({"event": "ready"})

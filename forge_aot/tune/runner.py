@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import __version__
-from ..compiler import CompilePool, CompileResult, ProgressFn
+from ..compiler import CompilePool, CompileResult, ProgressFn, triton_version
 from ..errors import ForgeError, ManifestError
 from ..manifest import load_manifest
 from ..plan import BuildPlan, ConfigChoice, job_for, make_plan
@@ -473,7 +473,7 @@ class _Tuner:
         # source: each kernel's source_hashes, computed once when tune() sorted the rows
         self.provenance = {
             name: Provenance(gpu=device["name"], capability=device["capability"], target=target,
-                             triton=_triton_version(), driver=device.get("driver", ""), cuda=device.get("cuda", ""),
+                             triton=triton_version(), driver=device.get("driver", ""), cuda=device.get("cuda", ""),
                              torch=device.get("torch", ""), forge_aot=__version__, **source[name])
             for name in plan.kernels}
 
@@ -732,12 +732,6 @@ def _flat(c: ConfigChoice) -> dict[str, Any]:
     return out
 
 
-def _triton_version() -> str:
-    import triton
-
-    return str(triton.__version__)
-
-
 def _setup_command(plan: BuildPlan, root: Path) -> dict[str, Any]:
     from ..index import build_index
 
@@ -899,7 +893,7 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
             plan.entries = [e for e in plan.entries if e.target == target]
             plan.targets = [target]
             items = make_items(plan, kernels=options.kernels, shard=options.shard, notes=notes)
-            triton = _triton_version()
+            triton = triton_version()
             source = {name: source_hashes(kp) for name, kp in plan.kernels.items()}
             todo, current = [], []
             for item in items:

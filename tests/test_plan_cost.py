@@ -1,5 +1,6 @@
-"""Tracing tuning inputs on the meta device without torch's Python meta kernels (which import sympy and Dynamo):
-the shortcuts give what torch's own meta kernels give, and planning the repository's manifest imports neither."""
+"""What planning costs. Tuning inputs are traced on the meta device without torch's Python meta kernels (which
+import sympy and Dynamo): the shortcuts give what torch's own meta kernels give, and planning the repository's
+manifest imports neither. Triton's version is read without importing Triton."""
 
 from __future__ import annotations
 
@@ -87,3 +88,13 @@ def test_planning_the_repository_imports_neither_sympy_nor_dynamo() -> None:
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["entries"] > 0
     assert result == {"entries": result["entries"], "sympy": False, "dynamo": False}
+
+
+def test_triton_version_is_read_without_importing_triton() -> None:
+    """The parent of a tune or build never imports Triton for its version (the provenance it compares)."""
+    code = ("import json, sys\nfrom forge_aot.compiler import triton_version\nv = triton_version()\n"
+            "imported = 'triton' in sys.modules\nimport triton\n"
+            "print(json.dumps([v, imported, triton.__version__, triton_version()]))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    read, imported, real, again = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (read, imported, again) == (real, False, real)
