@@ -195,6 +195,8 @@ def meta_random_factories() -> Iterator[None]:
                   T.__rsub__, T.__mul__, T.__rmul__}
     division = {torch.div, T.div, T.__truediv__, T.__rtruediv__}
     unary = {torch.neg, torch.abs, T.neg, T.abs, T.__neg__, T.__abs__}
+    negation = {torch.neg, T.neg, T.__neg__, T.neg_}
+    subtraction = {torch.sub, T.sub, T.__sub__, T.__rsub__, T.sub_, T.__isub__}
     arithmetic_in_place = {T.add_, T.sub_, T.mul_, T.div_, T.__iadd__, T.__isub__, T.__imul__, T.__itruediv__,
                            T.neg_, T.abs_}
     in_place = {torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_, torch.Tensor.exponential_,
@@ -243,6 +245,8 @@ def meta_random_factories() -> Iterator[None]:
         if not any(tuple(t.shape) == shape for t in tensors):
             return None  # only broadcast operands: the output's strides are torch's rule
         dtype = torch.result_type(*args) if len(args) == 2 else args[0].dtype
+        if dtype == torch.bool and (func in negation or func in subtraction):
+            return None  # torch refuses negating or subtracting booleans: its error, not a tensor
         if func in division and not (dtype.is_floating_point or dtype.is_complex):
             dtype = torch.get_default_dtype()
         if func in arithmetic_in_place:
@@ -254,6 +258,8 @@ def meta_random_factories() -> Iterator[None]:
     def empty_instead(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if func in default_dtypes and on_meta(kwargs.get("device")):
             dtype = kwargs.get("dtype") or default_dtypes[func] or torch.get_default_dtype()
+            if func is torch.randn and not (dtype.is_floating_point or dtype.is_complex):
+                return None  # torch refuses it: its error, not a tensor
             return torch.empty(shape_of(func, args, kwargs), dtype=dtype, device="meta",
                                layout=kwargs.get("layout") or torch.strided,
                                requires_grad=bool(kwargs.get("requires_grad")))

@@ -70,6 +70,22 @@ def test_meta_shortcuts_match_torch(name: str) -> None:
     assert ours == _describe(CALLS[name]())
 
 
+REFUSED = {
+    "randn of integers": lambda: torch.randn(3, device="meta", dtype=torch.int32),
+    "negated booleans": lambda: -_meta(3, dtype=torch.bool),
+    "subtracted booleans": lambda: _meta(3, dtype=torch.bool) - _meta(3, dtype=torch.bool),
+    "shapes that do not broadcast": lambda: _meta(3, 4) + _meta(5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_what_torch_refuses_is_still_refused(name: str) -> None:
+    with pytest.raises(RuntimeError), meta_random_factories():
+        REFUSED[name]()
+    with pytest.raises(RuntimeError):
+        REFUSED[name]()
+
+
 def test_in_place_on_meta_returns_the_same_tensor() -> None:
     t = _meta(4)
     with meta_random_factories():
