@@ -13,7 +13,9 @@ included). Prints a table and writes JSON (--json).
 A second table puts the wheel's import + first call of a small op (vector_add, fp16, 1M elements; CUDA context up
 and inputs allocated before the clock starts) beside its floor: a process that does only what any first launch
 of that binary must do, with no runtime at all (the output's torch.empty, reading the cubin, cuModuleLoadData,
-cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose.
+cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose. The
+wheel runs with its runtime's bytecode bundle (written after a first call, or by ``write_bundle()``) and without
+(a fresh install's first process), interleaved; the matmul table and the stages run with it.
 
     python benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json cold_start.json
 """
@@ -212,6 +214,15 @@ CHILD_JIT = textwrap.dedent("""
 """)
 
 
+BUNDLE_PATH = "import json, forge_kernels._runtime as r; print(json.dumps({'path': r._bundle_path()}))"
+WRITE_BUNDLE = "import json, forge_kernels._runtime as r; print(json.dumps({'wrote': r.write_bundle()}))"
+
+
+def _write_bundle(env: dict[str, str]) -> bool:
+    """The runtime's bytecode bundle written now, in a process of its own (as ``write_bundle()`` at image build)."""
+    return bool(_run(WRITE_BUNDLE, [], env)["wrote"])
+
+
 def _run(code: str, args: list[str], env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
                           timeout=600, cwd=tempfile.gettempdir())  # not the repository: "-c" puts the cwd on sys.path
@@ -238,6 +249,9 @@ def main() -> None:
     base_env.pop("PYTHONPATH", None)
     if path:
         base_env["PYTHONPATH"] = os.pathsep.join(path)
+    bundle_path = _run(BUNDLE_PATH, [], base_env)["path"]
+    has_bundle = _write_bundle(base_env)  # the steady state of a deployed wheel, unless stated otherwise below
+    print(f"runtime bytecode bundle: {bundle_path if has_bundle else 'not available (no .pyc files to gather)'}")
     runs: dict[str, list[dict]] = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
@@ -267,11 +281,21 @@ def main() -> None:
         print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['import_and_first_call']:17.4f} "
               f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
     print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
-    op_runs: dict[str, list[dict]] = {"forge-aot": [], "floor (ctypes)": []}
+    modes = ["forge-aot (bundle)", "forge-aot (no bundle)"] if has_bundle else ["forge-aot (no bundle)"]
+    op_runs: dict[str, list[dict]] = {m: [] for m in [*modes, "floor (ctypes)"]}
+    # The first process on a fresh install runs without the bundle (and writes it where Python writes bytecode).
+    no_bundle = dict(base_env, PYTHONDONTWRITEBYTECODE="1")
     for _ in range(args.repeats):  # interleaved: the host's speed drifts between rounds
-        op_runs["forge-aot"].append(_run(CHILD_OP, [str(args.op_size)], base_env))
+        for mode in modes:
+            if mode == "forge-aot (bundle)":
+                _write_bundle(base_env)
+            else:
+                Path(bundle_path).unlink(missing_ok=True)
+            op_runs[mode].append(_run(CHILD_OP, [str(args.op_size)], no_bundle))
         op_runs["floor (ctypes)"].append(_run(CHILD_FLOOR, [str(args.op_size),
-                                                            json.dumps(op_runs["forge-aot"][-1]["binary"])], base_env))
+                                                            json.dumps(op_runs[modes[0]][-1]["binary"])], base_env))
+    if has_bundle:
+        _write_bundle(base_env)
     op_summary = {}
     for mode, rs in op_runs.items():
         op_summary[mode] = {k: statistics.median(r[k] for r in rs)
@@ -280,7 +304,7 @@ def main() -> None:
         op_summary[mode]["max_abs_err"] = max(r["max_abs_err"] for r in rs)
     floor = op_summary["floor (ctypes)"]["import_and_first_call"]
     print(f"\nvector_add fp16 {args.op_size} elements after torch + CUDA context, fresh process per run, median of "
-          f"{args.repeats} (binary {op_runs['forge-aot'][0]['binary']['config']})")
+          f"{args.repeats} (binary {op_runs[modes[0]][0]['binary']['config']})")
     print(f"{'mode':20s} {'import pkg (ms)':>16s} {'first call (ms)':>16s} {'import+first (ms)':>18s} "
           f"{'range (ms)':>16s} {'/ floor':>8s}")
     for mode, s in op_summary.items():

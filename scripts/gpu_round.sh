@@ -11,6 +11,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/device.txt"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)" | tee -a "$OUT/device.txt"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_*.whl 2>&1 | tail -2
+# Each wheel's runtime bytecode bundle, as a first call would write it (this host sets PYTHONDONTWRITEBYTECODE):
+# the GPU tests and benchmarks then import the runtime as a deployed wheel does after its first process.
+for pkg in forge_kernels forge_realworld forge_launch; do
+  (cd /tmp && env -u PYTHONPATH python3 -c "import $pkg._runtime as r; print('$pkg bundle written:', r.write_bundle())") \
+    | tee -a "$OUT/device.txt"
+done
 for step in $STEPS; do
   case $step in
     build)  # the build works offline on the GPU machine too; compare with the wheel built on the CPU machine

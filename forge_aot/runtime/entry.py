@@ -67,6 +67,9 @@ class Package:
                                          builtins, f"{self.package}._ops._local.")
                     route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
+                    runtime = sys.modules[__package__]
+                    if runtime.BUNDLE_WANTED:
+                        runtime.first_call_done()
         return module
 
     def _import_rules(self, names: Any) -> dict[str, Any]:

@@ -1,0 +1,125 @@
+"""The runtime's bytecode bundle: a wheel's first call in an environment writes it, later processes import the
+first-call modules from it, and anything that makes it doubtful (an edited module, a damaged file, a place it
+cannot be written, PYTHONDONTWRITEBYTECODE) leaves imports to the import system. Fresh processes on the CPU over
+the repository's wheel, unpacked as pip lays it out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BUNDLED = ["cuda", "drivers", "entry", "errors", "fastpath", "host_modules", "host_triton", "kernel", "launch",
+           "packing", "tables"]
+
+FIRST_CALL = textwrap.dedent("""
+    import json, sys, torch
+    import forge_kernels
+    x = torch.randn(100)
+    try:
+        forge_kernels.vector_add(x, x)
+    except Exception as exc:
+        error = type(exc).__name__
+    import forge_kernels._runtime.cuda  # what a GPU's first call imports too
+    rt = sys.modules["forge_kernels._runtime"]
+    from_bundle = sorted(n.rsplit(".", 1)[1] for n, m in sys.modules.items()
+                         if n.startswith("forge_kernels._runtime.")
+                         and type(m.__spec__.loader).__name__ == "_BundleLoader")
+    print(json.dumps({"error": error, "from_bundle": from_bundle,
+                      "finder_left": any(type(f).__name__ == "_BundleFinder" for f in sys.meta_path),
+                      "file": forge_kernels._runtime.kernel.__file__,
+                      "cached": forge_kernels._runtime.kernel.__cached__}))
+""")
+
+
+@pytest.fixture()
+def site(repo_wheel: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "site"
+    with zipfile.ZipFile(repo_wheel) as zf:
+        zf.extractall(out)
+    return out
+
+
+def _run(site: Path, code: str = FIRST_CALL, **env: str) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                          env=base | {"PYTHONPATH": str(site)} | env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _bundle(site: Path) -> Path:
+    return site / "forge_kernels" / "_runtime" / "__pycache__" / f"_bundle.{sys.implementation.cache_tag}.bin"
+
+
+def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: Path) -> None:
+    first = _run(site)
+    assert first["from_bundle"] == [] and first["error"] == "UnsupportedDeviceError"
+    assert _bundle(site).is_file()
+    second = _run(site)
+    assert second["from_bundle"] == BUNDLED and second["error"] == "UnsupportedDeviceError"
+    assert not second["finder_left"]  # it leaves sys.meta_path once every bundled module is imported
+    runtime = site / "forge_kernels" / "_runtime"
+    assert second["file"] == str(runtime / "kernel.py") and second["cached"] == first["cached"]
+    # the modules' own code objects: tracebacks and inspect point at the shipped files
+    probe = _run(site, "import json, inspect, forge_kernels._runtime.tables as t\n"
+                       "print(json.dumps({'src': inspect.getsource(t.rank_rows).splitlines()[0], "
+                       "'file': t.rank_rows.__code__.co_filename}))")
+    assert probe == {"src": "def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:",
+                     "file": str(runtime / "tables.py")}
+
+
+def test_an_edited_module_invalidates_the_bundle_which_is_written_again(site: Path) -> None:
+    _run(site)
+    before = _bundle(site).read_bytes()
+    tables = site / "forge_kernels" / "_runtime" / "tables.py"
+    tables.write_text(tables.read_text() + "\nEDITED = True\n")
+    edited = _run(site, FIRST_CALL.replace("print(json.dumps({", "print(json.dumps({'edited': rt.tables.EDITED, "))
+    assert edited["from_bundle"] == [] and edited["edited"] is True  # the edit runs, not the bundled bytecode
+    assert _bundle(site).read_bytes() != before
+    assert _run(site)["from_bundle"] == BUNDLED
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "directory"])
+def test_a_damaged_or_unwritable_bundle_leaves_imports_to_python(site: Path, damage: str) -> None:
+    _run(site)
+    path = _bundle(site)
+    if damage == "garbage":
+        path.write_bytes(b"not a bundle")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:-200])
+    else:  # a place that cannot be written: the bundle's name taken by a directory
+        path.unlink()
+        path.mkdir()
+    assert _run(site)["from_bundle"] == []
+    if damage == "directory":
+        assert path.is_dir() and not list(path.parent.glob("*.tmp"))
+    else:
+        assert _run(site)["from_bundle"] == BUNDLED  # written again by the process before
+
+
+def test_pythondontwritebytecode_writes_no_bundle_unless_asked(site: Path) -> None:
+    _run(site)  # the .pyc files, as pip would have compiled them
+    _bundle(site).unlink()
+    assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == []
+    assert not _bundle(site).exists()
+    asked = _run(site, "import json, forge_kernels._runtime as r\nprint(json.dumps({'wrote': r.write_bundle()}))",
+                 PYTHONDONTWRITEBYTECODE="1")
+    assert asked == {"wrote": True}
+    assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == BUNDLED
+
+
+def test_without_bytecode_files_there_is_no_bundle(site: Path) -> None:
+    """Nothing to gather where Python never wrote the .pyc files: imports stay Python's, write_bundle says so."""
+    res = _run(site, FIRST_CALL.replace("print(json.dumps({", "print(json.dumps({'wrote': rt.write_bundle(), "),
+               PYTHONDONTWRITEBYTECODE="1")
+    assert res["wrote"] is False and res["from_bundle"] == []
+    assert not _bundle(site).exists()
