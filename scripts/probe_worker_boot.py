@@ -1,6 +1,6 @@
 """Where a tuning benchmark worker's start goes (``forge_aot.tune.bench_worker``: import torch, CUDA init, the
 device's ceilings, import Triton), in fresh processes, with and without the CUDA driver initialised through
-ctypes in a thread while torch imports.
+ctypes in a thread while torch imports (``thread``), and the primary context retained there too (``thread-ctx``).
 
     python scripts/probe_worker_boot.py [--runs 3]      (on a GPU machine; prints one JSON line per process)
 """
@@ -18,10 +18,13 @@ import json, sys, threading, time
 t0 = time.perf_counter()
 stages = {}
 pre = None
-if sys.argv[1] == "thread":
+from forge_aot.runtime.drivers import driver  # as the worker: imported before torch
+if sys.argv[1] in ("thread", "thread-ctx"):
     def init():
-        from forge_aot.runtime.drivers import driver
-        driver().describe(0)
+        drv = driver()
+        drv.describe(0)
+        if sys.argv[1] == "thread-ctx":
+            drv.primary_context(0)
     pre = threading.Thread(target=init, daemon=True)
     pre.start()
 import torch
@@ -55,7 +58,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     for _ in range(args.runs):
-        for mode in ("plain", "thread"):
+        for mode in ("plain", "thread", "thread-ctx"):
             start = time.perf_counter()
             out = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, check=True)
             row = json.loads(out.stdout.strip().splitlines()[-1])
