@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import sys
@@ -303,10 +305,18 @@ def entry() -> None:
         sys.exit(code)
     if not isinstance(code, int):  # None (success) or a message, as sys.exit would treat them
         if code is not None:
-            print(code, file=sys.stderr)
+            with contextlib.suppress(Exception):
+                print(code, file=sys.stderr)
         code = 0 if code is None else 1
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # What the interpreter's exit still owes before the teardown is skipped: atexit handlers (logging's flush,
+    # weakref finalizers, profilers, coverage), then the standard streams.
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except Exception:
+                code = code or 120  # as Python's own exit when the final flush fails
     os._exit(code)
 
 

@@ -41,7 +41,7 @@ def triton_version() -> str:
         return str(loaded.__version__)
     spec = importlib.util.find_spec("triton")
     if spec is not None and spec.origin:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]\s*$""",
                               Path(spec.origin).read_text(encoding="utf-8"), re.MULTILINE)
             if found:

@@ -126,9 +126,12 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(_compact_json(part))
     # The runtime package, copied verbatim (every import inside it is relative), and its optional C launch path.
     (pkg / "_runtime").mkdir()
+    runtime_digest = hashlib.sha256()
     for module in sorted(resources.files("forge_aot.runtime").iterdir(), key=lambda m: m.name):
         if module.name.endswith(".py"):
-            (pkg / "_runtime" / module.name).write_bytes(module.read_bytes())
+            text = module.read_bytes()
+            (pkg / "_runtime" / module.name).write_bytes(text)
+            runtime_digest.update(module.name.encode() + b"\0" + hashlib.sha256(text).digest())
     ext = build_extension(pkg / "_runtime")
     if note is not None:
         note(ext.note)
@@ -144,6 +147,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     ops = [op for spec in plan.modules.values() for op in spec["ops"]]
     description = m.project.description or f"Triton kernels packaged ahead of time by forge-aot: {name}"
     values = {
+        "runtime_sha256": runtime_digest.hexdigest(),
         "name": name, "version": m.project.version, "description": _toml_str(description),
         "requires_python": m.project.requires_python, "forge_version": __version__,
         "manifest_name": plan.loaded.path.name, "manifest_sha256": plan.loaded.sha256,

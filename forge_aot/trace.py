@@ -177,33 +177,51 @@ TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64"
 @contextlib.contextmanager
 def meta_random_factories() -> Iterator[None]:
     """Random, range and ``*_like`` factories, and plain arithmetic, that make meta tensors return empty ones
-    instead (same shape, dtype and strides as torch's own meta kernels give).
+    instead: the shape, dtype, strides and ``requires_grad`` torch's own meta kernels give.
 
-    Their meta kernels are Python that calls ``torch._check``, which imports sympy on first use: 0.25 s on the
-    build machine and seconds on a busy GPU host, paid by every ``forge-aot tune`` whose tuning inputs call
-    ``torch.randn(..., device=device)`` while it plans. Meta tensors hold no values, so nothing else differs."""
+    Their meta kernels are Python that calls ``torch._check``, which imports sympy (and Dynamo) on first use:
+    0.25 s on the build machine and seconds on a busy GPU host, paid by every ``forge-aot tune`` whose tuning
+    inputs call ``torch.randn(..., device=device)`` while it plans. Meta tensors hold no values, so nothing else
+    differs. Only calls read exactly are answered here: plain contiguous strided tensors (the strides of size-1
+    dimensions too), no ``out=``, generator, pinned memory or other layout, nothing torch would refuse; every other
+    call goes to torch."""
     import torch
     from torch.overrides import TorchFunctionMode
 
     default_dtypes = {torch.randn: None, torch.rand: None, torch.randint: torch.int64}
     likes = {torch.empty_like, torch.zeros_like, torch.ones_like, torch.full_like, torch.randn_like,
              torch.rand_like, torch.randint_like}
+    float_only = {torch.randn, torch.randn_like, torch.rand_like}
     same_layout = {None, torch.preserve_format, torch.contiguous_format}
     T = torch.Tensor
     # Element-wise arithmetic (``torch.randn(...) * 4`` in tuning inputs): torch.result_type's dtype, broadcast shape.
     arithmetic = {torch.add, torch.sub, torch.mul, T.add, T.sub, T.mul, T.__add__, T.__radd__, T.__sub__,
                   T.__rsub__, T.__mul__, T.__rmul__}
     division = {torch.div, T.div, T.__truediv__, T.__rtruediv__}
+    reflected = {T.__rsub__, T.__rtruediv__}  # scalar - tensor, scalar / tensor
     unary = {torch.neg, torch.abs, T.neg, T.abs, T.__neg__, T.__abs__}
     negation = {torch.neg, T.neg, T.__neg__, T.neg_}
     subtraction = {torch.sub, T.sub, T.__sub__, T.__rsub__, T.sub_, T.__isub__}
     arithmetic_in_place = {T.add_, T.sub_, T.mul_, T.div_, T.__iadd__, T.__isub__, T.__imul__, T.__itruediv__,
                            T.neg_, T.abs_}
-    in_place = {torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_, torch.Tensor.exponential_,
-                torch.Tensor.log_normal_, torch.Tensor.cauchy_, torch.Tensor.geometric_, torch.Tensor.bernoulli_}
+    random_in_place = {T.normal_, T.uniform_}
 
     def on_meta(device: Any) -> bool:
         return device is not None and torch.device(device).type == "meta"
+
+    def plain(t: Any) -> bool:
+        """A strided meta tensor whose strides are exactly the contiguous ones (size-1 dimensions included)."""
+        if not (t.is_meta and t.layout == torch.strided):
+            return False
+        expect = 1
+        for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+            if stride != expect:
+                return False
+            expect *= max(size, 1)
+        return True
+
+    def can_require_grad(dtype: Any, kwargs: dict[str, Any]) -> bool:
+        return not kwargs.get("requires_grad") or dtype.is_floating_point or dtype.is_complex
 
     def shape_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if "size" in kwargs:
@@ -214,13 +232,20 @@ def meta_random_factories() -> Iterator[None]:
             return tuple(args[0])
         return tuple(args)
 
+    def randint_bounds_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        bounds = [a for a in args if isinstance(a, int)] + [kwargs[k] for k in ("low", "high") if k in kwargs]
+        low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1]) if len(bounds) == 2 else (0, 0)
+        return low < high
+
     def arange_length(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, bool] | None:
         bounds = [*args, *(kwargs[k] for k in ("start", "end", "step") if k in kwargs)]
-        if not 1 <= len(bounds) <= 3 or not all(isinstance(b, (int, float)) for b in bounds):
+        if not 1 <= len(bounds) <= 3 or not all(type(b) in (int, float) for b in bounds):
             return None
         start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds[:2], bounds[2] if len(bounds) == 3
                                                                           else 1)
-        return max(0, math.ceil((end - start) / step)), all(isinstance(b, int) for b in bounds)
+        if step == 0 or (end - start) / step < 0:
+            return None  # torch refuses these: its error, not a tensor
+        return math.ceil((end - start) / step), all(type(b) is int for b in bounds)
 
     def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
         """NumPy broadcasting (``torch.broadcast_shapes`` imports sympy); None where the shapes do not broadcast."""
@@ -235,9 +260,11 @@ def meta_random_factories() -> Iterator[None]:
     def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if len(args) > 2 or set(kwargs) - {"alpha"} or (func in division and kwargs):
             return None
+        if func in reflected and (len(args) != 2 or isinstance(args[1], torch.Tensor)):
+            return None
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if not tensors or not all(t.is_meta and t.layout == torch.strided and t.is_contiguous() for t in tensors) \
-                or not all(isinstance(a, (torch.Tensor, bool, int, float)) for a in args):
+        if not tensors or not all(plain(t) for t in tensors) \
+                or not all(type(a) in (bool, int, float) or isinstance(a, torch.Tensor) for a in args):
             return None
         shape = broadcast(*(tuple(t.shape) for t in tensors))
         if shape is None:
@@ -247,40 +274,66 @@ def meta_random_factories() -> Iterator[None]:
         dtype = torch.result_type(*args) if len(args) == 2 else args[0].dtype
         if dtype == torch.bool and (func in negation or func in subtraction):
             return None  # torch refuses negating or subtracting booleans: its error, not a tensor
+        if type(kwargs.get("alpha")) is float and not (dtype.is_floating_point or dtype.is_complex):
+            return None  # torch refuses a float alpha for integers
         if func in division and not (dtype.is_floating_point or dtype.is_complex):
             dtype = torch.get_default_dtype()
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if func in arithmetic_in_place:
             first = args[0]
-            return first if isinstance(first, torch.Tensor) and tuple(first.shape) == shape and torch.can_cast(
-                dtype, first.dtype) else None
-        return torch.empty(shape, dtype=dtype, device="meta")
+            if grad or not isinstance(first, torch.Tensor) or tuple(first.shape) != shape \
+                    or not torch.can_cast(dtype, first.dtype):
+                return None  # autograd's rules for in-place ops, or torch's refusal: torch decides
+            return first
+        return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+
+    def random_in_place_ok(func: Any, first: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if not (plain(first) and first.dtype.is_floating_point) or (first.requires_grad and torch.is_grad_enabled()):
+            return False
+        if func is T.normal_:
+            std = args[2] if len(args) > 2 else kwargs.get("std", 1.0)
+            return type(std) in (int, float) and std >= 0
+        low = args[1] if len(args) > 1 else kwargs.get("from", 0.0)
+        high = args[2] if len(args) > 2 else kwargs.get("to", 1.0)
+        return type(low) in (int, float) and type(high) in (int, float) and low <= high
 
     def empty_instead(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if kwargs.get("pin_memory") or kwargs.get("layout") not in (None, torch.strided):
+            return None
         if func in default_dtypes and on_meta(kwargs.get("device")):
             dtype = kwargs.get("dtype") or default_dtypes[func] or torch.get_default_dtype()
-            if func is torch.randn and not (dtype.is_floating_point or dtype.is_complex):
+            if (func in float_only and not (dtype.is_floating_point or dtype.is_complex)) \
+                    or not can_require_grad(dtype, kwargs) \
+                    or (func is torch.randint and not randint_bounds_ok(args[:-1] if "size" not in kwargs else args,
+                                                                      kwargs)):
                 return None  # torch refuses it: its error, not a tensor
             return torch.empty(shape_of(func, args, kwargs), dtype=dtype, device="meta",
-                               layout=kwargs.get("layout") or torch.strided,
                                requires_grad=bool(kwargs.get("requires_grad")))
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if (func in likes and first is not None and first.layout == torch.strided and first.is_contiguous()
-                and kwargs.get("memory_format") in same_layout and kwargs.get("layout") in (None, torch.strided)
-                and (on_meta(kwargs.get("device")) or (first.is_meta and kwargs.get("device") is None))):
-            # A contiguous input gives a contiguous output under every memory format read here; other strides
-            # are torch's rule to apply (its meta kernel decides below).
-            return torch.empty(first.shape, dtype=kwargs.get("dtype") or first.dtype, device="meta",
-                               requires_grad=bool(kwargs.get("requires_grad")))
-        if func in in_place and first is not None and first.is_meta:
-            return first
+        if (func in likes and first is not None and plain(first) and kwargs.get("memory_format") in same_layout
+                and (on_meta(kwargs.get("device")) or kwargs.get("device") is None)):
+            dtype = kwargs.get("dtype") or first.dtype
+            if (func in float_only and not (dtype.is_floating_point or dtype.is_complex)) \
+                    or not can_require_grad(dtype, kwargs):
+                return None
+            # A plain contiguous input gives a plain contiguous output under every memory format read here;
+            # other strides are torch's rule to apply (its meta kernel decides).
+            return torch.empty(first.shape, dtype=dtype, device="meta", requires_grad=bool(kwargs.get("requires_grad")))
+        if func in random_in_place and first is not None:
+            return first if random_in_place_ok(func, first, args, kwargs) else None
         if func in arithmetic or func in division or func in unary or func in arithmetic_in_place:
             return elementwise(func, args, kwargs)
         if func is torch.arange and on_meta(kwargs.get("device")):
             found = arange_length(args, kwargs)
-            if found is not None:
-                length, ints = found
-                dtype = kwargs.get("dtype") or (torch.int64 if ints else torch.get_default_dtype())
-                return torch.empty(length, dtype=dtype, device="meta")
+            if found is None:
+                return None
+            length, ints = found
+            dtype = kwargs.get("dtype") or (torch.int64 if ints else torch.get_default_dtype())
+            if not ints and not dtype.is_floating_point:
+                return None  # float bounds truncated to integers first: torch's rule
+            if not can_require_grad(dtype, kwargs):
+                return None
+            return torch.empty(length, dtype=dtype, device="meta", requires_grad=bool(kwargs.get("requires_grad")))
         return None
 
     class MetaRandom(TorchFunctionMode):
@@ -290,7 +343,7 @@ def meta_random_factories() -> Iterator[None]:
             if kwargs.get("out") is None and kwargs.get("generator") is None:
                 try:
                     made = empty_instead(func, args, kwargs)
-                except (TypeError, ValueError, RuntimeError):
+                except (TypeError, ValueError, RuntimeError, IndexError):
                     made = None  # a call this reading does not understand: torch's own meta kernel decides
                 if made is not None:
                     return made

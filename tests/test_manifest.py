@@ -206,3 +206,17 @@ def test_console_script_runs_a_command_that_imports_torch() -> None:
     bad = subprocess.run([sys.executable, "-m", "forge_aot.cli", "check", "--manifest", "missing.toml"],
                          capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.startswith("error: "), bad.stderr
+
+
+def test_console_script_runs_atexit_handlers_and_survives_a_closed_stdout() -> None:
+    """What the skipped teardown would still have done: atexit handlers (profilers, logging, finalizers) run; a
+    closed stdout does not turn success into a traceback."""
+    script = ("import atexit, sys, torch\nfrom forge_aot import cli\n"
+              "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+              "cli.main = lambda: sys.exit(0)\ncli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert (done.returncode, done.stderr.strip()) == (0, "atexit ran")
+    closed = subprocess.run([sys.executable, "-c", script.replace("atexit.register", "sys.stdout = None; "
+                                                                   "atexit.register")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert (closed.returncode, closed.stderr.strip()) == (0, "atexit ran")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +37,6 @@ FIRST_CALL = textwrap.dedent("""
                          if n.startswith("forge_kernels._runtime.")
                          and type(m.__spec__.loader).__name__ == "_BundleLoader")
     print(json.dumps({"error": error, "from_bundle": from_bundle,
-                      "finder_left": any(type(f).__name__ == "_BundleFinder" for f in sys.meta_path),
                       "file": forge_kernels._runtime.kernel.__file__,
                       "cached": forge_kernels._runtime.kernel.__cached__}))
 """)
@@ -56,8 +58,8 @@ def _run(site: Path, code: str = FIRST_CALL, **env: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _bundle(site: Path) -> Path:
-    return site / "forge_kernels" / "_runtime" / "__pycache__" / f"_bundle.{sys.implementation.cache_tag}.bin"
+def _bundle(site: Path, opt: str = "") -> Path:
+    return site / "forge_kernels" / "_runtime" / "__pycache__" / f"_bundle.{sys.implementation.cache_tag}{opt}.pyc"
 
 
 def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: Path) -> None:
@@ -66,7 +68,6 @@ def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: P
     assert _bundle(site).is_file()
     second = _run(site)
     assert second["from_bundle"] == BUNDLED and second["error"] == "UnsupportedDeviceError"
-    assert not second["finder_left"]  # it leaves sys.meta_path once every bundled module is imported
     runtime = site / "forge_kernels" / "_runtime"
     assert second["file"] == str(runtime / "kernel.py") and second["cached"] == first["cached"]
     # the modules' own code objects: tracebacks and inspect point at the shipped files
@@ -123,3 +124,74 @@ def test_without_bytecode_files_there_is_no_bundle(site: Path) -> None:
                PYTHONDONTWRITEBYTECODE="1")
     assert res["wrote"] is False and res["from_bundle"] == []
     assert not _bundle(site).exists()
+
+
+def test_a_bundle_of_other_sources_is_not_used(site: Path) -> None:
+    """The build's fingerprint of the runtime's sources names the sources a bundle is for: files unpacked over an
+    older install keep the wheel's fixed timestamps, and a same-size edit would keep its size."""
+    _run(site)
+    init = site / "forge_kernels" / "__init__.py"
+    text = init.read_text()
+    start = text.index('_use_bundle("') + len('_use_bundle("')
+    init.write_text(text[:start] + "0" * 64 + text[start + 64:])
+    assert _run(site)["from_bundle"] == []
+    assert _run(site)["from_bundle"] == BUNDLED  # written again for these sources
+
+
+def test_optimisation_levels_keep_their_own_bundles(site: Path) -> None:
+    _run(site)
+    code = FIRST_CALL.replace("print(json.dumps({", "print(json.dumps({'doc': rt.tables.__doc__ is not None, ")
+    proc = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True, cwd="/",
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+                          | {"PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["doc"] is False
+    assert _bundle(site, ".opt-2").is_file()
+    plain = _run(site, code)
+    assert plain["doc"] is True and plain["from_bundle"] == BUNDLED
+
+
+def test_a_moved_installation_reports_its_new_paths(site: Path, tmp_path: Path) -> None:
+    """Copied with its timestamps (cp -a, rsync), the bundle stays valid; the code objects name the new files."""
+    _run(site)
+    moved = tmp_path / "moved"
+    shutil.copytree(site, moved)  # copy2: timestamps kept
+    code = ("import json, forge_kernels._runtime.tables as t\n"
+            "print(json.dumps({'file': t.rank_rows.__code__.co_filename, 'loader': type(t.__loader__).__name__}))")
+    res = _run(moved, code)
+    assert res == {"file": str(moved / "forge_kernels" / "_runtime" / "tables.py"), "loader": "_BundleLoader"}
+    runs = subprocess.run([sys.executable, "-m", "forge_kernels._runtime.errors"], capture_output=True, text=True,
+                          cwd="/", env={**os.environ, "PYTHONPATH": str(moved)})
+    assert runs.returncode == 0, runs.stderr  # runpy asks the loader for the code
+
+
+def test_hash_based_bytecode_is_gathered_too(site: Path) -> None:
+    """Installs made with SOURCE_DATE_EPOCH compile checked-hash .pyc files (PEP 552)."""
+    runtime = site / "forge_kernels" / "_runtime"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "--invalidation-mode", "checked-hash", str(site)],
+                   check=True)
+    assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == []
+    asked = _run(site, "import json, forge_kernels._runtime as r\nprint(json.dumps({'wrote': r.write_bundle()}))",
+                 PYTHONDONTWRITEBYTECODE="1")
+    assert asked == {"wrote": True}
+    assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == BUNDLED
+    assert (runtime / "_bundle.py").is_file()
+
+
+def test_pip_uninstall_removes_the_bundle(repo_wheel: Path, tmp_path: Path) -> None:
+    """The bundle has the cache name of a shipped module, so pip removes it with the package's bytecode: nothing
+    is left to make the package importable (as an empty namespace package) after an uninstall."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index", "--no-deps", str(repo_wheel)], check=True)
+    site = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    torch_site = str(Path(torch.__file__).parent.parent)  # torch from this environment, the wheel from the venv's
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPATH": torch_site}
+    wrote = subprocess.run([str(py), "-c", "import forge_kernels._runtime as r; print(r.write_bundle())"],
+                           capture_output=True, text=True, env=env, cwd="/")
+    assert wrote.stdout.strip() == "True", wrote.stderr
+    assert _bundle(site).is_file()
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "forge_kernels"], check=True)
+    assert not (site / "forge_kernels").exists()

@@ -15,22 +15,25 @@ tree and in the wheel. One module per concern:
 
 Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only.
 
-In a wheel, the modules a first call needs also load from one file, ``__pycache__/_bundle.<cache tag>.bin``:
-their cached bytecode, gathered after the first call in an environment where the package directory is
-writable, and used while every module file keeps the size and modification time it had then. One file read
-instead of eleven trips through the import system's finders and bytecode caches: 3.8 -> 2.2 ms per fresh
-process on the H100 host (scripts/probe_runtime_bundle.py). Where there is no valid bundle, imports are the
-import system's own.
+In a wheel, the modules a first call needs also load from one file, their cached bytecode gathered into
+``_bundle.py``'s cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where
+Python writes bytecode, or by ``write_bundle()``. It is used while it was written for these sources (the build's
+fingerprint, handed over by the package's ``__init__``) and every module file keeps the size and modification time
+it had then. One file read instead of eleven trips through the import system's finders and bytecode caches:
+3.8 -> 2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py). Where there is no valid
+bundle, imports are the import system's own.
 """
 
 from __future__ import annotations
 
+import _imp
 import contextlib
 import importlib
 import marshal
 import os
 import sys
 import types
+from importlib.machinery import SourceFileLoader
 from typing import Any
 
 _EXPORTS = {
@@ -116,25 +119,49 @@ sys.modules[__name__].__class__ = _Runtime
 BUNDLED = ("entry", "errors", "host_triton", "packing", "tables", "drivers", "cuda", "fastpath", "kernel", "launch",
            "host_modules")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed)."""
-_BUNDLE_FORMAT = b"forge-aot runtime bundle 1\n"
-
-
+_BUNDLE_FORMAT = b"forge-aot runtime bundle 2\n"
 _IN_A_WHEEL = __name__.endswith("._runtime")
 """Shipped as ``<package>._runtime`` (the source tree's copy, imported by the build tools, bundles nothing)."""
-
-
-def _bundle_path() -> str | None:
-    tag = sys.implementation.cache_tag
-    return None if tag is None else os.path.join(os.path.dirname(__file__), "__pycache__", f"_bundle.{tag}.bin")
+_FINGERPRINT: str | None = None
+"""The build's sha256 of these modules' sources (``use_bundle``): a bundle of other sources is never used."""
+BUNDLE_WANTED = False
+"""Whether this process found no valid bundle (in a wheel): the first call then writes one."""
 
 
 def _source(name: str) -> str:
     return os.path.join(os.path.dirname(__file__), f"{name}.py")
 
 
-def _read_bundle(path: str) -> dict[str, Any] | None:
-    """Module name -> its marshalled bytecode, or None where the file is missing, of another interpreter, or any
-    module's file changed since it was written."""
+def _bundle_path() -> str | None:
+    """Where ``_bundle.py``'s cached bytecode would be (see that module), or None where nothing is cached."""
+    from importlib.util import cache_from_source
+
+    try:
+        return cache_from_source(_source("_bundle"))
+    except NotImplementedError:  # sys.implementation.cache_tag is None
+        return None
+
+
+def use_bundle(fingerprint: str) -> None:
+    """Called first by the package's ``__init__`` with the build's fingerprint of these sources: serve the modules
+    in BUNDLED from the bundle where it is valid, else note that the first call should write it."""
+    global _FINGERPRINT, BUNDLE_WANTED
+    if not _IN_A_WHEEL or _FINGERPRINT is not None:
+        return
+    _FINGERPRINT = fingerprint
+    path = _bundle_path()
+    if path is None:
+        return
+    codes = _read_bundle(path, fingerprint)
+    if codes is None:
+        BUNDLE_WANTED = True
+    else:
+        sys.meta_path.insert(0, _BundleFinder(__name__, codes))
+
+
+def _read_bundle(path: str, fingerprint: str) -> dict[str, Any] | None:
+    """Module name -> its marshalled bytecode, or None where the file is missing, damaged, of another interpreter
+    or other sources, or any module's file changed since it was written."""
     from importlib.util import MAGIC_NUMBER
 
     try:
@@ -144,7 +171,9 @@ def _read_bundle(path: str) -> dict[str, Any] | None:
         if data[:head] != _BUNDLE_FORMAT + MAGIC_NUMBER:
             return None
         size = int.from_bytes(data[head:head + 4], "little")
-        table = marshal.loads(data[head + 4:head + 4 + size])
+        written_for, table = marshal.loads(data[head + 4:head + 4 + size])
+        if written_for != fingerprint:
+            return None
         blob = memoryview(data)[head + 4 + size:]
         out = {}
         for name, mtime_ns, st_size, offset, length in table:
@@ -153,12 +182,8 @@ def _read_bundle(path: str) -> dict[str, Any] | None:
                 return None
             out[name] = blob[offset:offset + length]
         return out if set(out) == set(BUNDLED) else None
-    except (OSError, ValueError, EOFError, TypeError):
+    except Exception:  # unreadable or damaged: imports stay the import system's own
         return None
-
-
-BUNDLE_WANTED = False
-"""Whether this process found no valid bundle (in a wheel): the first call then writes one."""
 
 
 def first_call_done() -> None:
@@ -171,103 +196,103 @@ def first_call_done() -> None:
             write_bundle()
 
 
+def _checked_bytecode(cached: str, source: str) -> bytes | None:
+    """The code part of a .pyc that the import system would accept for ``source`` as it is now, else None."""
+    from importlib.util import MAGIC_NUMBER, source_hash
+
+    with open(cached, "rb") as f:
+        pyc = f.read()
+    if pyc[:4] != MAGIC_NUMBER:
+        return None
+    flags = int.from_bytes(pyc[4:8], "little")
+    if flags == 0:  # timestamp .pyc (PEP 552): the source's mtime and size
+        st = os.stat(source)
+        if (int.from_bytes(pyc[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
+                or int.from_bytes(pyc[12:16], "little") != st.st_size & 0xFFFFFFFF):
+            return None
+    elif flags in (1, 3):  # hash-based .pyc (SOURCE_DATE_EPOCH installs): the source's hash, checked here either way
+        with open(source, "rb") as f:
+            if pyc[8:16] != source_hash(f.read()):
+                return None
+    else:
+        return None
+    return pyc[16:]
+
+
 def write_bundle() -> bool:
     """Write the bundle now (for example while baking an image with PYTHONDONTWRITEBYTECODE set): import the
     modules in BUNDLED and gather their cached bytecode, atomically. Only where each module's .pyc matches its
     source; never raises. Returns whether it wrote."""
     path = _bundle_path()
-    if path is None or not _IN_A_WHEEL:
+    if path is None or _FINGERPRINT is None:
         return False
-    from importlib.util import MAGIC_NUMBER
+    import tempfile
 
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = None
     try:
         table, chunks, offset = [], [], 0
         for name in BUNDLED:
             module = importlib.import_module(f".{name}", __name__)
             cached = getattr(module, "__cached__", None)
-            if not cached:
+            code = _checked_bytecode(cached, _source(name)) if cached else None
+            if code is None:
                 return False
             st = os.stat(_source(name))
-            with open(cached, "rb") as f:
-                pyc = f.read()
-            # A timestamp .pyc of this interpreter for the source as it is now (what the import system checked).
-            if (pyc[:4] != MAGIC_NUMBER or int.from_bytes(pyc[4:8], "little") != 0
-                    or int.from_bytes(pyc[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-                    or int.from_bytes(pyc[12:16], "little") != st.st_size & 0xFFFFFFFF):
-                return False
-            code = pyc[16:]
             table.append((name, st.st_mtime_ns, st.st_size, offset, len(code)))
             chunks.append(code)
             offset += len(code)
-        header = marshal.dumps(table)
-        with open(tmp, "wb") as f:
+        from importlib.util import MAGIC_NUMBER
+
+        header = marshal.dumps((_FINGERPRINT, table))
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
             f.write(_BUNDLE_FORMAT + MAGIC_NUMBER + len(header).to_bytes(4, "little") + header + b"".join(chunks))
         os.replace(tmp, path)
         return True
-    except OSError:  # a read-only installation: imports stay the import system's own
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    except Exception:  # a read-only installation, a missing .pyc: imports stay the import system's own
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         return False
 
 
+class _BundleLoader(SourceFileLoader):
+    """The import system's own loader for a module's file, with the module's code taken from the bundle (its file
+    name fixed in it, as the import system does); its own way where the bundle's bytes do not load."""
+
+    def __init__(self, fullname: str, path: str, data: Any) -> None:
+        super().__init__(fullname, path)
+        self.data = data
+
+    def get_code(self, fullname: str) -> Any:
+        data, self.data = self.data, None
+        if data is not None:
+            try:
+                code = marshal.loads(data)
+            except (ValueError, EOFError, TypeError):
+                code = None
+            if code is not None:
+                _imp._fix_co_filename(code, self.path)
+                return code
+        return super().get_code(fullname)
+
+
 class _BundleFinder:
-    """Finds this package's bundled modules in the bundle (before the path finders); leaves sys.meta_path once
-    they are all imported. The import system still does the rest (locks, sys.modules, module attributes)."""
+    """Finds this package's bundled modules in the bundle, before the path finders (the import system does the
+    rest: locks, sys.modules, module attributes). It stays in sys.meta_path, answering None to every other name
+    (removing it could make another thread's import skip a finder)."""
 
     def __init__(self, package: str, codes: dict[str, Any]) -> None:
         self.prefix = package + "."
         self.codes = codes
-        self.left = set(codes)
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        name = fullname[len(self.prefix):]
-        if name not in self.left:
+        data = self.codes.pop(fullname[len(self.prefix):], None)
+        if data is None:
             return None
-        from importlib.machinery import ModuleSpec
+        from importlib.util import spec_from_file_location
 
-        origin = _source(name)
-        spec = ModuleSpec(fullname, _BundleLoader(self, name, fullname, origin), origin=origin)
-        spec.has_location = True
-        return spec
-
-
-class _BundleLoader:
-    def __init__(self, finder: _BundleFinder, name: str, fullname: str, origin: str) -> None:
-        self.finder, self.name, self.fullname, self.origin = finder, name, fullname, origin
-
-    def create_module(self, spec: Any) -> None:
-        return None
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        finder = self.finder
-        code = marshal.loads(finder.codes[self.name])
-        finder.left.discard(self.name)
-        if not finder.left:
-            with contextlib.suppress(ValueError):
-                sys.meta_path.remove(finder)
-        exec(code, module.__dict__)
-
-    def get_filename(self, fullname: str) -> str:
-        return self.origin
-
-    def get_source(self, fullname: str) -> str:
-        with open(self.origin, encoding="utf-8") as f:
-            return f.read()
-
-
-def _install_bundle() -> None:
-    global BUNDLE_WANTED
-    path = _bundle_path()
-    if path is None or not _IN_A_WHEEL:
-        return
-    codes = _read_bundle(path)
-    if codes is None:
-        BUNDLE_WANTED = True
-    else:
-        sys.meta_path.insert(0, _BundleFinder(__name__, codes))
-
-
-_install_bundle()
+        origin = _source(fullname[len(self.prefix):])
+        return spec_from_file_location(fullname, origin, loader=_BundleLoader(fullname, origin, data))
