@@ -237,6 +237,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--op-size", type=int, default=1 << 20, help="elements of the vector_add floor comparison")
+    ap.add_argument("--op-only", action="store_true", help="only the vector_add table (no matmul, no JIT)")
     ap.add_argument("--profile", type=Path, default=None,
                     help="also write the wall-clock stages of import + first call (--repeats fresh processes, "
                          "the runtime's functions wrapped with timers) to this file")
@@ -252,35 +253,37 @@ def main() -> None:
     bundle_path = _run(BUNDLE_PATH, [], base_env)["path"]
     has_bundle = _write_bundle(base_env)  # the steady state of a deployed wheel, unless stated otherwise below
     print(f"runtime bytecode bundle: {bundle_path if has_bundle else 'not available (no .pyc files to gather)'}")
-    runs: dict[str, list[dict]] = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
-    with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            runs["forge-aot"].append(_run(CHILD_FORGE, [n], base_env))
-            cold = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, f"cold{i}"))
-            runs["jit-cold"].append(_run(CHILD_JIT, [n, "0", str(REPO)], cold))
-        warm = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cold0"))
-        for _ in range(args.repeats):
-            runs["jit-warm"].append(_run(CHILD_JIT, [n, "0", str(REPO)], warm))
-        cached = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cached"))
-        _run(CHILD_JIT, [n, "1", str(REPO)], cached)  # fills the compile cache and the autotune results
-        for _ in range(args.repeats):
-            runs["jit-cache-results"].append(_run(CHILD_JIT, [n, "1", str(REPO)], cached))
-    summary = {}
-    for mode, rs in runs.items():
-        for r in rs:
-            r["import_and_first_call"] = r["import_pkg"] + r["first_call"]
-        summary[mode] = {k: statistics.median(r[k] for r in rs)
-                         for k in ("import_pkg", "first_call", "import_and_first_call", "total")}
-        summary[mode]["first_call_all"] = [r["first_call"] for r in rs]
-        summary[mode]["max_rel_err"] = max(r["rel_err"] for r in rs)
-    aot = summary["forge-aot"]["first_call"]
-    print(f"matmul fp16 {n}^3, fresh process per run, median of {args.repeats}")
-    print(f"{'mode':20s} {'import pkg (s)':>15s} {'first call (s)':>15s} {'import+first (s)':>17s} "
-          f"{'total (s)':>10s} {'first call / forge-aot':>24s}")
-    for mode, s in summary.items():
-        print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['import_and_first_call']:17.4f} "
-              f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
-    print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
+    runs: dict[str, list[dict]] = {}
+    summary: dict[str, dict] = {}
+    if not args.op_only:
+        runs = {m: [] for m in ("forge-aot", "jit-cold", "jit-warm", "jit-cache-results")}
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(args.repeats):
+                runs["forge-aot"].append(_run(CHILD_FORGE, [n], base_env))
+                cold = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, f"cold{i}"))
+                runs["jit-cold"].append(_run(CHILD_JIT, [n, "0", str(REPO)], cold))
+            warm = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cold0"))
+            for _ in range(args.repeats):
+                runs["jit-warm"].append(_run(CHILD_JIT, [n, "0", str(REPO)], warm))
+            cached = dict(base_env, TRITON_CACHE_DIR=os.path.join(tmp, "cached"))
+            _run(CHILD_JIT, [n, "1", str(REPO)], cached)  # fills the compile cache and the autotune results
+            for _ in range(args.repeats):
+                runs["jit-cache-results"].append(_run(CHILD_JIT, [n, "1", str(REPO)], cached))
+        for mode, rs in runs.items():
+            for r in rs:
+                r["import_and_first_call"] = r["import_pkg"] + r["first_call"]
+            summary[mode] = {k: statistics.median(r[k] for r in rs)
+                             for k in ("import_pkg", "first_call", "import_and_first_call", "total")}
+            summary[mode]["first_call_all"] = [r["first_call"] for r in rs]
+            summary[mode]["max_rel_err"] = max(r["rel_err"] for r in rs)
+        aot = summary["forge-aot"]["first_call"]
+        print(f"matmul fp16 {n}^3, fresh process per run, median of {args.repeats}")
+        print(f"{'mode':20s} {'import pkg (s)':>15s} {'first call (s)':>15s} {'import+first (s)':>17s} "
+              f"{'total (s)':>10s} {'first call / forge-aot':>24s}")
+        for mode, s in summary.items():
+            print(f"{mode:20s} {s['import_pkg']:15.4f} {s['first_call']:15.4f} {s['import_and_first_call']:17.4f} "
+                  f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
+        print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
     modes = ["forge-aot (bundle)", "forge-aot (no bundle)"] if has_bundle else ["forge-aot (no bundle)"]
     op_runs: dict[str, list[dict]] = {m: [] for m in [*modes, "floor (ctypes)"]}
     # The first process on a fresh install runs without the bundle (and writes it where Python writes bytecode).
