@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -308,8 +309,9 @@ def entry() -> None:
             with contextlib.suppress(Exception):
                 print(code, file=sys.stderr)
         code = 0 if code is None else 1
-    # What the interpreter's exit still owes before the teardown is skipped: atexit handlers (logging's flush,
-    # weakref finalizers, profilers, coverage), then the standard streams.
+    # What the interpreter's exit still owes before the teardown is skipped: joining non-daemon threads, atexit
+    # handlers (logging's flush, weakref finalizers, profilers, coverage), then the standard streams.
+    threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads end first, as at a normal exit
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:

@@ -177,7 +177,8 @@ TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64"
 @contextlib.contextmanager
 def meta_random_factories() -> Iterator[None]:
     """Random, range and ``*_like`` factories, and plain arithmetic, that make meta tensors return empty ones
-    instead: the shape, dtype, strides and ``requires_grad`` torch's own meta kernels give.
+    instead: the shape, dtype, strides and ``requires_grad`` torch's own meta kernels give (arithmetic that autograd
+    records is left to torch, which builds its graph).
 
     Their meta kernels are Python that calls ``torch._check``, which imports sympy (and Dynamo) on first use:
     0.25 s on the build machine and seconds on a busy GPU host, paid by every ``forge-aot tune`` whose tuning
@@ -197,7 +198,7 @@ def meta_random_factories() -> Iterator[None]:
     # Element-wise arithmetic (``torch.randn(...) * 4`` in tuning inputs): torch.result_type's dtype, broadcast shape.
     arithmetic = {torch.add, torch.sub, torch.mul, T.add, T.sub, T.mul, T.__add__, T.__radd__, T.__sub__,
                   T.__rsub__, T.__mul__, T.__rmul__}
-    division = {torch.div, T.div, T.__truediv__, T.__rtruediv__}
+    division = {torch.div, T.div, T.__truediv__, T.__rtruediv__, T.div_, T.__itruediv__}
     reflected = {T.__rsub__, T.__rtruediv__}  # scalar - tensor, scalar / tensor
     unary = {torch.neg, torch.abs, T.neg, T.abs, T.__neg__, T.__abs__}
     negation = {torch.neg, T.neg, T.__neg__, T.neg_}
@@ -235,11 +236,12 @@ def meta_random_factories() -> Iterator[None]:
     def randint_bounds_ok(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         bounds = [a for a in args if isinstance(a, int)] + [kwargs[k] for k in ("low", "high") if k in kwargs]
         low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1]) if len(bounds) == 2 else (0, 0)
-        return low < high
+        return -(2 ** 63) <= low < high <= 2 ** 63
 
     def arange_length(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, bool] | None:
         bounds = [*args, *(kwargs[k] for k in ("start", "end", "step") if k in kwargs)]
-        if not 1 <= len(bounds) <= 3 or not all(type(b) in (int, float) for b in bounds):
+        if not 1 <= len(bounds) <= 3 or not all(type(b) is int or (type(b) is float and math.isfinite(b))
+                                                for b in bounds):
             return None
         start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds[:2], bounds[2] if len(bounds) == 3
                                                                           else 1)
@@ -274,18 +276,23 @@ def meta_random_factories() -> Iterator[None]:
         dtype = torch.result_type(*args) if len(args) == 2 else args[0].dtype
         if dtype == torch.bool and (func in negation or func in subtraction):
             return None  # torch refuses negating or subtracting booleans: its error, not a tensor
-        if type(kwargs.get("alpha")) is float and not (dtype.is_floating_point or dtype.is_complex):
-            return None  # torch refuses a float alpha for integers
+        alpha = kwargs.get("alpha", 1)
+        if type(alpha) not in (bool, int, float) or (
+                type(alpha) is float and not (dtype.is_floating_point or dtype.is_complex)):
+            return None  # torch refuses a float alpha for integers (and decides other kinds)
+        if dtype.is_complex and (func in unary or func is T.abs_):
+            return None  # abs of complex is real: torch's rule
         if func in division and not (dtype.is_floating_point or dtype.is_complex):
             dtype = torch.get_default_dtype()
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return None  # a result in autograd's graph (not a leaf): torch builds it
         if func in arithmetic_in_place:
             first = args[0]
-            if grad or not isinstance(first, torch.Tensor) or tuple(first.shape) != shape \
+            if not isinstance(first, torch.Tensor) or tuple(first.shape) != shape \
                     or not torch.can_cast(dtype, first.dtype):
-                return None  # autograd's rules for in-place ops, or torch's refusal: torch decides
+                return None  # torch's refusal: torch decides
             return first
-        return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+        return torch.empty(shape, dtype=dtype, device="meta")
 
     def random_in_place_ok(func: Any, first: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if not (plain(first) and first.dtype.is_floating_point) or (first.requires_grad and torch.is_grad_enabled()):
@@ -343,7 +350,7 @@ def meta_random_factories() -> Iterator[None]:
             if kwargs.get("out") is None and kwargs.get("generator") is None:
                 try:
                     made = empty_instead(func, args, kwargs)
-                except (TypeError, ValueError, RuntimeError, IndexError):
+                except (TypeError, ValueError, RuntimeError, IndexError, OverflowError):
                     made = None  # a call this reading does not understand: torch's own meta kernel decides
                 if made is not None:
                     return made

@@ -220,3 +220,13 @@ def test_console_script_runs_atexit_handlers_and_survives_a_closed_stdout() -> N
                                                                    "atexit.register")],
                             capture_output=True, text=True, cwd=REPO)
     assert (closed.returncode, closed.stderr.strip()) == (0, "atexit ran")
+
+
+def test_console_script_lets_non_daemon_threads_finish(tmp_path: Path) -> None:
+    out = tmp_path / "late.txt"
+    script = ("import sys, threading, time, torch\nfrom forge_aot import cli\n"
+              f"threading.Thread(target=lambda: (time.sleep(0.2), open({str(out)!r}, 'w').write('done'))).start()\n"
+              "cli.main = lambda: sys.exit(0)\ncli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "done"

@@ -60,7 +60,7 @@ CALLS = {
 
 
 def _describe(t: object) -> tuple[object, ...]:
-    return (tuple(t.shape), t.dtype, t.stride(), t.requires_grad, t.device.type)  # type: ignore[attr-defined]
+    return (tuple(t.shape), t.dtype, t.stride(), t.requires_grad, t.is_leaf, t.device.type)  # type: ignore[attr-defined]
 
 
 def _leaf(*shape: int) -> object:
@@ -100,6 +100,13 @@ CALLS.update({
     "tensor rtruediv tensor": lambda: _meta(3, dtype=torch.int64).__rtruediv__(_meta(3, dtype=torch.float16)),
     "sparse layout": lambda: torch.randn(3, 3, device="meta", layout=torch.sparse_coo),
     "pinned": lambda: torch.randn(3, device="meta", pin_memory=True),
+    "requires_grad chain then in place": lambda: (_leaf(4, 4) * 0.02).add_(1),
+    "int in-place true division": lambda: torch.randint(0, 10, (3,), device="meta").__itruediv__(2),
+    "abs of complex": lambda: torch.abs(_meta(3, dtype=torch.complex64)),
+    "abs_ of complex": lambda: _meta(3, dtype=torch.complex64).abs_(),
+    "randint beyond int64": lambda: torch.randint(0, 2 ** 70, (2,), device="meta"),
+    "complex alpha": lambda: torch.add(_meta(3), _meta(3), alpha=1j),
+    "arange to infinity": lambda: torch.arange(0, float("inf"), device="meta"),
 })
 
 

@@ -118,12 +118,34 @@ def test_pythondontwritebytecode_writes_no_bundle_unless_asked(site: Path) -> No
     assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == BUNDLED
 
 
-def test_without_bytecode_files_there_is_no_bundle(site: Path) -> None:
-    """Nothing to gather where Python never wrote the .pyc files: imports stay Python's, write_bundle says so."""
-    res = _run(site, FIRST_CALL.replace("print(json.dumps({", "print(json.dumps({'wrote': rt.write_bundle(), "),
-               PYTHONDONTWRITEBYTECODE="1")
-    assert res["wrote"] is False and res["from_bundle"] == []
-    assert not _bundle(site).exists()
+def test_the_bundle_is_readable_as_the_bytecode_beside_it(site: Path) -> None:
+    """Written as Python writes a .pyc (the source's permissions, umask applied): an image baked by root serves
+    the user the service runs as."""
+    _run(site)
+    cached = site / "forge_kernels" / "_runtime" / "__pycache__"
+    pyc = next(cached.glob(f"entry.{sys.implementation.cache_tag}.pyc"))
+    assert _bundle(site).stat().st_mode & 0o777 == pyc.stat().st_mode & 0o777
+
+
+def test_write_bundle_compiles_where_no_bytecode_was_written(site: Path) -> None:
+    """An install without .pyc files (pip --no-compile, uv) under PYTHONDONTWRITEBYTECODE: the explicit call
+    compiles the sources as the import system would."""
+    asked = _run(site, "import json, forge_kernels._runtime as r\nprint(json.dumps({'wrote': r.write_bundle()}))",
+                 PYTHONDONTWRITEBYTECODE="1")
+    assert asked == {"wrote": True}
+    assert _run(site, PYTHONDONTWRITEBYTECODE="1")["from_bundle"] == BUNDLED
+
+
+def test_an_unwritable_place_costs_no_gathering(site: Path) -> None:
+    """Where the bytecode directory cannot be written, write_bundle says so before importing or reading anything."""
+    _run(site)
+    _bundle(site).unlink()
+    cached = site / "forge_kernels" / "_runtime" / "__pycache__"
+    code = ("import json, os, sys, forge_kernels._runtime as r\nos.access = lambda *a, **k: False\n"
+            "print(json.dumps({'wrote': r.write_bundle(), "
+            "'imported': 'forge_kernels._runtime.launch' in sys.modules}))")
+    assert _run(site, code) == {"wrote": False, "imported": False}
+    assert not list(cached.glob("_bundle*"))
 
 
 def test_a_bundle_of_other_sources_is_not_used(site: Path) -> None:

@@ -32,6 +32,7 @@ import importlib
 import marshal
 import os
 import sys
+import threading
 import types
 from importlib.machinery import SourceFileLoader
 from typing import Any
@@ -219,24 +220,37 @@ def _checked_bytecode(cached: str, source: str) -> bytes | None:
     return pyc[16:]
 
 
+def _module_bytecode(name: str) -> bytes:
+    """A module's bytecode as the import system would load it now: its .pyc where that matches the source, else
+    the source compiled as the import system compiles it (no .pyc: ``pip install --no-compile``, uv)."""
+    module = importlib.import_module(f".{name}", __name__)
+    cached = getattr(module, "__cached__", None)
+    code = None
+    if cached:
+        with contextlib.suppress(OSError):
+            code = _checked_bytecode(cached, _source(name))
+    if code is None:
+        loader = SourceFileLoader(module.__name__, _source(name))
+        code = marshal.dumps(loader.source_to_code(loader.get_data(_source(name)), _source(name)))
+    return code
+
+
 def write_bundle() -> bool:
     """Write the bundle now (for example while baking an image with PYTHONDONTWRITEBYTECODE set): import the
-    modules in BUNDLED and gather their cached bytecode, atomically. Only where each module's .pyc matches its
-    source; never raises. Returns whether it wrote."""
+    modules in BUNDLED and gather their bytecode, atomically, with the permissions Python gives a .pyc. Never
+    raises. Returns whether it wrote (False at once where the bytecode directory is not writable)."""
     path = _bundle_path()
     if path is None or _FINGERPRINT is None:
         return False
-    import tempfile
-
+    directory = os.path.dirname(path)
     tmp = None
     try:
+        os.makedirs(directory, exist_ok=True)
+        if not os.access(directory, os.W_OK):
+            return False  # a read-only or another user's installation: not worth gathering anything
         table, chunks, offset = [], [], 0
         for name in BUNDLED:
-            module = importlib.import_module(f".{name}", __name__)
-            cached = getattr(module, "__cached__", None)
-            code = _checked_bytecode(cached, _source(name)) if cached else None
-            if code is None:
-                return False
+            code = _module_bytecode(name)
             st = os.stat(_source(name))
             table.append((name, st.st_mtime_ns, st.st_size, offset, len(code)))
             chunks.append(code)
@@ -244,12 +258,16 @@ def write_bundle() -> bool:
         from importlib.util import MAGIC_NUMBER
 
         header = marshal.dumps((_FINGERPRINT, table))
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
+        # As the import system writes a .pyc: the source's permissions (owner-writable, umask applied), a
+        # private temporary name, then one rename.
+        mode = (os.stat(_source("_bundle")).st_mode | 0o200) & 0o666
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(_BUNDLE_FORMAT + MAGIC_NUMBER + len(header).to_bytes(4, "little") + header + b"".join(chunks))
         os.replace(tmp, path)
         return True
-    except Exception:  # a read-only installation, a missing .pyc: imports stay the import system's own
+    except Exception:  # imports stay the import system's own
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -260,12 +278,12 @@ class _BundleLoader(SourceFileLoader):
     """The import system's own loader for a module's file, with the module's code taken from the bundle (its file
     name fixed in it, as the import system does); its own way where the bundle's bytes do not load."""
 
-    def __init__(self, fullname: str, path: str, data: Any) -> None:
+    def __init__(self, fullname: str, path: str, codes: dict[str, Any], name: str) -> None:
         super().__init__(fullname, path)
-        self.data = data
+        self.codes, self.name = codes, name
 
     def get_code(self, fullname: str) -> Any:
-        data, self.data = self.data, None
+        data = self.codes.pop(self.name, None)  # taken once: the bundle's memory goes as the modules load
         if data is not None:
             try:
                 code = marshal.loads(data)
@@ -289,10 +307,12 @@ class _BundleFinder:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        data = self.codes.pop(fullname[len(self.prefix):], None)
-        if data is None:
+        name = fullname[len(self.prefix):]
+        if name not in self.codes:
             return None
-        from importlib.util import spec_from_file_location
+        from importlib.machinery import ModuleSpec
 
-        origin = _source(fullname[len(self.prefix):])
-        return spec_from_file_location(fullname, origin, loader=_BundleLoader(fullname, origin, data))
+        origin = _source(name)
+        spec = ModuleSpec(fullname, _BundleLoader(fullname, origin, self.codes, name), origin=origin)
+        spec.has_location = True  # __file__ and __cached__ as for the module's own file
+        return spec
