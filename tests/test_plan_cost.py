@@ -102,6 +102,7 @@ CALLS.update({
     "pinned": lambda: torch.randn(3, device="meta", pin_memory=True),
     "requires_grad chain then in place": lambda: (_leaf(4, 4) * 0.02).add_(1),
     "int in-place true division": lambda: torch.randint(0, 10, (3,), device="meta").__itruediv__(2),
+    "int div_": lambda: _meta(3, dtype=torch.int64).div_(2),
     "abs of complex": lambda: torch.abs(_meta(3, dtype=torch.complex64)),
     "abs_ of complex": lambda: _meta(3, dtype=torch.complex64).abs_(),
     "randint beyond int64": lambda: torch.randint(0, 2 ** 70, (2,), device="meta"),
