@@ -20,8 +20,9 @@ In a wheel, the modules a first call needs also load from one file, their cached
 Python writes bytecode, or by ``write_bundle()``. It is used while it was written for these sources (the build's
 fingerprint, handed over by the package's ``__init__``) and every module file keeps the size and modification time
 it had then. One file read instead of eleven trips through the import system's finders and bytecode caches:
-3.8 -> 2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py). Where there is no valid
-bundle, imports are the import system's own.
+the modules' imports alone 3.8 -> 2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py);
+import + first call 0.1 - 1.1 ms less (bench_cold_start.py --op-only), as reading the bundle moves part of the cost
+to ``import <package>``. Where there is no valid bundle, imports are the import system's own.
 """
 
 from __future__ import annotations
