@@ -72,7 +72,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
                           **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
-                          **({"package": spec["package"]} if spec.get("package") else {})}
+                          **({"package": spec["package"]} if spec.get("package") else {}),
+                          **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)}}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
     }

@@ -136,6 +136,14 @@ def package_of(path: Path) -> tuple[str, Path] | None:
     return (".".join(reversed(parts)), directory) if parts else None
 
 
+def direct_imports(path: Path, text: str) -> set[str]:
+    """The module names a kernel file's code ``text`` imports itself (not through other modules), relative imports
+    resolved against its package; with the submodule each ``from m import x`` may mean."""
+    package = package_of(path)
+    own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
+    return {name for name, _ in _imported_names(ast.parse(text, filename=str(path)), own)}
+
+
 def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, LocalModule]:
     """The project modules a kernel file imports, transitively, by dotted name (parent packages included).
 
@@ -196,4 +204,4 @@ def merge_local(modules: dict[str, dict[str, LocalModule]]) -> dict[str, LocalMo
     return out
 
 
-__all__ = ["LocalModule", "local_imports", "merge_local", "package_of"]
+__all__ = ["LocalModule", "direct_imports", "local_imports", "merge_local", "package_of"]

@@ -69,6 +69,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         base.mkdir()
         (base / "__init__.py").write_text('"""The project modules the host code imports."""\n', encoding="utf-8")
         for dotted, (text, package) in sorted(local.items()):
+            if text is None:  # a host module of this package, imported by this name (index: "imported_as")
+                continue
             parts = dotted.split(".")
             target = base.joinpath(*parts, "__init__.py") if package else base.joinpath(*parts[:-1],
                                                                                         f"{parts[-1]}.py")

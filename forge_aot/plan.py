@@ -29,7 +29,7 @@ from .introspect import (
     make_kernel_importable,
     read_decorators,
 )
-from .localmods import LocalModule, local_imports, merge_local
+from .localmods import LocalModule, direct_imports, local_imports, merge_local
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
@@ -657,6 +657,30 @@ def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any]
     return [c for c in prefs if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
 
 
+def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, LocalModule]],
+                 text: str) -> None:
+    """Set each host module's ``imported_as``, the project names other code imports its kernel file by
+    (``found``: each host module's project imports, from localmods), and ``imports_host``, the host modules its own
+    code (``mod[text]``) imports by such a name: bound before it where the build binds them all (rt.imports_first)."""
+    host_files = {Path(mod["path"]).resolve(): mod_name for mod_name, mod in modules.items()}
+    imported_as: dict[str, set[str]] = {}
+    for imports in found.values():
+        for name, lm in imports.items():
+            host = None if lm.package else host_files.get(lm.path.resolve())
+            if host is not None:
+                imported_as.setdefault(host, set()).add(name)
+    by_name = {name: mod for mod, names in imported_as.items() for name in names}
+    for mod_name, mod in modules.items():
+        mod.pop("imported_as", None)
+        mod.pop("imports_host", None)
+        if mod_name in imported_as:
+            mod["imported_as"] = sorted(imported_as[mod_name])
+        if by_name:
+            deps = {by_name[n] for n in direct_imports(Path(mod["path"]), mod[text]) if n in by_name} - {mod_name}
+            if deps:
+                mod["imports_host"] = sorted(deps)
+
+
 def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> BuildPlan:
     """Resolve sources, variants, tables and config preferences. Compiles nothing; imports a kernel file only
     to read its ``@triton.autotune`` / ``@triton.heuristics``, and runs host code only for examples."""
@@ -740,6 +764,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for kern in sorted(refs - declared):
                 raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                   f"{loaded.path.name}")
+    # Kernel files that other host code imports by project name: the tracer binds them under that name too.
+    for mod in modules.values():
+        mod["traced_source"] = mod["source"].host_source
+    _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()}, "traced_source")
+    for mod in modules.values():
+        del mod["traced_source"]
     tracer = Tracer(kernels, modules)
     traced = tracer.run_examples(modules)
     for mod_name, mod in sorted(modules.items()):
@@ -758,8 +788,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     # empty one).
     runs = {Path(mod["path"]): local_imports(Path(mod["path"]), root, mod["host_source"]) for mod in modules.values()}
     shipped = merge_local({str(p): found for p, found in runs.items()})
-    texts = {name: (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
-                    if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
+    # A kernel file that project code imports (a package __init__ re-exporting its op, one op's host code calling
+    # another's) is not shipped twice: that name is its bound host module (with its kernel handles) at run time,
+    # never a second copy whose kernels are blanked.
+    _imported_as(modules, {m: runs[Path(mod["path"])] for m, mod in modules.items()}, "host_source")
+    texts = {name: (None, False) if any(name in mod.get("imported_as", ()) for mod in modules.values()) else
+             (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
+              if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
     entries: list[EntryPlan] = []

@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import math
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import runtime as rt
@@ -53,28 +53,34 @@ class Tracer:
         self.modules: dict[str, Any] = {}
         self.handles: dict[str, TraceKernel] = {}
         self.paths: dict[str, str] = {}
-        for mod_name, mod in sorted(modules.items()):
-            plans = [self.by_function[f] for f in mod["kernels"]]
-            index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans},
-                     "modules": {mod_name: {"kernels": mod["kernels"], "ops": [],
-                                            **({"package": mod["package"]} if mod.get("package") else {})}}}
+        entries = {mod_name: {"kernels": mod["kernels"], "ops": [],
+                              **{k: mod[k] for k in ("package", "imported_as", "imports_host") if mod.get(k)}}
+                   for mod_name, mod in modules.items()}
+        with rt.project_names_bound() as aliases:
+            for mod_name in rt.imports_first(entries):
+                self._bind(mod_name, modules[mod_name], entries[mod_name], aliases)
 
-            def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> TraceKernel:
-                self.handles[name] = TraceKernel(name, spec, targets, backend)
-                return self.handles[name]
+    def _bind(self, mod_name: str, mod: dict[str, Any], entry: dict[str, Any],
+              aliases: Callable[[dict[str, Any]], tuple[str, ...]]) -> None:
+        plans = [self.by_function[f] for f in mod["kernels"]]
+        index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans}, "modules": {mod_name: entry}}
 
-            source = mod["source"]
-            self.paths[mod_name] = str(source.path)
-            try:
-                self.modules[mod_name] = rt.bind_module(f"_forge_trace_{mod_name}", index, mod_name, None, factory,
-                                                        (str(source.path), source.host_source))
-            except Exception as exc:
-                raise SourceError(f"{source.path}: running the host code failed:\n{_trace(exc)}") from None
-            for kp in plans:
-                kp.heuristics = list(self.handles[kp.name].heuristics)
-                if [n for n, _ in kp.heuristics] != kp.heuristic_names:
-                    raise SourceError(f"{source.path}: the host copy of {kp.function}'s @triton.heuristics gives "
-                                      f"{[n for n, _ in kp.heuristics]}, the decorator {kp.heuristic_names}")
+        def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> TraceKernel:
+            self.handles[name] = TraceKernel(name, spec, targets, backend)
+            return self.handles[name]
+
+        source = mod["source"]
+        self.paths[mod_name] = str(source.path)
+        try:
+            self.modules[mod_name] = rt.bind_module(f"_forge_trace_{mod_name}", index, mod_name, None, factory,
+                                                    (str(source.path), source.host_source), aliases=aliases(entry))
+        except Exception as exc:
+            raise SourceError(f"{source.path}: running the host code failed:\n{_trace(exc)}") from None
+        for kp in plans:
+            kp.heuristics = list(self.handles[kp.name].heuristics)
+            if [n for n, _ in kp.heuristics] != kp.heuristic_names:
+                raise SourceError(f"{source.path}: the host copy of {kp.function}'s @triton.heuristics gives "
+                                  f"{[n for n, _ in kp.heuristics]}, the decorator {kp.heuristic_names}")
 
     def run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets

@@ -221,6 +221,92 @@ def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_cop
                    "helper": "forge_localmods._ops._local.unslothish.kernels.utils"}
 
 
+TWICE = '''\
+"""A second kernel file of the package whose host code calls the first file's op (as unsloth's fast_lora calls
+the swiglu host functions)."""
+
+import torch
+import triton
+import triton.language as tl
+
+from .scale import scale
+from .utils import block_for
+
+
+@triton.jit
+def neg_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, -tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def neg_scale(x: torch.Tensor) -> torch.Tensor:
+    y = scale(scale(x))
+    out = torch.empty_like(y)
+    n = y.numel()
+    BLOCK, num_warps = block_for(n)
+    neg_kernel[(triton.cdiv(n, BLOCK),)](y, out, n, BLOCK=BLOCK, num_warps=num_warps)
+    return out
+
+
+def examples(device="cpu"):
+    for n in (1000, 4096):
+        neg_scale(torch.randn(n, device=device, dtype=torch.float16))
+'''
+
+
+def _two_file_package_project(root: Path) -> Path:
+    """``_package_project`` with a second kernel file whose host code imports the first one's op, and the package
+    ``__init__`` importing both kernel files."""
+    manifest = _package_project(root)
+    kernels = root / "unslothish" / "kernels"
+    (kernels / "twice.py").write_text(TWICE)
+    (kernels / "__init__.py").write_text("from .scale import scale\nfrom .twice import neg_scale\n")
+    manifest.write_text(manifest.read_text() + textwrap.dedent('''
+        [kernels.neg]
+        source = "unslothish/kernels/twice.py:neg_kernel"
+        ops = ["neg_scale"]
+        signature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }
+        key = ["n"]
+        examples = "examples"
+        '''))
+    return manifest
+
+
+@pytest.mark.slow
+def test_a_kernel_file_that_project_code_imports_is_its_bound_host_module(tmp_path: Path) -> None:
+    target = _installed(_two_file_package_project(tmp_path / "project"), tmp_path)
+    local = target / "forge_localmods" / "_ops" / "_local"
+    # the kernel files ship once, as host modules; only the package and its helper are project modules
+    assert sorted(str(p.relative_to(local)) for p in local.rglob("*.py")) == [
+        "__init__.py", "unslothish/__init__.py", "unslothish/kernels/__init__.py", "unslothish/kernels/utils.py"]
+    index = json.loads((target / "forge_localmods" / "_forge" / "index.json").read_text())
+    assert index["modules"]["scale"]["imported_as"] == ["unslothish.kernels.scale"]
+    assert index["modules"]["twice"]["imported_as"] == ["unslothish.kernels.twice"]
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["unslothish"] = None
+        import torch, forge_localmods
+        local = "forge_localmods._ops._local.unslothish.kernels"
+        if sys.argv[1] == "package-first":  # the project package imported first: its __init__ imports both files
+            pkg = __import__(local, fromlist=["*"])
+        y = torch.ops.forge_localmods.neg_scale(torch.empty(5000, device="meta", dtype=torch.float16))
+        import forge_localmods._ops.scale as scale_host, forge_localmods._ops.twice as twice_host
+        pkg = sys.modules[local]
+        print(json.dumps({"shape": list(y.shape),
+                          "calls_bound_scale": twice_host.scale is scale_host.scale,
+                          "aliases": [sys.modules[local + ".scale"] is scale_host,
+                                      sys.modules[local + ".twice"] is twice_host],
+                          "package_exports": [pkg.scale is scale_host.scale, pkg.neg_scale is twice_host.neg_scale],
+                          "kernel": type(scale_host.scale_kernel).__name__}))
+        ''')
+    for order in ("op-first", "package-first"):
+        res = _run_fresh(check.replace("sys.argv[1]", repr(order)), target)
+        assert res == {"shape": [5000], "calls_bound_scale": True, "aliases": [True, True],
+                       "package_exports": [True, True], "kernel": "Kernel"}, order
+
+
 def test_a_helper_that_host_code_takes_must_be_host_code(tmp_path: Path) -> None:
     from forge_aot.errors import SourceError
     from forge_aot.manifest import load_manifest
@@ -281,3 +367,30 @@ def test_what_only_build_time_functions_import_is_hashed_but_not_shipped(tmp_pat
     assert "mylib.testing" in plan.kernels["scale"].local_modules
     assert sorted(plan.modules["scale"]["local_sources"]) == ["mylib", "mylib.ops", "mylib.ops.limits",
                                                               "mylib.ops.utils", "tiny_helpers"]
+
+
+@pytest.mark.gpu
+def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path: Path) -> None:
+    """The wheel of the two-file package: one op's host code calls the other file's op, whose kernels launch from
+    the bound host module (a second copy of the file would have none), in a fresh process; odd sizes, an offset
+    input, each output poisoned once read (the next call's allocation reuses its memory)."""
+    target = _installed(_two_file_package_project(tmp_path / "project"), tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["unslothish"] = None
+        import torch, forge_localmods
+        errs = []
+        for n in (1000, 4097, 70001):
+            base = torch.randn(n + 3, device="cuda", dtype=torch.float16)
+            x = base[3:]  # 6 bytes past the allocation: no 16-byte alignment
+            for _ in range(2):
+                y = forge_localmods.neg_scale(x)
+                ref = -(x.double() * 4)
+                errs.append((y.double() - ref).abs().max().item())
+                y.fill_(float("nan"))
+        torch.cuda.synchronize()
+        print(json.dumps({"max_err": max(errs), "triton": sys.modules.get("triton") is not None}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res == {"max_err": 0.0, "triton": False}

@@ -50,6 +50,8 @@ _EXPORTS = {
     "bind_module": "host_modules",
     "bind_ops": "host_modules",
     "exec_host_module": "host_modules",
+    "imports_first": "host_modules",
+    "project_names_bound": "host_modules",
     "load_index": "host_modules",
     "register_torch_ops": "host_modules",
     "load_package": "entry",

@@ -38,6 +38,7 @@ class Package:
         self.local_tops: set[str] = set()
         """Top-level names of the project modules the bound host modules import (shipped in ``_ops/_local``)."""
         self.builtins: dict[str, Any] | None = None
+        self._imported_as: dict[str, str] | None = None
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
@@ -63,8 +64,17 @@ class Package:
                     spec = index["modules"][mod]
                     path = os.path.join(self.root, spec["path"])
                     builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
+                    local = f"{self.package}._ops._local."
+                    aliases = tuple(local + n for n in spec.get("imported_as", ()))
+                    for alias in aliases:
+                        # As Python imports a module's parent package first: a package __init__ that imports this
+                        # file back then binds it itself (through _HostModuleFinder), as its own import would.
+                        importlib.import_module(alias.rpartition(".")[0])
+                    module = self.modules.get(mod)
+                    if module is not None:
+                        return module
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
-                                         builtins, f"{self.package}._ops._local.")
+                                         builtins, local, aliases)
                     route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
                     runtime = sys.modules[__package__]
@@ -82,6 +92,17 @@ class Package:
 
                 self.builtins = local_builtins(self.package, self.local_tops)
             return self.builtins
+
+    def host_module_imported_as(self, fullname: str) -> str | None:
+        """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel
+        file of the package, which the wheel does not ship twice), or None."""
+        if self._imported_as is None:
+            from .host_modules import load_index
+
+            local = f"{self.package}._ops._local."
+            self._imported_as = {local + name: mod for mod, spec in load_index(self.root)["modules"].items()
+                                 for name in spec.get("imported_as", ())}
+        return self._imported_as.get(fullname)
 
     def local_spec(self, fullname: str) -> Any:
         """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code, with the import
@@ -122,20 +143,28 @@ class _HostModuleFinder:
         self.local_prefix = f"{package.package}._ops._local."
         self.names = modules
         self.specs: dict[str, Any] = {}
+        self.host_modules: dict[str, str] = {}
+        """Module name being imported -> the host module it is (``<package>._ops.<mod>``, or a kernel file imported
+        by its project name)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
         if fullname.startswith(self.local_prefix):
-            return self.package.local_spec(fullname)
-        if fullname[len(self.prefix):] not in self.names:
-            return None
+            mod = self.package.host_module_imported_as(fullname)
+            if mod is None:
+                return self.package.local_spec(fullname)
+        else:
+            mod = fullname[len(self.prefix):]
+            if mod not in self.names:
+                return None
         import importlib.util
 
+        self.host_modules[fullname] = mod
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: Any) -> Any:
-        module = self.package.module(spec.name[len(self.prefix):])
+        module = self.package.module(self.host_modules[spec.name])
         self.specs[spec.name] = module.__spec__
         return module
 

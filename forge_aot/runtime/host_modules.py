@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.machinery
 import importlib.util
 import json
@@ -73,13 +75,15 @@ def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                      source: str | None = None, builtins: dict[str, Any] | None = None,
-                     package: str | None = None) -> types.ModuleType:
+                     package: str | None = None, aliases: tuple[str, ...] = ()) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
     from the kernel file, compiled under the kernel file's name so tracebacks point at the author's lines.
     ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``);
-    ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package).
+    ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package);
+    ``aliases``: the other names project code imports this file by (its shipped name under ``_ops._local``), which
+    are this module from before its first line, as a module importing itself back finds it.
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -101,15 +105,23 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
         module.__dict__["__builtins__"] = builtins
     if package is not None:
         module.__dict__["__package__"] = package
-    sys.modules[module_name] = module
+    names = (module_name, *aliases)
+    for name in names:
+        sys.modules[name] = module
     try:
         if source is None:
             spec.loader.exec_module(module)  # type: ignore[union-attr]
         else:
             exec(compile(source, filename, "exec"), module.__dict__)
     except BaseException:
-        sys.modules.pop(module_name, None)
+        for name in names:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
         raise
+    for name in aliases:  # as the import system does for a submodule: ``import a.b.c`` then reads a.b.c
+        parent, _, child = name.rpartition(".")
+        if parent in sys.modules and not hasattr(sys.modules[parent], child):
+            setattr(sys.modules[parent], child, module)
     for handle in kernels.values():
         for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
             fn = module.__dict__.get(hook)
@@ -195,10 +207,10 @@ def _target_entry(directory: str, entry: dict[str, Any]) -> None:
 
 def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend: Any, kernel_class: Any,
                 source: tuple[str, str | None], builtins: dict[str, Any] | None = None,
-                package_prefix: str = "") -> types.ModuleType:
+                package_prefix: str = "", aliases: tuple[str, ...] = ()) -> types.ModuleType:
     """Create the kernel handles of one host module and run it (``source``: filename, text or None to read
-    the file; ``builtins``: see ``exec_host_module``). A kernel file inside a package runs with that package
-    (the index's ``package``) after ``package_prefix``: the packaged copies' place in a wheel."""
+    the file; ``builtins``, ``aliases``: see ``exec_host_module``). A kernel file inside a package runs with that
+    package (the index's ``package``) after ``package_prefix``: the packaged copies' place in a wheel."""
     specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()}
     bound = {}
     for fn in index["modules"][mod_name]["kernels"]:
@@ -206,7 +218,26 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
     package = index["modules"][mod_name].get("package")
     return exec_host_module(module_name, source[0], bound, source[1], builtins,
-                            package_prefix + package if package else None)
+                            package_prefix + package if package else None, aliases)
+
+
+def imports_first(modules: Mapping[str, Any]) -> list[str]:
+    """An index's host modules (``modules``) in the order to bind them all: each after the host modules its own code
+    imports by project name (``imports_host``), as Python would have imported those first; otherwise by name."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(mod: str) -> None:
+        if mod not in seen:
+            seen.add(mod)
+            for dep in modules[mod].get("imports_host", ()):
+                if dep in modules:
+                    visit(dep)
+            order.append(mod)
+
+    for mod in sorted(modules):
+        visit(mod)
+    return order
 
 
 def bind_ops(package: str, index: dict[str, Any], backend: Any,
@@ -216,11 +247,41 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     ``sources`` maps each host module to (filename, source or None to read the file).
     """
     ops: dict[str, Callable[..., Any]] = {}
-    for mod_name, mod in sorted(index["modules"].items()):
-        module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, Kernel, sources[mod_name])
-        for op in mod["ops"]:
-            ops[op] = getattr(module, op)
+    with project_names_bound() as aliases:
+        for mod_name in imports_first(index["modules"]):
+            mod = index["modules"][mod_name]
+            module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, Kernel, sources[mod_name],
+                                 aliases=aliases(mod))
+            for op in mod["ops"]:
+                ops[op] = getattr(module, op)
     return ops
+
+
+@contextlib.contextmanager
+def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, ...]]]:
+    """Where host modules are bound beside the project's own modules (the build's tracing, tuning and development
+    mode): while binding, a kernel file that another imports by its project name (``imported_as``) is the bound
+    host module under that name too, so its import reaches the bound kernel handles as in the wheel; the
+    project's modules are back in ``sys.modules`` afterwards. Yields ``aliases(module index entry)``, which
+    imports each name's parent package first, as Python does."""
+    saved: dict[str, Any] = {}
+
+    def aliases(spec: Mapping[str, Any]) -> tuple[str, ...]:
+        names = tuple(spec.get("imported_as", ()))
+        for name in names:
+            if "." in name:
+                importlib.import_module(name.rpartition(".")[0])
+            saved.setdefault(name, sys.modules.get(name))
+        return names
+
+    try:
+        yield aliases
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def register_torch_ops(package: str, index: dict[str, Any],
