@@ -369,6 +369,27 @@ def test_what_only_build_time_functions_import_is_hashed_but_not_shipped(tmp_pat
                                                               "mylib.ops.utils", "tiny_helpers"]
 
 
+def test_development_mode_binds_an_imported_kernel_file_like_the_wheel(tmp_path: Path) -> None:
+    """Development mode (and the build's tracer) bind the file another imports under its project name while they
+    bind, each after the files its own code imports; the project's own modules are in sys.modules afterwards."""
+    from forge_aot.dev import load_dev_ops
+
+    manifest = _two_file_package_project(tmp_path)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        ops = load_dev_ops(manifest, ["sm_90"])
+        bound_scale = ops["scale"].__globals__
+        assert ops["neg_scale"].__globals__["scale"] is ops["scale"]  # the bound op, not the JIT one
+        assert bound_scale["__name__"] != "unslothish.kernels.scale"
+        assert type(bound_scale["scale_kernel"]).__name__ == "Kernel"
+        real = sys.modules["unslothish.kernels.scale"]  # the project's own module again, with its JIT kernel
+        assert real.__name__ == "unslothish.kernels.scale" and type(real.scale_kernel).__name__ == "JITFunction"
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
+            del sys.modules[name]
+
+
 @pytest.mark.gpu
 def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path: Path) -> None:
     """The wheel of the two-file package: one op's host code calls the other file's op, whose kernels launch from

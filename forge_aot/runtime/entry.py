@@ -151,9 +151,12 @@ class _HostModuleFinder:
         if not fullname.startswith(self.prefix):
             return None
         if fullname.startswith(self.local_prefix):
-            mod = self.package.host_module_imported_as(fullname)
+            # A shipped project module, else (no such file: the build never ships a host module twice) maybe a
+            # kernel file imported by its project name, which the full index says.
+            spec = self.package.local_spec(fullname)
+            mod = self.package.host_module_imported_as(fullname) if spec is None else None
             if mod is None:
-                return self.package.local_spec(fullname)
+                return spec
         else:
             mod = fullname[len(self.prefix):]
             if mod not in self.names:
