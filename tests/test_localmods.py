@@ -394,7 +394,8 @@ def test_development_mode_binds_an_imported_kernel_file_like_the_wheel(tmp_path:
 def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path: Path) -> None:
     """The wheel of the two-file package: one op's host code calls the other file's op, whose kernels launch from
     the bound host module (a second copy of the file would have none), in a fresh process; odd sizes, an offset
-    input, each output poisoned once read (the next call's allocation reuses its memory)."""
+    input, each output poisoned once read (the next call's allocation reuses its memory); then torch.compile with
+    dynamic shapes over three sizes: one graph."""
     target = _installed(_two_file_package_project(tmp_path / "project"), tmp_path)
     code = textwrap.dedent('''\
         import json, sys
@@ -410,8 +411,20 @@ def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path:
                 ref = -(x.double() * 4)
                 errs.append((y.double() - ref).abs().max().item())
                 y.fill_(float("nan"))
+        # torch.compile with dynamic shapes: the host code's block size from n (next_power_of_2) leaves n symbolic
+        # in the custom op's fake implementation, so three sizes take one graph
+        graphs = []
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+        compiled = torch.compile(lambda x: forge_localmods.neg_scale(x) + 1, backend=backend, dynamic=True,
+                                 fullgraph=True)
+        for n in (1000, 4097, 70001):
+            x = torch.randn(n, device="cuda", dtype=torch.float16)
+            errs.append((compiled(x).double() - (-(x.double() * 4) + 1)).abs().max().item())
         torch.cuda.synchronize()
-        print(json.dumps({"max_err": max(errs), "triton": sys.modules.get("triton") is not None}))
+        print(json.dumps({"max_err": max(errs), "triton": sys.modules.get("triton") is not None,
+                          "graphs": len(graphs)}))
         ''')
     res = _run_fresh(code, target)
-    assert res == {"max_err": 0.0, "triton": False}
+    assert res == {"max_err": 0.0, "triton": False, "graphs": 1}

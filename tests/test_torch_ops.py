@@ -249,3 +249,81 @@ def test_library_style_op_compiles_fullgraph() -> None:
     w = torch.randn(4096, device="cuda", dtype=torch.float16)
     compiled = torch.compile(lambda x, w: forge_realworld.rms_norm(x, w) * 2, fullgraph=True)
     assert torch.equal(compiled(x, w), forge_realworld.rms_norm(x, w) * 2)
+
+
+DYNAMIC_KERNEL = '''\
+"""Host code that picks a block size from a size, as most Triton host code does."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def double(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    BLOCK = min(triton.next_power_of_2(n), 1024)
+    double_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+    return out
+
+
+def double_padded(x: torch.Tensor) -> torch.Tensor:
+    """The output's size is the power of two itself: it must follow the input's size exactly."""
+    n = x.numel()
+    out = x.new_zeros(triton.next_power_of_2(n))
+    double_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+    return out
+
+
+def examples(device="cpu"):
+    for n in (1000, 5000):
+        double(torch.randn(n, device=device, dtype=torch.float16))
+        double_padded(torch.randn(n, device=device, dtype=torch.float16))
+'''
+
+
+def test_fake_implementation_keeps_sizes_symbolic_where_host_code_picks_block_sizes(tmp_path) -> None:
+    """torch.export with a dynamic size: the host code's ``triton.next_power_of_2(n)`` (a block size for a launch
+    the fake implementation skips) does not make torch specialize n, so the op exports for every n; where that
+    value is an output's size, the size is specialized as it must be (an export error naming the constant)."""
+    import torch
+    from torch.export import Dim
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "double.py").write_text(DYNAMIC_KERNEL)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_dynamic"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
+        'source = "kernels/double.py:double_kernel"\nops = ["double", "double_padded"]\n'
+        'signature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }\nexamples = "examples"\n')
+    _ops(tmp_path / "kernel_manifest.toml", "forge_test_dynamic")
+    ops = torch.ops.forge_test_dynamic
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return ops.double(x) + 1
+
+    class Padded(torch.nn.Module):
+        def forward(self, x):
+            return ops.double_padded(x) + 1
+
+    x = torch.randn(5000, dtype=torch.float16)
+    n = Dim("n", min=2, max=1 << 20)
+    exported = torch.export.export(Double(), (x,), dynamic_shapes=({0: n},))
+    (out,) = next(node for node in exported.graph.nodes if node.op == "output").args[0]
+    (size,) = out.meta["val"].shape
+    assert isinstance(size, torch.SymInt) and str(size) in {str(s) for s in exported.range_constraints}
+    with pytest.raises(Exception, match="specialized it to be a constant"):
+        torch.export.export(Padded(), (x,), dynamic_shapes=({0: n},))
+    # Static shapes: unchanged, the padded output its exact size.
+    assert torch.export.export(Padded(), (x,)).module()  # exports
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert ops.double_padded(torch.empty(5000, device="cuda", dtype=torch.float16)).shape == (8192,)

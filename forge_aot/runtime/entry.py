@@ -253,11 +253,32 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
         return function(op)(*args, **kwargs)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        from .kernel import call_without_launches  # the runtime loads on first use, not at import
+        from .host_triton import hinted_sizes  # the runtime loads on first use, not at import
+        from .kernel import call_without_launches
 
-        return call_without_launches(function(op), *args, **kwargs)
+        fn = function(op)
+        with hinted_sizes() as hinted:
+            out = call_without_launches(fn, *args, **kwargs)
+        if hinted and hinted & _static_sizes(out):
+            # A value computed from a symbolic size's example may be an output's size: run again letting torch
+            # specialize the sizes the host code reads, as it must then.
+            out = call_without_launches(fn, *args, **kwargs)
+        return out
 
     return real, meta
+
+
+def _static_sizes(out: Any) -> set[int]:
+    """The plain-int sizes, strides and storage offsets of the tensors in a host function's result."""
+    found: set[int] = set()
+    todo = [out]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (tuple, list)):
+            todo.extend(item)
+        elif hasattr(item, "stride") and hasattr(item, "shape"):
+            found.update(v for v in (*item.shape, *item.stride(), item.storage_offset()) if type(v) is int)
+    return found
 
 
 def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str, backward_name: str,

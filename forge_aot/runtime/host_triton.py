@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import types
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -11,8 +14,40 @@ def cdiv(x: int, y: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
+    hinted = SIZE_HINTS.values
+    if hinted is not None and type(n) is not int:
+        hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
+        if type(hint) is int:
+            value = next_power_of_2(hint)
+            hinted.add(value)
+            return value
     n = int(n)
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+class _SizeHints(threading.local):
+    values: set[int] | None = None  # a class default: reading it never raises
+
+
+SIZE_HINTS = _SizeHints()
+"""While a custom op's fake implementation runs the host code on symbolic sizes (``hinted_sizes``), the values
+``next_power_of_2`` computed from a size's example value instead of turning the size into a constant."""
+
+
+@contextlib.contextmanager
+def hinted_sizes() -> Iterator[set[int]]:
+    """Host code's ``triton.next_power_of_2(n)`` of a symbolic size (torch.compile with dynamic shapes,
+    torch.export with ``Dim``) gives the power of two of the size's example value and records it, instead of
+    ``int(n)``, which would make torch specialize the size to that value (a recompile for every other size, an
+    export error). Such a value picks a block size for a launch the fake implementation skips; where one reaches
+    an output's size or stride, the caller runs the host code again without this (``entry._implementations``).
+    Yields the set of values given."""
+    previous = SIZE_HINTS.values
+    SIZE_HINTS.values = given = set()
+    try:
+        yield given
+    finally:
+        SIZE_HINTS.values = previous
 
 
 SCRATCH_ALLOCATOR: list[Any] = [None]
