@@ -327,3 +327,30 @@ def test_fake_implementation_keeps_sizes_symbolic_where_host_code_picks_block_si
 
     with FakeTensorMode():
         assert ops.double_padded(torch.empty(5000, device="cuda", dtype=torch.float16)).shape == (8192,)
+
+
+def test_library_style_ops_export_with_a_dynamic_token_dimension() -> None:
+    """The library fixtures' forward ops under torch.export with a dynamic token (or sequence) dimension: no
+    specialization, outputs symbolic in it."""
+    import torch
+    from torch.export import Dim
+
+    _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_dynamic_rw")
+    ops = torch.ops.forge_test_dynamic_rw
+    tokens = Dim("tokens", min=2, max=1 << 16)
+    h = torch.float16
+    x, w, b = torch.randn(300, 2048, dtype=h), torch.randn(2048, dtype=h), torch.randn(2048, dtype=h)
+    q = torch.randn(2, 4, 300, 64, dtype=h)
+    cases = [(lambda x, w: ops.rms_norm(x, w), (x, w), ({0: tokens}, None)),
+             (lambda x, w, b: ops.layer_norm(x, [2048], w, b, 1e-5), (x, w, b), ({0: tokens}, None, None)),
+             (lambda a, b: ops.matmul(a, b), (torch.randn(300, 512, dtype=h), torch.randn(512, 256, dtype=h)),
+              ({0: tokens}, None)),
+             (lambda q, k, v: ops.attention(q, k, v), (q, q.clone(), q.clone()), ({2: tokens},) * 3)]
+    for fn, args, dynamic in cases:
+        class M(torch.nn.Module):
+            def forward(self, *args, fn=fn):
+                return fn(*args)
+
+        exported = torch.export.export(M(), args, dynamic_shapes=(dynamic,))
+        (out,) = next(n for n in exported.graph.nodes if n.op == "output").args[0]
+        assert any(isinstance(d, torch.SymInt) for d in out.meta["val"].shape), out.meta["val"].shape
