@@ -56,7 +56,8 @@ def test_import_loads_only_the_entry_point_and_defines_the_custom_ops(site: Path
         print(json.dumps({{"import": after_import, "ops": ops, "call": after_call, "error": error,
                           "doc": forge_kernels.softmax.__doc__, "sig": str(inspect.signature(forge_kernels.softmax))}}))
     """)
-    assert res["import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.entry"]
+    assert res["import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.entry",
+                             "forge_kernels._runtime.torch_ops"]  # the package has custom ops
     assert res["ops"] == [True, True, True]
     # the first call bound the op's own host module only (and the runtime it needs)
     host = [m for m in res["call"] if m.startswith("forge_kernels._ops.")]
@@ -120,6 +121,46 @@ def test_torch_compile_fullgraph_sees_one_custom_op_before_anything_loaded(site:
     assert "forge_kernels.softmax" in targets, targets
     # tracing ran the Meta implementation (the host code with launches skipped): softmax's module only
     assert [m for m in res["loaded"] if m.startswith("forge_kernels._ops.")] == ["forge_kernels._ops.softmax"]
+
+
+def test_an_exported_program_saved_on_a_cpu_machine_loads_where_the_package_is_imported(site: Path,
+                                                                                         tmp_path: Path) -> None:
+    """torch.export with a dynamic row count, saved (a CPU machine: only the fake implementation runs), then loaded
+    in a fresh process: the graph keeps the package's custom op and the dynamic size; loading needs the package
+    imported (the op is defined at import), and loading it loads no host code."""
+    path = tmp_path / "softmax.pt2"
+    res = _run(site, f"""
+        import json, torch
+        import forge_kernels
+        from torch.export import Dim
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return forge_kernels.softmax(x) * 2
+
+        ep = torch.export.export(M(), (torch.randn(37, 1000, dtype=torch.float16),),
+                                 dynamic_shapes=({{0: Dim("rows", min=2, max=4096)}},))
+        torch.export.save(ep, {str(path)!r})
+        print(json.dumps({{"saved": True}}))
+    """)
+    assert res == {"saved": True}
+    res = _run(site, f"""
+        import json, sys, torch
+        try:
+            torch.export.load({str(path)!r})
+            without = "loaded"
+        except Exception as exc:
+            without = type(exc).__name__
+        import forge_kernels
+        ep = torch.export.load({str(path)!r})
+        print(json.dumps({{"without_import": without,
+                          "targets": [str(n.target) for n in ep.graph.nodes if n.op == "call_function"],
+                          "dynamic": [str(r) for r in ep.range_constraints.values()], "loaded": {_loaded()}}}))
+    """)
+    assert res["without_import"] != "loaded"
+    assert res["targets"] == ["forge_kernels.softmax.default", "aten.mul.Tensor"]
+    assert res["dynamic"] == ["VR[2, 4096]"]
+    assert not [m for m in res["loaded"] if m.startswith("forge_kernels._ops.")]
 
 
 def test_first_call_reads_one_target_and_compiles_no_constraint_for_a_row_key(site: Path) -> None:

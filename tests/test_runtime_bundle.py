@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 BUNDLED = ["cuda", "drivers", "entry", "errors", "fastpath", "host_modules", "host_triton", "kernel", "launch",
-           "packing", "tables"]
+           "packing", "tables", "torch_ops"]
 
 FIRST_CALL = textwrap.dedent("""
     import json, sys, torch

@@ -153,7 +153,7 @@ def test_backward_routing_reaches_custom_ops_and_names_an_op_without_schema() ->
 
     import torch
 
-    from forge_aot.runtime import entry
+    from forge_aot.runtime import torch_ops
 
     lib = torch.library.Library("forge_test_route", "FRAGMENT")
     lib.define("scaled(Tensor x) -> Tensor")
@@ -161,19 +161,19 @@ def test_backward_routing_reaches_custom_ops_and_names_an_op_without_schema() ->
     module = types.ModuleType("forge_test_route_host")
     module.scaled = lambda x: x * 2  # the host code (a custom op's real implementation would launch it)
     module.plain = lambda x: x + 1
-    entry.route_in_module(module, "forge_test_route", {"scaled": True, "plain": False})
+    torch_ops.route_in_module(module, "forge_test_route", {"scaled": True, "plain": False})
     x = torch.ones(3)
     assert torch.equal(module.scaled(x), x * 2) and torch.equal(module.plain(x), x + 1)
     assert module.scaled.__forge_host__(x).equal(x * 2)
-    entry.ROUTING.custom = True
+    torch_ops.ROUTING.custom = True
     try:
         assert torch.equal(module.scaled(x), x * 3)  # through torch.ops.forge_test_route.scaled
         with pytest.raises(rt.ForgeRuntimeError, match=r"forge_test_route\.plain is called from a custom op's "
                                                        r"backward but is no custom op itself.*type annotations"):
             module.plain(x)
     finally:
-        entry.ROUTING.custom = False
-    entry.route_in_module(module, "forge_test_route", {"scaled": True})  # routing twice wraps once
+        torch_ops.ROUTING.custom = False
+    torch_ops.route_in_module(module, "forge_test_route", {"scaled": True})  # routing twice wraps once
     assert torch.equal(module.scaled(x), x * 2)
 
 

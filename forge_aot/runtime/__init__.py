@@ -11,15 +11,17 @@ tree and in the wheel. One module per concern:
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
+- ``torch_ops``: the ops as torch custom ops (Meta implementation, autograd);
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
 
-Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only.
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file, ``entry`` and, where the package
+has custom ops, ``torch_ops`` only.
 
 In a wheel, the modules a first call needs also load from one file, their cached bytecode gathered into
 ``_bundle.py``'s cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where
 Python writes bytecode, or by ``write_bundle()``. It is used while it was written for these sources (the build's
 fingerprint, handed over by the package's ``__init__``) and every module file keeps the size and modification time
-it had then. One file read instead of eleven trips through the import system's finders and bytecode caches:
+it had then. One file read instead of twelve trips through the import system's finders and bytecode caches:
 the modules' imports alone 3.8 -> 2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py);
 import + first call 0.1 - 1.1 ms less (bench_cold_start.py --op-only), as reading the bundle moves part of the cost
 to ``import <package>``. Where there is no valid bundle, imports are the import system's own.
@@ -54,6 +56,9 @@ _EXPORTS = {
     "project_names_bound": "host_modules",
     "load_index": "host_modules",
     "register_torch_ops": "host_modules",
+    "register_custom_ops": "torch_ops",
+    "route_in_module": "torch_ops",
+    "ROUTING": "torch_ops",
     "load_package": "entry",
     "_HostTriton": "host_triton",
     "cdiv": "host_triton",
@@ -85,7 +90,7 @@ _EXPORTS = {
     "variant_id": "tables",
 }
 _SUBMODULES = frozenset({"cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip", "host_modules",
-                         "host_triton", "kernel", "launch", "packing", "tables"})
+                         "host_triton", "kernel", "launch", "packing", "tables", "torch_ops"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -120,8 +125,8 @@ sys.modules[__name__].__class__ = _Runtime
 
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
-BUNDLED = ("entry", "errors", "host_triton", "packing", "tables", "drivers", "cuda", "fastpath", "kernel", "launch",
-           "host_modules")
+BUNDLED = ("entry", "torch_ops", "errors", "host_triton", "packing", "tables", "drivers", "cuda", "fastpath", "kernel",
+           "launch", "host_modules")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed)."""
 _BUNDLE_FORMAT = b"forge-aot runtime bundle 2\n"
 _IN_A_WHEEL = __name__.endswith("._runtime")

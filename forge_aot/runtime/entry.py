@@ -17,9 +17,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-LIBRARIES: list[Any] = []
-"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
-
 
 class Package:
     """One generated package's host modules, bound on first use."""
@@ -34,7 +31,7 @@ class Package:
         self.functions: dict[str, Callable[..., Any]] = {}
         self.routed: dict[str, bool] = {}
         """Where the package has autograd: every op (→ whether it is a custom op) that host code calls by name
-        reaches through ``route_in_module``."""
+        reaches through ``torch_ops.route_in_module``."""
         self.local_tops: set[str] = set()
         """Top-level names of the project modules the bound host modules import (shipped in ``_ops/_local``)."""
         self.builtins: dict[str, Any] | None = None
@@ -75,7 +72,14 @@ class Package:
                         return module
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
                                          builtins, local, aliases)
-                    route_in_module(module, self.package, self.routed)
+                    for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
+                        parent, _, child = alias.rpartition(".")
+                        if not hasattr(sys.modules[parent], child):
+                            setattr(sys.modules[parent], child, module)
+                    if self.routed:
+                        from .torch_ops import route_in_module
+
+                        route_in_module(module, self.package, self.routed)
                     self.modules[mod] = module
                     runtime = sys.modules[__package__]
                     if runtime.BUNDLE_WANTED:
@@ -175,44 +179,6 @@ class _HostModuleFinder:
         module.__spec__ = self.specs.pop(module.__name__, module.__spec__)  # the host file's own spec
 
 
-class _Routing(threading.local):
-    custom = False  # a class default: reading it never raises
-
-
-ROUTING = _Routing()
-"""``ROUTING.custom`` is set while a custom op's backward runs (see register_custom_ops): the exported ops it
-calls go through their custom ops, as while torch.compile traces, because under AOTAutograd the backward sees
-fake tensors, which only a custom op's fake implementation can take."""
-
-
-def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
-    """Let host code that calls an op by name (a backward calling a backward op) reach its custom op while
-    ``ROUTING.custom`` is set; an op without a custom op then raises a clear error instead of running host code
-    on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
-    packages with autograd route: other packages' calls never pay for the check."""
-    for op in sorted(ops.keys() & vars(module).keys()):
-        fn = module.__dict__[op]
-        if getattr(fn, "__forge_host__", None) is not None:
-            continue
-
-        def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
-                   **kwargs: Any) -> Any:
-            if ROUTING.custom:
-                if not _custom:
-                    from .errors import ForgeRuntimeError
-
-                    raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
-                                            "custom op itself (it has no schema): give it type annotations")
-                import torch
-
-                return getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
-            return _fn(*args, **kwargs)
-
-        functools.update_wrapper(routed, fn)
-        routed.__forge_host__ = fn  # type: ignore[attr-defined]
-        module.__dict__[op] = routed
-
-
 def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
            custom: bool) -> Callable[..., Any]:
     """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
@@ -245,103 +211,12 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     return exported
 
 
-def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
-                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A custom op's real implementation (the host code) and its Meta one (the host code, launches skipped)."""
-
-    def real(*args: Any, **kwargs: Any) -> Any:
-        return function(op)(*args, **kwargs)
-
-    def meta(*args: Any, **kwargs: Any) -> Any:
-        from .host_triton import hinted_sizes  # the runtime loads on first use, not at import
-        from .kernel import call_without_launches
-
-        fn = function(op)
-        with hinted_sizes() as hinted:
-            out = call_without_launches(fn, *args, **kwargs)
-        if hinted and hinted & _static_sizes(out):
-            # A value computed from a symbolic size's example may be an output's size: run again letting torch
-            # specialize the sizes the host code reads, as it must then.
-            out = call_without_launches(fn, *args, **kwargs)
-        return out
-
-    return real, meta
-
-
-def _static_sizes(out: Any) -> set[int]:
-    """The plain-int sizes, strides and storage offsets of the tensors in a host function's result."""
-    found: set[int] = set()
-    todo = [out]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, (tuple, list)):
-            todo.extend(item)
-        elif hasattr(item, "stride") and hasattr(item, "shape"):
-            found.update(v for v in (*item.shape, *item.stride(), item.storage_offset()) if type(v) is int)
-    return found
-
-
-def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str, backward_name: str,
-              ) -> tuple[Callable[..., None], Callable[..., Any]]:
-    """``register_autograd``'s setup_context and backward for an op: the host module's functions, the backward
-    run with ``ROUTING.custom`` set."""
-
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        host_attr(op, setup_name)(ctx, inputs, output)
-
-    def backward(ctx: Any, *grads: Any) -> Any:
-        previous = ROUTING.custom
-        ROUTING.custom = True
-        try:
-            return host_attr(op, backward_name)(ctx, *grads)
-        finally:
-            ROUTING.custom = previous
-
-    return setup_context, backward
-
-
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """op → (host module, schema or None[, (setup_context, backward)]) from an index's ``modules``: the table the
-    build writes into a generated ``__init__`` and that ``register_custom_ops`` reads."""
+    build writes into a generated ``__init__`` and that ``torch_ops.register_custom_ops`` reads."""
     return {op: (mod, spec.get("schemas", {}).get(op) or None,
                  *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
-
-
-def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
-                        function: Callable[[str], Callable[..., Any]],
-                        host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
-    """Define ``torch.ops.<namespace>.<op>`` for every op that has a schema; returns the ops defined.
-
-    ``ops``: op → (host module, schema or None[, (setup_context, backward)]); ``function(op)``: the op's host
-    function; ``host_attr(op, name)``: another function of the op's host module. The real implementation is the
-    host code; the Meta one the host code with kernel launches skipped (so output shapes, dtypes and strides
-    are exactly those of a real call; FakeTensorMode runs it on meta tensors, and registering it costs a tenth
-    of torch.library.register_fake, which reads the caller's source file). Where the build recorded the op's
-    (setup_context, backward), they are its autograd (``torch.library.register_autograd``): the backward runs
-    with ``ROUTING.custom`` set. Everything resolves on first use: registering loads no host code.
-    """
-    with_schema = {op: spec for op, spec in ops.items() if spec[1]}
-    if not with_schema:
-        return set()
-    import torch
-
-    lib = torch.library.Library(namespace, "FRAGMENT")
-    LIBRARIES.append(lib)
-    custom: set[str] = set()
-    for op, (_, schema, *autograd) in sorted(with_schema.items()):
-        try:
-            lib.define(f"{op}{schema}")
-        except RuntimeError:
-            continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op)
-        lib.impl(op, real, "CompositeExplicitAutograd")
-        lib.impl(op, meta, "Meta")
-        if autograd and autograd[0]:
-            setup_context, backward = _autograd(host_attr, op, *autograd[0])
-            torch.library.register_autograd(f"{namespace}::{op}", backward, setup_context=setup_context, lib=lib)
-        custom.add(op)
-    return custom
 
 
 def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None = None,
@@ -361,7 +236,11 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return getattr(state.module(ops[op][0]), name)
 
-    custom = register_custom_ops(package, ops, state.function, host_attr)
+    custom: set[str] = set()
+    if any(spec[1] for spec in ops.values()):
+        from .torch_ops import register_custom_ops
+
+        custom = register_custom_ops(package, ops, state.function, host_attr)
     if any(len(spec) > 2 for spec in ops.values()):
         state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom) for op in sorted(ops)}

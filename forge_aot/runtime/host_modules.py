@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .entry import export, op_table, register_custom_ops, route_in_module
+from .entry import export, op_table
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
 from .kernel import Kernel
@@ -118,10 +118,6 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
             if sys.modules.get(name) is module:
                 del sys.modules[name]
         raise
-    for name in aliases:  # as the import system does for a submodule: ``import a.b.c`` then reads a.b.c
-        parent, _, child = name.rpartition(".")
-        if parent in sys.modules and not hasattr(sys.modules[parent], child):
-            setattr(sys.modules[parent], child, module)
     for handle in kernels.values():
         for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
             fn = module.__dict__.get(hook)
@@ -287,12 +283,14 @@ def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, .
 def register_torch_ops(package: str, index: dict[str, Any],
                        ops: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """Register every op of bound host modules that has a schema as ``torch.ops.<package>.<op>`` (see
-    entry.register_custom_ops, with the op's autograd where the index has it) and return the exported
+    torch_ops.register_custom_ops, with the op's autograd where the index has it) and return the exported
     callables (development mode and tests; a generated package registers through ``entry.load_package``)."""
     table = {op: spec for op, spec in op_table(index["modules"]).items() if op in ops}
 
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return sys.modules[f"{package}._ops.{table[op][0]}"].__dict__[name]
+
+    from .torch_ops import register_custom_ops, route_in_module
 
     custom = register_custom_ops(package, table, ops.__getitem__, host_attr)
     if any(len(spec) > 2 for spec in table.values()):

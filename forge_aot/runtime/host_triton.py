@@ -40,7 +40,7 @@ def hinted_sizes() -> Iterator[set[int]]:
     torch.export with ``Dim``) gives the power of two of the size's example value and records it, instead of
     ``int(n)``, which would make torch specialize the size to that value (a recompile for every other size, an
     export error). Such a value picks a block size for a launch the fake implementation skips; where one reaches
-    an output's size or stride, the caller runs the host code again without this (``entry._implementations``).
+    an output's size or stride, the caller runs the host code again without this (``torch_ops._implementations``).
     Yields the set of values given."""
     previous = SIZE_HINTS.values
     SIZE_HINTS.values = given = set()
