@@ -15,7 +15,9 @@ and inputs allocated before the clock starts) beside its floor: a process that d
 of that binary must do, with no runtime at all (the output's torch.empty, reading the cubin, cuModuleLoadData,
 cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose. The
 wheel runs with its runtime's bytecode bundle (written after a first call, or by ``write_bundle()``) and without
-(a fresh install's first process), interleaved; the matmul table and the stages run with it.
+(a fresh install's first process), interleaved; the matmul table and the stages run with it. ``--baseline DIR``
+adds another build of the package (installed with ``pip install --target DIR``, for example the previous commit's
+wheel) to that table, with its own bundle, interleaved: a change's effect measured in one run.
 
     python benchmarks/bench_cold_start.py --size 4096 --repeats 3 --json cold_start.json
 """
@@ -238,6 +240,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--op-size", type=int, default=1 << 20, help="elements of the vector_add floor comparison")
     ap.add_argument("--op-only", action="store_true", help="only the vector_add table (no matmul, no JIT)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="a directory holding another build of forge_kernels (pip install --target DIR): the "
+                         "vector_add table times it too, with its bundle, interleaved with the installed one")
     ap.add_argument("--profile", type=Path, default=None,
                     help="also write the wall-clock stages of import + first call (--repeats fresh processes, "
                          "the runtime's functions wrapped with timers) to this file")
@@ -285,11 +290,21 @@ def main() -> None:
                   f"{s['total']:10.3f} {s['first_call'] / aot:23.0f}x")
         print(f"forge-aot imported triton: {any(r['triton_imported'] for r in runs['forge-aot'])}")
     modes = ["forge-aot (bundle)", "forge-aot (no bundle)"] if has_bundle else ["forge-aot (no bundle)"]
+    baseline_env = None
+    if args.baseline is not None:  # ahead of the installed package on the path, with a bundle of its own
+        baseline_env = dict(base_env, PYTHONPATH=os.pathsep.join([str(args.baseline.resolve()),
+                                                                  *filter(None, [base_env.get("PYTHONPATH")])]))
+        if _write_bundle(baseline_env):
+            modes.append("baseline (bundle)")
     op_runs: dict[str, list[dict]] = {m: [] for m in [*modes, "floor (ctypes)"]}
     # The first process on a fresh install runs without the bundle (and writes it where Python writes bytecode).
     no_bundle = dict(base_env, PYTHONDONTWRITEBYTECODE="1")
     for _ in range(args.repeats):  # interleaved: the host's speed drifts between rounds
         for mode in modes:
+            if mode == "baseline (bundle)":
+                baseline_run = dict(baseline_env or {}, PYTHONDONTWRITEBYTECODE="1")
+                op_runs[mode].append(_run(CHILD_OP, [str(args.op_size)], baseline_run))
+                continue
             if mode == "forge-aot (bundle)":
                 _write_bundle(base_env)
             else:
