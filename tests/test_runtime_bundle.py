@@ -32,6 +32,7 @@ FIRST_CALL = textwrap.dedent("""
     except Exception as exc:
         error = type(exc).__name__
     import forge_kernels._runtime.cuda  # what a GPU's first call imports too
+    import forge_kernels._runtime.torch_ops  # what a package with autograd imports, or a trace
     rt = sys.modules["forge_kernels._runtime"]
     from_bundle = sorted(n.rsplit(".", 1)[1] for n, m in sys.modules.items()
                          if n.startswith("forge_kernels._runtime.")

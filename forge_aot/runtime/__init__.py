@@ -11,11 +11,11 @@ tree and in the wheel. One module per concern:
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
-- ``torch_ops``: the ops as torch custom ops (Meta implementation, autograd);
+- ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing);
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
 
-Names are loaded on first access (PEP 562): ``import <package>`` imports this file, ``entry`` and, where the package
-has custom ops, ``torch_ops`` only.
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (and
+``torch_ops`` where the package's ops have autograd).
 
 In a wheel, the modules a first call needs also load from one file, their cached bytecode gathered into
 ``_bundle.py``'s cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where
@@ -56,7 +56,7 @@ _EXPORTS = {
     "project_names_bound": "host_modules",
     "load_index": "host_modules",
     "register_torch_ops": "host_modules",
-    "register_custom_ops": "torch_ops",
+    "register_custom_ops": "entry",
     "route_in_module": "torch_ops",
     "ROUTING": "torch_ops",
     "load_package": "entry",
@@ -127,7 +127,8 @@ sys.modules[__name__].__class__ = _Runtime
 
 BUNDLED = ("entry", "torch_ops", "errors", "host_triton", "packing", "tables", "drivers", "cuda", "fastpath", "kernel",
            "launch", "host_modules")
-"""The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed)."""
+"""The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
+``torch_ops`` at import where the ops have autograd, else when torch.compile or torch.export first trace one)."""
 _BUNDLE_FORMAT = b"forge-aot runtime bundle 2\n"
 _IN_A_WHEEL = __name__.endswith("._runtime")
 """Shipped as ``<package>._runtime`` (the source tree's copy, imported by the build tools, bundles nothing)."""

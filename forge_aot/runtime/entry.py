@@ -17,6 +17,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+LIBRARIES: list[Any] = []
+"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
+
 
 class Package:
     """One generated package's host modules, bound on first use."""
@@ -213,10 +216,63 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
 
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """op → (host module, schema or None[, (setup_context, backward)]) from an index's ``modules``: the table the
-    build writes into a generated ``__init__`` and that ``torch_ops.register_custom_ops`` reads."""
+    build writes into a generated ``__init__`` and that ``register_custom_ops`` reads."""
     return {op: (mod, spec.get("schemas", {}).get(op) or None,
                  *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
+
+
+def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
+                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A custom op's real implementation (the host code) and its Meta one (``torch_ops.fake_call``)."""
+
+    def real(*args: Any, **kwargs: Any) -> Any:
+        return function(op)(*args, **kwargs)
+
+    def meta(*args: Any, **kwargs: Any) -> Any:
+        from .torch_ops import fake_call  # the runtime loads on first use, not at import
+
+        return fake_call(function(op), args, kwargs)
+
+    return real, meta
+
+
+def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
+                        function: Callable[[str], Callable[..., Any]],
+                        host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
+    """Define ``torch.ops.<namespace>.<op>`` for every op that has a schema; returns the ops defined.
+
+    ``ops``: op → (host module, schema or None[, (setup_context, backward)]); ``function(op)``: the op's host
+    function; ``host_attr(op, name)``: another function of the op's host module. The real implementation is the
+    host code; the Meta one the host code with kernel launches skipped (so output shapes, dtypes and strides
+    are exactly those of a real call; FakeTensorMode runs it on meta tensors, and registering it costs a tenth
+    of torch.library.register_fake, which reads the caller's source file). Where the build recorded the op's
+    (setup_context, backward), they are its autograd (``torch.library.register_autograd``): the backward runs
+    with ``torch_ops.ROUTING.custom`` set. Everything resolves on first use: registering loads no host code.
+    """
+    with_schema = {op: spec for op, spec in ops.items() if spec[1]}
+    if not with_schema:
+        return set()
+    import torch
+
+    lib = torch.library.Library(namespace, "FRAGMENT")
+    LIBRARIES.append(lib)
+    custom: set[str] = set()
+    for op, (_, schema, *autograd) in sorted(with_schema.items()):
+        try:
+            lib.define(f"{op}{schema}")
+        except RuntimeError:
+            continue  # defined by an earlier import of this package in the process: keep that one
+        real, meta = _implementations(function, op)
+        lib.impl(op, real, "CompositeExplicitAutograd")
+        lib.impl(op, meta, "Meta")
+        if autograd and autograd[0]:
+            from .torch_ops import autograd_functions
+
+            setup_context, backward = autograd_functions(host_attr, op, *autograd[0])
+            torch.library.register_autograd(f"{namespace}::{op}", backward, setup_context=setup_context, lib=lib)
+        custom.add(op)
+    return custom
 
 
 def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None = None,
@@ -236,11 +292,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return getattr(state.module(ops[op][0]), name)
 
-    custom: set[str] = set()
-    if any(spec[1] for spec in ops.values()):
-        from .torch_ops import register_custom_ops
-
-        custom = register_custom_ops(package, ops, state.function, host_attr)
+    custom = register_custom_ops(package, ops, state.function, host_attr)
     if any(len(spec) > 2 for spec in ops.values()):
         state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom) for op in sorted(ops)}

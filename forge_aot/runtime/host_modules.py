@@ -283,14 +283,15 @@ def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, .
 def register_torch_ops(package: str, index: dict[str, Any],
                        ops: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """Register every op of bound host modules that has a schema as ``torch.ops.<package>.<op>`` (see
-    torch_ops.register_custom_ops, with the op's autograd where the index has it) and return the exported
+    entry.register_custom_ops, with the op's autograd where the index has it) and return the exported
     callables (development mode and tests; a generated package registers through ``entry.load_package``)."""
     table = {op: spec for op, spec in op_table(index["modules"]).items() if op in ops}
 
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return sys.modules[f"{package}._ops.{table[op][0]}"].__dict__[name]
 
-    from .torch_ops import register_custom_ops, route_in_module
+    from .entry import register_custom_ops
+    from .torch_ops import route_in_module
 
     custom = register_custom_ops(package, table, ops.__getitem__, host_attr)
     if any(len(spec) > 2 for spec in table.values()):

@@ -1,8 +1,8 @@
-"""Exported ops as torch custom ops (``torch.ops.<package>.<op>``): their registration with a Meta
-implementation and the manifest's autograd, and the routing of a custom op's backward through custom ops.
+"""What the exported ops' torch custom ops run (``entry.register_custom_ops`` defines them at import): the Meta
+implementation, the manifest's autograd functions, and the routing of a custom op's backward through custom ops.
 
-Imported by the package entry point when the package has ops with a schema (registration at ``import <package>``);
-the Meta implementation loads the rest of the runtime when torch.compile or torch.export first trace an op.
+Loaded when torch.compile or torch.export first trace an op, and at import for a package whose ops have autograd:
+an eager call of a package without autograd never imports it.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-LIBRARIES: list[Any] = []
-"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
-
 
 class _Routing(threading.local):
     custom = False  # a class default: reading it never raises
 
 
 ROUTING = _Routing()
-"""``ROUTING.custom`` is set while a custom op's backward runs (see register_custom_ops): the exported ops it
+"""``ROUTING.custom`` is set while a custom op's backward runs (see entry.register_custom_ops): the exported ops it
 calls go through their custom ops, as while torch.compile traces, because under AOTAutograd the backward sees
 fake tensors, which only a custom op's fake implementation can take."""
 
@@ -54,27 +51,19 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
         module.__dict__[op] = routed
 
 
-def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
-                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A custom op's real implementation (the host code) and its Meta one (the host code, launches skipped)."""
+def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A custom op's Meta implementation: the host function ``fn`` run with its launches skipped, so output shapes,
+    dtypes and strides are exactly those of a real call. On symbolic sizes, host code's block size from a size
+    (``triton.next_power_of_2(n)``) takes the size's example value without specializing it (``hinted_sizes``);
+    where such a value is an output's size or stride, the host code runs again letting torch specialize."""
+    from .host_triton import hinted_sizes
+    from .kernel import call_without_launches
 
-    def real(*args: Any, **kwargs: Any) -> Any:
-        return function(op)(*args, **kwargs)
-
-    def meta(*args: Any, **kwargs: Any) -> Any:
-        from .host_triton import hinted_sizes  # the runtime loads on first use, not at import
-        from .kernel import call_without_launches
-
-        fn = function(op)
-        with hinted_sizes() as hinted:
-            out = call_without_launches(fn, *args, **kwargs)
-        if hinted and hinted & _static_sizes(out):
-            # A value computed from a symbolic size's example may be an output's size: run again letting torch
-            # specialize the sizes the host code reads, as it must then.
-            out = call_without_launches(fn, *args, **kwargs)
-        return out
-
-    return real, meta
+    with hinted_sizes() as hinted:
+        out = call_without_launches(fn, *args, **kwargs)
+    if hinted and hinted & _static_sizes(out):
+        out = call_without_launches(fn, *args, **kwargs)
+    return out
 
 
 def _static_sizes(out: Any) -> set[int]:
@@ -90,8 +79,8 @@ def _static_sizes(out: Any) -> set[int]:
     return found
 
 
-def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str, backward_name: str,
-              ) -> tuple[Callable[..., None], Callable[..., Any]]:
+def autograd_functions(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str,
+                       backward_name: str) -> tuple[Callable[..., None], Callable[..., Any]]:
     """``register_autograd``'s setup_context and backward for an op: the host module's functions, the backward
     run with ``ROUTING.custom`` set."""
 
@@ -107,39 +96,3 @@ def _autograd(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setu
             ROUTING.custom = previous
 
     return setup_context, backward
-
-
-def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
-                        function: Callable[[str], Callable[..., Any]],
-                        host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
-    """Define ``torch.ops.<namespace>.<op>`` for every op that has a schema; returns the ops defined.
-
-    ``ops``: op → (host module, schema or None[, (setup_context, backward)]); ``function(op)``: the op's host
-    function; ``host_attr(op, name)``: another function of the op's host module. The real implementation is the
-    host code; the Meta one the host code with kernel launches skipped (so output shapes, dtypes and strides
-    are exactly those of a real call; FakeTensorMode runs it on meta tensors, and registering it costs a tenth
-    of torch.library.register_fake, which reads the caller's source file). Where the build recorded the op's
-    (setup_context, backward), they are its autograd (``torch.library.register_autograd``): the backward runs
-    with ``ROUTING.custom`` set. Everything resolves on first use: registering loads no host code.
-    """
-    with_schema = {op: spec for op, spec in ops.items() if spec[1]}
-    if not with_schema:
-        return set()
-    import torch
-
-    lib = torch.library.Library(namespace, "FRAGMENT")
-    LIBRARIES.append(lib)
-    custom: set[str] = set()
-    for op, (_, schema, *autograd) in sorted(with_schema.items()):
-        try:
-            lib.define(f"{op}{schema}")
-        except RuntimeError:
-            continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op)
-        lib.impl(op, real, "CompositeExplicitAutograd")
-        lib.impl(op, meta, "Meta")
-        if autograd and autograd[0]:
-            setup_context, backward = _autograd(host_attr, op, *autograd[0])
-            torch.library.register_autograd(f"{namespace}::{op}", backward, setup_context=setup_context, lib=lib)
-        custom.add(op)
-    return custom
