@@ -299,12 +299,15 @@ def test_a_kernel_file_that_project_code_imports_is_its_bound_host_module(tmp_pa
                           "aliases": [sys.modules[local + ".scale"] is scale_host,
                                       sys.modules[local + ".twice"] is twice_host],
                           "package_exports": [pkg.scale is scale_host.scale, pkg.neg_scale is twice_host.neg_scale],
-                          "kernel": type(scale_host.scale_kernel).__name__}))
+                          "kernel": type(scale_host.scale_kernel).__name__,
+                          "specs": [scale_host.__spec__.name, twice_host.__spec__.name,
+                                    scale_host.__spec__.origin == scale_host.__file__]}))
         ''')
     for order in ("op-first", "package-first"):
         res = _run_fresh(check.replace("sys.argv[1]", repr(order)), target)
         assert res == {"shape": [5000], "calls_bound_scale": True, "aliases": [True, True],
-                       "package_exports": [True, True], "kernel": "Kernel"}, order
+                       "package_exports": [True, True], "kernel": "Kernel",
+                       "specs": ["forge_localmods._ops.scale", "forge_localmods._ops.twice", True]}, order
 
 
 def test_a_helper_that_host_code_takes_must_be_host_code(tmp_path: Path) -> None:

@@ -4,6 +4,8 @@ as one op (CPU: no kernel runs; the GPU test runs them)."""
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
 from forge_aot import runtime as rt
@@ -354,3 +356,59 @@ def test_library_style_ops_export_with_a_dynamic_token_dimension() -> None:
         exported = torch.export.export(M(), args, dynamic_shapes=(dynamic,))
         (out,) = next(n for n in exported.graph.nodes if n.op == "output").args[0]
         assert any(isinstance(d, torch.SymInt) for d in out.meta["val"].shape), out.meta["val"].shape
+
+
+def test_fake_implementation_never_gives_a_static_size_that_a_block_size_decides(tmp_path) -> None:
+    """Values computed from a symbolic size's example may reach an output through arithmetic or a branch, or match
+    a static size by coincidence: the fake implementation checks by running the host code with other values, so
+    the first two specialize (an export error, never a wrong static size) and the third stays dynamic."""
+    import torch
+    from torch.export import Dim
+
+    (tmp_path / "kernels").mkdir()
+    kernel = DYNAMIC_KERNEL.split("def examples")[0] + textwrap.dedent('''\
+        def doubled_pad(x: torch.Tensor) -> torch.Tensor:
+            return x.new_zeros(2 * triton.next_power_of_2(x.numel()))
+
+
+        def branch(x: torch.Tensor) -> torch.Tensor:
+            return x.new_empty(x.numel()) if triton.next_power_of_2(x.numel()) <= 8192 else x.new_empty(2, x.numel())
+
+
+        def rows(a: torch.Tensor) -> torch.Tensor:
+            """A block size equal to a static size (512) by coincidence."""
+            out = torch.empty_like(a)
+            BLOCK_M = triton.next_power_of_2(a.shape[0])
+            double_kernel[(1,)](a, out, a.numel(), BLOCK=min(BLOCK_M, 1024))
+            return out
+
+
+        def examples(device="cpu"):
+            for n in (1000, 5000):
+                x = torch.randn(n, device=device, dtype=torch.float16)
+                double(x), double_padded(x), doubled_pad(x), branch(x)
+            rows(torch.randn(300, 512, device=device, dtype=torch.float16))
+        ''')
+    (tmp_path / "kernels" / "double.py").write_text(kernel)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_dynamic2"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
+        'source = "kernels/double.py:double_kernel"\nops = ["double", "double_padded", "doubled_pad", "branch", '
+        '"rows"]\nsignature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }\nexamples = "examples"\n')
+    _ops(tmp_path / "kernel_manifest.toml", "forge_test_dynamic2")
+    ops = torch.ops.forge_test_dynamic2
+    n = Dim("n", min=2, max=1 << 20)
+
+    def export(fn, x, dynamic):
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return fn(x)
+
+        return torch.export.export(M(), (x,), dynamic_shapes=(dynamic,))
+
+    x = torch.randn(5000, dtype=torch.float16)
+    for fn in (ops.doubled_pad, ops.branch):
+        with pytest.raises(Exception, match="specialized it to be a constant"):
+            export(fn, x, {0: n})
+    exported = export(ops.rows, torch.randn(300, 512, dtype=torch.float16), {0: Dim("m", min=2, max=1 << 16)})
+    (out,) = next(node for node in exported.graph.nodes if node.op == "output").args[0]
+    assert isinstance(out.meta["val"].shape[0], torch.SymInt) and out.meta["val"].shape[1] == 512

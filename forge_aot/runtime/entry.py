@@ -39,17 +39,34 @@ class Package:
         """Top-level names of the project modules the bound host modules import (shipped in ``_ops/_local``)."""
         self.builtins: dict[str, Any] | None = None
         self._imported_as: dict[str, str] | None = None
+        self._index_parts: dict[str, dict[str, Any]] = {}
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
         module = self.modules.get(mod)
         if module is None:
+            import importlib
+
+            from .host_modules import load_index
+
+            index = self._index_parts.get(mod)
+            if index is None:
+                index = self._index_parts[mod] = load_index(self.root, mod)
+            spec = index["modules"][mod]
+            local = f"{self.package}._ops._local."
+            aliases = tuple(local + n for n in spec.get("imported_as", ()))
+            if aliases:
+                if spec.get("local_modules"):
+                    self._import_rules(spec["local_modules"])
+                for alias in aliases:
+                    # As Python imports a module's parent package first: a package __init__ that imports this file
+                    # back binds it itself (through _HostModuleFinder), as its own import would. Outside the lock:
+                    # another thread running that __init__ holds its import lock and may be waiting for ours.
+                    importlib.import_module(alias.rpartition(".")[0])
             with self.lock:
                 module = self.modules.get(mod)
                 if module is None:
-                    import importlib
-
-                    from .host_modules import bind_module, load_index
+                    from .host_modules import bind_module
                     from .kernel import Kernel
                     from .launch import BinaryBackend
 
@@ -60,19 +77,8 @@ class Package:
 
                     if self.backend is None:
                         self.backend = BinaryBackend(self.root)
-                    index = load_index(self.root, mod)
-                    spec = index["modules"][mod]
                     path = os.path.join(self.root, spec["path"])
                     builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
-                    local = f"{self.package}._ops._local."
-                    aliases = tuple(local + n for n in spec.get("imported_as", ()))
-                    for alias in aliases:
-                        # As Python imports a module's parent package first: a package __init__ that imports this
-                        # file back then binds it itself (through _HostModuleFinder), as its own import would.
-                        importlib.import_module(alias.rpartition(".")[0])
-                    module = self.modules.get(mod)
-                    if module is not None:
-                        return module
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
                                          builtins, local, aliases)
                     for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
@@ -179,7 +185,8 @@ class _HostModuleFinder:
         return module
 
     def exec_module(self, module: Any) -> None:
-        module.__spec__ = self.specs.pop(module.__name__, module.__spec__)  # the host file's own spec
+        # The host file's own spec (the import system set the spec of the name imported, maybe an alias).
+        module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
 
 
 def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,

@@ -258,9 +258,11 @@ def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, .
     """Where host modules are bound beside the project's own modules (the build's tracing, tuning and development
     mode): while binding, a kernel file that another imports by its project name (``imported_as``) is the bound
     host module under that name too, so its import reaches the bound kernel handles as in the wheel; the
-    project's modules are back in ``sys.modules`` afterwards. Yields ``aliases(module index entry)``, which
-    imports each name's parent package first, as Python does."""
+    project's modules are back in ``sys.modules`` afterwards, and those of its packages first imported meanwhile
+    are gone (a helper that imported a bound module would keep it: the next import runs it afresh). Yields
+    ``aliases(module index entry)``, which imports each name's parent package first, as Python does."""
     saved: dict[str, Any] = {}
+    before = set(sys.modules)
 
     def aliases(spec: Mapping[str, Any]) -> tuple[str, ...]:
         names = tuple(spec.get("imported_as", ()))
@@ -273,6 +275,9 @@ def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, .
     try:
         yield aliases
     finally:
+        tops = {name.partition(".")[0] for name in saved}
+        for name in [n for n in sys.modules if n not in before and n.partition(".")[0] in tops]:
+            del sys.modules[name]
         for name, module in saved.items():
             if module is None:
                 sys.modules.pop(name, None)

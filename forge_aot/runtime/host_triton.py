@@ -18,7 +18,7 @@ def next_power_of_2(n: int) -> int:
     if hinted is not None and type(n) is not int:
         hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
         if type(hint) is int:
-            value = next_power_of_2(hint)
+            value = next_power_of_2(hint * SIZE_HINTS.scale if SIZE_HINTS.scale else 1)
             hinted.add(value)
             return value
     n = int(n)
@@ -26,7 +26,8 @@ def next_power_of_2(n: int) -> int:
 
 
 class _SizeHints(threading.local):
-    values: set[int] | None = None  # a class default: reading it never raises
+    values: set[int] | None = None  # class defaults: reading them never raises
+    scale = 1
 
 
 SIZE_HINTS = _SizeHints()
@@ -35,19 +36,19 @@ SIZE_HINTS = _SizeHints()
 
 
 @contextlib.contextmanager
-def hinted_sizes() -> Iterator[set[int]]:
+def hinted_sizes(scale: int = 1) -> Iterator[set[int]]:
     """Host code's ``triton.next_power_of_2(n)`` of a symbolic size (torch.compile with dynamic shapes,
-    torch.export with ``Dim``) gives the power of two of the size's example value and records it, instead of
-    ``int(n)``, which would make torch specialize the size to that value (a recompile for every other size, an
-    export error). Such a value picks a block size for a launch the fake implementation skips; where one reaches
-    an output's size or stride, the caller runs the host code again without this (``torch_ops._implementations``).
-    Yields the set of values given."""
-    previous = SIZE_HINTS.values
-    SIZE_HINTS.values = given = set()
+    torch.export with ``Dim``) gives the power of two of the size's example value (times ``scale``; 0: of the
+    smallest size) and records it, instead of ``int(n)``, which would make torch specialize the size to that value
+    (a recompile for every other size, an export error). Such a value picks a block size for a launch the fake
+    implementation skips; ``torch_ops.fake_call`` checks that it reaches no output. Yields the values given."""
+    previous = SIZE_HINTS.values, SIZE_HINTS.scale
+    given: set[int] = set()
+    SIZE_HINTS.values, SIZE_HINTS.scale = given, scale
     try:
         yield given
     finally:
-        SIZE_HINTS.values = previous
+        SIZE_HINTS.values, SIZE_HINTS.scale = previous
 
 
 SCRATCH_ALLOCATOR: list[Any] = [None]

@@ -53,30 +53,46 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
 
 def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A custom op's Meta implementation: the host function ``fn`` run with its launches skipped, so output shapes,
-    dtypes and strides are exactly those of a real call. On symbolic sizes, host code's block size from a size
-    (``triton.next_power_of_2(n)``) takes the size's example value without specializing it (``hinted_sizes``);
-    where such a value is an output's size or stride, the host code runs again letting torch specialize."""
+    dtypes and strides are those of a real call. On symbolic sizes, host code's block size from a size
+    (``triton.next_power_of_2(n)``) takes the size's example value without specializing it (``hinted_sizes``),
+    provided such values reach no output: the host code runs again with other values (twice the example, the
+    smallest size), and where the outputs' structure, dtypes, sizes, strides or offsets change, or the host code
+    raises, it runs once more letting torch specialize the sizes it reads, as it then must."""
     from .host_triton import hinted_sizes
     from .kernel import call_without_launches
 
     with hinted_sizes() as hinted:
         out = call_without_launches(fn, *args, **kwargs)
-    if hinted and hinted & _static_sizes(out):
+    if hinted and not _hints_reach_no_output(fn, args, kwargs, _layout(out)):
         out = call_without_launches(fn, *args, **kwargs)
     return out
 
 
-def _static_sizes(out: Any) -> set[int]:
-    """The plain-int sizes, strides and storage offsets of the tensors in a host function's result."""
-    found: set[int] = set()
-    todo = [out]
-    while todo:
-        item = todo.pop()
-        if isinstance(item, (tuple, list)):
-            todo.extend(item)
-        elif hasattr(item, "stride") and hasattr(item, "shape"):
-            found.update(v for v in (*item.shape, *item.stride(), item.storage_offset()) if type(v) is int)
-    return found
+def _hints_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                           layout: Any) -> bool:
+    from .host_triton import hinted_sizes
+    from .kernel import call_without_launches
+
+    for scale in (2, 0):
+        try:
+            with hinted_sizes(scale):
+                other = call_without_launches(fn, *args, **kwargs)
+        except Exception:
+            return False
+        if _layout(other) != layout:
+            return False
+    return True
+
+
+def _layout(out: Any) -> Any:
+    """What the caller sees of a host function's result, comparable across runs: its structure, and per tensor
+    its dtype, device, sizes, strides and storage offset (symbolic ones as their expressions)."""
+    if isinstance(out, (tuple, list)):
+        return type(out).__name__, tuple(_layout(item) for item in out)
+    if hasattr(out, "stride") and hasattr(out, "shape"):
+        return ("tensor", str(out.dtype), str(out.device), tuple(map(str, out.shape)), tuple(map(str, out.stride())),
+                str(out.storage_offset()))
+    return "value", repr(out)
 
 
 def autograd_functions(host_attr: Callable[[str, str], Callable[..., Any]], op: str, setup_name: str,
