@@ -393,6 +393,28 @@ def test_development_mode_binds_an_imported_kernel_file_like_the_wheel(tmp_path:
             del sys.modules[name]
 
 
+def test_the_build_binds_an_imported_kernel_file_before_the_file_importing_it(tmp_path: Path) -> None:
+    """The importing file sorts first (a_twice.py imports scale.py): the build still binds scale first, so the
+    tracer's a_twice reaches the traced scale op, not the project's JIT one (which fails on the CPU)."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _two_file_package_project(tmp_path)
+    kernels = tmp_path / "unslothish" / "kernels"
+    (kernels / "twice.py").rename(kernels / "a_twice.py")
+    (kernels / "__init__.py").write_text("from .scale import scale\nfrom .a_twice import neg_scale\n")
+    manifest.write_text(manifest.read_text().replace("kernels/twice.py", "kernels/a_twice.py"))
+    try:
+        plan = make_plan(load_manifest(manifest), ["sm_90"])
+    finally:
+        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
+            del sys.modules[name]
+    assert plan.modules["a_twice"]["imports_host"] == ["scale"]
+    assert plan.modules["scale"]["imported_as"] == ["unslothish.kernels.scale"]
+    # the examples of a_twice ran through the traced scale: its launches were recorded for the scale kernel too
+    assert {e.kernel for e in plan.entries} == {"scale", "neg"}
+
+
 @pytest.mark.gpu
 def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path: Path) -> None:
     """The wheel of the two-file package: one op's host code calls the other file's op, whose kernels launch from
