@@ -332,8 +332,8 @@ def test_fake_implementation_keeps_sizes_symbolic_where_host_code_picks_block_si
 
 
 def test_library_style_ops_export_with_a_dynamic_token_dimension() -> None:
-    """The library fixtures' forward ops under torch.export with a dynamic token (or sequence) dimension: no
-    specialization, outputs symbolic in it."""
+    """The library fixtures' ops (forward, and RMSNorm's backward op) under torch.export with a dynamic token (or
+    sequence) dimension: no specialization, outputs symbolic in it."""
     import torch
     from torch.export import Dim
 
@@ -347,14 +347,17 @@ def test_library_style_ops_export_with_a_dynamic_token_dimension() -> None:
              (lambda x, w, b: ops.layer_norm(x, [2048], w, b, 1e-5), (x, w, b), ({0: tokens}, None, None)),
              (lambda a, b: ops.matmul(a, b), (torch.randn(300, 512, dtype=h), torch.randn(512, 256, dtype=h)),
               ({0: tokens}, None)),
-             (lambda q, k, v: ops.attention(q, k, v), (q, q.clone(), q.clone()), ({2: tokens},) * 3)]
+             (lambda q, k, v: ops.attention(q, k, v), (q, q.clone(), q.clone()), ({2: tokens},) * 3),
+             # the backward's host code computes rows_per_program = math.ceil(n_rows / sm_count): symbolic too
+             (lambda dy, x, w: ops.rms_norm_grad(dy, x, w, 1e-6, 0.0, "llama"), (x.clone(), x, w),
+              ({0: tokens}, {0: tokens}, None))]
     for fn, args, dynamic in cases:
         class M(torch.nn.Module):
             def forward(self, *args, fn=fn):
                 return fn(*args)
 
         exported = torch.export.export(M(), args, dynamic_shapes=(dynamic,))
-        (out,) = next(n for n in exported.graph.nodes if n.op == "output").args[0]
+        out = next(n for n in exported.graph.nodes if n.op == "output").args[0][0]
         assert any(isinstance(d, torch.SymInt) for d in out.meta["val"].shape), out.meta["val"].shape
 
 
