@@ -658,10 +658,10 @@ def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any]
 
 
 def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, LocalModule]],
-                 text: str) -> None:
+                 texts: dict[str, str]) -> None:
     """Set each host module's ``imported_as``, the project names other code imports its kernel file by
     (``found``: each host module's project imports, from localmods), and ``imports_host``, the host modules its own
-    code (``mod[text]``) imports by such a name: bound before it where the build binds them all (rt.imports_first)."""
+    code (``texts``) imports by such a name: bound before it where the build binds them all (rt.imports_first)."""
     host_files = {Path(mod["path"]).resolve(): mod_name for mod_name, mod in modules.items()}
     imported_as: dict[str, set[str]] = {}
     for imports in found.values():
@@ -676,7 +676,7 @@ def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, 
         if mod_name in imported_as:
             mod["imported_as"] = sorted(imported_as[mod_name])
         if by_name:
-            deps = {by_name[n] for n in direct_imports(Path(mod["path"]), mod[text]) if n in by_name} - {mod_name}
+            deps = {by_name[n] for n in direct_imports(Path(mod["path"]), texts[mod_name]) if n in by_name} - {mod_name}
             if deps:
                 mod["imports_host"] = sorted(deps)
 
@@ -765,11 +765,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
                                   f"{loaded.path.name}")
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.
-    for mod in modules.values():
-        mod["traced_source"] = mod["source"].host_source
-    _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()}, "traced_source")
-    for mod in modules.values():
-        del mod["traced_source"]
+    _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()},
+                 {m: mod["source"].host_source for m, mod in modules.items()})
     tracer = Tracer(kernels, modules)
     traced = tracer.run_examples(modules)
     for mod_name, mod in sorted(modules.items()):
@@ -791,8 +788,10 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     # A kernel file that project code imports (a package __init__ re-exporting its op, one op's host code calling
     # another's) is not shipped twice: that name is its bound host module (with its kernel handles) at run time,
     # never a second copy whose kernels are blanked.
-    _imported_as(modules, {m: runs[Path(mod["path"])] for m, mod in modules.items()}, "host_source")
-    texts = {name: (None, False) if any(name in mod.get("imported_as", ()) for mod in modules.values()) else
+    _imported_as(modules, {m: runs[Path(mod["path"])] for m, mod in modules.items()},
+                 {m: mod["host_source"] for m, mod in modules.items()})
+    aliased = {name for mod in modules.values() for name in mod.get("imported_as", ())}
+    texts = {name: (None, False) if name in aliased else
              (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
               if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():

@@ -291,6 +291,31 @@ def examples(device="cpu"):
 '''
 
 
+def _dynamic_ops(root, namespace: str, kernel: str, ops: list[str]):
+    """The ops of a one-file project (``kernel``, whose kernel is ``double_kernel``) as torch.ops.<namespace>."""
+    import torch
+
+    (root / "kernels").mkdir()
+    (root / "kernels" / "double.py").write_text(kernel)
+    (root / "kernel_manifest.toml").write_text(
+        f'[project]\nname = "{namespace}"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
+        f'source = "kernels/double.py:double_kernel"\nops = {ops!r}\n'.replace("'", '"')
+        + 'signature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }\nexamples = "examples"\n')
+    _ops(root / "kernel_manifest.toml", namespace)
+    return getattr(torch.ops, namespace)
+
+
+def _export(fn, args, dynamic):
+    """torch.export of ``fn(*args)`` with ``dynamic`` as the dynamic shapes of its arguments (None: all static)."""
+    import torch
+
+    class M(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    return torch.export.export(M(), args, dynamic_shapes=None if dynamic is None else (dynamic,))
+
+
 def test_fake_implementation_keeps_sizes_symbolic_where_host_code_picks_block_sizes(tmp_path) -> None:
     """torch.export with a dynamic size: the host code's ``triton.next_power_of_2(n)`` (a block size for a launch
     the fake implementation skips) does not make torch specialize n, so the op exports for every n; where that
@@ -298,33 +323,17 @@ def test_fake_implementation_keeps_sizes_symbolic_where_host_code_picks_block_si
     import torch
     from torch.export import Dim
 
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "double.py").write_text(DYNAMIC_KERNEL)
-    (tmp_path / "kernel_manifest.toml").write_text(
-        '[project]\nname = "forge_test_dynamic"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
-        'source = "kernels/double.py:double_kernel"\nops = ["double", "double_padded"]\n'
-        'signature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }\nexamples = "examples"\n')
-    _ops(tmp_path / "kernel_manifest.toml", "forge_test_dynamic")
-    ops = torch.ops.forge_test_dynamic
-
-    class Double(torch.nn.Module):
-        def forward(self, x):
-            return ops.double(x) + 1
-
-    class Padded(torch.nn.Module):
-        def forward(self, x):
-            return ops.double_padded(x) + 1
-
+    ops = _dynamic_ops(tmp_path, "forge_test_dynamic", DYNAMIC_KERNEL, ["double", "double_padded"])
     x = torch.randn(5000, dtype=torch.float16)
     n = Dim("n", min=2, max=1 << 20)
-    exported = torch.export.export(Double(), (x,), dynamic_shapes=({0: n},))
+    exported = _export(lambda x: ops.double(x) + 1, (x,), ({0: n},))
     (out,) = next(node for node in exported.graph.nodes if node.op == "output").args[0]
     (size,) = out.meta["val"].shape
     assert isinstance(size, torch.SymInt) and str(size) in {str(s) for s in exported.range_constraints}
     with pytest.raises(Exception, match="specialized it to be a constant"):
-        torch.export.export(Padded(), (x,), dynamic_shapes=({0: n},))
+        _export(lambda x: ops.double_padded(x) + 1, (x,), ({0: n},))
     # Static shapes: unchanged, the padded output its exact size.
-    assert torch.export.export(Padded(), (x,)).module()  # exports
+    assert _export(lambda x: ops.double_padded(x) + 1, (x,), None).module()  # exports
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
@@ -352,11 +361,7 @@ def test_library_style_ops_export_with_a_dynamic_token_dimension() -> None:
              (lambda dy, x, w: ops.rms_norm_grad(dy, x, w, 1e-6, 0.0, "llama"), (x.clone(), x, w),
               ({0: tokens}, {0: tokens}, None))]
     for fn, args, dynamic in cases:
-        class M(torch.nn.Module):
-            def forward(self, *args, fn=fn):
-                return fn(*args)
-
-        exported = torch.export.export(M(), args, dynamic_shapes=(dynamic,))
+        exported = _export(fn, args, dynamic)
         out = next(n for n in exported.graph.nodes if n.op == "output").args[0][0]
         assert any(isinstance(d, torch.SymInt) for d in out.meta["val"].shape), out.meta["val"].shape
 
@@ -368,7 +373,6 @@ def test_fake_implementation_never_gives_a_static_size_that_a_block_size_decides
     import torch
     from torch.export import Dim
 
-    (tmp_path / "kernels").mkdir()
     kernel = DYNAMIC_KERNEL.split("def examples")[0] + textwrap.dedent('''\
         def doubled_pad(x: torch.Tensor) -> torch.Tensor:
             return x.new_zeros(2 * triton.next_power_of_2(x.numel()))
@@ -392,26 +396,13 @@ def test_fake_implementation_never_gives_a_static_size_that_a_block_size_decides
                 double(x), double_padded(x), doubled_pad(x), branch(x)
             rows(torch.randn(300, 512, device=device, dtype=torch.float16))
         ''')
-    (tmp_path / "kernels" / "double.py").write_text(kernel)
-    (tmp_path / "kernel_manifest.toml").write_text(
-        '[project]\nname = "forge_test_dynamic2"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
-        'source = "kernels/double.py:double_kernel"\nops = ["double", "double_padded", "doubled_pad", "branch", '
-        '"rows"]\nsignature = { x_ptr = "*fp16", out_ptr = "*fp16", n = "i32" }\nexamples = "examples"\n')
-    _ops(tmp_path / "kernel_manifest.toml", "forge_test_dynamic2")
-    ops = torch.ops.forge_test_dynamic2
+    ops = _dynamic_ops(tmp_path, "forge_test_dynamic2", kernel,
+                       ["double", "double_padded", "doubled_pad", "branch", "rows"])
     n = Dim("n", min=2, max=1 << 20)
-
-    def export(fn, x, dynamic):
-        class M(torch.nn.Module):
-            def forward(self, x):
-                return fn(x)
-
-        return torch.export.export(M(), (x,), dynamic_shapes=(dynamic,))
-
     x = torch.randn(5000, dtype=torch.float16)
     for fn in (ops.doubled_pad, ops.branch):
         with pytest.raises(Exception, match="specialized it to be a constant"):
-            export(fn, x, {0: n})
-    exported = export(ops.rows, torch.randn(300, 512, dtype=torch.float16), {0: Dim("m", min=2, max=1 << 16)})
+            _export(fn, (x,), ({0: n},))
+    exported = _export(ops.rows, (torch.randn(300, 512, dtype=torch.float16),), ({0: Dim("m", min=2, max=1 << 16)},))
     (out,) = next(node for node in exported.graph.nodes if node.op == "output").args[0]
     assert isinstance(out.meta["val"].shape[0], torch.SymInt) and out.meta["val"].shape[1] == 512

@@ -55,14 +55,12 @@ class Package:
             spec = index["modules"][mod]
             local = f"{self.package}._ops._local."
             aliases = tuple(local + n for n in spec.get("imported_as", ()))
-            if aliases:
-                if spec.get("local_modules"):
-                    self._import_rules(spec["local_modules"])
-                for alias in aliases:
-                    # As Python imports a module's parent package first: a package __init__ that imports this file
-                    # back binds it itself (through _HostModuleFinder), as its own import would. Outside the lock:
-                    # another thread running that __init__ holds its import lock and may be waiting for ours.
-                    importlib.import_module(alias.rpartition(".")[0])
+            builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
+            for alias in aliases:
+                # As Python imports a module's parent package first: a package __init__ that imports this file
+                # back binds it itself (through _HostModuleFinder), as its own import would. Outside the lock:
+                # another thread running that __init__ holds its import lock and may be waiting for ours.
+                importlib.import_module(alias.rpartition(".")[0])
             with self.lock:
                 module = self.modules.get(mod)
                 if module is None:
@@ -78,7 +76,6 @@ class Package:
                     if self.backend is None:
                         self.backend = BinaryBackend(self.root)
                     path = os.path.join(self.root, spec["path"])
-                    builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
                                          builtins, local, aliases)
                     for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)

@@ -14,14 +14,14 @@ def cdiv(x: int, y: int) -> int:
 
 
 def next_power_of_2(n: int) -> int:
-    hinted = SIZE_HINTS.values
-    if hinted is not None and type(n) is not int:
+    if type(n) is not int:  # plain ints (every eager call) skip the thread-local read
+        hinted = SIZE_HINTS.values
         hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
-        if type(hint) is int:
+        if hinted is not None and type(hint) is int:
             value = next_power_of_2(hint * SIZE_HINTS.scale if SIZE_HINTS.scale else 1)
             hinted.add(value)
             return value
-    n = int(n)
+        n = int(n)
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
