@@ -7,7 +7,8 @@ each figure a triton.testing.do_bench median; reported: the median over rounds a
               (its host path is forge-aot's Python runtime plus Triton's launcher: for kernels of a few tens
               of µs that overhead shows; compare the device-bound cases)
   jit         the fixture file imported as is (Triton's JIT; @triton.autotune benchmarks its own configs)
-  torch       the torch equivalent (F.rms_norm, F.layer_norm, torch.mm, F.scaled_dot_product_attention)
+  torch       the torch equivalent (F.rms_norm, F.layer_norm, torch.softmax, torch.mm,
+              F.scaled_dot_product_attention)
 The goal for forge-aot against jit-same is >= 0.98 (same config, so this isolates specialization and launch);
 against jit it depends on tuning (the wheel's untuned default is the first config of the space).
 
@@ -74,6 +75,20 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"layer_norm fwd+bwd {rows}x{cols}"] = (None, None, {
             "forge-aot": fb(wheel.layer_norm), "jit-same": fb(dev["layer_norm"]),
             "jit": fb(jit["layer_norm"].layer_norm), "torch": fb(F.layer_norm)})
+    # The tutorial softmax (warmup, occupancy-sized persistent grid). Block sizes differ between the dtypes: the
+    # file's cache of compiled kernels is keyed by block size alone, so under the JIT a second dtype with the same
+    # block size would launch the first one's binary.
+    for rows, cols, dt in ((4096, 4096, h), (32, 32000, h), (4096, 1000, torch.float32), (2048, 8192, torch.float32)):
+        x = torch.randn(rows, cols, device="cuda", dtype=dt)
+        cases[f"fused_softmax {rows}x{cols} {str(dt)[6:]}"] = (2 * x.numel() * x.element_size(), "B", {
+            "forge-aot": lambda x=x: wheel.softmax(x), "jit-same": lambda x=x: dev["softmax"](x),
+            "jit": lambda x=x: jit["fused_softmax"].softmax(x), "torch": lambda x=x: torch.softmax(x, -1)})
+    # FLA-style L2 norm: tiled rows (head size 128, tile and warps by architecture) and a persistent long-row kernel.
+    for rows, cols in ((32768, 128), (4096, 4096)):
+        x = torch.randn(rows, cols, device="cuda", dtype=h)
+        cases[f"l2norm {rows}x{cols}"] = (2 * x.numel() * 2, "B", {
+            "forge-aot": lambda x=x: wheel.l2norm(x), "jit-same": lambda x=x: dev["l2norm"](x),
+            "jit": lambda x=x: jit["l2norm"].l2norm(x), "torch": lambda x=x: F.normalize(x, dim=-1)})
     for m, n, k in ((4096, 4096, 4096), (1000, 1000, 1000), (16, 4096, 4096)):
         a = torch.randn(m, k, device="cuda", dtype=h)
         bm = torch.randn(k, n, device="cuda", dtype=h)
@@ -115,7 +130,9 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     dev = load_dev_ops(FIXTURE / "kernel_manifest.toml")
-    jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "matmul_autotune", "flash_attention")}
+    sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
+    jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
+                                 "flash_attention")}
     results = {}
     names = ["forge-aot", "jit-same", "jit", "torch"]
     print(f"{'case':32s} " + " ".join(f"{n + ' ms':>12s}" for n in names)

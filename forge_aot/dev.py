@@ -40,11 +40,10 @@ class JitBackend:
                 "max_shared": 1 << 30}
         return rt.resolve_table(kernel, variant, assignment, "hip" if hip else "cuda", info)
 
-    def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
-               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
-        fn = self.functions[kernel.function]
+    def _arguments(self, kernel: rt.Kernel, config: rt.Config, runtime: Sequence[Any], call: dict[str, Any],
+                   heur: tuple[Any, ...]) -> dict[str, Any]:
         kwargs = dict(zip(kernel.runtime_names, runtime))
-        constexprs = {k: v for k, v in call.items() if k not in rt.LAUNCH_OPTIONS}
+        constexprs = {k: v for k, v in call.items() if k not in rt.LAUNCH_OPTIONS or k in kernel.param_names}
         options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
         if SCRATCH_ALLOCATOR[0] is not None:
             # host code's triton.set_allocator reached the runtime's shim; Triton's JIT needs it too (it keeps
@@ -52,8 +51,37 @@ class JitBackend:
             import triton
 
             triton.set_allocator(SCRATCH_ALLOCATOR[0])
-        fn[tuple(grid)](**kwargs, **config.meta, **constexprs, **dict(zip(kernel.heuristic_names, heur)),
-                        num_warps=config.num_warps, num_stages=config.num_stages, **options)
+        # num_warps / num_stages are the config's (a constexpr parameter of that name, set at the call, is both)
+        return {**kwargs, **config.meta, **constexprs, **dict(zip(kernel.heuristic_names, heur)),
+                "num_warps": config.num_warps, "num_stages": config.num_stages, **options}
+
+    def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+        self.functions[kernel.function][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
+
+    def compiled(self, kernel: rt.Kernel, state: Any, config: rt.Config, heur: tuple[Any, ...],
+                 runtime: Sequence[Any], call: dict[str, Any], generic: bool = False) -> Any:
+        """``kernel.warmup(...)``: Triton's own compiled kernel for the call, its figures read from it (fake tensors,
+        which Triton cannot specialize on: a placeholder)."""
+        if generic:
+            return rt.PlaceholderCompiled(kernel, call)
+        compiled = self.functions[kernel.function].warmup(**self._arguments(kernel, config, runtime, call, heur),
+                                                          grid=(1,))
+        compiled._init_handles()
+        return _JitCompiled(kernel, call, compiled)
+
+
+class _JitCompiled(rt.CompiledBase):
+    """``kernel.warmup(...)`` in development mode: Triton's CompiledKernel's figures; launches go through the
+    kernel's call, as in the wheel."""
+
+    def __init__(self, kernel: rt.Kernel, call: dict[str, Any], compiled: Any) -> None:
+        self.kernel = kernel
+        self.call = call
+        self.compiled = compiled
+        self.metadata = compiled.metadata
+        self.n_regs, self.n_spills, self.n_max_threads = compiled.n_regs, compiled.n_spills, compiled.n_max_threads
+        self.function = compiled.function
 
 
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:

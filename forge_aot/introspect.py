@@ -8,6 +8,7 @@ into binaries does not depend on where the checkout lives.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
+from .targets import torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
 IMPORT_TARGET_ENV = "FORGE_AOT_IMPORT_TARGET"
@@ -33,9 +35,23 @@ class _BuildTargetDriver:
 
         backend, arch, warp = spec.split(":")
         self.target = GPUTarget(backend, int(arch) if arch.isdigit() else arch, int(warp))
+        self.utils = self
 
     def get_current_target(self) -> Any:
         return self.target
+
+    def get_device_properties(self, device: Any = None) -> dict[str, Any]:
+        """``driver.active.utils.get_device_properties``: a representative GPU of the target (kernel files that
+        read it at import, as the tutorial softmax does, import on the build machine)."""
+        from .targets import representative_device
+
+        return representative_device(self.name)[1]
+
+    @property
+    def name(self) -> str:
+        """The manifest's name of the target (``sm_90``)."""
+        t = self.target
+        return f"sm_{t.arch}" if t.backend == "cuda" else str(t.arch)
 
     def get_active_torch_device(self) -> Any:
         import torch
@@ -46,15 +62,22 @@ class _BuildTargetDriver:
         return 0
 
 
-def _ensure_driver() -> None:
+def _ensure_driver() -> str | None:
+    """Triton's active driver, a stand-in where there is no GPU; returns the target it stands for (or None)."""
     from triton.runtime import driver
 
     if driver._active is not None:
-        return
-    try:
-        driver.active  # noqa: B018 - a real GPU driver, where there is one
-    except RuntimeError:
-        driver.set_active(_BuildTargetDriver(os.environ.get(IMPORT_TARGET_ENV, "cuda:90:32")))
+        stand_in = driver._active
+    else:
+        try:
+            driver.active  # noqa: B018 - a real GPU driver, where there is one
+            return None
+        except RuntimeError:
+            stand_in = _BuildTargetDriver(os.environ.get(IMPORT_TARGET_ENV, "cuda:90:32"))
+            driver.set_active(stand_in)
+    if not isinstance(stand_in, _BuildTargetDriver):
+        return None
+    return stand_in.name
 
 
 PROJECT_DIRS: set[str] = set()
@@ -99,7 +122,7 @@ def load_kernel_module(path: str) -> types.ModuleType:
     """Execute a kernel file as a module (once per path), its directory importable like a script's."""
     module = _modules.get(path)
     if module is None:
-        _ensure_driver()
+        target = _ensure_driver()
         package = make_kernel_importable(path)
         name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
         module = types.ModuleType(name)
@@ -110,7 +133,9 @@ def load_kernel_module(path: str) -> types.ModuleType:
         with open(path, encoding="utf-8") as f:
             code = compile(f.read(), path, "exec")
         try:
-            exec(code, module.__dict__)
+            # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
+            with torch_answers_as(target) if target is not None else contextlib.nullcontext():
+                exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(name, None)
             raise

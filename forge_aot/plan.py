@@ -11,6 +11,7 @@ row's first choice and walks down a row's list only when a config fails to compi
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -40,7 +41,7 @@ from .runtime import (
     rank_rows,
     variant_id,
 )
-from .sourcesplit import KernelSource, LaunchSite, SourceFile, parse_source
+from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, parse_source
 from .targets import TARGETS
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
@@ -161,6 +162,8 @@ class TracedCall:
     spec: str
     named: dict[str, Any] | None
     """Arguments by name (for heuristics and pruning hooks), the call-site values included."""
+    target: str | None = None
+    """The target whose representative GPU the host code saw (``driver.active`` answers), where it asked."""
 
 
 @dataclass
@@ -441,7 +444,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             type_args[ty[1:]] = pname
     order = {n: i for i, n in enumerate(names)}
     type_axes = sorted(k.dtypes, key=lambda tv: order[type_args[tv]])
-    axes = [*type_axes, *call_constexprs, *launch_axes]
+    # A constexpr parameter named like a launch option (the tutorial softmax's num_stages) is one axis: as with
+    # Triton, the call's keyword sets both the parameter and the compile option (see preferences).
+    axes = [*type_axes, *call_constexprs, *(a for a in launch_axes if a not in call_constexprs)]
     dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
     spec_params = [n for n, ty in params if n not in dns and (ty.startswith("*") or ty in INT_TYPES)]
     key = list(k.key) or (autotune.key if autotune else [])
@@ -681,6 +686,20 @@ def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, 
                 mod["imports_host"] = sorted(deps)
 
 
+def _helpers_ask_device(found: dict[str, LocalModule]) -> bool:
+    """Whether a project module a kernel file imports asks about the device (as FLA's ``utils`` does at import:
+    ``is_nvidia_hopper = ... torch.cuda.get_device_capability()[0] >= 9``)."""
+    import ast
+
+    for lm in found.values():
+        try:
+            if lm.path.is_file() and asks_device(ast.parse(lm.path.read_text(encoding="utf-8"))):
+                return True
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # the build reports an unreadable helper where it ships it
+    return False
+
+
 def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> BuildPlan:
     """Resolve sources, variants, tables and config preferences. Compiles nothing; imports a kernel file only
     to read its ``@triton.autotune`` / ``@triton.heuristics``, and runs host code only for examples."""
@@ -767,8 +786,20 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.
     _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()},
                  {m: mod["source"].host_source for m, mod in modules.items()})
-    tracer = Tracer(kernels, modules)
+    # Host code that asks Triton's driver about the device (the tutorial softmax's num_stages from its shared
+    # memory) may launch differently per target: traced once per target, each call tagged with it.
+    reads_device = {n for n, kp in kernels.items()
+                    if modules[kp.module]["source"].reads_device or _helpers_ask_device(kp.local_modules)}
+    per_target = len(chosen) > 1 and bool(reads_device)
+    tracer = Tracer(kernels, modules, chosen[0], per_target)
     traced = tracer.run_examples(modules)
+    if per_target:
+        traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
+                  for n, calls in traced.items()}
+        for other in chosen[1:]:
+            for name, calls in Tracer(kernels, modules, other, True).run_examples(modules).items():
+                if name in reads_device:
+                    traced.setdefault(name, []).extend(calls)
     for mod_name, mod in sorted(modules.items()):
         for op in sorted(mod.get("autograd", {})):
             if not mod["schemas"].get(op):
@@ -817,7 +848,10 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     for c in tracer.trace_inputs(kp, assignment, key):
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
+            seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}
             for target in [t for t in chosen if not kp.entry.targets or t in kp.entry.targets]:
+                if None not in seen_on and seen_on and target not in seen_on:
+                    continue  # traced per target, and only other targets' host code launches this variant
                 entry = EntryPlan(name, vid, assignment, target, calls=variant_calls)
                 table = []
                 for key in rows:

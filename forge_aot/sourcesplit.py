@@ -90,6 +90,8 @@ class SourceFile:
     """First and last line of each top-level host function (to leave build-only helpers out of the wheel)."""
     names_used: dict[str, frozenset[str]] = field(default_factory=dict)
     """For each top-level host function: every name it reads (to keep the helpers shipped code calls)."""
+    reads_device: bool = False
+    """Whether host code asks about the device (see ``asks_device``)."""
 
     def reachable(self, roots: set[str]) -> set[str]:
         """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
@@ -122,6 +124,39 @@ def _is_triton_import(stmt: ast.stmt) -> bool:
     return False
 
 
+def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
+    """``from triton.runtime import driver [as d]``: the names it binds to Triton's driver, which host code may
+    use (the runtime's ``triton.runtime.driver`` answers for it); None for any other statement."""
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton.runtime" and stmt.level == 0 \
+            and all(a.name == "driver" for a in stmt.names):
+        return [a.asname or a.name for a in stmt.names]
+    return None
+
+
+def _driver_attributes(node: ast.AST) -> set[int]:
+    """The ``triton.runtime`` nodes that are part of ``triton.runtime.driver`` (the part of Triton's runtime host
+    code may use)."""
+    return {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr == "driver"
+            and isinstance(n.value, ast.Attribute) and n.value.attr == "runtime"
+            and isinstance(n.value.value, ast.Name) and n.value.value.id == "triton"}
+
+
+def asks_device(node: ast.AST) -> bool:
+    """Whether code asks about the device: Triton's ``driver`` (imported from ``triton.runtime`` or reached as
+    ``triton.runtime.driver``) or ``torch.cuda``'s device queries (``get_device_capability``...). Its launches
+    may then differ per target, so the build traces it once per target."""
+    from .targets import TORCH_DEVICE_QUERIES
+
+    for n in ast.walk(node):
+        if _host_driver_import(n) is not None if isinstance(n, ast.stmt) else False:  # type: ignore[arg-type]
+            return True
+        if isinstance(n, ast.Attribute) and n.attr in TORCH_DEVICE_QUERIES and (
+                (isinstance(n.value, ast.Attribute) and n.value.attr == "cuda")
+                or (isinstance(n.value, ast.Name) and n.value.id == "cuda")):
+            return True
+    return bool(_driver_attributes(node))
+
+
 def _triton_names(tree: ast.Module) -> set[str]:
     """Names a file binds to Triton modules or objects (``triton``, ``tl``, ``jit``…)."""
     names: set[str] = set()
@@ -130,7 +165,7 @@ def _triton_names(tree: ast.Module) -> set[str]:
             for a in stmt.names:
                 if a.name == "triton" or a.name.startswith("triton."):
                     names.add(a.asname or a.name.split(".")[0])
-        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt):
+        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt) and _host_driver_import(stmt) is None:
             names.update(a.asname or a.name for a in stmt.names)
     return names
 
@@ -197,16 +232,18 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _uses_triton(node: ast.AST, triton_names: set[str]) -> bool:
-    """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``)."""
-    helpers = set(_HostTriton.HOST_HELPERS)
+def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True) -> bool:
+    """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``, nor,
+    where ``driver_ok``, ``triton.runtime.driver``, which the runtime answers too)."""
+    helpers = set(_HostTriton.HOST_HELPERS) - {"runtime"}
+    driver = _driver_attributes(node) if driver_ok else set()
     for n in ast.walk(node):
-        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n):
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_driver_import(n) is None:
             return True
         if isinstance(n, ast.Name) and n.id in triton_names - {"triton"}:
             return True
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton" \
-                and n.attr not in helpers:
+                and n.attr not in helpers and id(n) not in driver:
             return True
     return False
 
@@ -273,6 +310,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
     blanked: list[ast.stmt] = []
+    driver_imports: list[ast.stmt] = []
     rest: list[ast.stmt] = []
     for stmt in tree.body:
         decorators = None
@@ -288,6 +326,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 _do_not_specialize(stmt, decorators[-1][1], params))  # type: ignore[arg-type]
             kernel_stmts.append(stmt)  # type: ignore[arg-type]
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
+        elif _host_driver_import(stmt) is not None:
+            driver_imports.append(stmt)
         elif _is_triton_import(stmt):
             blanked.append(stmt)
         else:
@@ -299,6 +339,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             raise SourceError(f"{path}:{dec.lineno}: @triton.heuristics of {name} needs its values")
     # Top-level definitions that use Triton (directly, or through another such definition) belong to the
     # kernel side when no host code reaches them: a config-list function used by a decorator, say.
+    # (A definition that asks Triton's driver counts too: the runtime answers for it, but host code that nothing
+    # shipped reaches, like a decorator's ``is_cuda()``, stays out of the wheel.)
     direct = {id(s) for s in rest if _uses_triton(s, triton_names)}
     triton_side = set(direct)
     changed = True
@@ -309,6 +351,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             if id(stmt) not in triton_side and _names_in(stmt) & defined:
                 triton_side.add(id(stmt))
                 changed = True
+    triton_side |= {id(s) for s in rest if _uses_triton(s, triton_names, driver_ok=False)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
     if helper and ops is None:
         ops = set(by_name)  # a module imported whole: every definition is host code
@@ -337,7 +380,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 kernel_side[n] = stmt.lineno
     # Report a host statement that reaches a Triton-side definition before the definition itself.
     host.sort(key=lambda s: id(s) in direct)
-    allowed_triton = set(_HostTriton.HOST_HELPERS)
+    allowed_triton = set(_HostTriton.HOST_HELPERS) - {"runtime"}
     host_defs: set[str] = set()
     kernel_refs: dict[str, frozenset[str]] = {}
     function_lines: dict[str, tuple[int, int]] = {}
@@ -345,8 +388,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     launches: list[LaunchSite] = []
     checked: list[tuple[ast.AST, str]] = [(s, "") for s in host] + [(_heuristics_values(d), n) for n, d in heuristics]
     for node_root, _ in checked:
+        driver = _driver_attributes(node_root)
         for node in ast.walk(node_root):
-            if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node) \
+                    and _host_driver_import(node) is None:
                 if any("tensor_descriptor" in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
                        for a in node.names):
                     raise SourceError(f"{path}:{node.lineno}: host code builds TensorDescriptor (TMA) arguments; "
@@ -356,9 +401,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 raise SourceError(f"{path}:{node.lineno}: host code imports Triton; packaged ops run without "
                                   "it (use triton.cdiv / triton.next_power_of_2 from the module scope)")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id == "triton" and node.attr not in allowed_triton:
+                    and node.value.id == "triton" and node.attr not in allowed_triton and id(node) not in driver:
                 raise SourceError(f"{path}:{node.lineno}: host code uses triton.{node.attr}; packaged ops may "
-                                  f"use only {', '.join('triton.' + h for h in sorted(allowed_triton))}")
+                                  f"use only {', '.join('triton.' + h for h in sorted(allowed_triton))} and "
+                                  "triton.runtime.driver")
             if isinstance(node, ast.Name) and node.id in triton_names - {"triton"}:
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', which is Triton; packaged "
                                   "ops run without Triton")
@@ -379,9 +425,16 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
+    for stmt in driver_imports:
+        # The import, on its own line, binds the runtime's driver: ``driver = triton.runtime.driver``.
+        first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
+        names = _host_driver_import(stmt) or []
+        lines[first:last + 1] = [f"{'; '.join(f'{n} = triton.runtime.driver' for n in names)}\n"] + \
+            ["\n"] * (last - first)
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
-                      function_lines=function_lines, names_used=names_used)
+                      function_lines=function_lines, names_used=names_used,
+                      reads_device=bool(driver_imports) or any(asks_device(stmt) for stmt in host))
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:
@@ -467,15 +520,23 @@ def code_sha256(path: Path, roots: set[str]) -> str:
 
 
 def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
+    """``kernel[grid](...)`` and ``kernel.warmup(..., grid=...)`` calls (a warmup binds its arguments as the
+    launch of the compiled kernel it returns)."""
     out = []
     for node in ast.walk(fn):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript)
-                and isinstance(node.func.value, ast.Name) and node.func.value.id in kernels):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        launch = isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in kernels
+        warmup = isinstance(f, ast.Attribute) and f.attr == "warmup" and isinstance(f.value, ast.Name) \
+            and f.value.id in kernels
+        if not (launch or warmup):
             continue
         star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-        out.append(LaunchSite(node.func.value.id, getattr(fn, "name", "?"), node.lineno,
+        out.append(LaunchSite(f.value.id, getattr(fn, "name", "?"), node.lineno,  # type: ignore[union-attr]
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                              tuple(k.arg for k in node.keywords if k.arg is not None), star))
+                              tuple(k.arg for k in node.keywords if k.arg is not None
+                                    and not (warmup and k.arg == "grid")), star))
     return out
 
 

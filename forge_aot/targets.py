@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,98 @@ TARGETS: dict[str, TargetInfo] = {
         TargetInfo("gfx1201", "hip", "gfx1201", 32, 64 * _KB),
     )
 }
+
+
+# A representative GPU of each target: (name, multiprocessors, SM clock kHz, memory clock kHz, memory bus bits,
+# memory GiB, L2 MiB, resident threads per multiprocessor).
+_REPRESENTATIVE: dict[str, tuple[str, int, int, int, int, int, int, int]] = {
+    "sm_75": ("Tesla T4", 40, 1590000, 5001000, 256, 15, 4, 1024),
+    "sm_80": ("A100-SXM4-80GB", 108, 1410000, 1593000, 5120, 80, 40, 2048),
+    "sm_86": ("A10", 72, 1695000, 6251000, 384, 22, 6, 1536),
+    "sm_87": ("Jetson AGX Orin", 16, 1300000, 3200000, 256, 61, 4, 1536),
+    "sm_89": ("L4", 58, 2040000, 6251000, 192, 22, 48, 1536),
+    "sm_90": ("NVIDIA H100 80GB HBM3", 132, 1980000, 2619000, 5120, 79, 50, 2048),
+    "sm_100": ("NVIDIA B200", 148, 1965000, 4000000, 8192, 178, 126, 2048),
+    "sm_120": ("NVIDIA GeForce RTX 5090", 170, 2407000, 14001000, 512, 31, 96, 1536),
+    "gfx90a": ("AMD Instinct MI250X (one die)", 110, 1700000, 1600000, 4096, 64, 8, 2048),
+    "gfx942": ("AMD Instinct MI300X", 304, 2100000, 1300000, 8192, 191, 4, 2048),
+    "gfx950": ("AMD Instinct MI355X", 256, 2400000, 2000000, 8192, 287, 4, 2048),
+    "gfx1100": ("AMD Radeon RX 7900 XTX", 96, 2500000, 1250000, 384, 23, 6, 2048),
+    "gfx1201": ("AMD Radeon RX 9070 XT", 64, 2970000, 1258000, 256, 15, 8, 2048),
+}
+
+
+def representative_device(target: str) -> tuple[str, dict[str, int | str]]:
+    """The GPU the build's tracing stands for when host code asks about the device (Triton's
+    ``driver.active.utils.get_device_properties`` and ``get_current_target``, torch's ``torch.cuda.get_device_*``):
+    its name and the properties Triton would report, with Triton's keys. Such answers only decide which binaries
+    the build makes (a value the host code turns into a constexpr or a launch option); a wheel reads the real
+    device's at run time."""
+    info = TARGETS[target]
+    name, sms, sm_clock, mem_clock, bus, *_ = _REPRESENTATIVE[target]
+    props: dict[str, int | str] = {"max_shared_mem": info.max_shared, "max_num_regs": 65536,
+                                   "multiprocessor_count": sms, "warpSize": info.warp_size,
+                                   "sm_clock_rate": sm_clock, "mem_clock_rate": mem_clock, "mem_bus_width": bus}
+    if info.backend == "hip":
+        props.update(arch=str(info.arch), max_threads_per_sm=2048)
+    return name, props
+
+
+class RepresentativeProperties:
+    """``torch.cuda.get_device_properties(...)`` of a target's representative GPU, while the build traces: the
+    fields host code reads to size grids or pick variants (others raise, naming these)."""
+
+    def __init__(self, target: str) -> None:
+        info = TARGETS[target]
+        name, sms, _, _, _, gib, l2_mib, threads = _REPRESENTATIVE[target]
+        cuda = info.backend == "cuda"
+        self.name = name
+        self.major, self.minor = (int(info.arch) // 10, int(info.arch) % 10) if cuda else (9, 4)
+        self.multi_processor_count = sms
+        self.total_memory = gib << 30
+        self.L2_cache_size = l2_mib << 20
+        self.regs_per_multiprocessor = 65536
+        self.max_threads_per_multi_processor = threads
+        self.warp_size = info.warp_size
+        self.shared_memory_per_block = 49152 if cuda else 65536
+        self.shared_memory_per_block_optin = info.max_shared
+        self.shared_memory_per_multiprocessor = info.max_shared + (1024 if cuda else 0)
+        self.gcnArchName = "" if cuda else str(info.arch)
+        self.is_integrated = int(target == "sm_87")
+        self.is_multi_gpu_board = 0
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the build's stand-in device properties have {', '.join(sorted(vars(self)))}, not "
+                             f"{name}")
+
+    def __repr__(self) -> str:
+        return f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, " \
+               f"multi_processor_count={self.multi_processor_count}) [forge-aot build stand-in]"
+
+
+TORCH_DEVICE_QUERIES = ("get_device_capability", "get_device_properties", "get_device_name", "current_device",
+                        "device_count")
+"""The ``torch.cuda`` functions the build answers as a target's representative GPU while it traces host code."""
+
+
+@contextlib.contextmanager
+def torch_answers_as(target: str) -> Iterator[None]:
+    """``torch.cuda``'s device queries (``TORCH_DEVICE_QUERIES``) answer as the target's representative GPU: host
+    code that reads the capability, the SM count or the name at import or per call (``is_hopper =
+    torch.cuda.get_device_capability()[0] >= 9``) traces on a machine without a GPU, per target. Nothing else
+    of torch changes (``is_available`` stays the truth: host code that picks its device from it keeps the CPU)."""
+    import torch
+
+    props = RepresentativeProperties(target)
+    stand_ins = {"get_device_capability": lambda device=None: (props.major, props.minor),
+                 "get_device_properties": lambda device=None: props,
+                 "get_device_name": lambda device=None: props.name,
+                 "current_device": lambda: 0, "device_count": lambda: 1}
+    saved = {name: getattr(torch.cuda, name) for name in TORCH_DEVICE_QUERIES}
+    try:
+        for name, fn in stand_ins.items():
+            setattr(torch.cuda, name, fn)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.cuda, name, fn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -18,6 +19,51 @@ from typing import Any
 from . import runtime as rt
 from .errors import SourceError
 from .plan import KernelPlan, TracedCall
+
+TRACED_TARGET: list[str | None] = [None]
+"""The target recorded with each traced call: the one whose representative GPU host code saw, where the build
+traces per target (host code that asks Triton's driver about the device); None where it traces once."""
+
+
+@contextlib.contextmanager
+def as_target(target: str, tag: bool) -> Iterator[None]:
+    """Host code runs as on a representative GPU of ``target`` (``triton.runtime.driver.active`` and ``torch.cuda``'s
+    device queries answer with its properties; see targets.representative_device); ``tag``: record the target with
+    each call."""
+    from .targets import TARGETS, representative_device, torch_answers_as
+
+    info = TARGETS[target]
+    previous = rt.DEVICE_PROFILE[0], TRACED_TARGET[0]
+    rt.DEVICE_PROFILE[0] = (rt.GPUTarget(info.backend, info.arch, info.warp_size), representative_device(target)[1])
+    TRACED_TARGET[0] = target if tag else None
+    # Project helper modules run with Triton itself at build time (the wheel gives them the runtime's shim): its
+    # driver answers as the same GPU while host code runs.
+    triton_driver = getattr(sys.modules.get("triton.runtime.driver"), "driver", None)
+    active = getattr(triton_driver, "_active", None)
+    try:
+        if triton_driver is not None:
+            from .introspect import _BuildTargetDriver
+
+            triton_driver.set_active(_BuildTargetDriver(f"{info.backend}:{info.arch}:{info.warp_size}"))
+        with torch_answers_as(target):
+            yield
+    finally:
+        rt.DEVICE_PROFILE[0], TRACED_TARGET[0] = previous
+        if triton_driver is not None:
+            triton_driver._active = active
+
+
+@contextlib.contextmanager
+def fresh_modules(names: set[str]) -> Iterator[None]:
+    """The project modules ``names`` (dotted) import afresh inside (what they ask the device at import, as
+    ``is_hopper = ...``, is asked again for the target being traced); the modules imported before are back after."""
+    saved = {n: sys.modules.pop(n) for n in list(sys.modules) if n in names}
+    try:
+        yield
+    finally:
+        for n in names:
+            sys.modules.pop(n, None)
+        sys.modules.update(saved)
 
 
 class TraceKernel(rt.Kernel):
@@ -40,14 +86,30 @@ class TraceKernel(rt.Kernel):
         # Arguments by name, for heuristics and for tuning's pruning hooks (meta or CPU tensors, ints).
         named = {**dict(zip(self.runtime_names, runtime)), **call}
         self.records.append(TracedCall(self.name, self.axis_values(runtime, call), key,
-                                       rt.argument_spec(self.spec_slots, values), named))
+                                       rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0]))
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
+        """``kernel.warmup(...)``: recorded as the launch it prepares; its figures are placeholders (no binary
+        exists yet; see PlaceholderCompiled)."""
+        self.run(grid, args, kwargs)
+        return rt.PlaceholderCompiled(self, self._bind(args, kwargs)[1])
 
 
 class Tracer:
     """The host modules of a build bound to recording kernel handles (once per module), for the examples
     functions and the tuning inputs."""
 
-    def __init__(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]], target: str,
+                 per_target: bool = False) -> None:
+        """``target``: the host code sees a representative GPU of it (``as_target``); ``per_target``: the build
+        traces once per target, and each call records the target it was traced for."""
+        self.target = target
+        self.per_target = per_target
+        helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
+        with as_target(target, per_target), fresh_modules(helpers):
+            self._bind_all(kernels, modules)
+
+    def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
         self.kernels = kernels
         self.by_function = {kp.function: kp for kp in kernels.values()}
         self.modules: dict[str, Any] = {}
@@ -86,6 +148,10 @@ class Tracer:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets
         each module's ``schemas``: the torch.library schema of each op (see ``schema``), with
         ``schema_notes`` saying where it came from or why there is none."""
+        with as_target(self.target, self.per_target):
+            return self._run_examples(modules)
+
+    def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
         from .schema import op_schema
 
         for mod_name, mod in sorted(modules.items()):
@@ -132,6 +198,10 @@ class Tracer:
         """The launches of ``kp`` that its tuning op makes on the tuning inputs of one row (``tune.inputs``),
         traced on the meta device (no memory; the CPU where the host code needs values). Raises SourceError
         when the inputs do not launch the kernel in that variant with that key."""
+        with as_target(self.target, False):
+            return self._trace_inputs(kp, assignment, key)
+
+    def _trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:
         t = kp.entry.tune
         module = self.modules[kp.module]
         where = self.paths[kp.module]

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-CHILD = textwrap.dedent("""
+NO_TRITON = textwrap.dedent("""
     import importlib.util, json, os, subprocess, sys, tempfile, time
 
     # Emulate an environment without Triton: the site-packages directories are replaced by a directory of
@@ -37,7 +37,11 @@ CHILD = textwrap.dedent("""
                 spawned.append(_name)
                 return _real(*a, **k)
             setattr(os, name, wrapper)
+""")
+"""A child process's prelude: Triton unimportable, and every child process or exec it starts recorded in
+``spawned``."""
 
+CHILD = NO_TRITON + textwrap.dedent("""
     t0 = time.perf_counter()
     import torch
     import forge_kernels

@@ -38,7 +38,7 @@ class FakeHip:
             "hipModuleGetFunction": lambda out, module, name: self._store(out, 0x2000),
         }
         for name in ("hipGetErrorName", "hipGetDevice", "hipSetDevice", "hipModuleLoadData", "hipModuleGetFunction",
-                     "hipModuleLaunchKernel"):
+                     "hipModuleLaunchKernel", "hipFuncGetAttribute"):
             setattr(self, name, _Fn(self, name))
 
     @staticmethod
@@ -138,3 +138,20 @@ def test_launch_packs_arguments_like_the_hip_launcher(fake_hip, tmp_path) -> Non
     driver.launch = lambda *a: 209
     with pytest.raises(rt.DriverError, match=r"launch of k \(grid 1x1x1, block 256\) failed: hipErrorNoBinaryForGpu"):
         launcher((1,), [0, 1, 1, 1.0, 1])
+
+
+def test_function_attributes_read_registers_spills_and_threads_like_tritons_loader(fake_hip) -> None:
+    # kernel.warmup(...).n_regs / n_spills / n_max_threads (the tutorial softmax sizes its grid from n_regs)
+    lib, driver = fake_hip
+    values = {4: 96, 3: 32, 0: 256}  # NUM_REGS, LOCAL_SIZE_BYTES (bytes: 8 spilled 4-byte registers), MAX_THREADS
+
+    def get_attribute(ref, attr, fn):
+        ctypes.cast(ref, ctypes.POINTER(ctypes.c_int))[0] = values[attr]
+        return 0
+
+    lib.behaviour["hipFuncGetAttribute"] = get_attribute
+    assert driver.function_attributes(0x2000) == (96, 8, 256)
+    assert [args[1] for name, args in lib.calls if name == "hipFuncGetAttribute"] == [4, 3, 0]
+    lib.behaviour["hipFuncGetAttribute"] = lambda ref, attr, fn: 209
+    with pytest.raises(rt.DriverError, match=r"hipFuncGetAttribute failed: hipErrorNoBinaryForGpu"):
+        driver.function_attributes(0x2000)

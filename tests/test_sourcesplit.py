@@ -98,8 +98,50 @@ def test_autotuned_kernel_heuristics_become_host_registrations(tmp_path: Path) -
 
 def test_host_op_reaching_a_triton_helper_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
+    f.write_text(AUTOTUNED.replace("    return x\n", "    return len(get_configs())\n"))
+    with pytest.raises(SourceError, match="get_configs"):
+        parse_source(f, {"op"})
+
+
+def test_host_op_may_ask_tritons_driver_about_the_device(tmp_path: Path) -> None:
+    # is_cuda() reads triton.runtime.driver.active.get_current_target(), which the runtime answers: an op that
+    # calls it ships it; the same helper reached only by a decorator stays out (previous test's file)
+    f = tmp_path / "k.py"
     f.write_text(AUTOTUNED.replace("    return x\n", "    return is_cuda()\n"))
-    with pytest.raises(SourceError, match="is_cuda"):
+    src = parse_source(f, {"op"})
+    assert "def is_cuda" in src.host_source and "def get_configs" not in src.host_source and src.reads_device
+    plain = tmp_path / "plain.py"
+    plain.write_text(AUTOTUNED)
+    assert not parse_source(plain, {"op"}).reads_device
+
+
+def test_driver_import_binds_the_runtimes_driver_on_its_own_line(tmp_path: Path) -> None:
+    f = tmp_path / "k.py"
+    f.write_text("import torch\nimport triton\nfrom triton.runtime import driver\nfrom triton.runtime import "
+                 "driver as drv\n\n@triton.jit\ndef k(x):\n    pass\n\n"
+                 "props = driver.active.utils.get_device_properties(0)\n"
+                 "TARGET = drv.active.get_current_target()\nUNUSED = triton.runtime.driver.active.get_current_target()"
+                 "\n\ndef op(x):\n    c = k.warmup(x, grid=(1,), num_warps=8)\n"
+                 "    c[(props['multiprocessor_count'],)](x)\n    return TARGET\n")
+    src = parse_source(f, {"op"})
+    lines = src.host_source.splitlines()
+    assert lines[2] == "driver = triton.runtime.driver" and lines[3] == "drv = triton.runtime.driver"
+    assert lines[9].startswith("props = driver.active") and lines[10].startswith("TARGET = drv.active")
+    assert lines[11] == ""  # a device query nothing shipped reads is left out
+    assert src.reads_device
+    (site,) = src.launches  # the warmup binds the launch; grid= is not a kernel argument
+    assert (site.kernel, site.keywords, site.positional) == ("k", ("num_warps",), 1)
+    compile(src.host_source, str(f), "exec")
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("from triton.runtime import autotuner\n\ndef op(x):\n    return autotuner\n", "'autotuner', which is Triton"),
+    ("def op(x):\n    return triton.runtime.cache\n", r"triton\.runtime.* triton\.runtime\.driver"),
+])
+def test_only_the_driver_of_tritons_runtime_is_host_code(tmp_path: Path, body: str, message: str) -> None:
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n" + body)
+    with pytest.raises(SourceError, match=message):
         parse_source(f, {"op"})
 
 

@@ -65,6 +65,10 @@ _EXPORTS = {
     "host_triton": "host_triton",
     "next_power_of_2": "host_triton",
     "Kernel": "kernel",
+    "PlaceholderCompiled": "compiled",
+    "CompiledBase": "compiled",
+    "DEVICE_PROFILE": "host_triton",
+    "GPUTarget": "host_triton",
     "BinaryBackend": "launch",
     "_BinaryLauncher": "launch",
     "choose_binary": "launch",
@@ -89,8 +93,8 @@ _EXPORTS = {
     "spec_rank": "tables",
     "variant_id": "tables",
 }
-_SUBMODULES = frozenset({"cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip", "host_modules",
-                         "host_triton", "kernel", "launch", "packing", "tables", "torch_ops"})
+_SUBMODULES = frozenset({"compiled", "cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip",
+                         "host_modules", "host_triton", "kernel", "launch", "packing", "tables", "torch_ops"})
 __all__ = sorted(_EXPORTS)
 
 

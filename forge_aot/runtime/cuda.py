@@ -74,6 +74,24 @@ class _CudaDriver:
         return {"name": buf.value.decode(), "capability": (major, minor), "arch": f"sm_{major}{minor}",
                 "max_shared": self.attribute(index, 97)}  # 97: MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
+    def properties(self, index: int) -> dict[str, Any]:
+        """What Triton's ``driver.active.utils.get_device_properties`` answers on NVIDIA, from the same attributes."""
+        # MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, MAX_REGISTERS_PER_BLOCK, MULTIPROCESSOR_COUNT, WARP_SIZE, CLOCK_RATE,
+        # MEMORY_CLOCK_RATE, GLOBAL_MEMORY_BUS_WIDTH
+        attrs = {"max_shared_mem": 97, "max_num_regs": 12, "multiprocessor_count": 16, "warpSize": 10,
+                 "sm_clock_rate": 13, "mem_clock_rate": 36, "mem_bus_width": 37}
+        return {key: self.attribute(index, attr) for key, attr in attrs.items()}
+
+    def function_attributes(self, fn: int) -> tuple[int, int, int]:
+        """A loaded function's (registers per thread, spilled registers per thread, most threads per block), as
+        Triton's loader reads them (``CompiledKernel.n_regs``, ``n_spills``, ``n_max_threads``)."""
+        out = []
+        for attr in (4, 3, 0):  # NUM_REGS, LOCAL_SIZE_BYTES, MAX_THREADS_PER_BLOCK
+            value = ctypes.c_int()
+            self.check(self.lib.cuFuncGetAttribute(ctypes.byref(value), attr, fn), "cuFuncGetAttribute")
+            out.append(value.value)
+        return out[0], out[1] // 4, out[2]
+
     def primary_context(self, index: int) -> int:
         ctx = self._ctx.get(index)
         if ctx is None:

@@ -29,6 +29,7 @@ class _HipDriver:
             "hipModuleLoadData": [p(vp), ctypes.c_char_p],
             "hipModuleGetFunction": [p(vp), vp, ctypes.c_char_p],
             "hipModuleLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+            "hipFuncGetAttribute": [p(i), i, vp],
         }
         for name, argtypes in sigs.items():
             fn = getattr(lib, name)
@@ -50,6 +51,32 @@ class _HipDriver:
         gfx = str(getattr(props, "gcnArchName", "")).split(":")[0]
         return {"name": props.name, "capability": None, "arch": gfx,
                 "max_shared": int(getattr(props, "shared_memory_per_block_optin", 65536) or 65536)}
+
+    def properties(self, index: int) -> dict[str, Any]:
+        """What Triton's ``driver.active.utils.get_device_properties`` answers on AMD (its keys), from torch's
+        device properties (not verified on AMD hardware)."""
+        import torch
+
+        props = torch.cuda.get_device_properties(index)
+        return {"max_shared_mem": self.describe(index)["max_shared"],
+                "max_num_regs": int(getattr(props, "regs_per_multiprocessor", 65536) or 65536),
+                "multiprocessor_count": props.multi_processor_count,
+                "sm_clock_rate": int(getattr(props, "clock_rate", 0) or 0),
+                "mem_clock_rate": int(getattr(props, "memory_clock_rate", 0) or 0),
+                "mem_bus_width": int(getattr(props, "memory_bus_width", 0) or 0),
+                "arch": str(getattr(props, "gcnArchName", "")).split(":")[0],
+                "warpSize": int(getattr(props, "warp_size", 64) or 64),
+                "max_threads_per_sm": int(getattr(props, "max_threads_per_multi_processor", 2048) or 2048)}
+
+    def function_attributes(self, fn: int) -> tuple[int, int, int]:
+        """A loaded function's (registers, spilled registers, most threads per block) (hipFuncGetAttribute)."""
+        out = []
+        for attr in (4, 3, 0):  # HIP_FUNC_ATTRIBUTE_NUM_REGS, LOCAL_SIZE_BYTES, MAX_THREADS_PER_BLOCK
+            value = ctypes.c_int()
+            self.check(self.lib.hipFuncGetAttribute(ctypes.byref(value), attr, ctypes.c_void_p(fn)),
+                       "hipFuncGetAttribute")
+            out.append(value.value)
+        return out[0], out[1] // 4, out[2]
 
     def load(self, index: int, image: bytes, name: str, shared: int, max_shared: int) -> int:
         previous = ctypes.c_int()

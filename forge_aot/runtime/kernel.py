@@ -282,6 +282,13 @@ class Kernel(KernelBase):
         values and the config's keyword arguments."""
         return {**dict(zip(self.runtime_names, runtime)), **call, **config.all_kwargs()}
 
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
+        """Triton's ``kernel.warmup(*args, grid=..., **kwargs)``: the packaged binary this call would launch, loaded,
+        as Triton's ``CompiledKernel`` (see compiled.warmup). Launches nothing."""
+        from .compiled import warmup
+
+        return warmup(self, args, kwargs)
+
     # -- the call -----------------------------------------------------------------------------------------
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if kwargs or not self._plain or len(args) != self.n_runtime:

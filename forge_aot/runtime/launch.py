@@ -19,6 +19,7 @@ from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
 from .tables import (
+    SPEC_NONE,
     SPEC_ONE,
     Config,
     ConfigTable,
@@ -124,6 +125,20 @@ class BinaryBackend:
                 launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec), state.device)
                 state.launchers[(config.id, heur, spec)] = launcher
         return launcher
+
+    def compiled(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
+                 runtime: Sequence[Any], call: dict[str, Any], generic: bool = False) -> Any:
+        """``kernel.warmup(...)``: the binary a launch with these arguments takes, loaded (see compiled.warmup);
+        ``generic``: the one that assumes nothing of the arguments (they have no addresses)."""
+        from .compiled import CompiledKernel
+
+        if generic:
+            spec = SPEC_NONE * len(kernel.spec_slots)
+        else:
+            spec = argument_spec(kernel.spec_slots, [v.data_ptr() if i in kernel.ptr_pos else v
+                                                     for i, v in enumerate(runtime)])
+        launcher = state.launchers.get((config.id, heur, spec)) or self._launcher(kernel, state, config, heur, spec)
+        return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])
 
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:

@@ -1,0 +1,151 @@
+"""flash-linear-attention's style (tests/fixtures/realworld/kernels/l2norm.py with its project helper module
+``flalike/utils.py``): the device is asked of Triton's driver and of torch at import of a helper module, and the
+host code picks a tile size and num_warps by architecture and a persistent grid by SM count.
+
+CPU: the per-target trace (the helper module imported afresh for each target) and torch's device queries as
+the build answers them. GPU: the wheel against torch in fp64 and against the same files under Triton's JIT."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from forge_aot.manifest import load_manifest
+from forge_aot.plan import make_plan
+from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error, reset_handle
+
+REALWORLD = FIXTURES / "realworld"
+TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
+
+
+def test_each_target_gets_the_tile_its_architecture_asks_for() -> None:
+    # BT = 32 if is_nvidia_hopper else 16 (torch.cuda.get_device_capability() at the helper's import);
+    # num_warps = 8 if check_shared_mem("hopper") else 4 (Triton's driver, per call)
+    plan = make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"))
+    tiles = {t: {(e.assignment["BT"], e.assignment["num_warps"]) for e in plan.entries
+                 if e.kernel == "l2norm" and e.target == t} for t in ("sm_80", "sm_90")}
+    assert tiles == {"sm_80": {(16, 4)}, "sm_90": {(32, 8)}}
+    heads = {(e.assignment["DT"], e.assignment["D"]) for e in plan.entries if e.kernel == "l2norm"}
+    assert heads == {(dt, d) for dt in ("fp16", "bf16") for d in (64, 128, 256)}
+    # the persistent kernel's grid comes from the SM count, a runtime value: the same variants for both targets
+    rows = {(e.variant, e.target) for e in plan.entries if e.kernel == "l2norm_rows"}
+    assert {v for v, t in rows if t == "sm_80"} == {v for v, t in rows if t == "sm_90"} and rows
+
+
+def test_torch_device_queries_answer_as_the_target_only_inside() -> None:
+    import torch
+
+    from forge_aot.targets import TARGETS, torch_answers_as
+
+    real = torch.cuda.get_device_capability
+    with torch_answers_as("sm_90"):
+        assert torch.cuda.get_device_capability() == (9, 0) and torch.cuda.current_device() == 0
+        props = torch.cuda.get_device_properties(torch.device("cuda", 0))
+        assert (props.multi_processor_count, props.shared_memory_per_block_optin) == (132, TARGETS["sm_90"].max_shared)
+        assert "H100" in torch.cuda.get_device_name()
+        with pytest.raises(AttributeError, match=r"stand-in device properties have .*multi_processor_count"):
+            props.clock_rate  # noqa: B018
+    with torch_answers_as("gfx942"):
+        assert torch.cuda.get_device_properties().gcnArchName == "gfx942"
+        assert torch.cuda.get_device_properties().warp_size == 64
+    assert torch.cuda.get_device_capability is real
+
+
+def test_a_helper_that_asks_the_device_makes_its_kernel_files_trace_per_target(tmp_path) -> None:
+    from forge_aot.localmods import local_imports
+    from forge_aot.plan import _helpers_ask_device
+
+    path = REALWORLD / "kernels" / "l2norm.py"
+    found = local_imports(path, REALWORLD)
+    assert "flalike.utils" in found and _helpers_ask_device(found)
+    assert not _helpers_ask_device(local_imports(REALWORLD / "kernels" / "layer_norm.py", REALWORLD))
+
+
+# -- GPU ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    try:
+        import forge_realworld
+    except ImportError:
+        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
+                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
+    return forge_realworld
+
+
+@pytest.fixture(scope="module")
+def jit():
+    """The fixture file as its authors run it (its helper package importable, as in its project)."""
+    import importlib.util
+
+    if str(REALWORLD) not in sys.path:
+        sys.path.insert(0, str(REALWORLD))
+    spec = importlib.util.spec_from_file_location("_l2_jit_l2norm", REALWORLD / "kernels" / "l2norm.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape", [(2, 1000, 64), (4096, 128), (3, 77, 256), (1, 64), (8, 1024), (5, 4096),
+                                   (333, 3000)])
+@pytest.mark.parametrize("layout", ["contiguous", "misaligned", "transposed"])
+def test_l2norm_against_torch_and_the_jit(wheel, jit, dtype, shape, layout) -> None:
+    import torch
+
+    x = torch.randn(shape, device="cuda", dtype=_dtype(dtype)) * 3
+    if layout == "misaligned":
+        x = offset_view(x)
+    elif layout == "transposed":  # input_guard makes it contiguous first, as in FLA
+        x = torch.randn(tuple(reversed(shape)), device="cuda", dtype=_dtype(dtype)).transpose(0, -1) * 3
+    reset_handle("forge_realworld._ops.l2norm", "l2norm_fwd_kernel")
+    poison_allocator(x.numel() * x.element_size())
+    y = wheel.l2norm(x)
+    torch.cuda.synchronize()
+    ref = x.double() / x.double().norm(dim=-1, keepdim=True)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert relative_error(y, ref) < TOL[dtype]
+    jy = jit.l2norm(x)
+    if layout != "misaligned" and shape in ((2, 1000, 64), (4096, 128), (3, 77, 256), (8, 1024), (5, 4096)):
+        assert torch.equal(y, jy)  # a traced shape: the JIT's own binary
+    else:
+        assert relative_error(y, jy.double()) < TOL[dtype]
+    if shape[-1] <= 512:
+        import forge_realworld._ops.l2norm as host
+
+        (state,) = host.l2norm_fwd_kernel._states.values()
+        hopper = torch.cuda.get_device_capability()[0] >= 9
+        assert (state.assignment["BT"], state.assignment["num_warps"]) == ((32, 8) if hopper else (16, 4))
+
+
+@pytest.mark.gpu
+def test_the_helper_module_answers_from_the_real_device(wheel) -> None:
+    import forge_realworld._ops._local.flalike.utils as utils
+    import torch
+    import triton
+
+    wheel.l2norm(torch.randn(4, 64, device="cuda", dtype=torch.float16))
+    assert utils.is_nvidia_hopper == (torch.cuda.get_device_capability()[0] >= 9)
+    assert utils.get_multiprocessor_count(0) == torch.cuda.get_device_properties(0).multi_processor_count
+    assert utils.check_shared_mem("hopper") == (
+        triton.runtime.driver.active.utils.get_device_properties(0)["max_shared_mem"] >= 232448)
+    assert utils.triton is not triton  # the runtime's shim: Triton itself is never imported by the wheel
+
+
+@pytest.mark.gpu
+def test_a_head_size_that_was_not_built_is_named(wheel) -> None:
+    # D is a call-site constexpr of the tiled kernel: the examples built 64, 128 and 256
+    import torch
+
+    with pytest.raises(ValueError, match=r"D=100 was not built; built values: \['128', '256', '64'\]"):
+        wheel.l2norm(torch.randn(3, 100, device="cuda", dtype=torch.float16))
