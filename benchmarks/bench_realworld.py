@@ -44,6 +44,16 @@ def _load(name: str):
     return module
 
 
+def _torch_rotary(x, cos, sin):
+    """Rotary embedding in eager torch, in the input's dtype (the GPT-NeoX halves)."""
+    import torch
+
+    half = cos.shape[-1]
+    x0, x1 = x[..., :half], x[..., half:2 * half]
+    c, s = cos[: x.shape[1], None, :], sin[: x.shape[1], None, :]
+    return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c, x[..., 2 * half:]], dim=-1)
+
+
 def _cases(torch, F, wheel, dev, jit):
     h = torch.float16
     cases = {}
@@ -89,6 +99,15 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"l2norm {rows}x{cols}"] = (2 * x.numel() * 2, "B", {
             "forge-aot": lambda x=x: wheel.l2norm(x), "jit-same": lambda x=x: dev["l2norm"](x),
             "jit": lambda x=x: jit["l2norm"].l2norm(x), "torch": lambda x=x: F.normalize(x, dim=-1)})
+    # Rotary embedding through torch.library.wrap_triton (flash-attn) and as a @triton_op (torchao).
+    x = torch.randn(8, 4096, 32, 128, device="cuda", dtype=h)
+    angle = torch.randn(4096, 64, device="cuda")
+    cos, sin = angle.cos().to(h), angle.sin().to(h)
+    for op in ("apply_rotary", "rotary"):
+        cases[f"{op} 8x4096x32x128"] = (2 * x.numel() * 2, "B", {
+            "forge-aot": lambda op=op: getattr(wheel, op)(x, cos, sin), "jit-same": lambda op=op: dev[op](x, cos, sin),
+            "jit": lambda op=op: getattr(jit["rotary"], op)(x, cos, sin),
+            "torch": lambda: _torch_rotary(x, cos, sin)})
     for m, n, k in ((4096, 4096, 4096), (1000, 1000, 1000), (16, 4096, 4096)):
         a = torch.randn(m, k, device="cuda", dtype=h)
         bm = torch.randn(k, n, device="cuda", dtype=h)
@@ -133,6 +152,10 @@ def main() -> None:
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "flash_attention")}
+    from forge_aot.introspect import load_kernel_module
+
+    # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it
+    jit["rotary"] = load_kernel_module(str(FIXTURE / "kernels" / "rotary.py"))
     results = {}
     names = ["forge-aot", "jit-same", "jit", "torch"]
     print(f"{'case':32s} " + " ".join(f"{n + ' ms':>12s}" for n in names)

@@ -800,6 +800,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for name, calls in Tracer(kernels, modules, other, True).run_examples(modules).items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
+    for mod in modules.values():
+        for op, mutated in mod["source"].mutating_ops.items():
+            if op in mod["schemas"]:  # an op that writes its arguments is not a pure custom op: plain calls only
+                mod["schemas"][op] = None
+                mod["schema_notes"][op] = f"its @triton_op writes {mutated} (mutates_args); ops that write their " \
+                                          "arguments are not registered as custom ops"
     for mod_name, mod in sorted(modules.items()):
         for op in sorted(mod.get("autograd", {})):
             if not mod["schemas"].get(op):

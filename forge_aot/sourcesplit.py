@@ -92,6 +92,8 @@ class SourceFile:
     """For each top-level host function: every name it reads (to keep the helpers shipped code calls)."""
     reads_device: bool = False
     """Whether host code asks about the device (see ``asks_device``)."""
+    mutating_ops: dict[str, str] = field(default_factory=dict)
+    """Host functions decorated ``@triton_op(..., mutates_args=...)`` that write arguments: the names given."""
 
     def reachable(self, roots: set[str]) -> set[str]:
         """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
@@ -155,6 +157,53 @@ def asks_device(node: ast.AST) -> bool:
                 or (isinstance(n.value, ast.Name) and n.value.id == "cuda")):
             return True
     return bool(_driver_attributes(node))
+
+
+TORCH_TRITON = {"wrap_triton": "_wrap_triton", "capture_triton": "_wrap_triton", "triton_op": "_triton_op"}
+"""torch.library's Triton entry points in host code → the runtime's stand-ins on the host ``triton`` (see
+host_triton): ``wrap_triton(kernel)`` gives the packaged kernel handle back, ``@triton_op`` leaves the function
+as it is (the package registers its ops as ``torch.ops.<package>.<op>``)."""
+_TORCH_LIBRARY_MODULES = ("torch.library", "torch._library.triton", "torch._library")
+
+
+def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
+    """Rewrite, in place and line for line, host code's ``from torch.library import wrap_triton`` (and
+    ``triton_op``, ``capture_triton``) to bind the runtime's stand-ins, and ``torch.library.wrap_triton`` to
+    ``triton._wrap_triton``."""
+    spans: dict[int, list[tuple[int, int, str]]] = {}  # line index -> (start, end byte offset, replacement)
+    for stmt in host:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.ImportFrom) and node.module in _TORCH_LIBRARY_MODULES and node.level == 0 \
+                    and any(a.name in TORCH_TRITON for a in node.names):
+                keep = [a for a in node.names if a.name not in TORCH_TRITON]
+                parts = [f"from {node.module} import " + ", ".join(
+                    a.name + (f" as {a.asname}" if a.asname else "") for a in keep)] if keep else []
+                parts += [f"{a.asname or a.name} = triton.{TORCH_TRITON[a.name]}" for a in node.names
+                          if a.name in TORCH_TRITON]
+                first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+                indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+                lines[first:last + 1] = [indent + "; ".join(parts) + "\n"] + ["\n"] * (last - first)
+            elif isinstance(node, ast.Attribute) and node.attr in TORCH_TRITON and node.lineno == node.end_lineno \
+                    and ast.unparse(node.value) in _TORCH_LIBRARY_MODULES:
+                spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0,
+                                                             f"triton.{TORCH_TRITON[node.attr]}"))
+    for i, found in spans.items():
+        raw = lines[i].encode()
+        for start, end, text in sorted(found, reverse=True):
+            raw = raw[:start] + text.encode() + raw[end:]
+        lines[i] = raw.decode()
+
+
+def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:
+    """The ``mutates_args`` of a host function's ``@triton_op(...)`` decorator (``names``: what the file calls
+    it) where it names arguments (the op writes them), else None."""
+    for dec in getattr(fn, "decorator_list", []):
+        if isinstance(dec, ast.Call) and ast.unparse(dec.func).rpartition(".")[2] in names:
+            for kw in dec.keywords:
+                if kw.arg == "mutates_args":
+                    text = ast.unparse(kw.value)
+                    return None if text in ("{}", "()", "[]", "set()", "''", '""') else text
+    return None
 
 
 def _triton_names(tree: ast.Module) -> set[str]:
@@ -425,6 +474,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
+    triton_op_names = {"triton_op"} | {a.asname for stmt in host if isinstance(stmt, ast.ImportFrom)
+                                       and stmt.module in _TORCH_LIBRARY_MODULES
+                                       for a in stmt.names if a.name == "triton_op" and a.asname}
+    _torch_library_rewrites(host, lines)
     for stmt in driver_imports:
         # The import, on its own line, binds the runtime's driver: ``driver = triton.runtime.driver``.
         first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
@@ -434,6 +487,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
                       function_lines=function_lines, names_used=names_used,
+                      mutating_ops={n: m for stmt in host if isinstance(stmt, ast.FunctionDef)
+                                    for n, m in [(stmt.name, _triton_op_mutates(stmt, triton_op_names))]
+                                    if m is not None},
                       reads_device=bool(driver_imports) or any(asks_device(stmt) for stmt in host))
 
 
@@ -527,13 +583,21 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         if not isinstance(node, ast.Call):
             continue
         f = node.func
-        launch = isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in kernels
+        kernel = None
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in kernels:
+            kernel = f.value.id
+        elif isinstance(f, ast.Subscript) and isinstance(f.value, ast.Call) and f.value.args \
+                and ast.unparse(f.value.func).rpartition(".")[2] in ("wrap_triton", "capture_triton") \
+                and isinstance(f.value.args[0], ast.Name) and f.value.args[0].id in kernels:
+            kernel = f.value.args[0].id  # torch.library.wrap_triton(kernel)[grid](...)
         warmup = isinstance(f, ast.Attribute) and f.attr == "warmup" and isinstance(f.value, ast.Name) \
             and f.value.id in kernels
-        if not (launch or warmup):
+        if warmup:
+            kernel = f.value.id  # type: ignore[union-attr]
+        if kernel is None:
             continue
         star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-        out.append(LaunchSite(f.value.id, getattr(fn, "name", "?"), node.lineno,  # type: ignore[union-attr]
+        out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
                                     and not (warmup and k.arg == "grid")), star))

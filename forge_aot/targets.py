@@ -135,11 +135,15 @@ def torch_answers_as(target: str) -> Iterator[None]:
     import torch
 
     props = RepresentativeProperties(target)
-    stand_ins = {"get_device_capability": lambda device=None: (props.major, props.minor),
+    stand_ins: dict[str, Any] = {"get_device_capability": lambda device=None: (props.major, props.minor),
                  "get_device_properties": lambda device=None: props,
                  "get_device_name": lambda device=None: props.name,
                  "current_device": lambda: 0, "device_count": lambda: 1}
-    saved = {name: getattr(torch.cuda, name) for name in TORCH_DEVICE_QUERIES}
+    if not torch.cuda.is_available():
+        # ``with torch.cuda.device(x.device.index):`` around a launch (flash-attn's rotary): on the CPU tensors of
+        # a trace there is no device to switch to, and torch without CUDA fails entering it.
+        stand_ins["device"] = stand_ins["device_of"] = _NoDeviceSwitch
+    saved = {name: getattr(torch.cuda, name) for name in stand_ins}
     try:
         for name, fn in stand_ins.items():
             setattr(torch.cuda, name, fn)
@@ -147,3 +151,16 @@ def torch_answers_as(target: str) -> Iterator[None]:
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
+
+
+class _NoDeviceSwitch:
+    """``torch.cuda.device(...)`` / ``device_of(...)`` while the build traces without a GPU: switches nothing."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.idx = -1
+
+    def __enter__(self) -> _NoDeviceSwitch:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False

@@ -194,6 +194,25 @@ class _HostRuntime(types.ModuleType):
         raise AttributeError(f"packaged host code may use triton.runtime.driver only, not triton.runtime.{name}")
 
 
+def _wrap_triton(kernel: Any) -> Any:
+    """``torch.library.wrap_triton(kernel)`` (and ``capture_triton``) in host code: a packaged kernel handle as it
+    is; anything else goes to torch's own."""
+    from .kernel import Kernel
+
+    if isinstance(kernel, Kernel):
+        return kernel
+    import torch
+
+    return torch.library.wrap_triton(kernel)
+
+
+def _triton_op(name: str, fn: Any = None, /, *, mutates_args: Any, schema: Any = None) -> Any:
+    """``@torch.library.triton_op(name, mutates_args=...)`` in host code: the function as it is. The package
+    registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation from the host code (so
+    ``torch.compile`` sees one opaque op); the name given here is not registered."""
+    return fn if fn is not None else (lambda f: f)
+
+
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
@@ -205,6 +224,8 @@ class _HostTriton(types.ModuleType):
         self.next_power_of_2 = next_power_of_2
         self.set_allocator = set_allocator
         self.runtime = _HostRuntime()
+        self._wrap_triton = _wrap_triton  # torch.library's Triton entry points (see sourcesplit.TORCH_TRITON)
+        self._triton_op = _triton_op
 
     def __getattr__(self, name: str) -> Any:
         helpers = ", ".join("triton." + h for h in self.HOST_HELPERS if h != "runtime")

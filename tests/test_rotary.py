@@ -1,0 +1,150 @@
+"""PyTorch's own route for Triton kernels (tests/fixtures/realworld/kernels/rotary.py): launches through
+``torch.library.wrap_triton(kernel)[grid](...)`` under ``with torch.cuda.device(...)`` (flash-attn's rotary) and an
+op decorated ``@torch.library.triton_op`` (torchao), packaged unchanged.
+
+CPU: the host code's rewrite to the runtime's stand-ins, the launch sites, the schemas, a mutating triton_op.
+GPU: the wheel against torch in fp64 and against the same file under Triton's JIT, torch.compile over the op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from forge_aot import runtime as rt
+from forge_aot.sourcesplit import parse_source
+from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error
+
+REALWORLD = FIXTURES / "realworld"
+SOURCE = REALWORLD / "kernels" / "rotary.py"
+TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
+
+
+def test_torch_librarys_triton_entry_points_bind_the_runtimes_stand_ins() -> None:
+    src = parse_source(SOURCE, {"apply_rotary", "rotary"})
+    host = src.host_source.splitlines()
+    original = SOURCE.read_text().splitlines()
+    assert len(host) == len(original)
+    at = original.index("from torch.library import triton_op, wrap_triton")
+    assert host[at] == "triton_op = triton._triton_op; wrap_triton = triton._wrap_triton"
+    launch = next(i for i, line in enumerate(original) if "torch.library.wrap_triton(_rotary_kernel)" in line)
+    assert host[launch] == original[launch].replace("torch.library.wrap_triton", "triton._wrap_triton")
+    assert {(s.function, s.keywords) for s in src.launches} == {("_launch", ("BLOCK_K", "BLOCK_M")),
+                                                                 ("rotary", ("BLOCK_K", "BLOCK_M"))}
+    assert src.mutating_ops == {}
+    compile(src.host_source, str(SOURCE), "exec")
+
+
+def test_a_triton_op_that_writes_its_arguments_is_no_custom_op(tmp_path: Path) -> None:
+    f = tmp_path / "k.py"
+    f.write_text("import torch\nimport triton\nfrom torch.library import triton_op as top, custom_op, "
+                 "wrap_triton\n\n@triton.jit\ndef k(x):\n    pass\n\n"
+                 "@top('t::scale_', mutates_args={'x'})\ndef scale_(x: torch.Tensor) -> None:\n"
+                 "    wrap_triton(k)[(1,)](x)\n")
+    src = parse_source(f, {"scale_"})
+    assert src.mutating_ops == {"scale_": "{'x'}"}
+    assert src.host_source.splitlines()[2] == \
+        "from torch.library import custom_op; top = triton._triton_op; wrap_triton = triton._wrap_triton"
+
+
+def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> None:
+    spec = {"function": "k", "params": [["x", "*fp16"]], "axes": [], "dtype_args": {}, "spec_params": [],
+            "key": [], "variants": {}}
+    handle = rt.Kernel("k", spec, {}, backend=None)
+    assert rt.host_triton._wrap_triton(handle) is handle
+    with pytest.raises(RuntimeError, match="wrap_triton"):  # anything else is torch's business (and error)
+        rt.host_triton._wrap_triton(lambda: None)
+
+    def op(x):
+        return x
+
+    assert rt.host_triton._triton_op("a::b", mutates_args={})(op) is op
+    assert rt.host_triton._triton_op("a::b", op, mutates_args=()) is op
+
+
+def test_plan_traces_both_styles() -> None:
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    plan = make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"), ["sm_90"])
+    variants = {(e.assignment["T"], e.assignment["BLOCK_K"], e.assignment["BLOCK_M"]) for e in plan.entries
+                if e.kernel == "rotary"}
+    assert variants == {(t, k, 8) for t in ("fp16", "bf16") for k in (64, 128)}
+    assert plan.modules["rotary"]["schemas"] == {"apply_rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+                                                 "rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor"}
+
+
+# -- GPU ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    try:
+        import forge_realworld
+    except ImportError:
+        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
+                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
+    return forge_realworld
+
+
+@pytest.fixture(scope="module")
+def jit():
+    """The file under Triton's JIT, imported once per process (its triton_op registers forge_fixture::rotary)."""
+    from forge_aot.introspect import load_kernel_module
+
+    return load_kernel_module(str(SOURCE))
+
+
+def _inputs(dtype: str, batch: int, seqlen: int, nheads: int, headdim: int, rotary_dim: int, layout: str):
+    import torch
+
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    if layout == "bhsd":  # (batch, nheads, seqlen, headdim) transposed: rows nheads * headdim apart are heads apart
+        x = torch.randn(batch, nheads, seqlen, headdim, device="cuda", dtype=dt).transpose(1, 2)
+    else:
+        x = torch.randn(batch, seqlen, nheads, headdim, device="cuda", dtype=dt)
+        if layout == "misaligned":
+            x = offset_view(x)
+    angle = torch.randn(seqlen, rotary_dim // 2, device="cuda") * 3
+    return x, angle.cos().to(dt), angle.sin().to(dt)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("shape", [(2, 1000, 8, 128, 128), (1, 77, 4, 64, 64), (2, 256, 8, 128, 64),
+                                   (3, 513, 2, 128, 128), (1, 1, 1, 64, 64)])
+@pytest.mark.parametrize("layout", ["contiguous", "misaligned", "bhsd"])
+def test_rotary_both_styles_against_torch_and_the_jit(wheel, jit, dtype, shape, layout) -> None:
+    import torch
+
+    x, cos, sin = _inputs(dtype, *shape, layout)
+    ref = jit.rotary_reference(x, cos, sin)
+    for name in ("apply_rotary", "rotary"):
+        poison_allocator(x.numel() * x.element_size())
+        y = getattr(wheel, name)(x, cos, sin)
+        torch.cuda.synchronize()
+        assert y.shape == x.shape and y.dtype == x.dtype
+        assert relative_error(y, ref) < TOL[dtype], name
+        jy = getattr(jit, name)(x, cos, sin)
+        if layout == "contiguous" and shape[:2] in ((2, 1000), (1, 77), (2, 256)):
+            assert torch.equal(y, jy), name  # a traced shape: the JIT's own binary
+        else:
+            assert relative_error(y, jy.double()) < TOL[dtype], name
+
+
+@pytest.mark.gpu
+def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel) -> None:
+    import torch
+
+    x, cos, sin = _inputs("fp16", 2, 300, 8, 128, 128, "contiguous")
+    assert hasattr(torch.ops.forge_realworld, "rotary")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(lambda a, c, s: wheel.rotary(a, c, s) + 1, fullgraph=True, backend=backend)
+    assert torch.equal(compiled(x, cos, sin), wheel.rotary(x, cos, sin) + 1)
+    (gm,) = graphs
+    assert "forge_realworld.rotary" in [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
