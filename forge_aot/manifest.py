@@ -21,7 +21,7 @@ from typing import Any, Union
 
 from . import runtime as rt
 from .errors import ManifestError, close_match
-from .targets import TARGETS
+from .targets import GPU_MODELS, TARGETS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -202,6 +202,12 @@ class ProjectSettings:
     """Directory (relative to the manifest) of tuning-data JSON files; see the README for their format."""
     compile_timeout: float = 300.0
     """Seconds one binary may take to compile before it is recorded as failed."""
+    trace_gpus: tuple[str, ...] = ()
+    """GPU models the build stands for when host code asks about the device (Triton's driver, torch's
+    ``get_device_properties``...): each is traced for its target, and the target builds what any of its models
+    reaches (an SM count that host code passes as a constexpr, as the persistent-matmul tutorial's ``NUM_SMS``, is
+    then built for each). Names from forge-aot's catalogue (``H100-SXM``, ``H100-PCIe``, ``H20``, ``A100-SXM``,
+    ``L40S``, ``MI300X``...; the schema lists them); a target none of them belongs to takes its default GPU."""
     line_info: bool = True
     """Keep source line info in binaries (profilers map SASS to source). It records the path of Triton's own
     library sources, so wheels built with it are byte-identical only where Triton is installed at the same
@@ -250,7 +256,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _toml_name(name: str) -> str:
     return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
-                                               "do_not_specialize", "reset_to_zero", "restore_value",
+                                               "trace_gpus", "do_not_specialize", "reset_to_zero", "restore_value",
                                                "setup_context") else name
 
 
@@ -385,6 +391,15 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
                           close_match(t, TARGETS))
     if len(set(p.targets)) != len(p.targets):
         raise r.error("project.targets", "a target is listed twice")
+    for i, g in enumerate(p.trace_gpus):
+        if g not in GPU_MODELS:
+            raise r.error(f"project.trace-gpus[{i}]", f"unknown GPU '{g}' (accepted: {', '.join(GPU_MODELS)})",
+                          close_match(g, GPU_MODELS))
+        if GPU_MODELS[g].target not in p.targets:
+            raise r.error(f"project.trace-gpus[{i}]", f"{g} is a {GPU_MODELS[g].target} GPU, which is not one of "
+                          f"project.targets ({', '.join(p.targets)})")
+    if len(set(p.trace_gpus)) != len(p.trace_gpus):
+        raise r.error("project.trace-gpus", "a GPU is listed twice")
     if p.tuning_data is not None and not (root / p.tuning_data).is_dir():
         raise r.error("project.tuning-data", f"directory '{p.tuning_data}' does not exist")
     if p.compile_timeout <= 0:
@@ -608,6 +623,7 @@ def json_schema() -> dict[str, Any]:
     schema = _schema_of(Manifest)
     target_schema = schema["properties"]["project"]["properties"]["targets"]["items"]
     target_schema["enum"] = list(TARGETS)
+    schema["properties"]["project"]["properties"]["trace-gpus"]["items"]["enum"] = list(GPU_MODELS)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "https://forge-aot.dev/schema/kernel_manifest.json", "title": "kernel_manifest.toml",
             **schema}

@@ -42,7 +42,7 @@ from .runtime import (
     variant_id,
 )
 from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, parse_source
-from .targets import TARGETS
+from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 
@@ -790,14 +790,15 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     # memory) may launch differently per target: traced once per target, each call tagged with it.
     reads_device = {n for n, kp in kernels.items()
                     if modules[kp.module]["source"].reads_device or _helpers_ask_device(kp.local_modules)}
-    per_target = len(chosen) > 1 and bool(reads_device)
-    tracer = Tracer(kernels, modules, chosen[0], per_target)
+    gpus = trace_gpus(chosen, m.project.trace_gpus)  # (target, GPU model), the first target's first
+    per_target = len(gpus) > 1 and bool(reads_device)
+    tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1])
     traced = tracer.run_examples(modules)
     if per_target:
         traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
                   for n, calls in traced.items()}
-        for other in chosen[1:]:
-            for name, calls in Tracer(kernels, modules, other, True).run_examples(modules).items():
+        for target, model in gpus[1:]:
+            for name, calls in Tracer(kernels, modules, target, True, model).run_examples(modules).items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
     for mod in modules.values():

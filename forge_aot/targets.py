@@ -54,56 +54,105 @@ TARGETS: dict[str, TargetInfo] = {
 }
 
 
-# A representative GPU of each target: (name, multiprocessors, SM clock kHz, memory clock kHz, memory bus bits,
-# memory GiB, L2 MiB, resident threads per multiprocessor).
-_REPRESENTATIVE: dict[str, tuple[str, int, int, int, int, int, int, int]] = {
-    "sm_75": ("Tesla T4", 40, 1590000, 5001000, 256, 15, 4, 1024),
-    "sm_80": ("A100-SXM4-80GB", 108, 1410000, 1593000, 5120, 80, 40, 2048),
-    "sm_86": ("A10", 72, 1695000, 6251000, 384, 22, 6, 1536),
-    "sm_87": ("Jetson AGX Orin", 16, 1300000, 3200000, 256, 61, 4, 1536),
-    "sm_89": ("L4", 58, 2040000, 6251000, 192, 22, 48, 1536),
-    "sm_90": ("NVIDIA H100 80GB HBM3", 132, 1980000, 2619000, 5120, 79, 50, 2048),
-    "sm_100": ("NVIDIA B200", 148, 1965000, 4000000, 8192, 178, 126, 2048),
-    "sm_120": ("NVIDIA GeForce RTX 5090", 170, 2407000, 14001000, 512, 31, 96, 1536),
-    "gfx90a": ("AMD Instinct MI250X (one die)", 110, 1700000, 1600000, 4096, 64, 8, 2048),
-    "gfx942": ("AMD Instinct MI300X", 304, 2100000, 1300000, 8192, 191, 4, 2048),
-    "gfx950": ("AMD Instinct MI355X", 256, 2400000, 2000000, 8192, 287, 4, 2048),
-    "gfx1100": ("AMD Radeon RX 7900 XTX", 96, 2500000, 1250000, 384, 23, 6, 2048),
-    "gfx1201": ("AMD Radeon RX 9070 XT", 64, 2970000, 1258000, 256, 15, 8, 2048),
+@dataclass(frozen=True)
+class GpuModel:
+    """A GPU the build's tracing can stand for (``project.trace-gpus``): what host code may read of it."""
+
+    target: str
+    """Its target (``sm_90``)."""
+    name: str
+    """What ``torch.cuda.get_device_name()`` says."""
+    multiprocessors: int
+    sm_clock_khz: int
+    mem_clock_khz: int
+    mem_bus_bits: int
+    memory_gib: int
+    l2_mib: int
+    threads_per_multiprocessor: int
+
+
+def _m(target: str, name: str, sms: int, sm: int, mem: int, bus: int, gib: int, l2: int, threads: int) -> GpuModel:
+    return GpuModel(target, name, sms, sm, mem, bus, gib, l2, threads)
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    "T4": _m("sm_75", "Tesla T4", 40, 1590000, 5001000, 256, 15, 4, 1024),
+    "A100-SXM": _m("sm_80", "NVIDIA A100-SXM4-80GB", 108, 1410000, 1593000, 5120, 79, 40, 2048),
+    "A100-PCIe": _m("sm_80", "NVIDIA A100-PCIE-40GB", 108, 1410000, 1215000, 5120, 39, 40, 2048),
+    "A30": _m("sm_80", "NVIDIA A30", 56, 1440000, 1215000, 3072, 23, 24, 2048),
+    "A10": _m("sm_86", "NVIDIA A10", 72, 1695000, 6251000, 384, 22, 6, 1536),
+    "A10G": _m("sm_86", "NVIDIA A10G", 80, 1710000, 6251000, 384, 22, 6, 1536),
+    "RTX-3090": _m("sm_86", "NVIDIA GeForce RTX 3090", 82, 1695000, 9751000, 384, 23, 6, 1536),
+    "Orin": _m("sm_87", "Orin", 16, 1300000, 3200000, 256, 61, 4, 1536),
+    "L4": _m("sm_89", "NVIDIA L4", 58, 2040000, 6251000, 192, 22, 48, 1536),
+    "L40S": _m("sm_89", "NVIDIA L40S", 142, 2520000, 9001000, 384, 44, 96, 1536),
+    "RTX-4090": _m("sm_89", "NVIDIA GeForce RTX 4090", 128, 2520000, 10501000, 384, 23, 72, 1536),
+    "H100-SXM": _m("sm_90", "NVIDIA H100 80GB HBM3", 132, 1980000, 2619000, 5120, 79, 50, 2048),
+    "H100-PCIe": _m("sm_90", "NVIDIA H100 PCIe", 114, 1755000, 1593000, 5120, 79, 50, 2048),
+    "H200": _m("sm_90", "NVIDIA H200", 132, 1980000, 3201000, 6144, 139, 60, 2048),
+    "H20": _m("sm_90", "NVIDIA H20", 78, 1980000, 2619000, 6144, 95, 60, 2048),
+    "B200": _m("sm_100", "NVIDIA B200", 148, 1965000, 4000000, 8192, 178, 126, 2048),
+    "RTX-5090": _m("sm_120", "NVIDIA GeForce RTX 5090", 170, 2407000, 14001000, 512, 31, 96, 1536),
+    "MI250X": _m("gfx90a", "AMD Instinct MI250X", 110, 1700000, 1600000, 4096, 64, 8, 2048),
+    "MI300X": _m("gfx942", "AMD Instinct MI300X", 304, 2100000, 1300000, 8192, 191, 4, 2048),
+    "MI300A": _m("gfx942", "AMD Instinct MI300A", 228, 2100000, 1300000, 8192, 127, 4, 2048),
+    "MI355X": _m("gfx950", "AMD Instinct MI355X", 256, 2400000, 2000000, 8192, 287, 4, 2048),
+    "RX-7900XTX": _m("gfx1100", "AMD Radeon RX 7900 XTX", 96, 2500000, 1250000, 384, 23, 6, 2048),
+    "RX-9070XT": _m("gfx1201", "AMD Radeon RX 9070 XT", 64, 2970000, 1258000, 256, 15, 8, 2048),
 }
+"""The GPUs the build's tracing can stand for (public specifications; ``project.trace-gpus`` names them)."""
+
+DEFAULT_GPU: dict[str, str] = {"sm_75": "T4", "sm_80": "A100-SXM", "sm_86": "A10", "sm_87": "Orin", "sm_89": "L4",
+                               "sm_90": "H100-SXM", "sm_100": "B200", "sm_120": "RTX-5090", "gfx90a": "MI250X",
+                               "gfx942": "MI300X", "gfx950": "MI355X", "gfx1100": "RX-7900XTX",
+                               "gfx1201": "RX-9070XT"}
+"""The GPU each target's tracing stands for where ``project.trace-gpus`` names none of its target."""
 
 
-def representative_device(target: str) -> tuple[str, dict[str, int | str]]:
+def trace_gpus(targets: list[str], listed: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(target, GPU model) pairs the build traces host code that asks about the device as: the listed models of
+    each target, else its default."""
+    out = []
+    for t in targets:
+        mine = [g for g in listed if GPU_MODELS[g].target == t]
+        out += [(t, g) for g in (mine or [DEFAULT_GPU[t]])]
+    return out
+
+
+def representative_device(target: str, model: str | None = None) -> tuple[str, dict[str, int | str]]:
     """The GPU the build's tracing stands for when host code asks about the device (Triton's
     ``driver.active.utils.get_device_properties`` and ``get_current_target``, torch's ``torch.cuda.get_device_*``):
     its name and the properties Triton would report, with Triton's keys. Such answers only decide which binaries
     the build makes (a value the host code turns into a constexpr or a launch option); a wheel reads the real
-    device's at run time."""
+    device's at run time. ``model``: a name in GPU_MODELS (default: the target's DEFAULT_GPU)."""
     info = TARGETS[target]
-    name, sms, sm_clock, mem_clock, bus, *_ = _REPRESENTATIVE[target]
+    g = GPU_MODELS[model or DEFAULT_GPU[target]]
     props: dict[str, int | str] = {"max_shared_mem": info.max_shared, "max_num_regs": 65536,
-                                   "multiprocessor_count": sms, "warpSize": info.warp_size,
-                                   "sm_clock_rate": sm_clock, "mem_clock_rate": mem_clock, "mem_bus_width": bus}
+                                   "multiprocessor_count": g.multiprocessors, "warpSize": info.warp_size,
+                                   "sm_clock_rate": g.sm_clock_khz, "mem_clock_rate": g.mem_clock_khz,
+                                   "mem_bus_width": g.mem_bus_bits}
     if info.backend == "hip":
-        props.update(arch=str(info.arch), max_threads_per_sm=2048)
-    return name, props
+        props.update(arch=str(info.arch), max_threads_per_sm=g.threads_per_multiprocessor)
+    return g.name, props
 
 
 class RepresentativeProperties:
     """``torch.cuda.get_device_properties(...)`` of a target's representative GPU, while the build traces: the
     fields host code reads to size grids or pick variants (others raise, naming these)."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, model: str | None = None) -> None:
         info = TARGETS[target]
-        name, sms, _, _, _, gib, l2_mib, threads = _REPRESENTATIVE[target]
+        g = GPU_MODELS[model or DEFAULT_GPU[target]]
         cuda = info.backend == "cuda"
-        self.name = name
-        self.major, self.minor = (int(info.arch) // 10, int(info.arch) % 10) if cuda else (9, 4)
-        self.multi_processor_count = sms
-        self.total_memory = gib << 30
-        self.L2_cache_size = l2_mib << 20
+        self.name = g.name
+        code = str(info.arch)[3:]  # gfx942 -> (9, 4), gfx90a -> (9, 0), gfx1100 -> (11, 0)
+        self.major, self.minor = (int(info.arch) // 10, int(info.arch) % 10) if cuda else (int(code[:-2]),
+                                                                                           int(code[-2], 16))
+        self.multi_processor_count = g.multiprocessors
+        self.total_memory = g.memory_gib << 30
+        self.L2_cache_size = g.l2_mib << 20
         self.regs_per_multiprocessor = 65536
-        self.max_threads_per_multi_processor = threads
+        self.max_threads_per_multi_processor = g.threads_per_multiprocessor
         self.warp_size = info.warp_size
         self.shared_memory_per_block = 49152 if cuda else 65536
         self.shared_memory_per_block_optin = info.max_shared
@@ -127,14 +176,14 @@ TORCH_DEVICE_QUERIES = ("get_device_capability", "get_device_properties", "get_d
 
 
 @contextlib.contextmanager
-def torch_answers_as(target: str) -> Iterator[None]:
+def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     """``torch.cuda``'s device queries (``TORCH_DEVICE_QUERIES``) answer as the target's representative GPU: host
     code that reads the capability, the SM count or the name at import or per call (``is_hopper =
     torch.cuda.get_device_capability()[0] >= 9``) traces on a machine without a GPU, per target. Nothing else
     of torch changes (``is_available`` stays the truth: host code that picks its device from it keeps the CPU)."""
     import torch
 
-    props = RepresentativeProperties(target)
+    props = RepresentativeProperties(target, model)
     stand_ins: dict[str, Any] = {"get_device_capability": lambda device=None: (props.major, props.minor),
                  "get_device_properties": lambda device=None: props,
                  "get_device_name": lambda device=None: props.name,

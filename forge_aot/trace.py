@@ -26,15 +26,16 @@ traces per target (host code that asks Triton's driver about the device); None w
 
 
 @contextlib.contextmanager
-def as_target(target: str, tag: bool) -> Iterator[None]:
+def as_target(target: str, tag: bool, model: str | None = None) -> Iterator[None]:
     """Host code runs as on a representative GPU of ``target`` (``triton.runtime.driver.active`` and ``torch.cuda``'s
     device queries answer with its properties; see targets.representative_device); ``tag``: record the target with
-    each call."""
+    each call; ``model``: the GPU of ``targets.GPU_MODELS`` it stands for (default: the target's)."""
     from .targets import TARGETS, representative_device, torch_answers_as
 
     info = TARGETS[target]
     previous = rt.DEVICE_PROFILE[0], TRACED_TARGET[0]
-    rt.DEVICE_PROFILE[0] = (rt.GPUTarget(info.backend, info.arch, info.warp_size), representative_device(target)[1])
+    rt.DEVICE_PROFILE[0] = (rt.GPUTarget(info.backend, info.arch, info.warp_size),
+                            representative_device(target, model)[1])
     TRACED_TARGET[0] = target if tag else None
     # Project helper modules run with Triton itself at build time (the wheel gives them the runtime's shim): its
     # driver answers as the same GPU while host code runs.
@@ -45,7 +46,7 @@ def as_target(target: str, tag: bool) -> Iterator[None]:
             from .introspect import _BuildTargetDriver
 
             triton_driver.set_active(_BuildTargetDriver(f"{info.backend}:{info.arch}:{info.warp_size}"))
-        with torch_answers_as(target):
+        with torch_answers_as(target, model):
             yield
     finally:
         rt.DEVICE_PROFILE[0], TRACED_TARGET[0] = previous
@@ -100,13 +101,14 @@ class Tracer:
     functions and the tuning inputs."""
 
     def __init__(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]], target: str,
-                 per_target: bool = False) -> None:
-        """``target``: the host code sees a representative GPU of it (``as_target``); ``per_target``: the build
-        traces once per target, and each call records the target it was traced for."""
+                 per_target: bool = False, model: str | None = None) -> None:
+        """``target``, ``model``: the host code sees that GPU (``as_target``); ``per_target``: the build traces once
+        per target (and GPU model), and each call records the target it was traced for."""
         self.target = target
+        self.model = model
         self.per_target = per_target
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
-        with as_target(target, per_target), fresh_modules(helpers):
+        with as_target(target, per_target, model), fresh_modules(helpers):
             self._bind_all(kernels, modules)
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
@@ -148,7 +150,7 @@ class Tracer:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets
         each module's ``schemas``: the torch.library schema of each op (see ``schema``), with
         ``schema_notes`` saying where it came from or why there is none."""
-        with as_target(self.target, self.per_target):
+        with as_target(self.target, self.per_target, self.model):
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
@@ -198,7 +200,7 @@ class Tracer:
         """The launches of ``kp`` that its tuning op makes on the tuning inputs of one row (``tune.inputs``),
         traced on the meta device (no memory; the CPU where the host code needs values). Raises SourceError
         when the inputs do not launch the kernel in that variant with that key."""
-        with as_target(self.target, False):
+        with as_target(self.target, False, self.model):
             return self._trace_inputs(kp, assignment, key)
 
     def _trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:
