@@ -114,6 +114,14 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"matmul {m}x{n}x{k}"] = (2 * m * n * k, "F", {
             "forge-aot": lambda a=a, bm=bm: wheel.matmul(a, bm), "jit-same": lambda a=a, bm=bm: dev["matmul"](a, bm),
             "jit": lambda a=a, bm=bm: jit["matmul_autotune"].matmul(a, bm), "torch": lambda a=a, bm=bm: a @ bm})
+    for m, n, k in ((4096, 4096, 4096), (16, 4096, 4096)):  # the tutorial's persistent matmul (NUM_SMS constexpr)
+        a = torch.randn(m, k, device="cuda", dtype=h)
+        bm = torch.randn(k, n, device="cuda", dtype=h)
+        cases[f"matmul_persistent {m}x{n}x{k}"] = (2 * m * n * k, "F", {
+            "forge-aot": lambda a=a, bm=bm: wheel.matmul_persistent(a, bm),
+            "jit-same": lambda a=a, bm=bm: dev["matmul_persistent"](a, bm),
+            "jit": lambda a=a, bm=bm: jit["matmul_persistent"].matmul_persistent(a, bm),
+            "torch": lambda a=a, bm=bm: a @ bm})
     for z, hh, n_ctx, d in ((4, 32, 4096, 128), (4, 32, 1024, 64)):
         q, kk, v = (torch.randn(z, hh, n_ctx, d, device="cuda", dtype=h) for _ in range(3))
         cases[f"attention {z}x{hh}x{n_ctx}x{d}"] = (4 * z * hh * n_ctx * n_ctx * d, "F", {
@@ -151,7 +159,7 @@ def main() -> None:
     dev = load_dev_ops(FIXTURE / "kernel_manifest.toml")
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
-                                 "flash_attention")}
+                                 "matmul_persistent", "flash_attention")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it
