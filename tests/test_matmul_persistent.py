@@ -14,7 +14,7 @@ import pytest
 from forge_aot.errors import ManifestError
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
-from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error
+from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error, reset_handle
 
 REALWORLD = FIXTURES / "realworld"
 TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
@@ -91,7 +91,7 @@ def test_persistent_matmul_against_torch_and_the_jit(wheel, jit, dtype, mnk, lay
         b = torch.randn(N, K, device="cuda", dtype=dt).t()
     import forge_realworld._ops.matmul_persistent as host
 
-    host.matmul_kernel_persistent._states.clear()
+    reset_handle("forge_realworld._ops.matmul_persistent", "matmul_kernel_persistent")  # the C path's memory too
     poison_allocator(M * N * 2)
     c = wheel.matmul_persistent(a, b)
     torch.cuda.synchronize()
