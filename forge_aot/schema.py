@@ -60,6 +60,12 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None) and a reason."""
     import torch
 
+    declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
+    if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
+        if any(a.alias_info is not None and a.alias_info.is_write for a in declared.arguments):
+            return None, "its torch.library.custom_op writes its arguments (mutates_args)"
+        text = str(declared)
+        return text[text.index("("):], "from its @torch.library.custom_op"
     try:
         return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations"
     except Exception:  # annotations missing or not schema types: try the traced calls

@@ -70,8 +70,9 @@ def test_plan_traces_both_styles() -> None:
     variants = {(e.assignment["T"], e.assignment["BLOCK_K"], e.assignment["BLOCK_M"]) for e in plan.entries
                 if e.kernel == "rotary"}
     assert variants == {(t, k, 8) for t in ("fp16", "bf16") for k in (64, 128)}
-    assert plan.modules["rotary"]["schemas"] == {"apply_rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
-                                                 "rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor"}
+    schema = "(Tensor x, Tensor cos, Tensor sin) -> Tensor"
+    assert plan.modules["rotary"]["schemas"] == {"apply_rotary": schema, "rotary": schema, "rotary_custom": schema}
+    assert plan.modules["rotary"]["schema_notes"]["rotary_custom"] == "from its @torch.library.custom_op"
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def test_rotary_both_styles_against_torch_and_the_jit(wheel, jit, dtype, shape, 
 
     x, cos, sin = _inputs(dtype, *shape, layout)
     ref = jit.rotary_reference(x, cos, sin)
-    for name in ("apply_rotary", "rotary"):
+    for name in ("apply_rotary", "rotary", "rotary_custom"):
         poison_allocator(x.numel() * x.element_size())
         y = getattr(wheel, name)(x, cos, sin)
         torch.cuda.synchronize()
@@ -133,18 +134,20 @@ def test_rotary_both_styles_against_torch_and_the_jit(wheel, jit, dtype, shape, 
 
 
 @pytest.mark.gpu
-def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel) -> None:
+@pytest.mark.parametrize("op", ["rotary", "rotary_custom"])
+def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel, op) -> None:
     import torch
 
     x, cos, sin = _inputs("fp16", 2, 300, 8, 128, 128, "contiguous")
-    assert hasattr(torch.ops.forge_realworld, "rotary")
+    assert hasattr(torch.ops.forge_realworld, op)
     graphs = []
 
     def backend(gm, example_inputs):
         graphs.append(gm)
         return gm.forward
 
-    compiled = torch.compile(lambda a, c, s: wheel.rotary(a, c, s) + 1, fullgraph=True, backend=backend)
-    assert torch.equal(compiled(x, cos, sin), wheel.rotary(x, cos, sin) + 1)
+    fn = getattr(wheel, op)
+    compiled = torch.compile(lambda a, c, s: fn(a, c, s) + 1, fullgraph=True, backend=backend)
+    assert torch.equal(compiled(x, cos, sin), fn(x, cos, sin) + 1)
     (gm,) = graphs
-    assert "forge_realworld.rotary" in [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert f"forge_realworld.{op}" in [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]

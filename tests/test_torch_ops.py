@@ -409,3 +409,64 @@ def test_fake_implementation_never_gives_a_static_size_that_a_block_size_decides
     exported = _export(ops.rows, (torch.randn(300, 512, dtype=torch.float16),), ({0: Dim("m", min=2, max=1 << 16)},))
     (out,) = next(node for node in exported.graph.nodes if node.op == "output").args[0]
     assert isinstance(out.meta["val"].shape[0], torch.SymInt) and out.meta["val"].shape[1] == 512
+
+
+CUSTOM_OP_FILE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * alpha, mask=m)
+
+
+@torch.library.custom_op("forge_test_lib::scale", mutates_args=())
+def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    _scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), alpha, BLOCK=1024)
+    return out
+
+
+@torch.library.custom_op("forge_test_lib::scale_", mutates_args={"x"})
+def scale_(x: torch.Tensor, alpha: float) -> None:
+    _scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, x, x.numel(), alpha, BLOCK=1024)
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device), 2.0)
+    scale_(torch.randn(1000, device=device), 2.0)
+'''
+
+
+def test_a_torch_library_custom_op_keeps_its_schema_and_gets_the_packages_meta(tmp_path) -> None:
+    # vLLM / SGLang register their Triton ops with @torch.library.custom_op (no register_fake here): the package's
+    # op takes the decorator's schema, and its Meta implementation runs the author's function with launches skipped
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "scale.py").write_text(CUSTOM_OP_FILE)
+    (tmp_path / "kernel_manifest.toml").write_text(textwrap.dedent('''\
+        [project]
+        name = "forge_test_customop"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.scale]
+        source = "kernels/scale.py:_scale_kernel"
+        ops = ["scale", "scale_"]
+        signature = { x_ptr = "*fp32", out_ptr = "*fp32", n = "i32", alpha = "fp32" }
+        examples = "examples"
+    '''))
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert plan.modules["scale"]["schemas"] == {"scale": "(Tensor x, float alpha) -> Tensor", "scale_": None}
+    assert "writes its arguments" in plan.modules["scale"]["schema_notes"]["scale_"]
+    _ops(tmp_path / "kernel_manifest.toml", "forge_test_customop")
+    with FakeTensorMode():
+        y = torch.ops.forge_test_customop.scale(torch.empty(37, 5, device="cuda"), 3.0)
+        assert y.shape == (37, 5) and y.device.type == "cuda"
+    assert not hasattr(torch.ops.forge_test_customop, "scale_")

@@ -236,7 +236,9 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
     def meta(*args: Any, **kwargs: Any) -> Any:
         from .torch_ops import fake_call  # the runtime loads on first use, not at import
 
-        return fake_call(function(op), args, kwargs)
+        fn = function(op)
+        # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
+        return fake_call(getattr(fn, "_init_fn", fn), args, kwargs)
 
     return real, meta
 
