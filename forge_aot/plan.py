@@ -163,7 +163,7 @@ class TracedCall:
     named: dict[str, Any] | None
     """Arguments by name (for heuristics and pruning hooks), the call-site values included."""
     target: str | None = None
-    """The target whose representative GPU the host code saw (``driver.active`` answers), where it asked."""
+    """The target the host code was traced for where it asks about the device (see trace.as_target), else None."""
 
 
 @dataclass
@@ -786,8 +786,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.
     _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()},
                  {m: mod["source"].host_source for m, mod in modules.items()})
-    # Host code that asks Triton's driver about the device (the tutorial softmax's num_stages from its shared
-    # memory) may launch differently per target: traced once per target, each call tagged with it.
+    # Host code that asks about the device (the tutorial softmax's num_stages from its shared memory, FLA's
+    # is_nvidia_hopper, the persistent matmul's SM count) may launch differently per target and GPU model: traced
+    # once per (target, model) of project.trace-gpus, each call tagged with its target.
     reads_device = {n for n, kp in kernels.items()
                     if modules[kp.module]["source"].reads_device or _helpers_ask_device(kp.local_modules)}
     gpus = trace_gpus(chosen, m.project.trace_gpus)  # (target, GPU model), the first target's first

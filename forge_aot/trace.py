@@ -21,8 +21,8 @@ from .errors import SourceError
 from .plan import KernelPlan, TracedCall
 
 TRACED_TARGET: list[str | None] = [None]
-"""The target recorded with each traced call: the one whose representative GPU host code saw, where the build
-traces per target (host code that asks Triton's driver about the device); None where it traces once."""
+"""The target recorded with each traced call: the one whose GPU host code saw, where the build traces per target
+(host code that asks about the device); None where it traces once."""
 
 
 @contextlib.contextmanager

@@ -62,6 +62,32 @@ def dev_ops():
     return load_dev_ops(REPO / "kernel_manifest.toml")
 
 
+@pytest.fixture(scope="session")
+def realworld():
+    """The installed wheel of the library-style fixtures (tests/fixtures/realworld)."""
+    try:
+        return importlib.import_module("forge_realworld")
+    except ImportError:
+        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
+                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
+
+
+def import_fixture_file(path: Path, name: str):
+    """A fixture kernel file imported as its authors run it (under Triton's JIT), its project's root (the folder
+    above ``kernels/``) importable for its helper packages."""
+    import importlib.util
+    import sys
+
+    root = str(path.parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def poison_allocator(nbytes: int) -> None:
     """Fill a block of torch's caching allocator with NaN and free it, so a later torch.empty of that size
     hands back poisoned memory: an output element the kernel fails to write then shows up as NaN."""

@@ -19,7 +19,14 @@ from forge_aot import runtime as rt
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
 from forge_aot.sourcesplit import parse_source
-from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error, reset_handle
+from tests.conftest import (
+    FIXTURES,
+    import_fixture_file,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 REALWORLD = FIXTURES / "realworld"
 SOURCE = REALWORLD / "kernels" / "fused_softmax.py"
@@ -187,27 +194,16 @@ def test_meta_implementation_runs_the_warmup_without_a_binary() -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel():
-    try:
-        import forge_realworld
-    except ImportError:
-        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
-                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
+def wheel(realworld):
     import forge_realworld._ops.fused_softmax as host  # the bound host module (its kernels cache, its properties)
 
-    return forge_realworld, host
+    return realworld, host
 
 
 @pytest.fixture(scope="module")
 def jit():
     """The fixture file as its authors run it: under Triton's JIT."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_fs_jit_fused_softmax", SOURCE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_fixture_file(SOURCE, "_fs_jit_fused_softmax")
 
 
 def _dtype(name: str):

@@ -7,13 +7,18 @@ the build answers them. GPU: the wheel against torch in fp64 and against the sam
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
-from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error, reset_handle
+from tests.conftest import (
+    FIXTURES,
+    import_fixture_file,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 REALWORLD = FIXTURES / "realworld"
 TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
@@ -66,27 +71,14 @@ def test_a_helper_that_asks_the_device_makes_its_kernel_files_trace_per_target(t
 
 
 @pytest.fixture(scope="module")
-def wheel():
-    try:
-        import forge_realworld
-    except ImportError:
-        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
-                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
-    return forge_realworld
+def wheel(realworld):
+    return realworld
 
 
 @pytest.fixture(scope="module")
 def jit():
     """The fixture file as its authors run it (its helper package importable, as in its project)."""
-    import importlib.util
-
-    if str(REALWORLD) not in sys.path:
-        sys.path.insert(0, str(REALWORLD))
-    spec = importlib.util.spec_from_file_location("_l2_jit_l2norm", REALWORLD / "kernels" / "l2norm.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_fixture_file(REALWORLD / "kernels" / "l2norm.py", "_l2_jit_l2norm")
 
 
 def _dtype(name: str):

@@ -14,7 +14,14 @@ import pytest
 from forge_aot.errors import ManifestError
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
-from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error, reset_handle
+from tests.conftest import (
+    FIXTURES,
+    import_fixture_file,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 REALWORLD = FIXTURES / "realworld"
 TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
@@ -52,25 +59,13 @@ def test_trace_gpus_are_checked(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel():
-    try:
-        import forge_realworld
-    except ImportError:
-        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
-                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
-    return forge_realworld
+def wheel(realworld):
+    return realworld
 
 
 @pytest.fixture(scope="module")
 def jit():
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("_mp_jit", REALWORLD / "kernels" / "matmul_persistent.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_fixture_file(REALWORLD / "kernels" / "matmul_persistent.py", "_mp_jit")
 
 
 @pytest.mark.gpu

@@ -4,12 +4,17 @@ the wheel's own config). Needs the fixture wheel installed (scripts/gpu_round.sh
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pytest
 
-from tests.conftest import FIXTURES, launched_specs, offset_view, poison_allocator, relative_error, reset_handle
+from tests.conftest import (
+    FIXTURES,
+    import_fixture_file,
+    launched_specs,
+    offset_view,
+    poison_allocator,
+    relative_error,
+    reset_handle,
+)
 
 REALWORLD = FIXTURES / "realworld"
 FWD_TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
@@ -23,29 +28,16 @@ def _dtype(name: str):
 
 
 @pytest.fixture(scope="module")
-def wheel():
-    try:
-        import forge_realworld
-    except ImportError:
-        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
-                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
-    return forge_realworld
+def wheel(realworld):
+    return realworld
 
 
 @pytest.fixture(scope="module")
 def jit():
     """The fixture files imported as they are, running under Triton's JIT (and autotuner), the fixture project's
     root importable as it is for its authors (rms_norm imports the ``ligerlike`` helpers)."""
-    if str(REALWORLD) not in sys.path:
-        sys.path.insert(0, str(REALWORLD))
-    mods = {}
-    for name in ("rms_norm", "layer_norm", "matmul_autotune", "flash_attention"):
-        spec = importlib.util.spec_from_file_location(f"_rw_jit_{name}", REALWORLD / "kernels" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        mods[name] = module
-    return mods
+    return {name: import_fixture_file(REALWORLD / "kernels" / f"{name}.py", f"_rw_jit_{name}")
+            for name in ("rms_norm", "layer_norm", "matmul_autotune", "flash_attention")}
 
 
 @pytest.fixture(scope="module")

@@ -79,13 +79,8 @@ def test_plan_traces_both_styles() -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel():
-    try:
-        import forge_realworld
-    except ImportError:
-        pytest.skip("forge_realworld is not installed: forge-aot build --manifest tests/fixtures/realworld/"
-                    "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
-    return forge_realworld
+def wheel(realworld):
+    return realworld
 
 
 @pytest.fixture(scope="module")
