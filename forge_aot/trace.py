@@ -67,6 +67,36 @@ def fresh_modules(names: set[str]) -> Iterator[None]:
         sys.modules.update(saved)
 
 
+@contextlib.contextmanager
+def bound_names(modules: dict[str, Any]) -> Iterator[None]:
+    """While host code runs (examples, tuning inputs), a kernel file that project code imports by its project name
+    (inside a function, or through a helper imported earlier) is its bound host module under that name, as in the
+    wheel, whose import system binds on demand; the project's own modules are back afterwards."""
+    missing = object()
+    saved = {name: sys.modules.get(name, missing) for name in modules}
+    attrs: list[tuple[Any, str, Any]] = []
+    try:
+        for name, module in modules.items():
+            sys.modules[name] = module
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules:  # ``import pkg.mod`` then ``pkg.mod.op``: the attribute on the package too
+                attrs.append((sys.modules[parent], child, getattr(sys.modules[parent], child, missing)))
+                setattr(sys.modules[parent], child, module)
+        yield
+    finally:
+        for owner, child, value in reversed(attrs):
+            if value is missing:
+                with contextlib.suppress(AttributeError):
+                    delattr(owner, child)
+            else:
+                setattr(owner, child, value)
+        for name, module in saved.items():
+            if module is missing:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 class TraceKernel(rt.Kernel):
     """A kernel handle that binds a call like the packaged one and records it."""
 
@@ -117,6 +147,9 @@ class Tracer:
         self.modules: dict[str, Any] = {}
         self.handles: dict[str, TraceKernel] = {}
         self.paths: dict[str, str] = {}
+        self.aliased: dict[str, Any] = {}
+        """Project name -> bound host module, for kernel files other project code imports (``imported_as``): those
+        names reach the bound modules while host code runs, as they do while binding (see ``bound_names``)."""
         entries = {mod_name: {"kernels": mod["kernels"], "ops": [],
                               **{k: mod[k] for k in ("package", "imported_as", "imports_host") if mod.get(k)}}
                    for mod_name, mod in modules.items()}
@@ -135,11 +168,13 @@ class Tracer:
 
         source = mod["source"]
         self.paths[mod_name] = str(source.path)
+        names = aliases(entry)
         try:
             self.modules[mod_name] = rt.bind_module(f"_forge_trace_{mod_name}", index, mod_name, None, factory,
-                                                    (str(source.path), source.host_source), aliases=aliases(entry))
+                                                    (str(source.path), source.host_source), aliases=names)
         except Exception as exc:
             raise SourceError(f"{source.path}: running the host code failed:\n{_trace(exc)}") from None
+        self.aliased.update(dict.fromkeys(names, self.modules[mod_name]))
         for kp in plans:
             kp.heuristics = list(self.handles[kp.name].heuristics)
             if [n for n, _ in kp.heuristics] != kp.heuristic_names:
@@ -150,7 +185,7 @@ class Tracer:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets
         each module's ``schemas``: the torch.library schema of each op (see ``schema``), with
         ``schema_notes`` saying where it came from or why there is none."""
-        with as_target(self.target, self.per_target, self.model):
+        with as_target(self.target, self.per_target, self.model), bound_names(self.aliased):
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
@@ -200,7 +235,7 @@ class Tracer:
         """The launches of ``kp`` that its tuning op makes on the tuning inputs of one row (``tune.inputs``),
         traced on the meta device (no memory; the CPU where the host code needs values). Raises SourceError
         when the inputs do not launch the kernel in that variant with that key."""
-        with as_target(self.target, False, self.model):
+        with as_target(self.target, False, self.model), bound_names(self.aliased):
             return self._trace_inputs(kp, assignment, key)
 
     def _trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:

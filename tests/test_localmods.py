@@ -453,3 +453,26 @@ def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path:
         ''')
     res = _run_fresh(code, target)
     assert res == {"max_err": 0.0, "triton": False, "graphs": 1}
+
+
+def test_a_kernel_file_imported_inside_a_function_reaches_the_traced_op(tmp_path: Path) -> None:
+    """twice.py imports scale.py inside its op's body (and the package __init__ imports nothing): the examples
+    run after binding, and the import there still reaches the traced scale op, not the project's JIT one."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _two_file_package_project(tmp_path)
+    kernels = tmp_path / "unslothish" / "kernels"
+    (kernels / "__init__.py").write_text("")
+    twice = kernels / "twice.py"
+    twice.write_text(twice.read_text().replace("from .scale import scale\n", "").replace(
+        "    y = scale(scale(x))\n", "    from .scale import scale\n\n    y = scale(scale(x))\n"))
+    try:
+        plan = make_plan(load_manifest(manifest), ["sm_90"])
+    finally:
+        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
+            del sys.modules[name]
+    assert plan.modules["scale"]["imported_as"] == ["unslothish.kernels.scale"]
+    # neg_scale's examples ran through the traced scale op: its launches were recorded as scale's
+    scale_calls = [c for e in plan.entries if e.kernel == "scale" for cs in e.calls.values() for c in cs]
+    assert {c.key for c in scale_calls} >= {(1000,), (4096,)}
