@@ -206,6 +206,28 @@ def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:
     return None
 
 
+def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
+                         heuristics: list[ast.expr]) -> dict[ast.stmt, list[ast.alias]]:
+    """Imports of the host code that bind names only kernels use (flash-linear-attention's kernel files take
+    ``exp`` and ``@triton.jit`` helpers from ``fla.ops.utils.op``): each such ``import`` → the aliases host code does
+    use (none: the statement belongs to the kernels and is left out of the host code, so the wheel neither needs
+    the helper nor runs it; the build's compile still imports the file whole)."""
+    kernel_uses = set().union(*(_names_in(s) for s in kernel_side))
+    host_uses = set().union(*(_names_in(s) for s in host if not isinstance(s, (ast.Import, ast.ImportFrom))),
+                            *(_names_in(h) for h in heuristics))
+    out: dict[ast.stmt, list[ast.alias]] = {}
+    for stmt in host:
+        if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or (
+                isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"):
+            continue
+        bound = {(a.asname or a.name.split(".")[0]): a for a in stmt.names if a.name != "*"}
+        only_kernels = {n for n in bound if n in kernel_uses and n not in host_uses}
+        if not only_kernels or (isinstance(stmt, ast.Import) and len(only_kernels) < len(bound)):
+            continue  # a plain ``import a, b`` is left whole where host code uses one of its names
+        out[stmt] = [a for n, a in bound.items() if n not in only_kernels]
+    return out
+
+
 def _triton_names(tree: ast.Module) -> set[str]:
     """Names a file binds to Triton modules or objects (``triton``, ``tl``, ``jit``…)."""
     names: set[str] = set()
@@ -427,6 +449,12 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         if id(stmt) in direct:
             for n in _defined_names(stmt):
                 kernel_side[n] = stmt.lineno
+    narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked],
+                                    [_heuristics_values(d) for _, d in heuristics])
+    for stmt, kept in narrowed.items():
+        if not kept:
+            host.remove(stmt)
+            blanked.append(stmt)
     # Report a host statement that reaches a Triton-side definition before the definition itself.
     host.sort(key=lambda s: id(s) in direct)
     allowed_triton = set(_HostTriton.HOST_HELPERS) - {"runtime"}
@@ -474,6 +502,13 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
+    for stmt, kept in narrowed.items():
+        if kept:  # the names host code uses, on the statement's first line (the rest blank)
+            first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
+            indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+            names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
+            lines[first:last + 1] = [f"{indent}from {'.' * stmt.level}{stmt.module or ''} import {names}\n"] + \
+                ["\n"] * (last - first)
     triton_op_names = {"triton_op"} | {a.asname for stmt in host if isinstance(stmt, ast.ImportFrom)
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}

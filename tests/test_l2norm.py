@@ -36,6 +36,9 @@ def test_each_target_gets_the_tile_its_architecture_asks_for() -> None:
     # the persistent kernel's grid comes from the SM count, a runtime value: the same variants for both targets
     rows = {(e.variant, e.target) for e in plan.entries if e.kernel == "l2norm_rows"}
     assert {v for v, t in rows if t == "sm_80"} == {v for v, t in rows if t == "sm_90"} and rows
+    # the kernels' @triton.jit helper module (flalike.op) is no host code: not imported by it, not shipped
+    assert "from flalike.op import" not in plan.modules["l2norm"]["host_source"]
+    assert set(plan.modules["l2norm"]["local_sources"]) == {"flalike", "flalike.utils"}
 
 
 def test_torch_device_queries_answer_as_the_target_only_inside() -> None:

@@ -169,3 +169,16 @@ def test_build_only_helpers_are_left_out_unless_shipped_code_calls_them(tmp_path
     assert "def _fast" in shipped and "def _slow" in shipped and "def op" in shipped
     assert "def tune_inputs" not in shipped and "def run_for_tuning" not in shipped
     assert shipped.count("\n") == src.host_source.count("\n")
+
+
+def test_imports_only_kernels_use_leave_the_host_code(tmp_path: Path) -> None:
+    # flash-linear-attention's kernel files take @triton.jit helpers and tl aliases from a project module
+    f = tmp_path / "k.py"
+    f.write_text("import torch\nimport triton\nimport triton.language as tl\n"
+                 "from mylib.op import exp, safe_exp, block_for\nimport mylib.jitonly as jo\n\n"
+                 "@triton.jit\ndef k(x, BLOCK: tl.constexpr):\n    jo.f(safe_exp(exp(tl.load(x))))\n\n"
+                 "def op(x):\n    k[(1,)](x, BLOCK=block_for(x.numel()))\n    return x\n")
+    src = parse_source(f, {"op"})
+    host = src.host_source.splitlines()
+    assert host[3] == "from mylib.op import block_for" and host[4] == ""
+    compile(src.host_source, str(f), "exec")
