@@ -798,8 +798,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     if per_target:
         traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
                   for n, calls in traced.items()}
+        # The other GPUs run only the host modules whose kernels ask, with the modules their own code imports.
+        asking = {kernels[n].module for n in reads_device}
+        todo = list(asking)
+        while todo:
+            for dep in modules[todo.pop()].get("imports_host", ()):
+                if dep not in asking:
+                    asking.add(dep)
+                    todo.append(dep)
+        subset = {m: mod for m, mod in modules.items() if m in asking}
         for target, model in gpus[1:]:
-            for name, calls in Tracer(kernels, modules, target, True, model).run_examples(modules).items():
+            for name, calls in Tracer(kernels, subset, target, True, model).run_examples(subset).items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
     for mod in modules.values():

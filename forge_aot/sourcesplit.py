@@ -166,6 +166,20 @@ as it is (the package registers its ops as ``torch.ops.<package>.<op>``)."""
 _TORCH_LIBRARY_MODULES = ("torch.library", "torch._library.triton", "torch._library")
 
 
+def _replace_statement(lines: list[str], stmt: ast.stmt, text: str) -> None:
+    """Put ``text`` (one line) in place of a statement, at its indentation, its other lines blank: line numbers
+    stay the author's."""
+    first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
+    indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
+    lines[first:last + 1] = [f"{indent}{text}\n"] + ["\n"] * (last - first)
+
+
+def _import_from(stmt: ast.ImportFrom, aliases: list[ast.alias]) -> str:
+    """``from <stmt's module> import <aliases>``."""
+    names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in aliases)
+    return f"from {'.' * stmt.level}{stmt.module or ''} import {names}"
+
+
 def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
     """Rewrite, in place and line for line, host code's ``from torch.library import wrap_triton`` (and
     ``triton_op``, ``capture_triton``) to bind the runtime's stand-ins, and ``torch.library.wrap_triton`` to
@@ -176,13 +190,10 @@ def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
             if isinstance(node, ast.ImportFrom) and node.module in _TORCH_LIBRARY_MODULES and node.level == 0 \
                     and any(a.name in TORCH_TRITON for a in node.names):
                 keep = [a for a in node.names if a.name not in TORCH_TRITON]
-                parts = [f"from {node.module} import " + ", ".join(
-                    a.name + (f" as {a.asname}" if a.asname else "") for a in keep)] if keep else []
+                parts = [_import_from(node, keep)] if keep else []
                 parts += [f"{a.asname or a.name} = triton.{TORCH_TRITON[a.name]}" for a in node.names
                           if a.name in TORCH_TRITON]
-                first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-                indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
-                lines[first:last + 1] = [indent + "; ".join(parts) + "\n"] + ["\n"] * (last - first)
+                _replace_statement(lines, node, "; ".join(parts))
             elif isinstance(node, ast.Attribute) and node.attr in TORCH_TRITON and node.lineno == node.end_lineno \
                     and ast.unparse(node.value) in _TORCH_LIBRARY_MODULES:
                 spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0,
@@ -503,22 +514,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
     for stmt, kept in narrowed.items():
-        if kept:  # the names host code uses, on the statement's first line (the rest blank)
-            first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
-            indent = lines[first][:len(lines[first]) - len(lines[first].lstrip())]
-            names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
-            lines[first:last + 1] = [f"{indent}from {'.' * stmt.level}{stmt.module or ''} import {names}\n"] + \
-                ["\n"] * (last - first)
+        if kept:  # the names host code uses
+            _replace_statement(lines, stmt, _import_from(stmt, kept))  # type: ignore[arg-type]
     triton_op_names = {"triton_op"} | {a.asname for stmt in host if isinstance(stmt, ast.ImportFrom)
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}
     _torch_library_rewrites(host, lines)
-    for stmt in driver_imports:
-        # The import, on its own line, binds the runtime's driver: ``driver = triton.runtime.driver``.
-        first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
-        names = _host_driver_import(stmt) or []
-        lines[first:last + 1] = [f"{'; '.join(f'{n} = triton.runtime.driver' for n in names)}\n"] + \
-            ["\n"] * (last - first)
+    for stmt in driver_imports:  # binds the runtime's driver: ``driver = triton.runtime.driver``
+        _replace_statement(lines, stmt, "; ".join(f"{n} = triton.runtime.driver"
+                                                  for n in _host_driver_import(stmt) or []))
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
                       function_lines=function_lines, names_used=names_used,

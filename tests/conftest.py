@@ -10,6 +10,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+REALWORLD = FIXTURES / "realworld"
+"""The library-style fixture project."""
+HALF_TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
+"""Relative error against an fp64 reference for a forward op computed in half precision (fp32 accumulation)."""
 
 
 def _gpu_available() -> bool:
@@ -60,6 +64,16 @@ def dev_ops():
     from forge_aot.dev import load_dev_ops
 
     return load_dev_ops(REPO / "kernel_manifest.toml")
+
+
+@pytest.fixture(scope="session")
+def realworld_plan():
+    """The build plan of the library-style fixtures for all their targets (traced once per target and GPU model:
+    seconds on the CPU machine, so made once per session; tests only read it)."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    return make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"))
 
 
 @pytest.fixture(scope="session")

@@ -16,11 +16,9 @@ import textwrap
 import pytest
 
 from forge_aot import runtime as rt
-from forge_aot.manifest import load_manifest
-from forge_aot.plan import make_plan
 from forge_aot.sourcesplit import parse_source
 from tests.conftest import (
-    FIXTURES,
+    REALWORLD,
     import_fixture_file,
     offset_view,
     poison_allocator,
@@ -28,7 +26,6 @@ from tests.conftest import (
     reset_handle,
 )
 
-REALWORLD = FIXTURES / "realworld"
 SOURCE = REALWORLD / "kernels" / "fused_softmax.py"
 TRITON_CUDA_KEYS = {"max_shared_mem", "max_num_regs", "multiprocessor_count", "warpSize", "sm_clock_rate",
                     "mem_clock_rate", "mem_bus_width"}
@@ -50,15 +47,10 @@ def test_host_code_keeps_the_driver_queries_and_the_warmup() -> None:
     assert set(site.keywords) == {"BLOCK_SIZE", "num_stages", "num_warps"}
 
 
-@pytest.fixture(scope="module")
-def plan():
-    return make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"))
-
-
-def test_each_target_gets_the_stages_its_shared_memory_asks_for(plan) -> None:
+def test_each_target_gets_the_stages_its_shared_memory_asks_for(realworld_plan) -> None:
     # num_stages = 4 if SIZE_SMEM > 200000 else 2: A100 (163 KB) 2, H100 (227 KB) 4. The kernel parameter and the
     # compile option are one axis, as a Triton keyword argument sets both.
-    entries = [e for e in plan.entries if e.kernel == "fused_softmax"]
+    entries = [e for e in realworld_plan.entries if e.kernel == "fused_softmax"]
     stages = {t: {e.assignment["num_stages"] for e in entries if e.target == t} for t in ("sm_80", "sm_90")}
     assert stages == {"sm_80": {2}, "sm_90": {4}}
     for e in entries:
@@ -72,9 +64,9 @@ def test_each_target_gets_the_stages_its_shared_memory_asks_for(plan) -> None:
     # host code that never asks about the device is traced once, for every target alike; the RMSNorm's asks
     # torch for the SM count (its backward's grid): traced per target, the same variants on both
     for kernel, targets in (("layer_norm_fwd", {None}), ("rms_norm_fwd", {"sm_80", "sm_90"})):
-        built = {(e.variant, e.target) for e in plan.entries if e.kernel == kernel}
+        built = {(e.variant, e.target) for e in realworld_plan.entries if e.kernel == kernel}
         assert {v for v, t in built if t == "sm_80"} == {v for v, t in built if t == "sm_90"}
-        calls = [c for calls in (e.calls for e in plan.entries if e.kernel == kernel) for cs in calls.values()
+        calls = [c for calls in (e.calls for e in realworld_plan.entries if e.kernel == kernel) for cs in calls.values()
                  for c in cs]
         assert calls and {c.target for c in calls} == targets
 
@@ -108,7 +100,7 @@ def test_the_real_devices_answers_are_read_once_per_device(monkeypatch) -> None:
 
     from forge_aot.runtime import drivers
 
-    host_triton = importlib.import_module("forge_aot.runtime.host_triton")  # the module, not its exported object
+    host_driver = importlib.import_module("forge_aot.runtime.host_driver")
     calls = []
 
     class FakeDriver:
@@ -123,9 +115,9 @@ def test_the_real_devices_answers_are_read_once_per_device(monkeypatch) -> None:
             return {"capability": (9, 0), "arch": "sm_90", "name": "fake", "max_shared": 232448}
 
     monkeypatch.setattr(drivers, "_driver", FakeDriver())
-    monkeypatch.setattr(host_triton, "_PROPERTIES", {})
-    monkeypatch.setattr(host_triton, "_TARGETS", {})
-    monkeypatch.setattr(host_triton._ActiveDriver, "get_current_device", lambda self: 1)
+    monkeypatch.setattr(host_driver, "_PROPERTIES", {})
+    monkeypatch.setattr(host_driver, "_TARGETS", {})
+    monkeypatch.setattr(host_driver._ActiveDriver, "get_current_device", lambda self: 1)
     active = rt.host_triton.runtime.driver.active
     first = active.utils.get_device_properties(1)
     first["multiprocessor_count"] = 0  # the caller's copy

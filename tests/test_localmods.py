@@ -255,6 +255,22 @@ def examples(device="cpu"):
 '''
 
 
+def _forget_package(top: str) -> None:
+    """The project package and its modules out of sys.modules (a later test's project may have the same name)."""
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def _plan_of(manifest: Path):
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    try:
+        return make_plan(load_manifest(manifest), ["sm_90"])
+    finally:
+        _forget_package("unslothish")
+
+
 def _two_file_package_project(root: Path) -> Path:
     """``_package_project`` with a second kernel file whose host code imports the first one's op, and the package
     ``__init__`` importing both kernel files."""
@@ -389,26 +405,19 @@ def test_development_mode_binds_an_imported_kernel_file_like_the_wheel(tmp_path:
         assert real.__name__ == "unslothish.kernels.scale" and type(real.scale_kernel).__name__ == "JITFunction"
     finally:
         sys.path.remove(str(tmp_path))
-        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
-            del sys.modules[name]
+        _forget_package("unslothish")
 
 
 def test_the_build_binds_an_imported_kernel_file_before_the_file_importing_it(tmp_path: Path) -> None:
     """The importing file sorts first (a_twice.py imports scale.py): the build still binds scale first, so the
     tracer's a_twice reaches the traced scale op, not the project's JIT one (which fails on the CPU)."""
-    from forge_aot.manifest import load_manifest
-    from forge_aot.plan import make_plan
 
     manifest = _two_file_package_project(tmp_path)
     kernels = tmp_path / "unslothish" / "kernels"
     (kernels / "twice.py").rename(kernels / "a_twice.py")
     (kernels / "__init__.py").write_text("from .scale import scale\nfrom .a_twice import neg_scale\n")
     manifest.write_text(manifest.read_text().replace("kernels/twice.py", "kernels/a_twice.py"))
-    try:
-        plan = make_plan(load_manifest(manifest), ["sm_90"])
-    finally:
-        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
-            del sys.modules[name]
+    plan = _plan_of(manifest)
     assert plan.modules["a_twice"]["imports_host"] == ["scale"]
     assert plan.modules["scale"]["imported_as"] == ["unslothish.kernels.scale"]
     # the examples of a_twice ran through the traced scale: its launches were recorded for the scale kernel too
@@ -458,8 +467,6 @@ def test_a_kernel_file_imported_by_another_runs_its_kernels_on_the_gpu(tmp_path:
 def test_a_kernel_file_imported_inside_a_function_reaches_the_traced_op(tmp_path: Path) -> None:
     """twice.py imports scale.py inside its op's body (and the package __init__ imports nothing): the examples
     run after binding, and the import there still reaches the traced scale op, not the project's JIT one."""
-    from forge_aot.manifest import load_manifest
-    from forge_aot.plan import make_plan
 
     manifest = _two_file_package_project(tmp_path)
     kernels = tmp_path / "unslothish" / "kernels"
@@ -467,11 +474,7 @@ def test_a_kernel_file_imported_inside_a_function_reaches_the_traced_op(tmp_path
     twice = kernels / "twice.py"
     twice.write_text(twice.read_text().replace("from .scale import scale\n", "").replace(
         "    y = scale(scale(x))\n", "    from .scale import scale\n\n    y = scale(scale(x))\n"))
-    try:
-        plan = make_plan(load_manifest(manifest), ["sm_90"])
-    finally:
-        for name in [m for m in sys.modules if m == "unslothish" or m.startswith("unslothish.")]:
-            del sys.modules[name]
+    plan = _plan_of(manifest)
     assert plan.modules["scale"]["imported_as"] == ["unslothish.kernels.scale"]
     # neg_scale's examples ran through the traced scale op: its launches were recorded as scale's
     scale_calls = [c for e in plan.entries if e.kernel == "scale" for cs in e.calls.values() for c in cs]

@@ -13,9 +13,9 @@ import pytest
 
 from forge_aot.errors import ManifestError
 from forge_aot.manifest import load_manifest
-from forge_aot.plan import make_plan
 from tests.conftest import (
-    FIXTURES,
+    HALF_TOL,
+    REALWORLD,
     import_fixture_file,
     offset_view,
     poison_allocator,
@@ -23,12 +23,9 @@ from tests.conftest import (
     reset_handle,
 )
 
-REALWORLD = FIXTURES / "realworld"
-TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
 
-
-def test_each_traced_gpu_gets_its_sm_count_built() -> None:
-    plan = make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"))
+def test_each_traced_gpu_gets_its_sm_count_built(realworld_plan) -> None:
+    plan = realworld_plan
     sms = {t: {e.assignment["NUM_SMS"] for e in plan.entries if e.kernel == "matmul_persistent" and e.target == t}
            for t in ("sm_80", "sm_90")}
     assert sms == {"sm_80": {108}, "sm_90": {132, 114}}  # A100 SXM (default); H100 SXM and PCIe (listed)
@@ -90,7 +87,7 @@ def test_persistent_matmul_against_torch_and_the_jit(wheel, jit, dtype, mnk, lay
     poison_allocator(M * N * 2)
     c = wheel.matmul_persistent(a, b)
     torch.cuda.synchronize()
-    assert relative_error(c, a.double() @ b.double()) < TOL[dtype] * 2
+    assert relative_error(c, a.double() @ b.double()) < HALF_TOL[dtype] * 2
     (state,) = host.matmul_kernel_persistent._states.values()
     assert state.assignment["NUM_SMS"] == torch.cuda.get_device_properties(0).multi_processor_count
     jc = jit.matmul_persistent(a, b)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import (
-    FIXTURES,
+    HALF_TOL,
+    REALWORLD,
     import_fixture_file,
     launched_specs,
     offset_view,
@@ -16,8 +17,7 @@ from tests.conftest import (
     reset_handle,
 )
 
-REALWORLD = FIXTURES / "realworld"
-FWD_TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
+FWD_TOL = HALF_TOL
 GRAD_TOL = {"fp16": 1e-2, "bf16": 3e-2}
 
 

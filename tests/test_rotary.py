@@ -13,11 +13,9 @@ import pytest
 
 from forge_aot import runtime as rt
 from forge_aot.sourcesplit import parse_source
-from tests.conftest import FIXTURES, offset_view, poison_allocator, relative_error
+from tests.conftest import HALF_TOL, REALWORLD, offset_view, poison_allocator, relative_error
 
-REALWORLD = FIXTURES / "realworld"
 SOURCE = REALWORLD / "kernels" / "rotary.py"
-TOL = {"fp16": 2e-3, "bf16": 1.2e-2}
 
 
 def test_torch_librarys_triton_entry_points_bind_the_runtimes_stand_ins() -> None:
@@ -62,11 +60,8 @@ def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> No
     assert rt.host_triton._triton_op("a::b", op, mutates_args=()) is op
 
 
-def test_plan_traces_both_styles() -> None:
-    from forge_aot.manifest import load_manifest
-    from forge_aot.plan import make_plan
-
-    plan = make_plan(load_manifest(REALWORLD / "kernel_manifest.toml"), ["sm_90"])
+def test_plan_traces_both_styles(realworld_plan) -> None:
+    plan = realworld_plan
     variants = {(e.assignment["T"], e.assignment["BLOCK_K"], e.assignment["BLOCK_M"]) for e in plan.entries
                 if e.kernel == "rotary"}
     assert variants == {(t, k, 8) for t in ("fp16", "bf16") for k in (64, 128)}
@@ -120,12 +115,12 @@ def test_rotary_both_styles_against_torch_and_the_jit(wheel, jit, dtype, shape, 
         y = getattr(wheel, name)(x, cos, sin)
         torch.cuda.synchronize()
         assert y.shape == x.shape and y.dtype == x.dtype
-        assert relative_error(y, ref) < TOL[dtype], name
+        assert relative_error(y, ref) < HALF_TOL[dtype], name
         jy = getattr(jit, name)(x, cos, sin)
         if layout == "contiguous" and shape[:2] in ((2, 1000), (1, 77), (2, 256)):
             assert torch.equal(y, jy), name  # a traced shape: the JIT's own binary
         else:
-            assert relative_error(y, jy.double()) < TOL[dtype], name
+            assert relative_error(y, jy.double()) < HALF_TOL[dtype], name
 
 
 @pytest.mark.gpu

@@ -8,6 +8,8 @@ tree and in the wheel. One module per concern:
 
 - ``errors``: the error hierarchy;      ``expressions``: the constraint language;
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
+- ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
+- ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
@@ -67,8 +69,8 @@ _EXPORTS = {
     "Kernel": "kernel",
     "PlaceholderCompiled": "compiled",
     "CompiledBase": "compiled",
-    "DEVICE_PROFILE": "host_triton",
-    "GPUTarget": "host_triton",
+    "DEVICE_PROFILE": "host_driver",
+    "GPUTarget": "host_driver",
     "BinaryBackend": "launch",
     "_BinaryLauncher": "launch",
     "choose_binary": "launch",
@@ -94,7 +96,8 @@ _EXPORTS = {
     "variant_id": "tables",
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip",
-                         "host_modules", "host_triton", "kernel", "launch", "packing", "tables", "torch_ops"})
+                         "host_driver", "host_modules", "host_triton", "kernel", "launch", "packing", "tables",
+                         "torch_ops"})
 __all__ = sorted(_EXPORTS)
 
 

@@ -103,7 +103,7 @@ class CompiledKernel(CompiledBase):
 
     def __init__(self, kernel: Kernel, launcher: _BinaryLauncher, config: Config, call: dict[str, Any],
                  target_info: dict[str, Any]) -> None:
-        from .host_triton import GPUTarget
+        from .host_driver import GPUTarget
 
         target = GPUTarget(target_info["backend"], target_info["arch"], target_info["warp_size"])
         self.kernel = kernel
@@ -162,10 +162,5 @@ def warmup(kernel: Kernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Com
             return PlaceholderCompiled(kernel, call)
     state = kernel._state(runtime, call)
     config = state.table.lookup(tuple(runtime[src] if is_rt else call[src] for is_rt, src in kernel.key_sources))
-    heur: tuple[Any, ...] = ()
-    if kernel.heuristics:
-        nargs = kernel.named_args(runtime, call, config)
-        for name, fn in kernel.heuristics:
-            nargs[name] = fn(nargs)
-        heur = tuple(nargs[n] for n in kernel.heuristic_names)
+    heur = kernel.heuristic_values(runtime, call, config)[0] if kernel.heuristics else ()
     return kernel.backend.compiled(kernel, state, config, heur, runtime, call, generic)

@@ -282,6 +282,15 @@ class Kernel(KernelBase):
         values and the config's keyword arguments."""
         return {**dict(zip(self.runtime_names, runtime)), **call, **config.all_kwargs()}
 
+    def heuristic_values(self, runtime: Sequence[Any], call: dict[str, Any],
+                         config: Config) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The ``@triton.heuristics`` values of a call (in ``heuristic_names`` order) and the arguments by name
+        they were computed over, theirs included (what pre-hooks and grid functions see)."""
+        nargs = self.named_args(runtime, call, config)
+        for name, fn in self.heuristics:
+            nargs[name] = fn(nargs)
+        return tuple(nargs[n] for n in self.heuristic_names), nargs
+
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
         """Triton's ``kernel.warmup(*args, grid=..., **kwargs)``: the packaged binary this call would launch, loaded,
         as Triton's ``CompiledKernel`` (see compiled.warmup). Launches nothing."""
@@ -305,10 +314,7 @@ class Kernel(KernelBase):
         config = state.table.lookup(key)
         heur: tuple[Any, ...] = ()
         if self.heuristics or config.pre_hook:
-            nargs = self.named_args(runtime, call, config)
-            for name, fn in self.heuristics:
-                nargs[name] = fn(nargs)
-            heur = tuple(nargs[n] for n in self.heuristic_names)
+            heur, nargs = self.heuristic_values(runtime, call, config)
             if config.pre_hook:
                 self.pre_hooks[config.pre_hook](nargs)
             if callable(grid):

@@ -1,0 +1,154 @@
+"""``triton.runtime.driver`` in packaged host code, and torch.library's Triton entry points.
+
+Host code written like the Triton tutorial "Fused Softmax" or flash-linear-attention's ``utils`` asks Triton's
+driver about the device (its properties, its target); host code in PyTorch's style launches through
+``torch.library.wrap_triton`` and decorates ops with ``@triton_op``. The host ``triton`` (host_triton) loads this
+module where host code first reads ``triton.runtime`` or those entry points: most never does.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, NamedTuple
+
+
+class GPUTarget(NamedTuple):
+    """``triton.runtime.driver.active.get_current_target()``: Triton's GPUTarget, read only. ``arch`` is the compute
+    capability as an int (90) on NVIDIA, the gfx name on AMD, as in Triton."""
+
+    backend: str
+    arch: int | str
+    warp_size: int
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("GPUTarget is read-only")
+
+
+DEVICE_PROFILE: list[Any] = [None]
+"""While the build traces host code, the GPU it stands for: (GPUTarget, properties dict), so
+``driver.active`` answers as a representative GPU of the target being traced. None: the real device."""
+
+
+class _DriverUtils:
+    def get_device_properties(self, device: Any = None) -> dict[str, Any]:
+        """Triton's ``driver.active.utils.get_device_properties(device)``: the same keys (``max_shared_mem``,
+        ``max_num_regs``, ``multiprocessor_count``, ``warpSize``, ``sm_clock_rate``, ``mem_clock_rate``,
+        ``mem_bus_width``; on AMD also ``arch`` and ``max_threads_per_sm``), read from the driver."""
+        profile = DEVICE_PROFILE[0]
+        if profile is not None:
+            return dict(profile[1])
+        index = _device_index(device)
+        props = _PROPERTIES.get(index)
+        if props is None:
+            from .drivers import driver
+
+            props = _PROPERTIES[index] = driver().properties(index)
+        return dict(props)  # a copy: host code may change its own
+
+
+_TARGETS: dict[int, GPUTarget] = {}
+"""Each device's target, read once (host code like the tutorial's ``is_hip()`` asks on every call)."""
+_PROPERTIES: dict[int, dict[str, Any]] = {}
+"""Each device's properties, read once: the driver takes about 0.13 ms per attribute on the H100 host (0.9 ms for
+the seven), and host code in FLA's style asks on every call (Triton reads them again each time)."""
+
+
+def _device_index(device: Any) -> int:
+    import torch
+
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
+
+
+class _ActiveDriver:
+    """``triton.runtime.driver.active`` in host code: what host code reads from it (the device, its stream, its
+    target and properties), answered from torch and the GPU driver, never Triton."""
+
+    def __init__(self) -> None:
+        self.utils = _DriverUtils()
+
+    @property
+    def active(self) -> _ActiveDriver:  # ``triton.runtime.driver.active``: the driver is its own active one
+        return self
+
+    def get_current_device(self) -> int:
+        import torch
+
+        return 0 if DEVICE_PROFILE[0] is not None else torch.cuda.current_device()
+
+    def get_active_torch_device(self) -> Any:
+        import torch
+
+        return torch.device("cuda", self.get_current_device())
+
+    def get_device_interface(self) -> Any:
+        import torch
+
+        return torch.cuda
+
+    def get_current_stream(self, device: Any = None) -> int:
+        import torch
+
+        if DEVICE_PROFILE[0] is not None:
+            return 0
+        return torch.cuda.current_stream(_device_index(device)).cuda_stream
+
+    def get_current_target(self) -> GPUTarget:
+        profile = DEVICE_PROFILE[0]
+        if profile is not None:
+            return profile[0]
+        index = self.get_current_device()
+        target = _TARGETS.get(index)
+        if target is None:
+            from .drivers import driver
+
+            drv = driver()
+            info = drv.describe(index)
+            if drv.backend == "cuda":
+                major, minor = info["capability"]
+                target = GPUTarget("cuda", major * 10 + minor, 32)
+            else:
+                target = GPUTarget("hip", info["arch"], drv.properties(index)["warpSize"])
+            _TARGETS[index] = target
+        return target
+
+    def is_active(self) -> bool:
+        return True
+
+
+class _HostRuntime(types.ModuleType):
+    """``triton.runtime`` in host code: its ``driver`` only."""
+
+    def __init__(self) -> None:
+        super().__init__("triton.runtime", "triton.runtime.driver, provided by the forge-aot runtime")
+        self.driver = _ActiveDriver()
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"packaged host code may use triton.runtime.driver only, not triton.runtime.{name}")
+
+
+def _wrap_triton(kernel: Any) -> Any:
+    """``torch.library.wrap_triton(kernel)`` (and ``capture_triton``) in host code: a packaged kernel handle as it
+    is; anything else goes to torch's own."""
+    from .kernel import Kernel
+
+    if isinstance(kernel, Kernel):
+        return kernel
+    import torch
+
+    return torch.library.wrap_triton(kernel)
+
+
+def _triton_op(name: str, fn: Any = None, /, *, mutates_args: Any, schema: Any = None) -> Any:
+    """``@torch.library.triton_op(name, mutates_args=...)`` in host code: the function as it is. The package
+    registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation from the host code (so
+    ``torch.compile`` sees one opaque op); the name given here is not registered."""
+    return fn if fn is not None else (lambda f: f)
+
+
+HOST_RUNTIME = _HostRuntime()
+"""``triton.runtime`` in host code."""
