@@ -116,7 +116,11 @@ def test_rotary_both_styles_against_torch_and_the_jit(wheel, jit, dtype, shape, 
         torch.cuda.synchronize()
         assert y.shape == x.shape and y.dtype == x.dtype
         assert relative_error(y, ref) < HALF_TOL[dtype], name
-        jy = getattr(jit, name)(x, cos, sin)
+        # rotary_custom is a @torch.library.custom_op: its name is global, and in this process the file, the
+        # development-mode plan and the wheel each registered it (the last registration serves every caller, so
+        # the file's own object would not run the file's code); its body is apply_rotary (the wheel's own
+        # custom op runs alone in test_the_custom_op_runs_from_the_wheel_alone)
+        jy = (jit.apply_rotary if name == "rotary_custom" else getattr(jit, name))(x, cos, sin)
         if layout == "contiguous" and shape[:2] in ((2, 1000), (1, 77), (2, 256)):
             assert torch.equal(y, jy), name  # a traced shape: the JIT's own binary
         else:
@@ -141,3 +145,34 @@ def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel, o
     assert torch.equal(compiled(x, cos, sin), fn(x, cos, sin) + 1)
     (gm,) = graphs
     assert f"forge_realworld.{op}" in [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.gpu
+def test_the_custom_op_runs_from_the_wheel_alone() -> None:
+    """A fresh process with the wheel only (Triton unimportable): its @torch.library.custom_op is the only
+    registration of forge_fixture::rotary_custom, so the call runs the packaged host code and kernel."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.test_cold_process_gpu import NO_TRITON
+
+    child = NO_TRITON + textwrap.dedent("""
+        import torch
+        import forge_realworld
+        x = torch.randn(2, 1000, 8, 128, device="cuda", dtype=torch.float16)
+        angle = torch.randn(1000, 64, device="cuda")
+        cos, sin = angle.cos().half(), angle.sin().half()
+        y = forge_realworld.rotary_custom(x, cos, sin)
+        z = torch.ops.forge_fixture.rotary_custom(x, cos, sin)
+        x0, x1 = x.double()[..., :64], x.double()[..., 64:]
+        c, s = cos.double()[:, None, :], sin.double()[:, None, :]
+        ref = torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
+        print(json.dumps({"err": ((y.double() - ref).norm() / ref.norm()).item(), "same": torch.equal(y, z),
+                          "triton": sorted(m for m in sys.modules if m.split(".")[0] == "triton")}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["err"] < HALF_TOL["fp16"] and result["same"] and result["triton"] == []
