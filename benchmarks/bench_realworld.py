@@ -54,6 +54,16 @@ def _torch_rotary(x, cos, sin):
     return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c, x[..., 2 * half:]], dim=-1)
 
 
+def _torch_group_quant(x, group_size: int):
+    """Per-token-group FP8 (e4m3) quantization in eager torch: scales and values."""
+    import torch
+
+    groups = x.float().view(*x.shape[:-1], -1, group_size)
+    scale = groups.abs().amax(dim=-1).clamp_min(1e-10) / 448.0
+    q = (groups / scale[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q.view(x.shape), scale
+
+
 def _cases(torch, F, wheel, dev, jit):
     h = torch.float16
     cases = {}
@@ -108,6 +118,38 @@ def _cases(torch, F, wheel, dev, jit):
             "forge-aot": lambda op=op: getattr(wheel, op)(x, cos, sin), "jit-same": lambda op=op: dev[op](x, cos, sin),
             "jit": lambda op=op: getattr(jit["rotary"], op)(x, cos, sin),
             "torch": lambda: _torch_rotary(x, cos, sin)})
+    # Liger's GeGLU (libdevice tanh; n_cols a constexpr) forward, and forward + backward (gradients over the inputs).
+    for rows, cols in ((4096, 11008), (8192, 4096)):
+        a, b = (torch.randn(rows, cols, device="cuda", dtype=h) for _ in range(2))
+        cases[f"geglu fwd {rows}x{cols}"] = (3 * a.numel() * 2, "B", {
+            "forge-aot": lambda a=a, b=b: wheel.geglu(a, b), "jit-same": lambda a=a, b=b: dev["geglu"](a, b),
+            "jit": lambda a=a, b=b: jit["geglu"].geglu(a, b),
+            "torch": lambda a=a, b=b: F.gelu(a, approximate="tanh") * b})
+        ag, bg, dc = a.clone().requires_grad_(True), b.clone().requires_grad_(True), torch.randn_like(a)
+
+        def geglu_fb(fn, ag=ag, bg=bg, dc=dc):
+            return lambda: fn(ag, bg).backward(dc)
+
+        cases[f"geglu fwd+bwd {rows}x{cols}"] = (None, None, {
+            "forge-aot": geglu_fb(wheel.geglu), "jit-same": geglu_fb(dev["geglu"]),
+            "jit": geglu_fb(jit["geglu"].geglu),
+            "torch": geglu_fb(lambda x, y: F.gelu(x, approximate="tanh") * y)})
+    # vLLM's FP8 quantization (sm_90 builds only): per-token groups of 128 (DeepSeek-V3's hidden size), static scale.
+    if torch.cuda.get_device_capability() >= (9, 0):
+        for tokens in (4096, 33):
+            x = torch.randn(tokens, 7168, device="cuda", dtype=torch.bfloat16)
+            cases[f"fp8 group quant {tokens}x7168"] = (x.numel() * 3, "B", {
+                "forge-aot": lambda x=x: wheel.per_token_group_quant_fp8(x, 128),
+                "jit-same": lambda x=x: dev["per_token_group_quant_fp8"](x, 128),
+                "jit": lambda x=x: jit["fp8_quant"].per_token_group_quant_fp8(x, 128),
+                "torch": lambda x=x: _torch_group_quant(x, 128)})
+        x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        scale = torch.tensor([0.37], device="cuda")
+        cases["fp8 static quant 4096x4096"] = (x.numel() * 3, "B", {
+            "forge-aot": lambda: wheel.static_scaled_fp8_quant(x, scale),
+            "jit-same": lambda: dev["static_scaled_fp8_quant"](x, scale),
+            "jit": lambda: jit["fp8_quant"].static_scaled_fp8_quant(x, scale),
+            "torch": lambda: (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)})
     for m, n, k in ((4096, 4096, 4096), (1000, 1000, 1000), (16, 4096, 4096)):
         a = torch.randn(m, k, device="cuda", dtype=h)
         bm = torch.randn(k, n, device="cuda", dtype=h)
@@ -145,7 +187,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--only", default="", help="run only cases whose name contains this")
+    ap.add_argument("--only", default="", help="run only cases whose name contains one of these (comma-separated)")
     ap.add_argument("--mode", choices=("events", "graph"), default="events")
     args = ap.parse_args()
     import forge_realworld as wheel
@@ -159,7 +201,7 @@ def main() -> None:
     dev = load_dev_ops(FIXTURE / "kernel_manifest.toml")
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
-                                 "matmul_persistent", "flash_attention")}
+                                 "matmul_persistent", "flash_attention", "geglu", "fp8_quant")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it
@@ -169,7 +211,7 @@ def main() -> None:
     print(f"{'case':32s} " + " ".join(f"{n + ' ms':>12s}" for n in names)
           + f" {'jit-same/aot':>12s} {'jit/aot':>8s} {'torch/aot':>9s} {'aot rate':>14s}")
     for case, (work, unit, fns) in _cases(torch, F, wheel, dev, jit).items():
-        if args.only not in case:
+        if not any(part in case for part in args.only.split(",")):
             continue
         for fn in fns.values():  # warm up: module loads, JIT compiles, autotuning
             fn()

@@ -20,6 +20,8 @@ def _type_of(value: Any) -> str | None:
         return "Tensor"
     if value is None:
         return "None"
+    if isinstance(value, torch.dtype):  # an output format the caller picks (torch.float8_e4m3fn, say)
+        return "ScalarType"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -34,6 +36,10 @@ def _type_of(value: Any) -> str | None:
 
 
 def _default(value: Any) -> str:
+    import torch
+
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")  # the schema parser's dtype names: float8_e4m3fn
     if isinstance(value, str):
         return repr(value)
     if isinstance(value, (list, tuple)):

@@ -126,6 +126,35 @@ def _is_triton_import(stmt: ast.stmt) -> bool:
     return False
 
 
+def _import_block(stmt: ast.stmt) -> list[ast.Import | ast.ImportFrom] | None:
+    """The imports of an ``if`` / ``try`` made of nothing but imports (and ``pass``) in every branch, as libraries
+    pick an import path by Triton version (Liger-Kernel: libdevice's ``tanh`` under ``compare_version`` with an NGC
+    fallback); None for any other statement."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [stmt]
+    if isinstance(stmt, ast.Pass):
+        return []
+    if isinstance(stmt, ast.If):
+        bodies = [stmt.body, stmt.orelse]
+    elif isinstance(stmt, ast.Try):
+        bodies = [stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)]
+    else:
+        return None
+    found: list[ast.Import | ast.ImportFrom] = []
+    for inner in (s for body in bodies for s in body):
+        leaves = _import_block(inner)
+        if leaves is None:
+            return None
+        found += leaves
+    return found
+
+
+def _is_triton_import_block(stmt: ast.stmt) -> bool:
+    """An ``if`` / ``try`` whose every branch only imports from Triton: kernel-side, like a Triton import."""
+    leaves = _import_block(stmt) if isinstance(stmt, (ast.If, ast.Try)) else None
+    return bool(leaves) and all(_is_triton_import(s) and _host_driver_import(s) is None for s in leaves or [])
+
+
 def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
     """``from triton.runtime import driver [as d]``: the names it binds to Triton's driver, which host code may
     use (the runtime's ``triton.runtime.driver`` answers for it); None for any other statement."""
@@ -243,7 +272,9 @@ def _triton_names(tree: ast.Module) -> set[str]:
     """Names a file binds to Triton modules or objects (``triton``, ``tl``, ``jit``…)."""
     names: set[str] = set()
     for stmt in tree.body:
-        if isinstance(stmt, ast.Import):
+        if _is_triton_import_block(stmt):
+            names.update(a.asname or a.name.split(".")[0] for s in _import_block(stmt) or [] for a in s.names)
+        elif isinstance(stmt, ast.Import):
             for a in stmt.names:
                 if a.name == "triton" or a.name.startswith("triton."):
                     names.add(a.asname or a.name.split(".")[0])
@@ -410,7 +441,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _host_driver_import(stmt) is not None:
             driver_imports.append(stmt)
-        elif _is_triton_import(stmt):
+        elif _is_triton_import(stmt) or _is_triton_import_block(stmt):
             blanked.append(stmt)
         else:
             rest.append(stmt)
