@@ -150,6 +150,18 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": lambda: dev["static_scaled_fp8_quant"](x, scale),
             "jit": lambda: jit["fp8_quant"].static_scaled_fp8_quant(x, scale),
             "torch": lambda: (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)})
+        # vLLM's block-FP8 matmul, its config from the shipped JSON file; torch: a bf16 mm of the same shape.
+        for m in (4096, 16):
+            a8 = torch.randn(m, 7168, device="cuda").to(torch.float8_e4m3fn)
+            b8 = torch.randn(1536, 7168, device="cuda").to(torch.float8_e4m3fn)
+            a_s, b_s = torch.rand(m, 56, device="cuda"), torch.rand(12, 56, device="cuda")
+            a16, b16 = a8.to(torch.bfloat16), b8.to(torch.bfloat16)
+            args = (a8, b8, a_s, b_s, [128, 128], torch.bfloat16)
+            cases[f"block fp8 matmul {m}x1536x7168"] = (2 * m * 1536 * 7168, "F", {
+                "forge-aot": lambda args=args: wheel.w8a8_block_fp8_matmul(*args),
+                "jit-same": lambda args=args: dev["w8a8_block_fp8_matmul"](*args),
+                "jit": lambda args=args: jit["block_fp8_matmul"].w8a8_block_fp8_matmul(*args),
+                "torch": lambda a16=a16, b16=b16: a16 @ b16.T})
     for m, n, k in ((4096, 4096, 4096), (1000, 1000, 1000), (16, 4096, 4096)):
         a = torch.randn(m, k, device="cuda", dtype=h)
         bm = torch.randn(k, n, device="cuda", dtype=h)
@@ -201,7 +213,7 @@ def main() -> None:
     dev = load_dev_ops(FIXTURE / "kernel_manifest.toml")
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
-                                 "matmul_persistent", "flash_attention", "geglu", "fp8_quant")}
+                                 "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

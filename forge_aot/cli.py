@@ -240,6 +240,10 @@ def check(manifest: Path, show_plan: bool) -> None:
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")
+    if plan.data_files:
+        click.echo(f"  data files host code reads, shipped with it ({len(plan.data_files)}):")
+        for shipped, source in sorted(plan.data_files.items()):
+            click.echo(f"    {shipped} <- {os.path.relpath(source, plan.loaded.root.resolve())}")
 
 
 def _fmt_size(n: float) -> str:

@@ -208,6 +208,11 @@ class ProjectSettings:
     reaches (an SM count that host code passes as a constexpr, as the persistent-matmul tutorial's ``NUM_SMS``, is
     then built for each). Names from forge-aot's catalogue (``H100-SXM``, ``H100-PCIe``, ``H20``, ``A100-SXM``,
     ``L40S``, ``MI300X``...; the schema lists them); a target none of them belongs to takes its default GPU."""
+    package_data: tuple[str, ...] = ()
+    """Glob patterns (relative to the manifest) of data files host code reads at run time that the build's traces
+    did not read, e.g. ``["kernels/configs/*.json"]`` for tuned-config files of GPUs no trace stands for. Files host
+    code reads while the build traces it are shipped without being listed. Each lands where the host code looks
+    for it: beside its kernel file's shipped host module, or beside the project module it belongs to."""
     line_info: bool = True
     """Keep source line info in binaries (profilers map SASS to source). It records the path of Triton's own
     library sources, so wheels built with it are byte-identical only where Triton is installed at the same
@@ -256,8 +261,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _toml_name(name: str) -> str:
     return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
-                                               "trace_gpus", "do_not_specialize", "reset_to_zero", "restore_value",
-                                               "setup_context") else name
+                                               "trace_gpus", "package_data", "do_not_specialize", "reset_to_zero",
+                                               "restore_value", "setup_context") else name
 
 
 def _type_name(tp: Any) -> str:
@@ -400,6 +405,12 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
                           f"project.targets ({', '.join(p.targets)})")
     if len(set(p.trace_gpus)) != len(p.trace_gpus):
         raise r.error("project.trace-gpus", "a GPU is listed twice")
+    for i, pattern in enumerate(p.package_data):
+        if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
+            raise r.error(f"project.package-data[{i}]", f"'{pattern}' must be relative to the manifest, inside "
+                          "its folder")
+        if not any(f.is_file() for f in root.glob(pattern)):
+            raise r.error(f"project.package-data[{i}]", f"'{pattern}' matches no file")
     if p.tuning_data is not None and not (root / p.tuning_data).is_dir():
         raise r.error("project.tuning-data", f"directory '{p.tuning_data}' does not exist")
     if p.compile_timeout <= 0:

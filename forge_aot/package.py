@@ -76,6 +76,11 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                                                                                         f"{parts[-1]}.py")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
+    for shipped, source in sorted(plan.data_files.items()):
+        # Data host code reads at run time (tuned-config JSON beside a kernel file), where its __file__ finds it.
+        target = pkg / shipped
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(Path(source).read_bytes())
     index = build_index(plan, report, triton_version, module_paths)
     binaries: dict[str, str] = {}
     for spec in index["kernels"].values():

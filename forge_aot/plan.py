@@ -291,6 +291,8 @@ class BuildPlan:
     """Host modules by name: kernel file path, kernels bound, ops exported, blanked host source."""
     tuning: Any = None
     """The ``TuningSummary`` of the tuning database applied to the tables (``forge_aot.tune.apply``), if any."""
+    data_files: dict[str, str] = field(default_factory=dict)
+    """Data files host code reads at run time: path in the package (``_ops/configs/x.json``) -> project file."""
 
     def binaries_for(self, entry: EntryPlan, key: tuple[int, ...], config: ConfigChoice) -> list[BinarySpec]:
         """The binaries a row needs of a config. Per traced call (else the documented default): its exact
@@ -343,6 +345,7 @@ class BuildPlan:
                                            "traced_calls": len(e.calls.get(r.key, []))}
                                           for r in rows] for dev, rows in e.tables.items()},
                          "table_sources": e.table_sources, "rows": e.origin_counts()} for e in self.entries],
+            "data_files": self.data_files,
         }
 
 
@@ -409,6 +412,8 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # Launch options the host code passes select binaries, like call-site constexprs.
     launches = [s for s in src.launches if s.kernel == func]
     passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages")}
+    if any(s.star_args for s in launches):  # ``**config`` (vLLM's tuned-config dicts) may carry either
+        passed_options |= {"num_warps", "num_stages"}
     launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
     params: list[tuple[str, str]] = []
     defaults: dict[str, Any] = {}
@@ -505,6 +510,37 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                           "without it they take the default rule like their neighbours")
     _check_launch_sites(loaded, plan, src)
     return plan
+
+
+def _data_files(loaded: mf.LoadedManifest, modules: dict[str, dict[str, Any]],
+                files_read: set[str]) -> dict[str, str]:
+    """Data files the wheel carries (its path under the package -> the project file): what host code read while
+    traced and what ``project.package-data`` lists, each where host code looks for it relative to its module's
+    ``__file__``: beside a kernel file it lands beside that file's host module (``_ops/``), elsewhere in the project
+    beside the shipped project modules (``_ops/_local/``). Files outside the project (torch's, the system's) and
+    Python sources are not data."""
+    root = loaded.root.resolve()
+    kernel_dirs = sorted({Path(mod["path"]).resolve().parent for mod in modules.values()},
+                         key=lambda d: -len(d.parts))
+    listed = {str(f.resolve()) for pattern in loaded.manifest.project.package_data
+              for f in sorted(loaded.root.glob(pattern)) if f.is_file()}
+    out: dict[str, str] = {}
+    for name in sorted(files_read | listed):
+        path = Path(name)
+        if path.suffix in (".py", ".pyc") or path == loaded.path.resolve() or not path.is_file():
+            continue
+        home = next((d for d in kernel_dirs if path.is_relative_to(d)), None)
+        if home is not None:
+            shipped = "_ops/" + path.relative_to(home).as_posix()
+        elif path.is_relative_to(root):
+            shipped = "_ops/_local/" + path.relative_to(root).as_posix()
+        else:
+            continue
+        if shipped in out and out[shipped] != name:
+            raise SourceError(f"{name} and {out[shipped]} would both be shipped as {shipped} (kernel files in "
+                              "different folders read data files of the same name)")
+        out[shipped] = name
+    return out
 
 
 def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFile) -> None:
@@ -795,6 +831,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     per_target = len(gpus) > 1 and bool(reads_device)
     tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1])
     traced = tracer.run_examples(modules)
+    files_read = set(tracer.files_read)
     if per_target:
         traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
                   for n, calls in traced.items()}
@@ -808,9 +845,11 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     todo.append(dep)
         subset = {m: mod for m, mod in modules.items() if m in asking}
         for target, model in gpus[1:]:
-            for name, calls in Tracer(kernels, subset, target, True, model).run_examples(subset).items():
+            other = Tracer(kernels, subset, target, True, model)
+            for name, calls in other.run_examples(subset).items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
+            files_read |= other.files_read
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
             if op in mod["schemas"]:  # an op that writes its arguments is not a pure custom op: plain calls only
@@ -844,6 +883,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
               if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
+    data_files = _data_files(loaded, modules, files_read)
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])
@@ -882,7 +922,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 entry.tables["default"] = table
                 entry.table_sources["default"] = "manifest default"
                 entries.append(entry)
-    plan = BuildPlan(loaded, chosen, kernels, entries, modules)
+    plan = BuildPlan(loaded, chosen, kernels, entries, modules, data_files=data_files)
     for e in entries:  # heuristics that need more than the key fail here, before anything is built
         for rows in e.tables.values():
             for row in rows:

@@ -26,6 +26,29 @@ TRACED_TARGET: list[str | None] = [None]
 
 
 @contextlib.contextmanager
+def recording_reads(into: set[str]) -> Iterator[None]:
+    """Add to ``into`` the real path of every file host code opens for reading while this runs (vLLM's tuned-config
+    JSON beside its kernel file): the plan ships those of the project with the host code."""
+    import builtins
+    import io
+    import os
+
+    real = builtins.open
+
+    def recording_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        handle = real(file, mode, *args, **kwargs)
+        if isinstance(file, (str, bytes, os.PathLike)) and not any(c in mode for c in "wax+"):
+            into.add(os.path.realpath(os.fsdecode(file)))
+        return handle
+
+    builtins.open = io.open = recording_open  # pathlib opens through io.open
+    try:
+        yield
+    finally:
+        builtins.open = io.open = real
+
+
+@contextlib.contextmanager
 def as_target(target: str, tag: bool, model: str | None = None) -> Iterator[None]:
     """Host code runs as on a representative GPU of ``target`` (``triton.runtime.driver.active`` and ``torch.cuda``'s
     device queries answer with its properties; see targets.representative_device); ``tag``: record the target with
@@ -137,8 +160,10 @@ class Tracer:
         self.target = target
         self.model = model
         self.per_target = per_target
+        self.files_read: set[str] = set()
+        """Files host code opened for reading while binding and running examples (see ``recording_reads``)."""
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
-        with as_target(target, per_target, model), fresh_modules(helpers):
+        with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read):
             self._bind_all(kernels, modules)
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
@@ -185,7 +210,8 @@ class Tracer:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets
         each module's ``schemas``: the torch.library schema of each op (see ``schema``), with
         ``schema_notes`` saying where it came from or why there is none."""
-        with as_target(self.target, self.per_target, self.model), bound_names(self.aliased):
+        with as_target(self.target, self.per_target, self.model), bound_names(self.aliased), \
+                recording_reads(self.files_read):
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
