@@ -134,6 +134,14 @@ def _cases(torch, F, wheel, dev, jit):
             "forge-aot": geglu_fb(wheel.geglu), "jit-same": geglu_fb(dev["geglu"]),
             "jit": geglu_fb(jit["geglu"].geglu),
             "torch": geglu_fb(lambda x, y: F.gelu(x, approximate="tanh") * y)})
+    # FLA-style gated linear-attention recurrence: optional tensors passed as None, every argument by keyword.
+    for b, t, hh, d in ((16, 2048, 4, 64), (8, 1024, 2, 128), (1, 64, 4, 64)):  # the built (H, K) pairs
+        q, kk, v = (torch.randn(b, t, hh, d, device="cuda", dtype=h) for _ in range(3))
+        g = torch.randn(b, t, hh, device="cuda").sigmoid().log()
+        cases[f"fused_recurrent gla {b}x{t}x{hh}x{d}"] = (4 * q.numel() * 2 + g.numel() * 4, "B", {
+            "forge-aot": lambda q=q, kk=kk, v=v, g=g: wheel.fused_recurrent_gla(q, kk, v, g=g),
+            "jit-same": lambda q=q, kk=kk, v=v, g=g: dev["fused_recurrent_gla"](q, kk, v, g=g),
+            "jit": lambda q=q, kk=kk, v=v, g=g: jit["fused_recurrent"].fused_recurrent_gla(q, kk, v, g=g)})
     # vLLM's FP8 quantization (sm_90 builds only): per-token groups of 128 (DeepSeek-V3's hidden size), static scale.
     if torch.cuda.get_device_capability() >= (9, 0):
         for tokens in (4096, 33):
@@ -213,7 +221,8 @@ def main() -> None:
     dev = load_dev_ops(FIXTURE / "kernel_manifest.toml")
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
-                                 "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul")}
+                                 "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
+                                 "fused_recurrent")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -34,6 +34,7 @@ from .localmods import LocalModule, direct_imports, local_imports, merge_local
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_DIV16,
+    SPEC_IS_NONE,
     SPEC_NONE,
     SPEC_ONE,
     TRITON_DEFAULTS,
@@ -45,6 +46,8 @@ from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, pars
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+_PASSED = object()
+"""Stands for a tensor where the build asks whether a heuristic depends on an argument being None."""
 
 
 @dataclass(frozen=True)
@@ -107,19 +110,25 @@ class BinarySpec:
 
     @property
     def generic(self) -> bool:
-        return all(c == SPEC_NONE for c in self.spec)
+        """No assumption but arguments passed as None: the fallback every call like it can take."""
+        return all(c in (SPEC_NONE, SPEC_IS_NONE) for c in self.spec)
 
     def aligned(self) -> BinarySpec:
         """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
         offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
         unvectorized binary)."""
-        return BinarySpec("".join(c if c == SPEC_ONE else SPEC_DIV16 for c in self.spec), self.heur)
+        return BinarySpec("".join(c if c in (SPEC_ONE, SPEC_IS_NONE) else SPEC_DIV16 for c in self.spec), self.heur)
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
-        """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given)."""
-        chars = [SPEC_NONE if i in positions and (not code_from or c in code_from) else c
+        """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
+        argument passed as None stays None (no binary takes both)."""
+        chars = [SPEC_NONE if i in positions and c != SPEC_IS_NONE and (not code_from or c in code_from) else c
                  for i, c in enumerate(self.spec)]
         return BinarySpec("".join(chars), self.heur)
+
+    def loosest(self) -> BinarySpec:
+        """No assumption but the arguments passed as None: the generic fallback of calls like this one."""
+        return self.relaxed(list(range(len(self.spec))))
 
 
 @dataclass(frozen=True)
@@ -278,6 +287,28 @@ class KernelPlan:
                     key_path=f"kernels.{self.name}.examples") from None
         return tuple((n, nargs[n]) for n in self.heuristic_names)
 
+    def presence_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> set[str]:
+        """The heuristics whose value follows from which pointer arguments a call passes as None (FLA's
+        ``USE_INITIAL_STATE: args['h0'] is not None``): the build never flips those (a binary for ``h0=None`` with
+        ``USE_INITIAL_STATE=True`` would read a None pointer; one for a passed ``h0`` with it False is never
+        launched). Found by evaluating them with every pointer's presence inverted."""
+        if not self.heuristics:
+            return set()
+        pointers = [n for n, ty in self.params if ty.startswith("*") and n in named]
+        before = dict(self.evaluate_heuristics(named, config))
+        try:
+            after = dict(self.evaluate_heuristics(
+                {**named, **{n: _PASSED if named[n] is None else None for n in pointers}}, config))
+        except Exception:  # a heuristic reads a passed tensor (its dtype): invert only the Nones
+            nones = [n for n in pointers if named[n] is None]
+            if not nones:
+                return set()
+            try:
+                after = dict(self.evaluate_heuristics({**named, **dict.fromkeys(nones, _PASSED)}, config))
+            except Exception:  # nor can it take a stand-in where a None was: none is flipped
+                return set(before)
+        return {n for n in before if before[n] != after[n]}
+
 
 @dataclass
 class BuildPlan:
@@ -306,29 +337,29 @@ class BuildPlan:
         kp = self.kernels[entry.kernel]
         calls = entry.calls.get(key)
         if calls:
-            pairs = [(c.spec, kp.evaluate_heuristics(c.named or {}, config)) for c in calls]
+            pairs = [(spec, kp.evaluate_heuristics(named, config), kp.presence_heuristics(named, config))
+                     for spec, named in _none_combinations(kp, calls)]
         else:
             named = {**dict(zip(kp.key, key)), **entry.assignment}
-            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config))]
-        generic = SPEC_NONE * len(kp.spec_params)
+            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config), set())]
         ints = kp.int_positions()
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
         batch = [i for i in sizes if kp.spec_params[i] not in kp.key]
         out: set[BinarySpec] = set()
-        for spec, heur in pairs:
+        for spec, heur, fixed in pairs:
             b = BinarySpec(spec, heur)
             loose = b.relaxed(ints, SPEC_DIV16)
             # One key size off the rows' divisibility (M = 3000 between tuned rows) must not cost the others'
             # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
             # also relaxed on its own (the specialization the JIT compiles for such a call).
             single = {b.relaxed([i]) for i in sizes if kp.spec_params[i] in kp.key and b.spec[i] == SPEC_DIV16}
-            out |= {b, b.aligned(), b.relaxed(batch), b.relaxed(sizes), loose, BinarySpec(generic, heur), *single}
-            flags = [i for i, (_, v) in enumerate(heur) if isinstance(v, bool)][:3]
+            out |= {b, b.aligned(), b.relaxed(batch), b.relaxed(sizes), loose, b.loosest(), *single}
+            flags = [i for i, (n, v) in enumerate(heur) if isinstance(v, bool) and n not in fixed][:3]
             for values in itertools.product((False, True), repeat=len(flags)):
                 flipped = list(heur)
                 for i, v in zip(flags, values):
                     flipped[i] = (heur[i][0], v)
-                out |= {BinarySpec(loose.spec, tuple(flipped)), BinarySpec(generic, tuple(flipped))}
+                out |= {BinarySpec(loose.spec, tuple(flipped)), BinarySpec(b.loosest().spec, tuple(flipped))}
         return sorted(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -347,6 +378,32 @@ class BuildPlan:
                          "table_sources": e.table_sources, "rows": e.origin_counts()} for e in self.entries],
             "data_files": self.data_files,
         }
+
+
+def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[str, dict[str, Any]]]:
+    """(specialization, arguments by name) of each traced call and, where calls pass some pointers as None and
+    others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a call
+    may leave out any subset, not only those the examples tried. A pointer made present takes a tensor another
+    call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
+    optional: dict[int, Any] = {}
+    for c in calls:
+        for i, code in enumerate(c.spec):
+            name = kp.spec_params[i]
+            if code != SPEC_IS_NONE and (c.named or {}).get(name) is not None:
+                optional.setdefault(i, (c.named or {})[name])
+    optional = {i: t for i, t in optional.items() if any(c.spec[i] == SPEC_IS_NONE for c in calls)}
+    out = {(c.spec, id(c)): (c.spec, c.named or {}) for c in calls}
+    for c in calls:
+        for nones in itertools.product((False, True), repeat=len(optional)):
+            spec, named = list(c.spec), dict(c.named or {})
+            for (i, tensor), is_none in zip(optional.items(), nones):
+                name = kp.spec_params[i]
+                if is_none:
+                    spec[i], named[name] = SPEC_IS_NONE, None
+                elif c.spec[i] == SPEC_IS_NONE:
+                    spec[i], named[name] = SPEC_DIV16, tensor
+            out.setdefault(("".join(spec), id(c)), ("".join(spec), named))
+    return list(out.values())
 
 
 def _concrete(ty: str, assignment: dict[str, Any]) -> str:
@@ -950,6 +1007,9 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         elif codes.get(pname) == SPEC_ONE:
             signature[pname] = "constexpr"
             constexprs[pname] = 1
+        elif codes.get(pname) == SPEC_IS_NONE:
+            signature[pname] = "constexpr"
+            constexprs[pname] = None
         else:
             signature[pname] = _concrete(ty, entry.assignment)
             if codes.get(pname) == SPEC_DIV16:

@@ -132,7 +132,7 @@ class TraceKernel(rt.Kernel):
         values = list(runtime)
         for i in self.ptr_pos:
             try:
-                values[i] = runtime[i].data_ptr()
+                values[i] = None if runtime[i] is None else runtime[i].data_ptr()
             except AttributeError:
                 raise TypeError(f"{self.function}(): argument '{self.runtime_names[i]}' must be a tensor, got "
                                 f"{type(runtime[i]).__name__}") from None

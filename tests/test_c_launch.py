@@ -724,3 +724,50 @@ def _any_launcher(rt, kernel, *args):
     values = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
     spec = rt.argument_spec(kernel.spec_slots, values)
     return kernel.backend._launcher(kernel, state, config, (), spec).c_launcher()
+
+
+OPTIONAL = [["x_ptr", "*T"], ["h0", "*fp32"], ["out_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]]
+
+
+@pytest.mark.parametrize("h0_given", [False, True])
+def test_a_pointer_passed_as_none_takes_its_own_binary_and_is_not_passed(rt, fake, tmp_path, h0_given) -> None:
+    # FLA passes optional tensors as None: Triton compiles None as a constant, so the binary built for it has one
+    # parameter fewer, and a call with None takes no other binary (nor one with None a call passing a tensor).
+    k = _kernel(rt, tmp_path, "opt", OPTIONAL, dtypes={"T": ["fp16"]}, specs=["DNDD", "xNxx", "DDDD", "xxxx"])
+    x, o = _tensor(0), _tensor(0)
+    h0 = _tensor(0, dtype=__import__("torch").float32) if h0_given else None
+    fake.block_size, fake.nparams = (48, 6) if h0_given else (40, 5)
+    records, fallbacks = _launch_both(rt, fake, k, (2,), (x, h0, o, 4096))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert k._fast.spec((x, h0, o, 4096)) == ("DDDD" if h0_given else "DNDD")
+    params_bytes, offsets = records[0][6], records[0][7]
+    assert struct.unpack_from("<Q", params_bytes, 0)[0] == x.data_ptr()
+    if h0_given:
+        assert struct.unpack_from("<QQ", params_bytes, 8) == (h0.data_ptr(), o.data_ptr())
+    else:  # x, out, n, then the two scratch pointers: h0 is compiled in
+        assert offsets == (0, 8, 16, 24, 32)
+        assert struct.unpack_from("<Q", params_bytes, 8)[0] == o.data_ptr()
+        assert struct.unpack_from("<i", params_bytes, 16)[0] == 4096
+    (state,) = k._states.values()
+    assert {launcher.spec for launcher in state.launchers.values()} == {"DDDD" if h0_given else "DNDD"}
+
+
+def test_none_matches_only_binaries_built_for_it(rt, fake, tmp_path) -> None:
+    assert rt.argument_spec([(0, True), (1, True), (2, False)], [None, 16, 1]) == "ND1"
+    assert rt.spec_fits("Nx", "ND") and rt.spec_fits("xD", "DD")
+    assert not rt.spec_fits("xx", "Nx")  # the generic binary takes the argument as a parameter: not for None
+    assert not rt.spec_fits("Nx", "Dx")  # nor does a binary built for None take a tensor
+    k = _kernel(rt, tmp_path, "opt2", OPTIONAL, dtypes={"T": ["fp16"]}, specs=["DDDD", "xxxx"])
+    with pytest.raises(rt.NotBuiltError):
+        k[(1,)](_tensor(0), None, _tensor(0), 64)
+
+
+def test_a_type_variables_tensor_passed_as_none_takes_the_dtype_from_another(rt, fake, tmp_path) -> None:
+    params = [["bias", "*T"], ["x_ptr", "*T"], ["out_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]]
+    k = _kernel(rt, tmp_path, "bias", params, dtypes={"T": ["fp16", "fp32"]}, specs=["NDDD", "xxxx", "Nxxx"])
+    fake.block_size, fake.nparams = 40, 5
+    k[(1,)](None, _tensor(0), _tensor(0), 64)
+    (state,) = k._states.values()
+    assert state.variant == "T=fp16"
+    with pytest.raises(TypeError, match=r"bias, x_ptr, out_ptr are all None"):
+        k[(1,)](None, None, None, 64)

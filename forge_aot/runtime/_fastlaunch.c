@@ -637,9 +637,11 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k
     }
     if (matched != given) return 0;
     long device = -2;
+    uint64_t nones = 0;                               /* pointers passed as None (bit per argument position) */
     for (int i = 0; i < F->n_ptr; i++) {
         PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
         int ok;
+        if (a == Py_None) { vals[F->ptr_pos[i]] = 0; nones |= 1ull << F->ptr_pos[i]; continue; }
         if (!is_tensor(F, a)) return 0;
         long long d = call_int(F->get_device, a, &ok);
         if (!ok || d < 0) return 0;                    /* a CPU tensor: the Python path says so */
@@ -662,10 +664,12 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k
         if (!k->dtypes[t]) { PyErr_Clear(); release_key(F, k); return 0; }
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
-    /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, x otherwise */
+    /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N pointer passed
+     * as None, x otherwise */
     for (int s = 0; s < F->n_spec; s++) {
         uint64_t v = vals[F->spec_pos[s]];
-        k->spec[s] = F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D') : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
+        k->spec[s] = F->spec_is_ptr[s] ? ((nones >> F->spec_pos[s]) & 1 ? 'N' : ((v & 15) ? 'x' : 'D'))
+                                       : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
     }
     uint64_t h = 1469598103934665603ULL;
 #define MIX(x) do { h ^= (uint64_t)(x); h *= 1099511628211ULL; h ^= h >> 29; } while (0)

@@ -214,6 +214,8 @@ class Kernel(KernelBase):
         device = -2
         for i in self.ptr_pos:
             arg = runtime[i]
+            if arg is None:  # an optional pointer left out (compiled as the constant None)
+                continue
             try:
                 d = arg.get_device()
             except AttributeError:
@@ -231,7 +233,19 @@ class Kernel(KernelBase):
 
     def axis_values(self, runtime: Sequence[Any], call: dict[str, Any]) -> tuple[Any, ...]:
         """The call's value of every variant axis, in canonical order (dtype names for type variables)."""
-        return tuple(dtype_name(runtime[src].dtype) if is_rt else call[src] for is_rt, src in self.axis_sources)
+        try:
+            return tuple(dtype_name(runtime[src].dtype) if is_rt else call[src] for is_rt, src in self.axis_sources)
+        except AttributeError:  # a type variable's first tensor passed as None: another of its tensors tells
+            return tuple(self._dtype_of(runtime, src) if is_rt else call[src] for is_rt, src in self.axis_sources)
+
+    def _dtype_of(self, runtime: Sequence[Any], src: int) -> str:
+        ty = self.runtime[src][1]
+        for i, (_, t) in enumerate(self.runtime):
+            if t == ty and runtime[i] is not None:
+                return dtype_name(runtime[i].dtype)
+        names = [name for name, t in self.runtime if t == ty]
+        raise TypeError(f"{self.function}(): {', '.join(names)} are all None: their dtype ({ty[1:]}) selects the "
+                        "build, so pass one of them")
 
     def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
         device = self._device(runtime)

@@ -19,6 +19,7 @@ from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
 from .tables import (
+    SPEC_IS_NONE,
     SPEC_NONE,
     SPEC_ONE,
     Config,
@@ -135,7 +136,7 @@ class BinaryBackend:
         if generic:
             spec = SPEC_NONE * len(kernel.spec_slots)
         else:
-            spec = argument_spec(kernel.spec_slots, [v.data_ptr() if i in kernel.ptr_pos else v
+            spec = argument_spec(kernel.spec_slots, [v.data_ptr() if i in kernel.ptr_pos and v is not None else v
                                                      for i, v in enumerate(runtime)])
         launcher = state.launchers.get((config.id, heur, spec)) or self._launcher(kernel, state, config, heur, spec)
         return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])
@@ -143,8 +144,8 @@ class BinaryBackend:
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
         values = list(runtime)
-        for i in kernel.ptr_pos:
-            values[i] = runtime[i].data_ptr()
+        for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
+            values[i] = None if runtime[i] is None else runtime[i].data_ptr()
         spec = argument_spec(kernel.spec_slots, values)
         launcher = state.launchers.get((config.id, heur, spec))
         if launcher is None:
@@ -224,12 +225,13 @@ class _BinaryLauncher:
         self.name = kernel.function
         self.symbol = binary["function"]
         """The function's name inside the binary."""
-        # Arguments specialized to the constant 1 are compiled into the binary, not passed.
-        ones = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_ONE}
-        kept = [i for i in range(len(kernel.runtime)) if i not in ones]
+        # Arguments specialized to the constant 1 or to None are compiled into the binary, not passed.
+        compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
+                       if code in (SPEC_ONE, SPEC_IS_NONE)}
+        kept = [i for i in range(len(kernel.runtime)) if i not in compiled_in]
         self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
-            if ones else None
+            if compiled_in else None
         params = [kernel.runtime[i] for i in kept]
         self.kinds = [fastpath.kind(ty) for _, ty in params]
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]

@@ -1,0 +1,126 @@
+"""flash-linear-attention's optional tensors (tests/fixtures/realworld/kernels/fused_recurrent.py): ``g``, ``h0`` and
+``ht`` passed as ``None`` when absent, ``@triton.heuristics`` flags from their presence, every argument by keyword.
+
+Triton compiles an argument passed as None as the constant None; so does the build: each combination of None
+arguments the examples pass is its own binary (specialization code ``N``), the flags that follow from it are never
+flipped, and a call takes only a binary built for its Nones. CPU: the plan and the compile jobs. GPU: the wheel
+against an fp64 recurrence and bit for bit against the same file under Triton's JIT."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, relative_error
+
+FLAGS = ("USE_G", "USE_INITIAL_STATE", "STORE_FINAL_STATE")
+
+
+def _entries(plan, target="sm_90"):
+    return [e for e in plan.entries if e.kernel == "fused_recurrent" and e.target == target]
+
+
+def test_each_combination_of_nones_is_a_binary_with_its_own_flags(realworld_plan) -> None:
+    plan = realworld_plan
+    kp = plan.kernels["fused_recurrent"]
+    assert kp.spec_params == ["q", "k", "v", "g", "o", "h0", "ht"]  # T: do_not_specialize
+    for e in _entries(plan):
+        row = e.tables["default"][0]
+        binaries = plan.binaries_for(e, row.key, row.preferences[0])
+        patterns = set()
+        for b in binaries:
+            nones = {name for name, c in zip(kp.spec_params, b.spec) if c == "N"}
+            flags = dict(b.heur)
+            # the presence flags follow the Nones in every binary (never flipped)
+            assert flags == {"USE_G": "g" not in nones, "USE_INITIAL_STATE": "h0" not in nones,
+                             "STORE_FINAL_STATE": "ht" not in nones}, b.id
+            patterns.add(frozenset(nones))
+        # g, h0 and ht are passed as None by some examples and as tensors by others: every combination is built
+        # (the examples tried four of the eight), each aligned and generic; q, k, v and o are never None
+        assert patterns == {frozenset(c) for n in range(4) for c in itertools.combinations(("g", "h0", "ht"), n)}
+        assert len(binaries) == 16
+
+
+def test_a_none_is_compiled_as_a_constant(realworld_plan) -> None:
+    from forge_aot.plan import job_for
+
+    plan = realworld_plan
+    e = _entries(plan)[0]
+    row = e.tables["default"][0]
+    b = next(b for b in plan.binaries_for(e, row.key, row.preferences[0]) if b.spec == "DDDNDNN")
+    job = job_for(plan, e, row.preferences[0], b)
+    assert [job.signature[n] for n in ("g", "h0", "ht")] == ["constexpr"] * 3
+    assert job.constexprs["g"] is job.constexprs["h0"] is job.constexprs["ht"] is None
+    assert job.signature["q"] == f"*{e.assignment['DT']}" and job.constexprs["USE_G"] is False
+    assert job.divisible == (0, 1, 2, 4)  # q, k, v, o aligned
+
+
+# -- GPU ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jit():
+    return import_fixture_file(REALWORLD / "kernels" / "fused_recurrent.py", "_fr_jit_fused_recurrent")
+
+
+def _reference(q, k, v, g, scale, h0):
+    import torch
+
+    B, T, H, K = k.shape
+    h = h0.double().clone() if h0 is not None else torch.zeros(B, H, K, v.shape[-1], dtype=torch.float64,
+                                                                 device=q.device)
+    o = torch.empty(B, T, H, v.shape[-1], dtype=torch.float64, device=q.device)
+    for t in range(T):
+        if g is not None:
+            h = h * g[:, t].double().exp()[..., None, None]
+        h = h + k[:, t].double()[..., :, None] * v[:, t].double()[..., None, :]
+        o[:, t] = torch.einsum("bhk,bhkv->bhv", q[:, t].double() * scale, h)
+    return o, h
+
+
+COMBOS = [(False, False, False), (True, False, True), (True, True, True), (False, True, False)]  # as the examples
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize(("B", "T", "H", "D"), [(2, 64, 4, 64), (1, 100, 2, 128), (3, 37, 4, 64), (1, 1, 2, 128)])
+@pytest.mark.parametrize(("use_g", "use_h0", "final"), COMBOS)
+def test_fused_recurrent_against_fp64_and_the_jit(realworld, jit, dtype, B, T, H, D, use_g, use_h0, final) -> None:
+    import torch
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q, k, v = (torch.randn(B, T, H, D, device="cuda", dtype=dt) for _ in range(3))
+    g = torch.randn(B, T, H, device="cuda").sigmoid().log() if use_g else None
+    h0 = torch.randn(B, H, D, D, device="cuda") if use_h0 else None
+    o, ht = realworld.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
+    torch.cuda.synchronize()
+    ref_o, ref_h = _reference(q, k, v, g, D**-0.5, h0)
+    assert o.shape == (B, T, H, D) and o.dtype == dt
+    assert relative_error(o, ref_o) < 2 * HALF_TOL[dtype]
+    if final:
+        assert ht.dtype == torch.float32 and relative_error(ht, ref_h) < 1e-5
+    else:
+        assert ht is None
+    j_o, j_ht = jit.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
+    assert torch.equal(o, j_o) and (ht is None or torch.equal(ht, j_ht))
+    # again: the C path serves a call with Nones once the Python path has resolved it
+    o2, _ = realworld.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
+    assert torch.equal(o2, o)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("use_g", "use_h0", "final"), sorted(set(itertools.product((False, True), repeat=3))
+                                                             - set(COMBOS)))
+def test_combinations_of_nones_no_example_passed(realworld, jit, use_g, use_h0, final) -> None:
+    import torch
+
+    q, k, v = (torch.randn(2, 33, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    g = torch.randn(2, 33, 4, device="cuda").sigmoid().log() if use_g else None
+    h0 = torch.randn(2, 4, 64, 64, device="cuda") if use_h0 else None
+    o, ht = realworld.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
+    ref_o, ref_h = _reference(q, k, v, g, 64**-0.5, h0)
+    assert relative_error(o, ref_o) < 2 * HALF_TOL["fp16"]
+    assert relative_error(ht, ref_h) < 1e-5 if final else ht is None
+    j_o, _ = jit.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
+    assert torch.equal(o, j_o)
