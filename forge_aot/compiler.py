@@ -294,7 +294,7 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
             r = status.get(key(e, c, b))
             if r is None:
                 outcome = None
-            elif not r.ok and b.generic:
+            elif not r.ok and b.generic and not b.speculative:
                 return False
         return outcome
 
@@ -320,7 +320,8 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
             status[(r.job.kernel, r.job.variant, r.job.target, r.job.config.id, r.job.binary)] = r
 
     def describe(r: CompileResult) -> str:
-        return (f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.binary.id}): "
+        untraced = " (a combination of None arguments no example passed)" if r.job.binary.speculative else ""
+        return (f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.binary.id}){untraced}: "
                 f"{r.error}")
 
     failed = [r for r in all_results if not r.ok]

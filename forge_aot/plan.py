@@ -103,6 +103,9 @@ class BinarySpec:
 
     spec: str
     heur: tuple[tuple[str, Any], ...] = ()
+    speculative: bool = field(default=False, compare=False)
+    """Built for a combination of None arguments that no traced call passed (see ``_none_combinations``): if it
+    fails to compile, that combination goes unserved (``NotBuiltError`` at such a call), the config does not."""
 
     @property
     def id(self) -> str:
@@ -117,14 +120,15 @@ class BinarySpec:
         """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
         offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
         unvectorized binary)."""
-        return BinarySpec("".join(c if c in (SPEC_ONE, SPEC_IS_NONE) else SPEC_DIV16 for c in self.spec), self.heur)
+        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_IS_NONE) else SPEC_DIV16
+                                                      for c in self.spec))
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
         argument passed as None stays None (no binary takes both)."""
         chars = [SPEC_NONE if i in positions and c != SPEC_IS_NONE and (not code_from or c in code_from) else c
                  for i, c in enumerate(self.spec)]
-        return BinarySpec("".join(chars), self.heur)
+        return dataclasses.replace(self, spec="".join(chars))
 
     def loosest(self) -> BinarySpec:
         """No assumption but the arguments passed as None: the generic fallback of calls like this one."""
@@ -337,17 +341,17 @@ class BuildPlan:
         kp = self.kernels[entry.kernel]
         calls = entry.calls.get(key)
         if calls:
-            pairs = [(spec, kp.evaluate_heuristics(named, config), kp.presence_heuristics(named, config))
-                     for spec, named in _none_combinations(kp, calls)]
+            pairs = [(spec, kp.evaluate_heuristics(named, config), kp.presence_heuristics(named, config), traced)
+                     for spec, named, traced in _none_combinations(kp, calls)]
         else:
             named = {**dict(zip(kp.key, key)), **entry.assignment}
-            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config), set())]
+            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config), set(), True)]
         ints = kp.int_positions()
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
         batch = [i for i in sizes if kp.spec_params[i] not in kp.key]
         out: set[BinarySpec] = set()
-        for spec, heur, fixed in pairs:
-            b = BinarySpec(spec, heur)
+        for spec, heur, fixed, traced in pairs:  # traced calls first: their binaries win over speculative equals
+            b = BinarySpec(spec, heur, speculative=not traced)
             loose = b.relaxed(ints, SPEC_DIV16)
             # One key size off the rows' divisibility (M = 3000 between tuned rows) must not cost the others'
             # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
@@ -359,7 +363,8 @@ class BuildPlan:
                 flipped = list(heur)
                 for i, v in zip(flags, values):
                     flipped[i] = (heur[i][0], v)
-                out |= {BinarySpec(loose.spec, tuple(flipped)), BinarySpec(b.loosest().spec, tuple(flipped))}
+                out |= {dataclasses.replace(loose, heur=tuple(flipped)),
+                        dataclasses.replace(b.loosest(), heur=tuple(flipped))}
         return sorted(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -380,11 +385,11 @@ class BuildPlan:
         }
 
 
-def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[str, dict[str, Any]]]:
-    """(specialization, arguments by name) of each traced call and, where calls pass some pointers as None and
-    others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a call
-    may leave out any subset, not only those the examples tried. A pointer made present takes a tensor another
-    call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
+def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[str, dict[str, Any], bool]]:
+    """(specialization, arguments by name, traced) of each traced call and, where calls pass some pointers as None
+    and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
+    call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
+    another call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
     optional: dict[int, Any] = {}
     for c in calls:
         for i, code in enumerate(c.spec):
@@ -392,7 +397,7 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
             if code != SPEC_IS_NONE and (c.named or {}).get(name) is not None:
                 optional.setdefault(i, (c.named or {})[name])
     optional = {i: t for i, t in optional.items() if any(c.spec[i] == SPEC_IS_NONE for c in calls)}
-    out = {(c.spec, id(c)): (c.spec, c.named or {}) for c in calls}
+    out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     for c in calls:
         for nones in itertools.product((False, True), repeat=len(optional)):
             spec, named = list(c.spec), dict(c.named or {})
@@ -402,7 +407,7 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
                     spec[i], named[name] = SPEC_IS_NONE, None
                 elif c.spec[i] == SPEC_IS_NONE:
                     spec[i], named[name] = SPEC_DIV16, tensor
-            out.setdefault(("".join(spec), id(c)), ("".join(spec), named))
+            out.setdefault(("".join(spec), id(c)), ("".join(spec), named, False))
     return list(out.values())
 
 

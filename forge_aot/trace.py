@@ -27,17 +27,21 @@ TRACED_TARGET: list[str | None] = [None]
 
 @contextlib.contextmanager
 def recording_reads(into: set[str]) -> Iterator[None]:
-    """Add to ``into`` the real path of every file host code opens for reading while this runs (vLLM's tuned-config
-    JSON beside its kernel file): the plan ships those of the project with the host code."""
+    """Add to ``into`` the real path of every file host code opens for reading on this thread while this runs
+    (vLLM's tuned-config JSON beside its kernel file): the plan ships those of the project with the host code.
+    Other threads' reads (the tuner's, the build's) are not host code's."""
     import builtins
     import io
     import os
+    import threading
 
     real = builtins.open
+    tracing = threading.get_ident()
 
     def recording_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
         handle = real(file, mode, *args, **kwargs)
-        if isinstance(file, (str, bytes, os.PathLike)) and not any(c in mode for c in "wax+"):
+        if threading.get_ident() == tracing and isinstance(file, (str, bytes, os.PathLike)) \
+                and not any(c in mode for c in "wax+"):
             into.add(os.path.realpath(os.fsdecode(file)))
         return handle
 

@@ -86,6 +86,13 @@ def realworld():
                     "kernel_manifest.toml && pip install --no-index dist/forge_realworld-*.whl")
 
 
+def torch_dtype(name: str):
+    """The torch dtype of a test parameter's name (``fp16``, ``bf16``, ``fp32``)."""
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
 def import_fixture_file(path: Path, name: str):
     """A fixture kernel file imported as its authors run it (under Triton's JIT), its project's root (the folder
     above ``kernels/``) importable for its helper packages."""

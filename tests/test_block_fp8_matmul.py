@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, offset_view, relative_error, reset_handle
+from tests.conftest import (
+    HALF_TOL,
+    REALWORLD,
+    import_fixture_file,
+    offset_view,
+    relative_error,
+    reset_handle,
+    torch_dtype,
+)
 
 TUNED = {  # the shipped file's configs (BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M, num_warps, num_stages)
     "small": (16, 64, 1, 4, 4), "medium": (64, 64, 32, 4, 3), "large": (128, 128, 16, 8, 3)}
@@ -67,7 +75,7 @@ def test_block_fp8_matmul_launches_the_shipped_files_config(realworld, jit, out_
 
     if torch.cuda.get_device_capability() < (9, 0):
         pytest.skip("the wheel builds the FP8 kernels for sm_90 only")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[out_dtype]
+    dtype = torch_dtype(out_dtype)
     a, b, a_s, b_s = _operands(m, n, 7168)
     if layout == "misaligned":
         a = offset_view(a)  # one byte off: no 16-byte alignment for A

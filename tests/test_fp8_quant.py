@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REALWORLD, import_fixture_file, offset_view, poison_allocator, reset_handle
+from tests.conftest import REALWORLD, import_fixture_file, offset_view, poison_allocator, reset_handle, torch_dtype
 
 
 def test_formats_come_from_the_callers_dtype_and_build_for_sm90_only(realworld_plan) -> None:
@@ -85,7 +85,7 @@ def test_group_quant_against_torch_and_the_jit(realworld, jit, dtype, fmt, shape
     import torch
 
     _needs_fp8()
-    x = torch.randn(shape, device="cuda", dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]) * 5
+    x = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype)) * 5
     if layout == "misaligned":
         x = offset_view(x)
     q_dtype = torch.float8_e5m2 if fmt == "e5m2" else torch.float8_e4m3fn

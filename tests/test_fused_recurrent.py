@@ -9,10 +9,13 @@ against an fp64 recurrence and bit for bit against the same file under Triton's 
 from __future__ import annotations
 
 import itertools
+import json
+import re
+import zipfile
 
 import pytest
 
-from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, relative_error
+from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, relative_error, torch_dtype
 
 FLAGS = ("USE_G", "USE_INITIAL_STATE", "STORE_FINAL_STATE")
 
@@ -89,7 +92,7 @@ COMBOS = [(False, False, False), (True, False, True), (True, True, True), (False
 def test_fused_recurrent_against_fp64_and_the_jit(realworld, jit, dtype, B, T, H, D, use_g, use_h0, final) -> None:
     import torch
 
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    dt = torch_dtype(dtype)
     q, k, v = (torch.randn(B, T, H, D, device="cuda", dtype=dt) for _ in range(3))
     g = torch.randn(B, T, H, device="cuda").sigmoid().log() if use_g else None
     h0 = torch.randn(B, H, D, D, device="cuda") if use_h0 else None
@@ -124,3 +127,60 @@ def test_combinations_of_nones_no_example_passed(realworld, jit, use_g, use_h0, 
     assert relative_error(ht, ref_h) < 1e-5 if final else ht is None
     j_o, _ = jit.fused_recurrent_gla(q, k, v, g=g, initial_state=h0, output_final_state=final)
     assert torch.equal(o, j_o)
+
+
+PAIRED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"SCALED": lambda args: args["a_scale"] is not None})
+@triton.jit
+def scaled_copy_kernel(x, a_scale, b_scale, out, n, BLOCK: tl.constexpr, SCALED: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask)
+    if SCALED:  # both scales come together: a_scale alone cannot compile (b_scale is the constant None)
+        v = v * tl.load(a_scale) * tl.load(b_scale)
+    tl.store(out + offs, v, mask=mask)
+
+
+def scaled_copy(x, a_scale=None, b_scale=None):
+    out = torch.empty_like(x)
+    n = x.numel()
+    scaled_copy_kernel[(triton.cdiv(n, 1024),)](x, a_scale, b_scale, out, n, BLOCK=1024)
+    return out
+
+
+def examples(device="cpu"):
+    x = torch.randn(4096, device=device)
+    scaled_copy(x)
+    scaled_copy(x, torch.ones(1, device=device), torch.ones(1, device=device))
+'''
+
+
+@pytest.mark.slow
+def test_an_untraced_combination_that_cannot_compile_costs_only_itself(tmp_path) -> None:
+    from forge_aot.pipeline import build
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "paired.py").write_text(PAIRED)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_paired"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n'
+        '[kernels.scaled_copy]\nsource = "kernels/paired.py:scaled_copy_kernel"\nops = ["scaled_copy"]\n'
+        'signature = { x = "*fp32", a_scale = "*fp32", b_scale = "*fp32", out = "*fp32", n = "i32" }\n'
+        'examples = "examples"\n')
+    result = build(tmp_path / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work")
+    failed = result.report.failures
+    # (a_scale, None): SCALED is true and the kernel loads b_scale, the constant None: it cannot compile, and it
+    # was no example's; the build goes on without it. (None, b_scale) compiles (SCALED false, b_scale unused).
+    specs = {re.search(r"\((\w+)\.SCALED=True\) \(a combination of None arguments no example passed\)", f)[1]
+             for f in failed}
+    assert specs == {"DDNDD", "DDNDx", "xxNxx"}, failed  # aligned, any size, generic
+    index = json.loads(zipfile.ZipFile(result.wheel).read("forge_paired/_forge/index.json"))
+    (variant,) = index["kernels"]["scaled_copy"]["variants"].values()
+    (config,) = variant["targets"]["sm_90"]["configs"].values()
+    shipped = {b["spec"] for b in config["binaries"].values()}
+    # the traced combinations and the untraced one that compiles, each aligned, on any size and generic
+    assert shipped == {"DNNDD", "DNNDx", "xNNxx", "DDDDD", "DDDDx", "xxxxx", "DNDDD", "DNDDx", "xNxxx"}, shipped

@@ -24,6 +24,7 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 SOURCE = REALWORLD / "kernels" / "fused_softmax.py"
@@ -198,11 +199,6 @@ def jit():
     return import_fixture_file(SOURCE, "_fs_jit_fused_softmax")
 
 
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "fp32": torch.float32}[name]
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "fp32"])
@@ -213,11 +209,11 @@ def test_fused_softmax_against_torch_and_the_jit(wheel, jit, dtype, shape, layou
 
     package, host = wheel
     rows, cols = shape
-    x = torch.randn(rows, cols, device="cuda", dtype=_dtype(dtype)) * 4
+    x = torch.randn(rows, cols, device="cuda", dtype=torch_dtype(dtype)) * 4
     if layout == "misaligned":
         x = offset_view(x)
     elif layout == "strided-rows":  # rows 16 elements apart from their ends: stride(0) != n_cols
-        x = torch.randn(rows, cols + 16, device="cuda", dtype=_dtype(dtype))[:, :cols] * 4
+        x = torch.randn(rows, cols + 16, device="cuda", dtype=torch_dtype(dtype))[:, :cols] * 4
     host.kernels.clear()  # the cache is per block size only (the JIT's would reuse another dtype's binary)
     jit.kernels.clear()
     reset_handle("forge_realworld._ops.fused_softmax", "softmax_kernel")

@@ -12,7 +12,7 @@ import ast
 
 import pytest
 
-from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, poison_allocator, relative_error
+from tests.conftest import HALF_TOL, REALWORLD, import_fixture_file, poison_allocator, relative_error, torch_dtype
 
 
 def test_a_version_checked_import_block_belongs_to_the_kernels(realworld_plan) -> None:
@@ -56,11 +56,6 @@ def jit():
     return import_fixture_file(REALWORLD / "kernels" / "geglu.py", "_geglu_jit_geglu")
 
 
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -69,9 +64,9 @@ def _dtype(name: str):
 def test_geglu_forward_and_backward_against_torch_and_the_jit(realworld, jit, dtype, shape) -> None:
     import torch
 
-    a0 = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
-    b0 = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
-    dc = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
+    a0 = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
+    b0 = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
+    dc = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
     ref_a, ref_b = a0.double().requires_grad_(), b0.double().requires_grad_()
     ref = torch.nn.functional.gelu(ref_a, approximate="tanh") * ref_b
     ref.backward(dc.double())

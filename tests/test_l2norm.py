@@ -17,6 +17,7 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 
@@ -80,11 +81,6 @@ def jit():
     return import_fixture_file(REALWORLD / "kernels" / "l2norm.py", "_l2_jit_l2norm")
 
 
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
@@ -94,11 +90,11 @@ def _dtype(name: str):
 def test_l2norm_against_torch_and_the_jit(wheel, jit, dtype, shape, layout) -> None:
     import torch
 
-    x = torch.randn(shape, device="cuda", dtype=_dtype(dtype)) * 3
+    x = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype)) * 3
     if layout == "misaligned":
         x = offset_view(x)
     elif layout == "transposed":  # input_guard makes it contiguous first, as in FLA
-        x = torch.randn(tuple(reversed(shape)), device="cuda", dtype=_dtype(dtype)).transpose(0, -1) * 3
+        x = torch.randn(tuple(reversed(shape)), device="cuda", dtype=torch_dtype(dtype)).transpose(0, -1) * 3
     reset_handle("forge_realworld._ops.l2norm", "l2norm_fwd_kernel")
     poison_allocator(x.numel() * x.element_size())
     y = wheel.l2norm(x)

@@ -11,6 +11,7 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2}
@@ -20,11 +21,6 @@ SHAPES = [(1, 1, 1), (17, 33, 65), (1000, 1000, 1000), (512, 4096, 4096), (4096,
 data are 16-byte aligned (1100×1048×1032 has partial tiles on every side; 1000³ and 520×536×552 have K not a
 multiple of 16), the rest the tiled kernel (512×4096×4096: aligned and under 1024)."""
 
-
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 @pytest.mark.gpu
@@ -37,12 +33,12 @@ def test_packaged_matmul(packaged, dtype: str, mnk: tuple[int, int, int], layout
     from kernels.matmul import TMA_MIN_DIM, TMA_MIN_DIM_UNALIGNED, reference
 
     M, N, K = mnk
-    a = torch.randn(M, K, device="cuda", dtype=_dtype(dtype))
-    b = torch.randn(K, N, device="cuda", dtype=_dtype(dtype))
+    a = torch.randn(M, K, device="cuda", dtype=torch_dtype(dtype))
+    b = torch.randn(K, N, device="cuda", dtype=torch_dtype(dtype))
     if layout == "misaligned":
         a, b = offset_view(a), offset_view(b, 5)
     elif layout == "transposed-b":
-        b = torch.randn(N, K, device="cuda", dtype=_dtype(dtype)).t()
+        b = torch.randn(N, K, device="cuda", dtype=torch_dtype(dtype)).t()
     poison_allocator(M * N * a.element_size())
     reset_handle("forge_kernels._ops.matmul", "matmul_kernel")
     reset_handle("forge_kernels._ops.matmul", "matmul_tma_kernel")

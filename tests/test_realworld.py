@@ -15,16 +15,12 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 FWD_TOL = HALF_TOL
 GRAD_TOL = {"fp16": 1e-2, "bf16": 3e-2}
 
-
-def _dtype(name: str):
-    import torch
-
-    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +60,9 @@ def test_rms_norm_forward_backward(wheel, jit, dtype, mode, offset, shape) -> No
     import torch
 
     ref_mod = jit["rms_norm"]
-    x = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
-    w = torch.randn(shape[-1], device="cuda", dtype=_dtype(dtype))
-    dy = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
+    x = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
+    w = torch.randn(shape[-1], device="cuda", dtype=torch_dtype(dtype))
+    dy = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
     poison_allocator(x.numel() * 4)
     reset_handle("forge_realworld._ops.rms_norm", "_rms_norm_forward_kernel")
     y, (dx, dw) = _grads(lambda a, b: wheel.rms_norm(a, b, 1e-6, offset, mode), x, w, grad=dy)
@@ -108,10 +104,10 @@ def test_layer_norm_forward_backward(wheel, jit, dtype, shape) -> None:
     import torch
 
     n = shape[-1]
-    x = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
-    w = torch.randn(n, device="cuda", dtype=_dtype(dtype))
-    b = torch.randn(n, device="cuda", dtype=_dtype(dtype))
-    dy = torch.randn(shape, device="cuda", dtype=_dtype(dtype))
+    x = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
+    w = torch.randn(n, device="cuda", dtype=torch_dtype(dtype))
+    b = torch.randn(n, device="cuda", dtype=torch_dtype(dtype))
+    dy = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype))
     poison_allocator(x.numel() * 4)
     y, (dx, dw, db) = _grads(lambda a, c, d: wheel.layer_norm(a, (n,), c, d, 1e-5), x, w, b, grad=dy)
     ry, (rdx, rdw, rdb) = _grads(lambda a, c, d: jit["layer_norm"].layer_norm_reference(a, (n,), c, d, 1e-5),
@@ -135,12 +131,12 @@ def test_autotuned_matmul(wheel, dev, dtype, mnk, layout) -> None:
     import torch
 
     M, N, K = mnk
-    a = torch.randn(M, K, device="cuda", dtype=_dtype(dtype))
-    b = torch.randn(K, N, device="cuda", dtype=_dtype(dtype))
+    a = torch.randn(M, K, device="cuda", dtype=torch_dtype(dtype))
+    b = torch.randn(K, N, device="cuda", dtype=torch_dtype(dtype))
     if layout == "misaligned":
         a, b = offset_view(a), offset_view(b, 3)
     elif layout == "transposed-b":
-        b = torch.randn(N, K, device="cuda", dtype=_dtype(dtype)).t()
+        b = torch.randn(N, K, device="cuda", dtype=torch_dtype(dtype)).t()
     poison_allocator(M * N * 2)
     reset_handle("forge_realworld._ops.matmul_autotune", "matmul_kernel")
     for act in ("", "leaky_relu"):
@@ -165,7 +161,7 @@ def test_autotuned_matmul(wheel, dev, dtype, mnk, layout) -> None:
 def test_block_pointer_attention(wheel, dev, dtype, causal, shape) -> None:
     import torch
 
-    q, k, v = (torch.randn(shape, device="cuda", dtype=_dtype(dtype)) for _ in range(3))
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch_dtype(dtype)) for _ in range(3))
     poison_allocator(q.numel() * 2)
     o = wheel.attention(q, k, v, causal)
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
@@ -187,8 +183,8 @@ def test_tensor_descriptor_attention(wheel, dev, dtype, causal, layout, shape) -
     import torch
 
     z, h, n, d = shape
-    make = ((lambda: torch.randn((z, h, n, d), device="cuda", dtype=_dtype(dtype))) if layout == "contiguous"
-            else (lambda: torch.randn((z, n, h, d), device="cuda", dtype=_dtype(dtype)).transpose(1, 2)))
+    make = ((lambda: torch.randn((z, h, n, d), device="cuda", dtype=torch_dtype(dtype))) if layout == "contiguous"
+            else (lambda: torch.randn((z, n, h, d), device="cuda", dtype=torch_dtype(dtype)).transpose(1, 2)))
     q, k, v = make(), make(), make()
     poison_allocator(q.numel() * 2)
     o = wheel.attention_tma(q, k, v, causal)

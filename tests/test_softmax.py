@@ -11,16 +11,12 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 TOLERANCE = {"fp32": 1e-5, "fp16": 2e-3, "bf16": 1e-2}
 SHAPES = [(1, 1), (3, 7), (37, 1000), (128, 4096), (5, 20000), (1024, 257)]
 
-
-def _dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 @pytest.mark.gpu
@@ -32,11 +28,11 @@ def test_packaged_softmax(packaged, dtype: str, shape: tuple[int, int], layout: 
 
     from kernels.softmax import reference
 
-    x = torch.randn(shape, device="cuda", dtype=_dtype(dtype)) * 4
+    x = torch.randn(shape, device="cuda", dtype=torch_dtype(dtype)) * 4
     if layout == "misaligned":
         x = offset_view(x)
     elif layout == "row-strided":
-        x = torch.randn(shape[0], shape[1] + 5, device="cuda", dtype=_dtype(dtype))[:, 2 : 2 + shape[1]]
+        x = torch.randn(shape[0], shape[1] + 5, device="cuda", dtype=torch_dtype(dtype))[:, 2 : 2 + shape[1]]
     poison_allocator(x.numel() * x.element_size())
     reset_handle("forge_kernels._ops.softmax", "softmax_kernel")
     out = packaged.softmax(x)

@@ -12,16 +12,12 @@ from tests.conftest import (
     poison_allocator,
     relative_error,
     reset_handle,
+    torch_dtype,
 )
 
 TOLERANCE = {"fp32": 1e-6, "fp16": 1e-3, "bf16": 8e-3}
 SIZES = [1, 17, 1000, 4096, 65537, 1 << 20, 3_000_001]
 
-
-def _dtype(name: str):
-    import torch
-
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 @pytest.mark.gpu
@@ -33,8 +29,8 @@ def test_packaged_vector_add(packaged, dtype: str, n: int, misaligned: bool) -> 
 
     from kernels.vector_add import reference
 
-    x = torch.randn(n, device="cuda", dtype=_dtype(dtype))
-    y = torch.randn(n, device="cuda", dtype=_dtype(dtype))
+    x = torch.randn(n, device="cuda", dtype=torch_dtype(dtype))
+    y = torch.randn(n, device="cuda", dtype=torch_dtype(dtype))
     if misaligned:
         x, y = offset_view(x), offset_view(y, 3)
     poison_allocator(x.numel() * x.element_size())
@@ -54,8 +50,8 @@ def test_packaged_vector_add(packaged, dtype: str, n: int, misaligned: bool) -> 
 def test_dev_mode_matches_packaged(packaged, dev_ops, dtype: str) -> None:
     import torch
 
-    x = torch.randn(12345, device="cuda", dtype=_dtype(dtype))
-    y = torch.randn(12345, device="cuda", dtype=_dtype(dtype))
+    x = torch.randn(12345, device="cuda", dtype=torch_dtype(dtype))
+    y = torch.randn(12345, device="cuda", dtype=torch_dtype(dtype))
     assert torch.equal(dev_ops["vector_add"](x, y), packaged.vector_add(x, y))
 
 
