@@ -15,8 +15,10 @@ spread (min - max) over rounds:
                                   FORGE_NO_C_LAUNCH=1) takes
   forge-aot kernel[grid] Python + C launcher   the Python path's binding and table lookup, then the C launcher
                                   packs and launches: what a call the C path leaves to Python gets (a kernel with
-                                  @triton.heuristics or config pre-hooks, keyword runtime arguments)
+                                  config pre-hooks, or a first call)
   forge-aot kernel[lambda grid] C the C path with a grid function, as host code usually writes it
+  ... kernel[grid](x_ptr=x, ...)  every argument by keyword, as flash-linear-attention passes them (Triton's JIT and
+                                  the C path)
   forge-aot op (allocates) C / Python   the exported op (output allocation, host code, launch), both paths
   forge-aot host function C       the op's host function called directly (the op less its export wrapper)
   C cuLaunchKernel floor          cuLaunchKernel in a C loop on the very cubin the wheel ships
@@ -183,6 +185,10 @@ def main() -> None:
             "triton-jit kernel[grid](...)": Contender(lambda: jit_add[grid](x, y, o, n, BLOCK_SIZE=1024)),
             "forge-aot kernel[grid](...) C": Contender(lambda: add[grid](x, y, o, n), True),
             "forge-aot kernel[(0,)](...) C": Contender(lambda: add[(0,)](x, y, o, n), True),
+            "triton-jit kernel[grid](x_ptr=x, ...)": Contender(
+                lambda: jit_add[grid](x_ptr=x, y_ptr=y, out_ptr=o, n_elements=n, BLOCK_SIZE=1024)),
+            "forge-aot kernel[grid](x_ptr=x, ...) C": Contender(
+                lambda: add[grid](x_ptr=x, y_ptr=y, out_ptr=o, n_elements=n), True),
             "forge-aot kernel[lambda grid](...) C": Contender(lambda: add[lambda m: (cdiv(n, m["BLOCK_SIZE"]),)](
                 x, y, o, n), True),
             # py_base.__getitem__ is what kernel[grid] is without the extension: the pure-Python path, exactly

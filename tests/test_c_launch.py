@@ -516,9 +516,9 @@ def test_heuristics_errors_are_the_python_paths(rt, fake, tmp_path) -> None:
 
 
 def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_path, monkeypatch) -> None:
-    """A call the C path leaves to Python (runtime arguments as keywords) binds in Python and launches through
-    the C launcher: the driver gets the bytes the pure-Python launch gives it, no ctypes launch runs, and a value
-    the C launcher leaves to Python (a NaN float) still launches, through ctypes."""
+    """A call the C path leaves to Python (a first call: nothing remembered yet) binds in Python and launches
+    through the C launcher: the driver gets the bytes the pure-Python launch gives it, no ctypes launch runs, and
+    a value the C launcher leaves to Python (a NaN float) still launches, through ctypes."""
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     params = [*ADD[:4], ["s", "fp32"], ["BLOCK", "meta"]]
     fake.block_size, fake.nparams = 48, 6
@@ -530,10 +530,14 @@ def test_calls_left_to_python_still_launch_through_the_c_launcher(rt, fake, tmp_
     records = {}
     for use_c in (True, False):
         k._c_launch = use_c
+        k._fast.clear()
         k[(3,)](x, y, o, n=17, s=2.5)
         records[use_c] = fake.launch_record()
     assert records[True] == records[False] and python_launches == [1]
-    assert k._fast.size() == 0  # keyword calls are never remembered for the C path
+    k._c_launch = True
+    k._fast.clear()
+    k[(3,)](x, y, o, n=17, s=2.5)
+    assert k._fast.size() == 1  # a call by keyword is remembered for the C path like a positional one
     ((launcher,),) = [list(state.launchers.values()) for state in k._states.values()]
     assert launcher.c_launcher() is not None
     k._c_launch = True
@@ -771,3 +775,31 @@ def test_a_type_variables_tensor_passed_as_none_takes_the_dtype_from_another(rt,
     assert state.variant == "T=fp16"
     with pytest.raises(TypeError, match=r"bias, x_ptr, out_ptr are all None"):
         k[(1,)](None, None, None, 64)
+
+
+@pytest.mark.parametrize("form", ["all keywords", "mixed", "keywords out of order"])
+def test_runtime_arguments_by_keyword_take_the_c_path(rt, fake, add, form) -> None:
+    # flash-linear-attention passes every argument by name, vLLM its float ranges: the C path reads them too
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    call = {"all keywords": lambda k: k[(4,)](x_ptr=x, y_ptr=y, out_ptr=o, n=4096),
+            "mixed": lambda k: k[(4,)](x, y, out_ptr=o, n=4096),
+            "keywords out of order": lambda k: k[(4,)](n=4096, out_ptr=o, y_ptr=y, x_ptr=x)}[form]
+    add[(4,)](x, y, o, 4096)
+    positional = fake.launch_record()
+    add._fast.clear()  # forget it: the first call by keyword is resolved by the Python path, which remembers it
+    fallbacks = []
+    add.run = lambda g, a, k: (fallbacks.append(1), type(add).run(add, g, a, k))[1]
+    try:
+        for _ in range(3):
+            call(add)
+            assert fake.launch_record() == positional
+    finally:
+        del add.run
+    assert len(fallbacks) == 1  # the first only
+    # what the C path cannot read whole goes to the Python path, which binds or refuses as before
+    with pytest.raises(TypeError, match="multiple values for argument 'x_ptr'"):
+        add[(4,)](x, y, o, 4096, x_ptr=x)
+    with pytest.raises(TypeError, match=r"missing arguments \['n'\]"):
+        add[(4,)](x_ptr=x, y_ptr=y, out_ptr=o)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        add[(4,)](x_ptr=x, y_ptr=y, out_ptr=o, n=4096, bogus=1)

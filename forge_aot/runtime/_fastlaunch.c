@@ -570,10 +570,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     Py_INCREF(get_device); F->get_device = get_device;
     Py_INCREF(data_ptr); F->data_ptr = data_ptr;
     Py_INCREF(launches); F->launches = launches;
+    if (runtime_names) {   /* runtime arguments passed by keyword are read by these names */
+        if (PyTuple_Size(runtime_names) != F->n) {
+            PyErr_SetString(PyExc_ValueError, "one runtime name per runtime argument"); goto fail;
+        }
+        Py_INCREF(runtime_names); F->runtime_names = runtime_names;
+    }
     if (heuristics && PyTuple_Size(heuristics)) {
         /* Every heuristic is a (name, callable) pair; every heuristic parameter gets a value; the arguments
          * are read by name. */
-        if (!runtime_names || !heuristic_names || PyTuple_Size(runtime_names) != F->n) {
+        if (!runtime_names || !heuristic_names) {
             PyErr_SetString(PyExc_ValueError, "heuristics need the runtime names and the heuristic names");
             goto fail;
         }
@@ -586,7 +592,6 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
             }
         }
         F->n_heur = (int)PyTuple_Size(heuristics);
-        Py_INCREF(runtime_names); F->runtime_names = runtime_names;
         Py_INCREF(heuristics); F->heuristics = heuristics;
         Py_INCREF(heuristic_names); F->heuristic_names = heuristic_names;
     }
@@ -943,10 +948,57 @@ done:
     return r;
 }
 
+/* Runtime arguments passed by keyword (flash-linear-attention passes every argument by name, vLLM its float
+ * ranges): the positional tuple the rest reads (*merged, new) and the keywords left (*rest, new or NULL: call-site
+ * constexprs and launch options). 1 merged, 0 left to the Python path (which binds or refuses), -1 error. */
+static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObject **merged, PyObject **rest) {
+    Py_ssize_t given = PyTuple_Size(args);
+    if (!kwargs || !F->runtime_names || given > F->n) return 0;
+    PyObject *t = PyTuple_New(F->n), *left = PyDict_Copy(kwargs);
+    if (!t || !left) { Py_XDECREF(t); Py_XDECREF(left); return -1; }
+    for (Py_ssize_t i = 0; i < F->n; i++) {
+        PyObject *name = PyTuple_GetItem(F->runtime_names, i);
+        PyObject *v = PyDict_GetItem(left, name);                         /* borrowed */
+        if (i < given) {
+            if (v) goto python;                                           /* passed twice: Python says so */
+            v = PyTuple_GetItem(args, i);
+            Py_INCREF(v);
+        } else {
+            if (!v) goto python;                                          /* missing: Python says so */
+            Py_INCREF(v);
+            if (PyDict_DelItem(left, name) < 0) { Py_DECREF(v); goto error; }
+        }
+        PyTuple_SetItem(t, i, v);                                         /* steals v */
+    }
+    *merged = t;
+    *rest = PyDict_Size(left) ? left : NULL;
+    if (!*rest) Py_DECREF(left);
+    return 1;
+python:
+    Py_DECREF(t); Py_DECREF(left);
+    return 0;
+error:
+    Py_DECREF(t); Py_DECREF(left);
+    return -1;
+}
+
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs);
+
 /* 1 launched, 0 left to the Python path, -1 error. */
 static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
-    if (PyTuple_Size(args) != F->n) return 0;
+    if (PyTuple_Size(args) == F->n) return fast_call_read(l, args, kwargs);
+    PyObject *merged, *rest;
+    int m = merge_keywords(F, args, kwargs, &merged, &rest);
+    if (m <= 0) return m;
+    int r = fast_call_read(l, merged, rest);
+    Py_DECREF(merged);
+    Py_XDECREF(rest);
+    return r;
+}
+
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs) {
+    FastKernel *F = (FastKernel *)l->fast;
     PyObject *skip = PyObject_GetAttr(F->launches, str_skip);   /* LAUNCHES.skip: the custom op's meta path */
     if (!skip) { PyErr_Clear(); return 0; }
     int skipping = PyObject_IsTrue(skip);

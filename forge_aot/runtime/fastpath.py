@@ -1,8 +1,8 @@
 """The C launch path: the optional ``_fastlaunch`` extension and what the Python path hands it.
 
 ``forge-aot build`` compiles ``_fastlaunch.c`` into the wheel (``_fastlaunch.abi3.so``, CPython's limited API:
-one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **call_site_values)`` is one C call when the
-runtime arguments are positional (call-site constexprs and launch options as keywords), the kernel has no config
+one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **kwargs)`` is one C call (runtime arguments
+by position or by name, call-site constexprs and launch options as keywords) when the kernel has no config
 pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
 specialization) once before. The C code reads the arguments as the Python path does (devices, dtypes, pointers,
 integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch the Python path remembered for
@@ -108,10 +108,12 @@ def launches_from_c(kernel: Any) -> bool:
 
 def remember(kernel: Any, runtime: Any, call: dict[str, Any], c_launcher: Any, config: Any, spec: str,
              heur: tuple[Any, ...] = ()) -> None:
-    """After the Python path launched a call through ``c_launcher`` (its binary's C ``Launcher``) whose runtime
-    arguments were positional (``runtime`` is the call's tuple) with its call-site values bound in ``call`` (and,
-    for a kernel with heuristics, their values ``heur``): let the C path launch such calls from now on."""
+    """After the Python path launched a call through ``c_launcher`` (its binary's C ``Launcher``) with its runtime
+    arguments bound in order in ``runtime`` (a tuple, or the list the Python path bound from keywords) and its
+    call-site values in ``call`` (and, for a kernel with heuristics, their values ``heur``): let the C path launch
+    such calls from now on, by position or by name."""
     fast = kernel._fast
-    if fast is not None and type(runtime) is tuple:
+    if fast is not None:
+        runtime = tuple(runtime)
         with_heuristics = (heur, config.all_kwargs()) if heur else ()
         fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, *with_heuristics)
