@@ -237,6 +237,9 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["axis_values_from"]:
             click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
                        + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))
+        if k["optional"]:
+            click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
+                       "tensors other calls pass there is built)")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")

@@ -1059,5 +1059,8 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "binaries": binaries,
             "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
             "tuning_inputs": kp.entry.tune.inputs,
+            "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
+                                for i, code in enumerate(c.spec) if code == SPEC_IS_NONE},
+                               key=kp.spec_params.index),
         }
     return out

@@ -45,6 +45,15 @@ def test_each_combination_of_nones_is_a_binary_with_its_own_flags(realworld_plan
         assert len(binaries) == 16
 
 
+def test_check_names_the_optional_arguments(realworld_plan) -> None:
+    from forge_aot.plan import plan_summary
+
+    summary = plan_summary(realworld_plan)
+    assert summary["fused_recurrent"]["optional"] == ["g", "h0", "ht"]
+    assert summary["fused_recurrent"]["binaries"] == 4 * 2 * 16  # variants x targets x (8 combinations x 2)
+    assert summary["rms_norm_fwd"]["optional"] == []
+
+
 def test_a_none_is_compiled_as_a_constant(realworld_plan) -> None:
     from forge_aot.plan import job_for
 
