@@ -69,6 +69,8 @@ def main() -> None:
                 for b in cand["binaries"].values():
                     with open(b["path"], "rb") as f:
                         assert hashlib.sha256(f.read()).hexdigest() == b["sha256"], b["path"]
+                    if "N" in b.get("spec", ""):  # an argument passed as None, compiled in
+                        log(f"none-binary {b['spec']}")
                 mode = cand["config"]["meta"].get("MODE", 0)
                 variant = ",".join(f"{k}={v}" for k, v in item["assignment"].items())
                 log(f"{op}-candidate {variant} {cand['cid']}")

@@ -708,3 +708,68 @@ def test_gpus_are_counted_through_the_driver_not_torch(tmp_path, monkeypatch) ->
         assert runner._device_count() == 2 and runner._visible_gpus(None) == ["0", "1"]
     finally:
         runner._local_cuda_driver.cache_clear()
+
+
+OPTIONAL_KERNEL = '''
+
+@triton.heuristics({"HAS_BIAS": lambda args: args["bias_ptr"] is not None})
+@triton.jit
+def biased_kernel(x_ptr, bias_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x_ptr + offs, mask=mask)
+    if HAS_BIAS:
+        v += tl.load(bias_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, v, mask=mask)
+
+
+def biased(x, bias=None):
+    """x (+ bias): FLA-style, the optional tensor passed as None."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    biased_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, bias, out, n)
+    return out
+
+
+def biased_inputs(key, variant, device):
+    return (torch.randn(key["n"], device=device, dtype=variant["T"]), None)
+
+
+def biased_reference(x, bias=None):
+    return x.double() if bias is None else x.double() + bias.double()
+'''
+
+OPTIONAL_ENTRY = '''
+[kernels.biased]
+source = "kernels/tune_fixtures.py:biased_kernel"
+ops = ["biased"]
+signature = { x_ptr = "*T", bias_ptr = "*T", out_ptr = "*T", n = "i32" }
+dtypes = { T = ["fp32"] }
+key = ["n"]
+buckets = { n = [65536] }
+
+[kernels.biased.tune]
+configs = [{ BLOCK = 1024, num_warps = 4 }, { BLOCK = 256, num_warps = 4 }]
+inputs = "biased_inputs"
+reference = "biased_reference"
+'''
+
+
+@pytest.mark.slow
+def test_tuning_a_kernel_whose_inputs_pass_an_optional_tensor_as_none(sim: Path, tmp_path_factory) -> None:
+    # The parent traces the tuning inputs (bias None), compiles the None binaries and applies the winner; the
+    # simulated worker checks that every binary it is handed exists with its recorded sha256.
+    from forge_aot.tune.runner import TuneOptions, tune
+
+    with open(sim / "kernels" / "tune_fixtures.py", "a") as f:
+        f.write(OPTIONAL_KERNEL)
+    with open(sim / "kernel_manifest.toml", "a") as f:
+        f.write(OPTIONAL_ENTRY)
+    run = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("biased",), jobs=2,
+                                                         build_dir=tmp_path_factory.mktemp("tune-opt")))
+    assert [i.status for i in run.items] == ["tuned"]
+    (winner,) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": 65536})
+    assert winner.config["BLOCK"] in (256, 1024)
+    # the candidates were handed the binaries for bias=None (spec N in its place: x, bias, out, n)
+    specs = {line.split()[-1] for line in _log(sim) if line.startswith("none-binary")}
+    assert specs and all(s[1] == "N" for s in specs), _log(sim)
