@@ -33,8 +33,8 @@ from .introspect import (
 from .localmods import LocalModule, direct_imports, local_imports, merge_local
 from .runtime import (
     LAUNCH_OPTIONS,
+    SPEC_ABSENT,
     SPEC_DIV16,
-    SPEC_IS_NONE,
     SPEC_NONE,
     SPEC_ONE,
     TRITON_DEFAULTS,
@@ -114,19 +114,19 @@ class BinarySpec:
     @property
     def generic(self) -> bool:
         """No assumption but arguments passed as None: the fallback every call like it can take."""
-        return all(c in (SPEC_NONE, SPEC_IS_NONE) for c in self.spec)
+        return all(c in (SPEC_NONE, SPEC_ABSENT) for c in self.spec)
 
     def aligned(self) -> BinarySpec:
         """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
         offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
         unvectorized binary)."""
-        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_IS_NONE) else SPEC_DIV16
+        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_ABSENT) else SPEC_DIV16
                                                       for c in self.spec))
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
         argument passed as None stays None (no binary takes both)."""
-        chars = [SPEC_NONE if i in positions and c != SPEC_IS_NONE and (not code_from or c in code_from) else c
+        chars = [SPEC_NONE if i in positions and c != SPEC_ABSENT and (not code_from or c in code_from) else c
                  for i, c in enumerate(self.spec)]
         return dataclasses.replace(self, spec="".join(chars))
 
@@ -390,13 +390,11 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
     and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
     call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
     another call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
-    optional: dict[int, Any] = {}
-    for c in calls:
-        for i, code in enumerate(c.spec):
-            name = kp.spec_params[i]
-            if code != SPEC_IS_NONE and (c.named or {}).get(name) is not None:
-                optional.setdefault(i, (c.named or {})[name])
-    optional = {i: t for i, t in optional.items() if any(c.spec[i] == SPEC_IS_NONE for c in calls)}
+    optional: dict[int, Any] = {}  # position -> a tensor some call passed there
+    for i, name in enumerate(kp.spec_params):
+        passed = [c.named[name] for c in calls if c.spec[i] != SPEC_ABSENT and (c.named or {}).get(name) is not None]
+        if passed and any(c.spec[i] == SPEC_ABSENT for c in calls):
+            optional[i] = passed[0]
     out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     for c in calls:
         for nones in itertools.product((False, True), repeat=len(optional)):
@@ -404,8 +402,8 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
             for (i, tensor), is_none in zip(optional.items(), nones):
                 name = kp.spec_params[i]
                 if is_none:
-                    spec[i], named[name] = SPEC_IS_NONE, None
-                elif c.spec[i] == SPEC_IS_NONE:
+                    spec[i], named[name] = SPEC_ABSENT, None
+                elif c.spec[i] == SPEC_ABSENT:
                     spec[i], named[name] = SPEC_DIV16, tensor
             out.setdefault(("".join(spec), id(c)), ("".join(spec), named, False))
     return list(out.values())
@@ -1012,7 +1010,7 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         elif codes.get(pname) == SPEC_ONE:
             signature[pname] = "constexpr"
             constexprs[pname] = 1
-        elif codes.get(pname) == SPEC_IS_NONE:
+        elif codes.get(pname) == SPEC_ABSENT:
             signature[pname] = "constexpr"
             constexprs[pname] = None
         else:
@@ -1060,7 +1058,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
             "tuning_inputs": kp.entry.tune.inputs,
             "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
-                                for i, code in enumerate(c.spec) if code == SPEC_IS_NONE},
+                                for i, code in enumerate(c.spec) if code == SPEC_ABSENT},
                                key=kp.spec_params.index),
         }
     return out

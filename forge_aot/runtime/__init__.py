@@ -81,7 +81,7 @@ _EXPORTS = {
     "LAUNCH_DEFAULTS": "tables",
     "LAUNCH_OPTIONS": "tables",
     "SPEC_DIV16": "tables",
-    "SPEC_IS_NONE": "tables",
+    "SPEC_ABSENT": "tables",
     "SPEC_NONE": "tables",
     "SPEC_ONE": "tables",
     "TRITON_DEFAULTS": "tables",

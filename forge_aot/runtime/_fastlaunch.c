@@ -626,13 +626,15 @@ static void release_key(FastKernel *F, CallKey *k) {
 }
 
 /* Read a call's arguments as the Python path would: 1 read (the caller releases k), 0 left to the Python path.
- * kwargs: the call's keywords; only call-site constexprs and launch options (each missing one takes its
- * default, as Kernel._bind does) are read here, any other keyword is the Python path's to bind or refuse. */
-static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k, uint64_t *vals) {
+ * kwargs: the call's keywords, of which `taken` are runtime arguments already in args (merge_keywords); only
+ * call-site constexprs and launch options (each missing one takes its default, as Kernel._bind does) are read
+ * here, any other keyword is the Python path's to bind or refuse. */
+static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t taken, CallKey *k,
+                     uint64_t *vals) {
     if (PyTuple_Size(args) != F->n) return 0;
     memset(k, 0, sizeof(*k));
     Py_ssize_t given = kwargs ? PyDict_Size(kwargs) : 0, matched = 0;
-    if (given && !F->n_call) return 0;
+    if (given > taken && !F->n_call) return 0;
     for (int c = 0; c < F->n_call; c++) {
         PyObject *v = given ? PyDict_GetItem(kwargs, PyTuple_GetItem(F->call_names, c)) : NULL;
         if (v) matched++;
@@ -640,7 +642,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, CallKey *k
         if (v == F->missing) return 0;                /* a required constexpr not passed: Python says so */
         k->calls[c] = v;
     }
-    if (matched != given) return 0;
+    if (matched + taken != given) return 0;
     long device = -2;
     uint64_t nones = 0;                               /* pointers passed as None (bit per argument position) */
     for (int i = 0; i < F->n_ptr; i++) {
@@ -786,7 +788,7 @@ static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     if (n_heur != want || (F->n_heur && !(kwargs && PyDict_Check(kwargs)))) Py_RETURN_FALSE;
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, call_args, call, &k, vals)) Py_RETURN_FALSE;
+    if (!read_call(F, call_args, call, 0, &k, vals)) Py_RETURN_FALSE;
     int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0;
     if (ok) {
         Entry *e = insert(F, &k, F->n_heur ? Py_None : launcher, meta, config, call, F->n_heur ? kwargs : NULL);
@@ -810,7 +812,7 @@ static PyObject *FastKernel_read_spec(PyObject *self, PyObject *args) {
     CallKey k;
     uint64_t vals[MAX_ARGS];
     if (!PyArg_ParseTuple(args, "O!|O!", &PyTuple_Type, &call_args, &PyDict_Type, &kwargs)) return NULL;
-    if (!read_call(F, call_args, kwargs, &k, vals)) Py_RETURN_NONE;
+    if (!read_call(F, call_args, kwargs, 0, &k, vals)) Py_RETURN_NONE;
     release_key(F, &k);
     return PyUnicode_FromStringAndSize(k.spec, F->n_spec);
 }
@@ -949,55 +951,48 @@ done:
 }
 
 /* Runtime arguments passed by keyword (flash-linear-attention passes every argument by name, vLLM its float
- * ranges): the positional tuple the rest reads (*merged, new) and the keywords left (*rest, new or NULL: call-site
- * constexprs and launch options). 1 merged, 0 left to the Python path (which binds or refuses), -1 error. */
-static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObject **merged, PyObject **rest) {
+ * ranges): the positional tuple the rest reads (*merged, new) and how many keywords it took (*taken; the others,
+ * call-site constexprs and launch options, are read from the keywords as usual). 1 merged, 0 left to the Python
+ * path (which binds or refuses), -1 error. */
+static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObject **merged, Py_ssize_t *taken) {
     Py_ssize_t given = PyTuple_Size(args);
     if (!kwargs || !F->runtime_names || given > F->n) return 0;
-    PyObject *t = PyTuple_New(F->n), *left = PyDict_Copy(kwargs);
-    if (!t || !left) { Py_XDECREF(t); Py_XDECREF(left); return -1; }
+    PyObject *t = PyTuple_New(F->n);
+    if (!t) return -1;
+    *taken = 0;
     for (Py_ssize_t i = 0; i < F->n; i++) {
-        PyObject *name = PyTuple_GetItem(F->runtime_names, i);
-        PyObject *v = PyDict_GetItem(left, name);                         /* borrowed */
+        PyObject *v = PyDict_GetItem(kwargs, PyTuple_GetItem(F->runtime_names, i));   /* borrowed */
         if (i < given) {
-            if (v) goto python;                                           /* passed twice: Python says so */
+            if (v) { Py_DECREF(t); return 0; }                            /* passed twice: Python says so */
             v = PyTuple_GetItem(args, i);
-            Py_INCREF(v);
         } else {
-            if (!v) goto python;                                          /* missing: Python says so */
-            Py_INCREF(v);
-            if (PyDict_DelItem(left, name) < 0) { Py_DECREF(v); goto error; }
+            if (!v) { Py_DECREF(t); return 0; }                           /* missing: Python says so */
+            (*taken)++;
         }
-        PyTuple_SetItem(t, i, v);                                         /* steals v */
+        Py_INCREF(v);
+        PyTuple_SetItem(t, i, v);                                         /* steals the reference */
     }
     *merged = t;
-    *rest = PyDict_Size(left) ? left : NULL;
-    if (!*rest) Py_DECREF(left);
     return 1;
-python:
-    Py_DECREF(t); Py_DECREF(left);
-    return 0;
-error:
-    Py_DECREF(t); Py_DECREF(left);
-    return -1;
 }
 
-static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs);
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
 
 /* 1 launched, 0 left to the Python path, -1 error. */
 static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
-    if (PyTuple_Size(args) == F->n) return fast_call_read(l, args, kwargs);
-    PyObject *merged, *rest;
-    int m = merge_keywords(F, args, kwargs, &merged, &rest);
+    if (PyTuple_Size(args) == F->n) return fast_call_read(l, args, kwargs, 0);
+    PyObject *merged;
+    Py_ssize_t taken;
+    int m = merge_keywords(F, args, kwargs, &merged, &taken);
     if (m <= 0) return m;
-    int r = fast_call_read(l, merged, rest);
+    int r = fast_call_read(l, merged, kwargs, taken);
     Py_DECREF(merged);
-    Py_XDECREF(rest);
     return r;
 }
 
-static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs) {
+/* args: every runtime argument in order; kwargs: the call's keywords, of which `taken` were runtime arguments. */
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken) {
     FastKernel *F = (FastKernel *)l->fast;
     PyObject *skip = PyObject_GetAttr(F->launches, str_skip);   /* LAUNCHES.skip: the custom op's meta path */
     if (!skip) { PyErr_Clear(); return 0; }
@@ -1006,7 +1001,7 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs) {
     if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, args, kwargs, &k, vals)) return 0;
+    if (!read_call(F, args, kwargs, taken, &k, vals)) return 0;
     Entry *e = find(F, &k);
     if (!e) { release_key(F, &k); return 0; }
     /* Held before anything can run other threads (releasing the key, the grid function), which may clear the

@@ -19,7 +19,7 @@ from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
 from .tables import (
-    SPEC_IS_NONE,
+    SPEC_ABSENT,
     SPEC_NONE,
     SPEC_ONE,
     Config,
@@ -227,7 +227,7 @@ class _BinaryLauncher:
         """The function's name inside the binary."""
         # Arguments specialized to the constant 1 or to None are compiled into the binary, not passed.
         compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
-                       if code in (SPEC_ONE, SPEC_IS_NONE)}
+                       if code in (SPEC_ONE, SPEC_ABSENT)}
         kept = [i for i in range(len(kernel.runtime)) if i not in compiled_in]
         self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \

@@ -24,7 +24,7 @@ TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
-SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_IS_NONE = "x", "D", "1", "N"
+SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT = "x", "D", "1", "N"
 """Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
 divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
 constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``)."""
@@ -43,7 +43,7 @@ def spec_fits(built: str, actual: str) -> bool:
     """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
     every assumption it makes must hold (an unspecialized position accepts any value but ``None``, which only a
     binary built for it takes)."""
-    return all(b == a if SPEC_IS_NONE in (a, b) else b in (SPEC_NONE, a) for b, a in zip(built, actual))
+    return all(b == a if SPEC_ABSENT in (a, b) else b in (SPEC_NONE, a) for b, a in zip(built, actual))
 
 
 def spec_rank(spec: str) -> int:
@@ -59,7 +59,7 @@ def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> s
     for i, is_ptr in slots:
         v = values[i]
         if is_ptr:
-            spec += SPEC_IS_NONE if v is None else SPEC_NONE if v & 15 else SPEC_DIV16
+            spec += SPEC_ABSENT if v is None else SPEC_NONE if v & 15 else SPEC_DIV16
         else:
             spec += SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
     return spec
