@@ -64,6 +64,18 @@ def _torch_group_quant(x, group_size: int):
     return q.view(x.shape), scale
 
 
+def _torch_moe(F, fm, x, w1, w2, gating, topk):
+    """Eager MoE as model code without fused kernels writes it: each expert's tokens gathered, two matmuls."""
+    topk_weights, topk_ids = fm.fused_topk(gating, topk, True)
+    out = x.new_zeros(x.shape, dtype=x.dtype)
+    for e in range(w1.shape[0]):
+        rows, k = (topk_ids == e).nonzero(as_tuple=True)
+        gate, up = (x[rows] @ w1[e].T).chunk(2, dim=-1)
+        y = (F.silu(gate) * up) @ w2[e].T
+        out.index_add_(0, rows, (y * topk_weights[rows, k, None]).to(x.dtype))
+    return out
+
+
 def _cases(torch, F, wheel, dev, jit):
     h = torch.float16
     cases = {}
@@ -142,6 +154,16 @@ def _cases(torch, F, wheel, dev, jit):
             "forge-aot": lambda q=q, kk=kk, v=v, g=g: wheel.fused_recurrent_gla(q, kk, v, g=g),
             "jit-same": lambda q=q, kk=kk, v=v, g=g: dev["fused_recurrent_gla"](q, kk, v, g=g),
             "jit": lambda q=q, kk=kk, v=v, g=g: jit["fused_recurrent"].fused_recurrent_gla(q, kk, v, g=g)})
+    # vLLM's fused MoE (compute_type a Triton element type, **config from the batch size), Mixtral's sizes (8 experts,
+    # hidden 4096, intermediate 14336, top-2), decode and prefill batches; torch: the per-expert loop of eager
+    # implementations.
+    for tokens in (4, 512):
+        x, w1, w2, gating = jit["fused_moe"].make_inputs(tokens, 8, 4096, 14336, 2, h, "cuda")
+        moe = (x, w1, w2, gating, 2)
+        cases[f"fused_moe {tokens}x4096 E8 I14336 top2"] = (6 * tokens * 2 * 4096 * 14336, "F", {
+            "forge-aot": lambda moe=moe: wheel.fused_moe(*moe), "jit-same": lambda moe=moe: dev["fused_moe"](*moe),
+            "jit": lambda moe=moe: jit["fused_moe"].fused_moe(*moe),
+            "torch": lambda moe=moe: _torch_moe(F, jit["fused_moe"], *moe)})
     # vLLM's FP8 quantization (sm_90 builds only): per-token groups of 128 (DeepSeek-V3's hidden size), static scale.
     if torch.cuda.get_device_capability() >= (9, 0):
         for tokens in (4096, 33):
@@ -222,7 +244,7 @@ def main() -> None:
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
-                                 "fused_recurrent")}
+                                 "fused_recurrent", "fused_moe")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from forge_aot.introspect import base_jit_function, load_kernel_module
+from forge_aot.introspect import base_jit_function, host_dtype, load_kernel_module
 
 RESULT_MARK = "@@forge-aot-result@@"
 
@@ -39,7 +39,9 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
     t = job["target_info"]
     target = GPUTarget(t["backend"], t["arch"], t["warp_size"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
-    src = ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"], attrs=attrs)
+    # A constexpr host code passed as a Triton element type arrives as its text (``tl.bfloat16``).
+    constexprs = {name: host_dtype(value) for name, value in job["constexprs"].items()}
+    src = ASTSource(fn=fn, signature=job["signature"], constexprs=constexprs, attrs=attrs)
     cfg = job["config"]
     start = time.perf_counter()
     options = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}

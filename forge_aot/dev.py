@@ -13,7 +13,7 @@ from typing import Any
 
 from . import runtime as rt
 from .index import build_index
-from .introspect import base_jit_function, load_kernel_module
+from .introspect import base_jit_function, host_dtype, load_kernel_module
 from .manifest import load_manifest
 from .pipeline import triton_version
 from .plan import make_plan
@@ -43,7 +43,9 @@ class JitBackend:
     def _arguments(self, kernel: rt.Kernel, config: rt.Config, runtime: Sequence[Any], call: dict[str, Any],
                    heur: tuple[Any, ...]) -> dict[str, Any]:
         kwargs = dict(zip(kernel.runtime_names, runtime))
-        constexprs = {k: v for k, v in call.items() if k not in rt.LAUNCH_OPTIONS or k in kernel.param_names}
+        # (a Triton element type host code passed, ``tl.bfloat16``, is the runtime's stand-in: Triton takes its own)
+        constexprs = {k: host_dtype(v) for k, v in call.items()
+                      if k not in rt.LAUNCH_OPTIONS or k in kernel.param_names}
         options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
         if SCRATCH_ALLOCATOR[0] is not None:
             # host code's triton.set_allocator reached the runtime's shim; Triton's JIT needs it too (it keeps
@@ -52,7 +54,9 @@ class JitBackend:
 
             triton.set_allocator(SCRATCH_ALLOCATOR[0])
         # num_warps / num_stages are the config's (a constexpr parameter of that name, set at the call, is both)
-        return {**kwargs, **config.meta, **constexprs, **dict(zip(kernel.heuristic_names, heur)),
+        meta = {k: host_dtype(v) for k, v in config.meta.items()}
+        heuristics = {k: host_dtype(v) for k, v in zip(kernel.heuristic_names, heur)}
+        return {**kwargs, **meta, **constexprs, **heuristics,
                 "num_warps": config.num_warps, "num_stages": config.num_stages, **options}
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],

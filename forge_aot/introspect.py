@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
+from .runtime.host_triton import HOST_DTYPES, as_host_value
 from .targets import torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
@@ -201,7 +202,8 @@ def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list
     for c in tuner.configs:
         if getattr(c, "ir_override", None):
             raise SourceError(f"{where}: configs with ir_override are not supported")
-        configs.append({"meta": dict(c.kwargs), "num_warps": int(c.num_warps), "num_stages": int(c.num_stages),
+        configs.append({"meta": {k: as_host_value(v) for k, v in c.kwargs.items()}, "num_warps": int(c.num_warps),
+                        "num_stages": int(c.num_stages),
                         "num_ctas": int(c.num_ctas or 1), "maxnreg": c.maxnreg,
                         "pre_hook": _function_name(c.pre_hook, module, "a Config pre_hook", where)})
     prune: dict[str, Any] = {}
@@ -217,3 +219,14 @@ def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list
         hooks["post_hook"] = _function_name(tuner.post_hook, module, "the autotune post_hook", where)
     return AutotuneInfo(configs=configs, key=list(tuner.keys), reset_to_zero=list(tuner.reset_to_zero),
                         restore_value=list(tuner.restore_value), prune=prune, hooks=hooks), heuristics
+
+
+def host_dtype(value: Any) -> Any:
+    """``value`` as Triton takes it: a ``tl.<name>`` text (a HostDtype, or the same text read back from JSON) is
+    that ``triton.language`` type, anything else is itself. For the build and development mode, which have
+    Triton."""
+    if isinstance(value, str) and value.startswith("tl.") and value[3:] in HOST_DTYPES:
+        import triton.language as tl
+
+        return getattr(tl, value[3:])
+    return value

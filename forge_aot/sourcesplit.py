@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .runtime import HEURISTICS_HOOK, LAUNCH_OPTIONS, _HostTriton
+from .runtime import HEURISTICS_HOOK, HOST_DTYPES, LAUNCH_OPTIONS, HostDtype, _HostTriton
 
 _CONSTEXPR_ANNOTATIONS = {"constexpr", "tl.constexpr", "triton.language.constexpr", "language.constexpr"}
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics"}
@@ -321,6 +321,10 @@ def _params(fn: ast.FunctionDef) -> list[KernelParam]:
                 value = ast.literal_eval(d)
             except ValueError:
                 has_default = False
+                # ``ACC_TYPE: tl.constexpr = tl.float32``: a Triton element type, as host code would pass it
+                if isinstance(d, ast.Attribute) and d.attr in HOST_DTYPES \
+                        and ast.unparse(d.value) in ("tl", "language", "triton.language"):
+                    value, has_default = HostDtype(f"tl.{d.attr}"), True
         out.append(KernelParam(a.arg, annotation in _CONSTEXPR_ANNOTATIONS, value, has_default))
     return out
 
@@ -345,20 +349,47 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True) -> bool:
+def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
+                 element_types: frozenset[int] = frozenset()) -> bool:
     """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``, nor,
-    where ``driver_ok``, ``triton.runtime.driver``, which the runtime answers too)."""
+    where ``driver_ok``, ``triton.runtime.driver``, which the runtime answers too, nor the element types
+    ``tl.bfloat16`` whose nodes are in ``element_types``)."""
     helpers = set(_HostTriton.HOST_HELPERS) - {"runtime"}
     driver = _driver_attributes(node) if driver_ok else set()
     for n in ast.walk(node):
         if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_driver_import(n) is None:
             return True
-        if isinstance(n, ast.Name) and n.id in triton_names - {"triton"}:
+        if isinstance(n, ast.Name) and n.id in triton_names - {"triton"} and id(n) not in element_types:
             return True
         if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton" \
-                and n.attr not in helpers and id(n) not in driver:
+                and n.attr not in helpers and id(n) not in driver and id(n) not in element_types:
             return True
     return False
+
+
+def _language_aliases(tree: ast.Module) -> set[str]:
+    """Names a file binds to ``triton.language`` (``import triton.language as tl``, ``from triton import
+    language as tl``)."""
+    out: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            out.update(a.asname for a in stmt.names if a.name == "triton.language" and a.asname)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and not stmt.level:
+            out.update(a.asname or a.name for a in stmt.names if a.name == "language")
+    return out
+
+
+def _element_type_nodes(tree: ast.Module, aliases: set[str]) -> frozenset[int]:
+    """In ``tl.bfloat16`` / ``triton.language.float16`` (read, not assigned): the ``tl`` name or the
+    ``triton.language`` attribute, which host code may use: the runtime's ``triton.language`` has Triton's
+    element types, so host code can pass one to a kernel as a constexpr (vLLM's ``compute_type``)."""
+    out: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr in HOST_DTYPES and isinstance(n.ctx, ast.Load):
+            v = n.value
+            if (isinstance(v, ast.Name) and v.id in aliases) or ast.unparse(v) == "triton.language":
+                out.add(id(v))
+    return frozenset(out)
 
 
 def _first_line(stmt: ast.stmt) -> int:
@@ -419,6 +450,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     triton_names = _triton_names(tree)
+    language_aliases = _language_aliases(tree)
+    element_types = _element_type_nodes(tree, language_aliases)
     kernels: dict[str, KernelSource] = {}
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
@@ -454,7 +487,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # kernel side when no host code reaches them: a config-list function used by a decorator, say.
     # (A definition that asks Triton's driver counts too: the runtime answers for it, but host code that nothing
     # shipped reaches, like a decorator's ``is_cuda()``, stays out of the wheel.)
-    direct = {id(s) for s in rest if _uses_triton(s, triton_names)}
+    direct = {id(s) for s in rest if _uses_triton(s, triton_names, element_types=element_types)}
     triton_side = set(direct)
     changed = True
     while changed:
@@ -464,7 +497,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             if id(stmt) not in triton_side and _names_in(stmt) & defined:
                 triton_side.add(id(stmt))
                 changed = True
-    triton_side |= {id(s) for s in rest if _uses_triton(s, triton_names, driver_ok=False)}
+    triton_side |= {id(s) for s in rest if _uses_triton(s, triton_names, driver_ok=False,
+                                                        element_types=element_types)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
     if helper and ops is None:
         ops = set(by_name)  # a module imported whole: every definition is host code
@@ -520,13 +554,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 raise SourceError(f"{path}:{node.lineno}: host code imports Triton; packaged ops run without "
                                   "it (use triton.cdiv / triton.next_power_of_2 from the module scope)")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id == "triton" and node.attr not in allowed_triton and id(node) not in driver:
+                    and node.value.id == "triton" and node.attr not in allowed_triton and id(node) not in driver \
+                    and id(node) not in element_types:
                 raise SourceError(f"{path}:{node.lineno}: host code uses triton.{node.attr}; packaged ops may "
                                   f"use only {', '.join('triton.' + h for h in sorted(allowed_triton))} and "
                                   "triton.runtime.driver")
-            if isinstance(node, ast.Name) and node.id in triton_names - {"triton"}:
-                raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', which is Triton; packaged "
-                                  "ops run without Triton")
+            if isinstance(node, ast.Name) and node.id in triton_names - {"triton"} and id(node) not in element_types:
+                what = (f"'{node.id}' (of triton.language, host code may use only its element types, such as "
+                        f"{node.id}.bfloat16)" if node.id in language_aliases else f"'{node.id}', which is Triton")
+                raise SourceError(f"{path}:{node.lineno}: host code uses {what}; packaged ops run without Triton")
             if isinstance(node, ast.Name) and node.id in kernel_side and node_root is not by_name.get(node.id):
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
                                   f"line {kernel_side[node.id]}")
@@ -551,6 +587,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}
     _torch_library_rewrites(host, lines)
+    # ``import triton.language as tl`` where host code reads ``tl.bfloat16``: the runtime's element types.
+    host_aliases = {n.id for stmt in host for n in ast.walk(stmt) if isinstance(n, ast.Name) and id(n) in element_types}
+    for stmt in blanked:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _is_triton_import(stmt):
+            from_triton = getattr(stmt, "module", None) == "triton"
+            bound = [a.asname or a.name for a in stmt.names
+                     if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")]
+            if set(bound) & host_aliases:  # a top-level statement, blanked above
+                lines[stmt.lineno - 1] = "; ".join(f"{n} = triton.language" for n in bound if n in host_aliases) + "\n"
     for stmt in driver_imports:  # binds the runtime's driver: ``driver = triton.runtime.driver``
         _replace_statement(lines, stmt, "; ".join(f"{n} = triton.runtime.driver"
                                                   for n in _host_driver_import(stmt) or []))

@@ -30,9 +30,9 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ("def op(x):\n    return triton.language.float32\n", "triton.language"),
+    ("def op(x):\n    return triton.language.arange(0, 4)\n", "triton.language"),
     ("def op(x):\n    import triton\n    return x\n", "imports Triton"),
-    ("DTYPE = tl.float16\n\ndef op(x):\n    return DTYPE\n", "defined with Triton"),
+    ("DTYPE = tl.arange(0, 4)\n\ndef op(x):\n    return DTYPE\n", "defined with Triton"),
 ])
 def test_host_code_may_not_need_triton(tmp_path: Path, body: str, message: str) -> None:
     f = tmp_path / "k.py"

@@ -63,6 +63,8 @@ _EXPORTS = {
     "ROUTING": "torch_ops",
     "load_package": "entry",
     "_HostTriton": "host_triton",
+    "HOST_DTYPES": "host_triton",
+    "HostDtype": "host_triton",
     "cdiv": "host_triton",
     "host_triton": "host_triton",
     "next_power_of_2": "host_triton",

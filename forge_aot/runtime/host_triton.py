@@ -62,6 +62,78 @@ def set_allocator(allocator: Any) -> None:
     SCRATCH_ALLOCATOR[0] = allocator
 
 
+HOST_DTYPES = {"int1": "int1", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
+               "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "float16": "fp16",
+               "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "float8e5": "fp8e5",
+               "float8e5b16": "fp8e5b16", "float8e4nv": "fp8e4nv", "float8e4b8": "fp8e4b8", "float8e4b15": "fp8e4b15"}
+"""``triton.language``'s element types (attribute name -> Triton's short name) that host code may pass to kernels."""
+
+
+class HostDtype(str):
+    """A Triton element type in packaged host code (``tl.bfloat16``), which host code passes to a kernel as a
+    constexpr (vLLM's ``compute_type``). It is the text ``tl.<name>``: the spelling the index, variant ids and
+    manifests use, so a build reads back as the same value; the compile step hands Triton its real type."""
+
+    __slots__ = ()
+
+    @property
+    def name(self) -> str:
+        """Triton's short name (``bf16``), as ``tl.bfloat16.name``."""
+        return HOST_DTYPES[self[3:]]
+
+    @property
+    def primitive_bitwidth(self) -> int:
+        digits = self[3:].lstrip("abflotuin")  # float8e4nv -> 8e4nv, bfloat16 -> 16, uint32 -> 32
+        return int(digits.partition("e")[0])
+
+    def is_floating(self) -> bool:
+        return self.name.startswith(("fp", "bf"))
+
+    def is_int(self) -> bool:
+        return not self.is_floating()
+
+    def is_fp8(self) -> bool:
+        return self.name.startswith("fp8")
+
+    def is_fp16(self) -> bool:
+        return self.name == "fp16"
+
+    def is_bf16(self) -> bool:
+        return self.name == "bf16"
+
+    def is_fp32(self) -> bool:
+        return self.name == "fp32"
+
+    def __repr__(self) -> str:
+        return f"triton.language.{self[3:]}"
+
+
+def as_host_value(value: Any) -> Any:
+    """A value read from Triton on the build machine (a config's keyword argument) as the index writes it: a
+    ``triton.language`` element type as its HostDtype, anything else as itself."""
+    name = getattr(value, "name", None)
+    if type(value).__name__ == "dtype" and type(value).__module__.startswith("triton.language"):
+        attr = next((a for a, short in HOST_DTYPES.items() if short == name), None)
+        if attr is not None:
+            return HostDtype(f"tl.{attr}")
+    return value
+
+
+class _HostLanguage(types.ModuleType):
+    """Bound to ``triton.language`` (``tl``) in packaged host code: its element types only."""
+
+    dtype = HostDtype
+
+    def __init__(self) -> None:
+        super().__init__("triton.language", "Triton's element types, provided by the forge-aot runtime")
+        for attr in HOST_DTYPES:
+            setattr(self, attr, HostDtype(f"tl.{attr}"))
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"packaged host code may use Triton's element types (tl.float16, tl.bfloat16, ...) "
+                             f"only, not tl.{name}")
+
+
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
@@ -78,6 +150,9 @@ class _HostTriton(types.ModuleType):
         self.set_allocator = set_allocator
 
     def __getattr__(self, name: str) -> Any:
+        if name == "language":  # tl.<type> in host code (rare: made where first read)
+            self.language = _HostLanguage()
+            return self.language
         if name in self.LAZY:
             from . import host_driver
 
@@ -85,8 +160,8 @@ class _HostTriton(types.ModuleType):
             setattr(self, name, value)
             return value
         helpers = ", ".join("triton." + h for h in self.HOST_HELPERS if h != "runtime")
-        raise AttributeError(f"packaged host code may use {helpers} only (and triton.runtime.driver), not "
-                             f"triton.{name}")
+        raise AttributeError(f"packaged host code may use {helpers} only (and triton.runtime.driver, "
+                             f"triton.language's element types), not triton.{name}")
 
 
 host_triton = _HostTriton()
