@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .runtime.host_triton import HOST_DTYPES, as_host_value
+from .runtime.host_triton import HOST_DTYPES, HostDtype
 from .targets import torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
@@ -229,4 +229,14 @@ def host_dtype(value: Any) -> Any:
         import triton.language as tl
 
         return getattr(tl, value[3:])
+    return value
+
+
+def as_host_value(value: Any) -> Any:
+    """A value read from Triton on the build machine (a config's keyword argument) as the index writes it: a
+    ``triton.language`` element type as its HostDtype (the inverse of ``host_dtype``), anything else as itself."""
+    if type(value).__name__ == "dtype" and type(value).__module__.startswith("triton.language"):
+        attr = next((a for a, short in HOST_DTYPES.items() if short == value.name), None)
+        if attr is not None:
+            return HostDtype(f"tl.{attr}")
     return value

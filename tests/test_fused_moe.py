@@ -163,7 +163,7 @@ def test_element_type_constexprs_build_and_run_from_the_wheel(tmp_path: Path) ->
 def test_runtime_element_types_match_tritons() -> None:
     import triton.language as tl
 
-    from forge_aot.introspect import host_dtype
+    from forge_aot.introspect import as_host_value, host_dtype
     from forge_aot.runtime.host_triton import HOST_DTYPES, host_triton
 
     shim = host_triton.language
@@ -173,6 +173,8 @@ def test_runtime_element_types_match_tritons() -> None:
                                                                     repr(theirs))
         assert ours.is_floating() == theirs.is_floating() and ours.is_fp8() == theirs.is_fp8()
         assert ours.is_bf16() == theirs.is_bf16() and ours.is_fp16() == theirs.is_fp16()
+        assert ours.is_int() == theirs.is_int() and ours.is_fp32() == theirs.is_fp32()
+        assert as_host_value(theirs) == ours and type(as_host_value(theirs)) is type(ours)
         assert isinstance(ours, shim.dtype)
         # what the index and manifests write, and what the compile step hands Triton
         assert ours == f"tl.{attr}" and host_dtype(ours) is theirs and host_dtype(f"tl.{attr}") is theirs

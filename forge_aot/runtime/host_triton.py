@@ -108,17 +108,6 @@ class HostDtype(str):
         return f"triton.language.{self[3:]}"
 
 
-def as_host_value(value: Any) -> Any:
-    """A value read from Triton on the build machine (a config's keyword argument) as the index writes it: a
-    ``triton.language`` element type as its HostDtype, anything else as itself."""
-    name = getattr(value, "name", None)
-    if type(value).__name__ == "dtype" and type(value).__module__.startswith("triton.language"):
-        attr = next((a for a, short in HOST_DTYPES.items() if short == name), None)
-        if attr is not None:
-            return HostDtype(f"tl.{attr}")
-    return value
-
-
 class _HostLanguage(types.ModuleType):
     """Bound to ``triton.language`` (``tl``) in packaged host code: its element types only."""
 
