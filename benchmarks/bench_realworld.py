@@ -127,9 +127,11 @@ def _cases(torch, F, wheel, dev, jit):
     cos, sin = angle.cos().to(h), angle.sin().to(h)
     for op in ("apply_rotary", "rotary"):
         cases[f"{op} 8x4096x32x128"] = (2 * x.numel() * 2, "B", {
-            "forge-aot": lambda op=op: getattr(wheel, op)(x, cos, sin), "jit-same": lambda op=op: dev[op](x, cos, sin),
-            "jit": lambda op=op: getattr(jit["rotary"], op)(x, cos, sin),
-            "torch": lambda: _torch_rotary(x, cos, sin)})
+            # (x bound now: later cases rebind the name)
+            "forge-aot": lambda op=op, x=x: getattr(wheel, op)(x, cos, sin),
+            "jit-same": lambda op=op, x=x: dev[op](x, cos, sin),
+            "jit": lambda op=op, x=x: getattr(jit["rotary"], op)(x, cos, sin),
+            "torch": lambda x=x: _torch_rotary(x, cos, sin)})
     # Liger's GeGLU (libdevice tanh; n_cols a constexpr) forward, and forward + backward (gradients over the inputs).
     for rows, cols in ((4096, 11008), (8192, 4096)):
         a, b = (torch.randn(rows, cols, device="cuda", dtype=h) for _ in range(2))
@@ -206,6 +208,14 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": lambda a=a, bm=bm: dev["matmul_persistent"](a, bm),
             "jit": lambda a=a, bm=bm: jit["matmul_persistent"].matmul_persistent(a, bm),
             "torch": lambda a=a, bm=bm: a @ bm})
+    # The tutorial's TMA matmul with host-side TensorDescriptors (B stored N x K; pre-hooks set the block shapes)
+    for m, n, k in ((4096, 4096, 4096), (1000, 1024, 1000), (512, 512, 512)):
+        a = torch.randn(m, k, device="cuda", dtype=h)
+        bt = torch.randn(n, k, device="cuda", dtype=h)
+        cases[f"matmul_tma_host {m}x{n}x{k}"] = (2 * m * n * k, "F", {
+            "forge-aot": lambda a=a, bt=bt: wheel.matmul_tma(a, bt),
+            "jit-same": lambda a=a, bt=bt: dev["matmul_tma"](a, bt),
+            "jit": lambda a=a, bt=bt: jit["matmul_tma_host"].matmul_tma(a, bt), "torch": lambda a=a, bt=bt: a @ bt.T})
     for z, hh, n_ctx, d in ((4, 32, 4096, 128), (4, 32, 1024, 64)):
         q, kk, v = (torch.randn(z, hh, n_ctx, d, device="cuda", dtype=h) for _ in range(3))
         cases[f"attention {z}x{hh}x{n_ctx}x{d}"] = (4 * z * hh * n_ctx * n_ctx * d, "F", {
@@ -244,7 +254,7 @@ def main() -> None:
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
-                                 "fused_recurrent", "fused_moe")}
+                                 "fused_recurrent", "fused_moe", "matmul_tma_host")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

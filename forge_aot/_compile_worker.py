@@ -69,6 +69,17 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
         "triton_version": triton.__version__, "format": ext, "size": len(image),
         "sha256": hashlib.sha256(image).hexdigest(),
     }
+    if job.get("descriptors"):
+        # Per tensor descriptor argument, how the binary takes it: TMA metadata (swizzle, element type, box) for a
+        # tensor map the loader encodes at launch, or None where it was lowered without TMA (pointer, shape and
+        # strides); an empty list from Triton means none uses TMA.
+        meta = list(getattr(md, "tensordesc_meta", None) or [])
+        if meta and t["backend"] != "cuda":
+            raise RuntimeError("tensor descriptors lowered to AMD TDM descriptors are not supported by the forge-aot "
+                               "loader (only decomposed ones: pointer, shape and strides)")
+        names = list(job["descriptors"])
+        sidecar["descs"] = job["descriptors"]
+        sidecar["tensordesc_meta"] = {n: (dict(meta[i]) if meta else None) for i, n in enumerate(names)}
     stem = os.path.join(job["out_dir"], job["binary_stem"])
     _atomic_write(f"{stem}.{ext}", image)
     _atomic_write(f"{stem}.json", (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode())

@@ -43,6 +43,12 @@ class JitBackend:
     def _arguments(self, kernel: rt.Kernel, config: rt.Config, runtime: Sequence[Any], call: dict[str, Any],
                    heur: tuple[Any, ...]) -> dict[str, Any]:
         kwargs = dict(zip(kernel.runtime_names, runtime))
+        if kernel.desc_pos:  # the runtime's host-side tensor descriptors: Triton's JIT takes its own class
+            from triton.tools.tensor_descriptor import TensorDescriptor
+
+            for name in kernel.desc_names:
+                d = kwargs[name]
+                kwargs[name] = TensorDescriptor(d.base, d.shape, d.strides, list(d.block_shape), d.padding)
         # (a Triton element type host code passed, ``tl.bfloat16``, is the runtime's stand-in: Triton takes its own)
         constexprs = {k: host_dtype(v) for k, v in call.items()
                       if k not in rt.LAUNCH_OPTIONS or k in kernel.param_names}

@@ -16,6 +16,8 @@ from .targets import TARGETS
 
 BINARY_FIELDS = ("function", "shared", "warp_size", "num_warps", "global_scratch_size", "global_scratch_align",
                  "profile_scratch_size", "profile_scratch_align", "sha256", "size", "arch", "spec", "heur")
+DESCRIPTOR_FIELDS = ("descs", "tensordesc_meta")
+"""Binaries of kernels that take host-side tensor descriptors: their block shapes and TMA metadata."""
 
 
 def variant_dirname(variant_id: str) -> str:
@@ -40,7 +42,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
             variant = kernels[e.kernel]["variants"].setdefault(e.variant, {"assign": e.assignment, "targets": {}})
             configs = {}
             for cid, choice in sorted(ce.configs.items()):
-                binaries = {bid: {"path": binary_path(sc, cid, bid), **{f: sc[f] for f in BINARY_FIELDS}}
+                binaries = {bid: {"path": binary_path(sc, cid, bid), **{f: sc[f] for f in BINARY_FIELDS},
+                                  **{f: sc[f] for f in DESCRIPTOR_FIELDS if f in sc}}
                             for bid, sc in sorted(ce.binaries[cid].items())}
                 configs[cid] = {**choice.to_json(), "binaries": binaries}
             tables = {d: [[*key, cid] for key, cid in rows] for d, rows in sorted(ce.tables.items())}

@@ -129,7 +129,8 @@ class KernelEntry:
     optionally under ``@triton.autotune`` and ``@triton.heuristics``."""
     signature: dict[str, str]
     """Type of every runtime (non-constexpr) parameter: ``*fp16``/``*T`` for pointers, ``i32``, ``i64``,
-    ``fp32``… for scalars. ``T`` stands for a type variable from ``dtypes``."""
+    ``fp32``… for scalars, ``tensordesc<T>`` for a host-side ``TensorDescriptor`` (its block shape comes from the
+    call or the config's pre-hook). ``T`` stands for a type variable from ``dtypes``."""
     ops: tuple[str, ...] = ()
     """Host functions in the same source file that the package exports (``package.op(...)``)."""
     dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -474,6 +475,14 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
         raise r.error(f"{at}.signature", "list the kernel's runtime parameters and their types")
     pointer_vars: set[str] = set()
     for pname, ty in k.signature.items():
+        desc = rt.desc_dtype(ty)
+        if desc is not None:  # a host-side tensor descriptor over tensors of that element type
+            if desc in k.dtypes:
+                pointer_vars.add(desc)
+            elif desc not in ELEMENT_TYPES:
+                raise r.error(f"{at}.signature.{pname}", f"unknown element type '{desc}' in '{ty}' (an element "
+                              "type or a type variable)", close_match(desc, [*ELEMENT_TYPES, *k.dtypes]))
+            continue
         base = ty[1:] if ty.startswith("*") else ty
         accepted = ELEMENT_TYPES if ty.startswith("*") else SCALAR_TYPES
         if base in k.dtypes and ty.startswith("*"):
@@ -483,7 +492,9 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
             hint = close_match(base, [*accepted, *k.dtypes])
             raise r.error(f"{at}.signature.{pname}",
                           f"unknown type '{ty}' (pointers: '*' + element type or type variable; "
-                          f"scalars: {', '.join(SCALAR_TYPES)})", hint and (("*" if ty[0] == "*" else "") + hint))
+                          f"scalars: {', '.join(SCALAR_TYPES)}; host-side tensor descriptors: "
+                          "'tensordesc<' + element type or type variable + '>')",
+                          hint and (("*" if ty[0] == "*" else "") + hint))
     for tv in k.dtypes:
         if tv not in pointer_vars:
             raise r.error(f"{at}.dtypes.{tv}", f"type variable '{tv}' types no pointer parameter, so no "

@@ -11,6 +11,7 @@ row's first choice and walks down a row's list only when a config fails to compi
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import math
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as mf
+from . import runtime as rt
 from .errors import ManifestError, SourceError, close_match
 from .introspect import (
     IMPORT_TARGET_ENV,
@@ -103,13 +105,17 @@ class BinarySpec:
 
     spec: str
     heur: tuple[tuple[str, Any], ...] = ()
+    descs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """Block shape of each host-side tensor descriptor argument (part of Triton's signature: ``tensordesc<fp16[128,
+    64]>``), as the call made it or the config's pre-hook set it."""
     speculative: bool = field(default=False, compare=False)
     """Built for a combination of None arguments that no traced call passed (see ``_none_combinations``): if it
     fails to compile, that combination goes unserved (``NotBuiltError`` at such a call), the config does not."""
 
     @property
     def id(self) -> str:
-        return ".".join([self.spec or "base", *(f"{n}={v}" for n, v in self.heur)])
+        return ".".join([self.spec or "base", *(f"{n}={v}" for n, v in self.heur),
+                         *(f"{n}={'x'.join(map(str, shape))}" for n, shape in self.descs)])
 
     @property
     def generic(self) -> bool:
@@ -158,10 +164,11 @@ class CompileJob:
         return f"{self.kernel}/{self.target}/{self.variant.replace(',', '_')}/{self.config.id}/{self.binary.id}"
 
     def to_json(self) -> dict[str, Any]:
+        descs = {"descriptors": {n: list(shape) for n, shape in self.binary.descs}} if self.binary.descs else {}
         return {"kernel": self.kernel, "function": self.function, "source": self.source, "variant": self.variant,
                 "target": self.target, "config": self.config.to_json(), "specialization": self.binary.spec,
                 "heuristics": dict(self.binary.heur), "signature": self.signature, "constexprs": self.constexprs,
-                "divisible": list(self.divisible), "timeout": self.timeout}
+                "divisible": list(self.divisible), "timeout": self.timeout, **descs}
 
 
 @dataclass
@@ -241,6 +248,8 @@ class KernelPlan:
     launches: list[LaunchSite]
     heuristics: list[tuple[str, Any]] = field(default_factory=list)
     """(name, function) from the host module, in Triton's order of evaluation."""
+    pre_hooks: dict[str, Any] = field(default_factory=dict)
+    """Config pre-hooks by name, from the host module (they set tensor descriptors' block shapes per config)."""
     notes: list[str] = field(default_factory=list)
     local_modules: dict[str, LocalModule] = field(default_factory=dict)
     """The project's own modules its file imports, transitively (shipped with the host code; part of its code
@@ -290,6 +299,35 @@ class KernelPlan:
                     "know from the key: name an examples function that calls the ops (see the README)",
                     key_path=f"kernels.{self.name}.examples") from None
         return tuple((n, nargs[n]) for n in self.heuristic_names)
+
+    @property
+    def descriptor_params(self) -> list[str]:
+        """Host-side tensor descriptor parameters (``tensordesc<T>``), in order."""
+        return [n for n, ty in self.params if rt.desc_dtype(ty) is not None]
+
+    def descriptor_blocks(self, named: dict[str, Any], config: ConfigChoice,
+                          heur: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """The block shape of each tensor descriptor a call like ``named`` passes when ``config`` runs it: as the
+        call made it, or as the config's pre-hook sets it (run here on copies, over what the runtime hands it:
+        the arguments by name, the config's keyword arguments and the heuristics' values)."""
+        names = self.descriptor_params
+        if not names:
+            return ()
+        nargs = {**named, **config.all_kwargs(), **dict(heur)}
+        for n in names:
+            if not hasattr(named.get(n), "block_shape"):
+                raise ManifestError(f"{self.function} takes tensor descriptor '{n}': the build reads its block shape "
+                                    "from the calls of the examples function (or tune.inputs), which give none for "
+                                    "this row", key_path=f"kernels.{self.name}.examples")
+            nargs[n] = copy.copy(named[n])
+        if config.pre_hook:
+            try:
+                self.pre_hooks[config.pre_hook](nargs)
+            except Exception as exc:
+                raise ManifestError(f"the config pre-hook {config.pre_hook} of {self.function} failed on a traced "
+                                    f"call with config {config.id}: {type(exc).__name__}: {exc}",
+                                    key_path=f"kernels.{self.name}.examples") from None
+        return tuple((n, tuple(int(d) for d in nargs[n].block_shape)) for n in names)
 
     def presence_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> set[str]:
         """The heuristics whose value follows from which pointer arguments a call passes as None (FLA's
@@ -341,17 +379,20 @@ class BuildPlan:
         kp = self.kernels[entry.kernel]
         calls = entry.calls.get(key)
         if calls:
-            pairs = [(spec, kp.evaluate_heuristics(named, config), kp.presence_heuristics(named, config), traced)
-                     for spec, named, traced in _none_combinations(kp, calls)]
+            combos = _none_combinations(kp, calls)
         else:
-            named = {**dict(zip(kp.key, key)), **entry.assignment}
-            pairs = [(kp.default_spec(key), kp.evaluate_heuristics(named, config), set(), True)]
+            combos = [(kp.default_spec(key), {**dict(zip(kp.key, key)), **entry.assignment}, True)]
+        pairs = []
+        for spec, named, traced in combos:
+            heur = kp.evaluate_heuristics(named, config)
+            pairs.append((spec, heur, kp.presence_heuristics(named, config) if calls else set(), traced,
+                          kp.descriptor_blocks(named, config, heur)))
         ints = kp.int_positions()
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
         batch = [i for i in sizes if kp.spec_params[i] not in kp.key]
         out: set[BinarySpec] = set()
-        for spec, heur, fixed, traced in pairs:  # traced calls first: their binaries win over speculative equals
-            b = BinarySpec(spec, heur, speculative=not traced)
+        for spec, heur, fixed, traced, descs in pairs:  # traced calls first: their binaries win over speculative ones
+            b = BinarySpec(spec, heur, descs, speculative=not traced)
             loose = b.relaxed(ints, SPEC_DIV16)
             # One key size off the rows' divisibility (M = 3000 between tuned rows) must not cost the others'
             # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
@@ -505,8 +546,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                               "tl.constexpr parameter")
     type_args: dict[str, str] = {}
     for pname, ty in params:
-        if ty.startswith("*") and ty[1:] in k.dtypes and ty[1:] not in type_args:
-            type_args[ty[1:]] = pname
+        tv = ty[1:] if ty.startswith("*") else rt.desc_dtype(ty)
+        if tv in k.dtypes and tv not in type_args:
+            type_args[tv] = pname
     order = {n: i for i, n in enumerate(names)}
     type_axes = sorted(k.dtypes, key=lambda tv: order[type_args[tv]])
     # A constexpr parameter named like a launch option (the tutorial softmax's num_stages) is one axis: as with
@@ -1013,6 +1055,9 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         elif codes.get(pname) == SPEC_ABSENT:
             signature[pname] = "constexpr"
             constexprs[pname] = None
+        elif rt.desc_dtype(ty) is not None:
+            dtype = rt.desc_dtype(ty)
+            signature[pname] = rt.desc_signature(entry.assignment.get(dtype, dtype), dict(binary.descs)[pname])
         else:
             signature[pname] = _concrete(ty, entry.assignment)
             if codes.get(pname) == SPEC_DIV16:

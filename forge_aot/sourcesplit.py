@@ -152,7 +152,7 @@ def _import_block(stmt: ast.stmt) -> list[ast.Import | ast.ImportFrom] | None:
 def _is_triton_import_block(stmt: ast.stmt) -> bool:
     """An ``if`` / ``try`` whose every branch only imports from Triton: kernel-side, like a Triton import."""
     leaves = _import_block(stmt) if isinstance(stmt, (ast.If, ast.Try)) else None
-    return bool(leaves) and all(_is_triton_import(s) and _host_driver_import(s) is None for s in leaves or [])
+    return bool(leaves) and all(_is_triton_import(s) and _host_import(s) is None for s in leaves or [])
 
 
 def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
@@ -161,6 +161,22 @@ def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton.runtime" and stmt.level == 0 \
             and all(a.name == "driver" for a in stmt.names):
         return [a.asname or a.name for a in stmt.names]
+    return None
+
+
+_DESCRIPTOR_MODULE = "triton.tools.tensor_descriptor"
+
+
+def _host_import(stmt: ast.stmt) -> dict[str, str] | None:
+    """A Triton import host code may keep, as the names it binds and what each is on the runtime's ``triton``:
+    ``from triton.runtime import driver`` and ``from triton.tools.tensor_descriptor import TensorDescriptor``
+    (the runtime has its own host-side tensor descriptor); None for any other statement."""
+    driver = _host_driver_import(stmt)
+    if driver is not None:
+        return dict.fromkeys(driver, "triton.runtime.driver")
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == _DESCRIPTOR_MODULE and stmt.level == 0 \
+            and all(a.name == "TensorDescriptor" for a in stmt.names):
+        return {a.asname or a.name: f"{_DESCRIPTOR_MODULE}.TensorDescriptor" for a in stmt.names}
     return None
 
 
@@ -278,7 +294,7 @@ def _triton_names(tree: ast.Module) -> set[str]:
             for a in stmt.names:
                 if a.name == "triton" or a.name.startswith("triton."):
                     names.add(a.asname or a.name.split(".")[0])
-        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt) and _host_driver_import(stmt) is None:
+        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt) and _host_import(stmt) is None:
             names.update(a.asname or a.name for a in stmt.names)
     return names
 
@@ -357,7 +373,7 @@ def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
     helpers = set(_HostTriton.HOST_HELPERS) - {"runtime"}
     driver = _driver_attributes(node) if driver_ok else set()
     for n in ast.walk(node):
-        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_driver_import(n) is None:
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_import(n) is None:
             return True
         if isinstance(n, ast.Name) and n.id in triton_names - {"triton"} and id(n) not in element_types:
             return True
@@ -451,12 +467,16 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     triton_names = _triton_names(tree)
     language_aliases = _language_aliases(tree)
+    descriptor_aliases = {a.asname or a.name.split(".")[0] for stmt in tree.body
+                          if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _host_import(stmt) is None
+                          and _DESCRIPTOR_MODULE in {getattr(stmt, "module", None), *(a.name for a in stmt.names)}
+                          for a in stmt.names}
     element_types = _element_type_nodes(tree, language_aliases)
     kernels: dict[str, KernelSource] = {}
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
     blanked: list[ast.stmt] = []
-    driver_imports: list[ast.stmt] = []
+    host_imports: list[ast.stmt] = []
     rest: list[ast.stmt] = []
     for stmt in tree.body:
         decorators = None
@@ -472,8 +492,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 _do_not_specialize(stmt, decorators[-1][1], params))  # type: ignore[arg-type]
             kernel_stmts.append(stmt)  # type: ignore[arg-type]
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
-        elif _host_driver_import(stmt) is not None:
-            driver_imports.append(stmt)
+        elif _host_import(stmt) is not None:
+            host_imports.append(stmt)
         elif _is_triton_import(stmt) or _is_triton_import_block(stmt):
             blanked.append(stmt)
         else:
@@ -543,14 +563,13 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for node_root, _ in checked:
         driver = _driver_attributes(node_root)
         for node in ast.walk(node_root):
+            # (the host-provided imports at module level only: inside a function the statement would stay as is)
             if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node) \
-                    and _host_driver_import(node) is None:
-                if any("tensor_descriptor" in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
+                    and (_host_import(node) is None or (node is not node_root and _host_driver_import(node) is None)):
+                if any(_DESCRIPTOR_MODULE in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
                        for a in node.names):
-                    raise SourceError(f"{path}:{node.lineno}: host code builds TensorDescriptor (TMA) arguments; "
-                                      "the forge-aot loader does not encode tensor descriptors yet. Pass the "
-                                      "tensors and use tl.make_block_ptr (or tl.make_tensor_descriptor in the "
-                                      "kernel) instead")
+                    raise SourceError(f"{path}:{node.lineno}: host code may import the tensor descriptor as "
+                                      f"'from {_DESCRIPTOR_MODULE} import TensorDescriptor' (at module level) only")
                 raise SourceError(f"{path}:{node.lineno}: host code imports Triton; packaged ops run without "
                                   "it (use triton.cdiv / triton.next_power_of_2 from the module scope)")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
@@ -561,7 +580,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                                   "triton.runtime.driver")
             if isinstance(node, ast.Name) and node.id in triton_names - {"triton"} and id(node) not in element_types:
                 what = (f"'{node.id}' (of triton.language, host code may use only its element types, such as "
-                        f"{node.id}.bfloat16)" if node.id in language_aliases else f"'{node.id}', which is Triton")
+                        f"{node.id}.bfloat16)" if node.id in language_aliases
+                        else f"'{node.id}' (of {_DESCRIPTOR_MODULE}: import its TensorDescriptor as 'from "
+                        f"{_DESCRIPTOR_MODULE} import TensorDescriptor')" if node.id in descriptor_aliases
+                        else f"'{node.id}', which is Triton")
                 raise SourceError(f"{path}:{node.lineno}: host code uses {what}; packaged ops run without Triton")
             if isinstance(node, ast.Name) and node.id in kernel_side and node_root is not by_name.get(node.id):
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
@@ -596,16 +618,16 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                      if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")]
             if set(bound) & host_aliases:  # a top-level statement, blanked above
                 lines[stmt.lineno - 1] = "; ".join(f"{n} = triton.language" for n in bound if n in host_aliases) + "\n"
-    for stmt in driver_imports:  # binds the runtime's driver: ``driver = triton.runtime.driver``
-        _replace_statement(lines, stmt, "; ".join(f"{n} = triton.runtime.driver"
-                                                  for n in _host_driver_import(stmt) or []))
+    for stmt in host_imports:  # binds the runtime's: ``driver = triton.runtime.driver``
+        _replace_statement(lines, stmt, "; ".join(f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()))
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
                       function_lines=function_lines, names_used=names_used,
                       mutating_ops={n: m for stmt in host if isinstance(stmt, ast.FunctionDef)
                                     for n, m in [(stmt.name, _triton_op_mutates(stmt, triton_op_names))]
                                     if m is not None},
-                      reads_device=bool(driver_imports) or any(asks_device(stmt) for stmt in host))
+                      reads_device=any(_host_driver_import(s) is not None for s in host_imports)
+                      or any(asks_device(stmt) for stmt in host))
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:

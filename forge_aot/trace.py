@@ -205,6 +205,7 @@ class Tracer:
             raise SourceError(f"{source.path}: running the host code failed:\n{_trace(exc)}") from None
         self.aliased.update(dict.fromkeys(names, self.modules[mod_name]))
         for kp in plans:
+            kp.pre_hooks = dict(self.handles[kp.name].pre_hooks)
             kp.heuristics = list(self.handles[kp.name].heuristics)
             if [n for n, _ in kp.heuristics] != kp.heuristic_names:
                 raise SourceError(f"{source.path}: the host copy of {kp.function}'s @triton.heuristics gives "

@@ -2,10 +2,10 @@
 # One GPU round on a CUDA machine: install the wheels built on the CPU machine (dist/), run the GPU tests
 # through them, then the benchmarks. Logs and JSON go to ${OUT:-gpu-round}.
 #   STEPS="tests bench-realworld bench-realworld-graph bench-kernels bench-launch cold-start build"
-#   (default: all but build and bench-realworld-graph)
+#   (default: all but build and bench-realworld-graph; STEPS="" installs only)
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
-STEPS=${STEPS:-"tests bench-realworld bench-kernels bench-launch cold-start"}
+STEPS=${STEPS-"tests bench-realworld bench-kernels bench-launch cold-start"}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/device.txt"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)" | tee -a "$OUT/device.txt"

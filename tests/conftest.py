@@ -179,7 +179,7 @@ def launched_and_built(module_name: str, function: str) -> tuple[set[str], set[s
     launched: set[str] = set()
     built: set[str] = set()
     for state in handle._states.values():
-        for (cid, _heur, _spec), launcher in state.launchers.items():
+        for (cid, *_), launcher in state.launchers.items():
             launched.add(launcher.spec)
             config = handle.variants[state.variant]["targets"][state.target]["configs"][cid]
             built |= {b["spec"] for b in config["binaries"].values()}

@@ -14,6 +14,7 @@ tree and in the wheel. One module per concern:
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
 - ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing);
+- ``descriptors``: host-side tensor descriptors and their kernel parameters (lazy);
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
 
 Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (and
@@ -69,13 +70,16 @@ _EXPORTS = {
     "host_triton": "host_triton",
     "next_power_of_2": "host_triton",
     "Kernel": "kernel",
+    "TensorDescriptor": "descriptors",
+    "desc_dtype": "descriptors",
+    "desc_signature": "descriptors",
     "PlaceholderCompiled": "compiled",
     "CompiledBase": "compiled",
     "DEVICE_PROFILE": "host_driver",
     "GPUTarget": "host_driver",
     "BinaryBackend": "launch",
     "_BinaryLauncher": "launch",
-    "choose_binary": "launch",
+    "choose_binary": "tables",
     "_pack_bf16": "packing",
     "_pack_fp16": "packing",
     "dtype_name": "packing",
@@ -98,9 +102,9 @@ _EXPORTS = {
     "spec_rank": "tables",
     "variant_id": "tables",
 }
-_SUBMODULES = frozenset({"compiled", "cuda", "drivers", "entry", "errors", "expressions", "fastpath", "hip",
-                         "host_driver", "host_modules", "host_triton", "kernel", "launch", "packing", "tables",
-                         "torch_ops"})
+_SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
+                        "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "packing",
+                        "tables", "torch_ops"})
 __all__ = sorted(_EXPORTS)
 
 

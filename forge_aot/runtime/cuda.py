@@ -129,6 +129,32 @@ class _CudaDriver:
         return {"launch": address(self.launch), "ctx_get": address(lib.cuCtxGetCurrent),
                 "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2)}
 
+    def encode_tensor_map(self, address: int, dtype: int, rank: int, dims: list[int], byte_strides: list[int],
+                          box: list[int], swizzle: int, nan_fill: bool) -> bytes:
+        """A ``CUtensorMap`` (128 bytes) for a host-side tensor descriptor (``cuTensorMapEncodeTiled``, as Triton's
+        ``fill_tma_descriptor``): arguments innermost dimension first, strides in bytes without the innermost."""
+        fn = getattr(self, "_encode_tiled", None)
+        if fn is None:
+            try:
+                fn = self.lib.cuTensorMapEncodeTiled
+            except AttributeError:
+                raise DriverError("this NVIDIA driver has no cuTensorMapEncodeTiled (tensor descriptors need CUDA "
+                                  "12 or later)") from None
+            u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                           ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+            fn.restype = ctypes.c_int
+            self._encode_tiled = fn
+        buf = ctypes.create_string_buffer(128 + 64)  # CUtensorMap is 64-byte aligned
+        out = (ctypes.addressof(buf) + 63) & ~63
+        u64s, u32s = ctypes.c_uint64 * 5, ctypes.c_uint32 * 5
+        code = fn(out, dtype, rank, address, u64s(*dims), u64s(*byte_strides), u32s(*box), u32s(1, 1, 1, 1, 1),
+                  0, swizzle, 2, 1 if nan_fill else 0)  # no interleave, L2 promotion 128 B, NaN fill where asked
+        if code != 0:
+            self.check(code, f"cuTensorMapEncodeTiled (element type {dtype}, rank {rank}, address {address:#x}, "
+                       f"shape {dims[::-1]}, box {box[::-1]}, swizzle {swizzle})")
+        return ctypes.string_at(out, 128)
+
     def current_context(self) -> int:
         ctx = ctypes.c_void_p()
         self.ctx_get_current(ctypes.byref(ctx))

@@ -142,6 +142,11 @@ class _HostTriton(types.ModuleType):
         if name == "language":  # tl.<type> in host code (rare: made where first read)
             self.language = _HostLanguage()
             return self.language
+        if name == "tools":  # ``from triton.tools.tensor_descriptor import TensorDescriptor`` (see sourcesplit)
+            from .descriptors import tools_module
+
+            self.tools = tools_module()
+            return self.tools
         if name in self.LAZY:
             from . import host_driver
 
@@ -150,7 +155,7 @@ class _HostTriton(types.ModuleType):
             return value
         helpers = ", ".join("triton." + h for h in self.HOST_HELPERS if h != "runtime")
         raise AttributeError(f"packaged host code may use {helpers} only (and triton.runtime.driver, "
-                             f"triton.language's element types), not triton.{name}")
+                             f"triton.language's element types, triton.tools.tensor_descriptor), not triton.{name}")
 
 
 host_triton = _HostTriton()

@@ -72,7 +72,7 @@ class _VariantState:
         self.target = target
         self.table = table
         self.launchers: dict[tuple[Any, ...], Any] = {}
-        """(config id, heuristic values, specialization) → launcher of the binary that serves them."""
+        """(config id, heuristic values, specialization, descriptors' block shapes) → launcher of its binary."""
         self.lock = threading.Lock()
 
 
@@ -113,6 +113,8 @@ class Kernel(KernelBase):
         # Fast binding applies when the runtime parameters come first, as is usual.
         self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
         self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
+        self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("tensordesc<")]  # see descriptors
+        self.desc_names = [self.runtime_names[i] for i in self.desc_pos]
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
         spec_params = spec.get("spec_params", [])
         # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
@@ -229,6 +231,9 @@ class Kernel(KernelBase):
                 device = d
             elif d != device:
                 raise UnsupportedDeviceError(f"{self.function}(): tensors on cuda:{device} and cuda:{d}")
+        if self.desc_pos:  # host-side tensor descriptors: their tensors' device
+            from .descriptors import descriptor_device
+            device = descriptor_device(self, runtime, device)
         return device
 
     def axis_values(self, runtime: Sequence[Any], call: dict[str, Any]) -> tuple[Any, ...]:

@@ -14,10 +14,10 @@ from typing import Any
 
 from . import fastpath
 from .drivers import driver
-from .errors import ForgeRuntimeError, IntegrityError, NotBuiltError
+from .errors import ForgeRuntimeError, IntegrityError
 from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
-from .packing import _CTYPES, _STRUCT_CODES, _pack_bf16
+from .packing import _CTYPES, _STRUCT_CODES, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
 from .tables import (
     SPEC_ABSENT,
     SPEC_NONE,
@@ -25,32 +25,19 @@ from .tables import (
     Config,
     ConfigTable,
     argument_spec,
+    choose_binary,
     pick_cuda_target,
     pick_hip_target,
     resolve_table,
-    spec_fits,
-    spec_rank,
 )
 
 _SCRATCH_ALIGN = 256
 
 
-def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
-                  spec: str) -> dict[str, Any]:
-    """The binary of a config serving a call: same heuristic values, every specialization assumption true
-    for the call's arguments, the most specialized such (the generic one assumes nothing, so it always fits)."""
-    names = kernel.heuristic_names
-    best: dict[str, Any] | None = None
-    for b in binaries.values():
-        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
-            continue
-        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
-            best = b
-    if best is None:
-        built = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
-        raise NotBuiltError(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not "
-                            f"built for this config; built: {[dict(zip(names, h)) for h in built]}")
-    return best
+def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    from .descriptors import block_shapes  # loaded for kernels with host-side tensor descriptors only
+
+    return block_shapes(kernel, runtime)
 
 
 class BinaryBackend:
@@ -118,13 +105,13 @@ class BinaryBackend:
         return sum(1 for d, _ in self._loaded if d == index)
 
     def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
-                  spec: str) -> Any:
+                  spec: str, descs: tuple[tuple[int, ...], ...] = ()) -> Any:
         with state.lock:
-            launcher = state.launchers.get((config.id, heur, spec))
+            launcher = state.launchers.get((config.id, heur, spec, descs))
             if launcher is None:
                 binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]["binaries"]
-                launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec), state.device)
-                state.launchers[(config.id, heur, spec)] = launcher
+                launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec, descs), state.device)
+                state.launchers[(config.id, heur, spec, descs)] = launcher
         return launcher
 
     def compiled(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
@@ -138,7 +125,9 @@ class BinaryBackend:
         else:
             spec = argument_spec(kernel.spec_slots, [v.data_ptr() if i in kernel.ptr_pos and v is not None else v
                                                      for i, v in enumerate(runtime)])
-        launcher = state.launchers.get((config.id, heur, spec)) or self._launcher(kernel, state, config, heur, spec)
+        descs = block_shapes(kernel, runtime) if kernel.desc_pos else ()
+        launcher = state.launchers.get((config.id, heur, spec, descs)) \
+            or self._launcher(kernel, state, config, heur, spec, descs)
         return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])
 
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
@@ -147,9 +136,10 @@ class BinaryBackend:
         for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
             values[i] = None if runtime[i] is None else runtime[i].data_ptr()
         spec = argument_spec(kernel.spec_slots, values)
-        launcher = state.launchers.get((config.id, heur, spec))
+        descs = block_shapes(kernel, runtime) if kernel.desc_pos else ()
+        launcher = state.launchers.get((config.id, heur, spec, descs))
         if launcher is None:
-            launcher = self._launcher(kernel, state, config, heur, spec)
+            launcher = self._launcher(kernel, state, config, heur, spec, descs)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
         # path cannot take whole (config pre-hooks, keyword arguments, first calls) still skip the ctypes packing.
         # (Only for the launcher class itself: a subclass that changes the launch keeps it.)
@@ -190,11 +180,13 @@ def _scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, program
 class _ArgBuffer:
     """One thread's kernel-parameter block and the pointer array handed to the driver (reused each launch)."""
 
-    __slots__ = ("args", "ctx", "ctx_ref", "params")
+    __slots__ = ("args", "ctx", "ctx_ref", "params", "shift")
 
     def __init__(self, launcher: _BinaryLauncher) -> None:
-        self.args = launcher.args_type()
-        base = ctypes.addressof(self.args)
+        # packed from a 64-byte aligned offset: a tensor map parameter needs it, scalars less
+        self.args = (ctypes.c_char * (launcher.block_size + TENSOR_MAP_ALIGN))()
+        self.shift = -ctypes.addressof(self.args) % TENSOR_MAP_ALIGN
+        base = ctypes.addressof(self.args) + self.shift
         self.params = launcher.params_type(*[base + off for off in launcher.offsets])
         self.ctx = ctypes.c_void_p()
         self.ctx_ref = ctypes.byref(self.ctx)
@@ -239,14 +231,15 @@ class _BinaryLauncher:
         # the Python path packs), with the two trailing pointers of Triton 3.6 kernels: global and profile
         # scratch. Computed here, not through ctypes: where the C launcher serves, the ctypes types are never made.
         self._types = [ty for _, ty in params]
-        self._codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for ty in self._types] + ["Q", "Q"]
-        self.offsets, pos = [], 0
-        for code in self._codes:
-            size = struct.calcsize("<" + code)
-            pos = (pos + size - 1) // size * size
-            self.offsets.append(pos)
-            pos += size
-        self.block_size = (pos + 7) // 8 * 8
+        self.desc_slots = [j for j, ty in enumerate(self._types) if ty.startswith("tensordesc<")]
+        if self.desc_slots:  # several parameters per tensor descriptor (descriptors.py, loaded for such kernels only)
+            from .descriptors import launch_layout
+
+            self._codes, self._expand = launch_layout(params, binary, _STRUCT_CODES, self.drv.encode_tensor_map)
+        else:
+            self._codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for ty in self._types]
+        self._codes += ["Q", "Q"]
+        self.offsets, self.block_size = block_layout(self._codes)
         self.cuda = self.drv.backend == "cuda"
         self.ctx = self.drv.primary_context(device) if self.cuda else 0
         try:
@@ -291,11 +284,7 @@ class _BinaryLauncher:
     @functools.cached_property
     def packer(self) -> struct.Struct:
         """One ``pack_into`` fills the whole parameter block: explicit padding reproduces the C layout."""
-        fmt, pos = "<", 0
-        for off, code in zip(self.offsets, self._codes):
-            fmt += "x" * (off - pos) + code
-            pos = off + struct.calcsize("<" + code)
-        return struct.Struct(fmt)
+        return block_struct(self.offsets, self._codes)
 
     @functools.cached_property
     def params_type(self) -> Any:
@@ -315,6 +304,8 @@ class _BinaryLauncher:
             values = list(self.select(values))
         for i in self.bf16_pos:
             values[i] = _pack_bf16(values[i])
+        if self.desc_slots:
+            values = self._expand(values)
         keep = None
         gs = ps = 0
         if self.global_scratch:
@@ -325,7 +316,7 @@ class _BinaryLauncher:
         buf = getattr(self._tls, "buf", None)
         if buf is None:
             buf = self._tls.buf = _ArgBuffer(self)
-        self.packer.pack_into(buf.args, 0, *values, gs, ps)
+        self.packer.pack_into(buf.args, buf.shift, *values, gs, ps)
         stream = self.raw_stream(self.device)
         drv = self.drv
         if self.cuda:

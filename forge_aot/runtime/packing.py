@@ -43,3 +43,29 @@ def dtype_name(dtype: Any) -> str:
         text = str(dtype).rpartition(".")[2]
         name = _DTYPE_CACHE[dtype] = _TORCH_DTYPE_NAMES.get(text, text)
     return name
+
+
+TENSOR_MAP_SIZE, TENSOR_MAP_ALIGN = 128, 64
+"""A ``CUtensorMap`` kernel parameter (struct code ``M``: a host-side tensor descriptor on TMA hardware)."""
+
+
+def block_layout(codes: list[str]) -> tuple[list[int], int]:
+    """A kernel-parameter block's C layout from its struct codes: each parameter's offset (scalars aligned to their
+    size, as a C compiler and ctypes lay them out; tensor maps to 64 bytes) and the block's size."""
+    offsets, pos = [], 0
+    for code in codes:
+        size, align = (TENSOR_MAP_SIZE, TENSOR_MAP_ALIGN) if code == "M" else (struct.calcsize("<" + code),) * 2
+        pos = (pos + align - 1) // align * align
+        offsets.append(pos)
+        pos += size
+    return offsets, (pos + 7) // 8 * 8
+
+
+def block_struct(offsets: list[int], codes: list[str]) -> struct.Struct:
+    """One ``struct`` that packs the whole block: explicit padding reproduces the layout."""
+    fmt, pos = "<", 0
+    for off, code in zip(offsets, codes):
+        code = f"{TENSOR_MAP_SIZE}s" if code == "M" else code
+        fmt += "x" * (off - pos) + code
+        pos = off + struct.calcsize("<" + code)
+    return struct.Struct(fmt)

@@ -275,3 +275,28 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     table = ConfigTable(f"{kernel.function} [{variant_id(assignment, kernel.axes)}] on {target}",
                         kernel.spec["key"], rows, configs, kernel.constraints, usable, assignment)
     return target, table
+
+
+def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
+                  spec: str, descs: tuple[tuple[int, ...], ...] = ()) -> dict[str, Any]:
+    """The binary of a config serving a call: same heuristic values (and tensor descriptor block shapes), every
+    specialization assumption true for the call's arguments, the most specialized such (the generic one assumes
+    nothing, so it always fits)."""
+    names = kernel.heuristic_names
+    best: dict[str, Any] | None = None
+    for b in binaries.values():
+        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
+            continue
+        if descs and tuple(tuple(b["descs"][n]) for n in kernel.desc_names) != descs:
+            continue
+        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
+            best = b
+    if best is None and descs:
+        from .descriptors import not_built
+
+        raise not_built(kernel, binaries, descs)
+    if best is None:
+        built = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
+        raise NotBuiltError(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not "
+                            f"built for this config; built: {[dict(zip(names, h)) for h in built]}")
+    return best

@@ -56,13 +56,16 @@ class TuneItem:
         out: list[BinarySpec] = []
         for call in self.calls:
             heur = self.kernel.evaluate_heuristics(call.named or {}, config)
-            exact = BinarySpec(call.spec, heur)
+            # (tensor descriptors' block shapes as the config's pre-hook sets them on this call)
+            exact = BinarySpec(call.spec, heur, self.kernel.descriptor_blocks(call.named or {}, config, heur))
             out.append(exact)
             if SPEC_ONE in call.spec:
                 out.append(exact.relaxed([i for i, c in enumerate(call.spec) if c == SPEC_ONE]))
         if not out:  # no traced launch: the documented default specialization of the row
             named = {**self.key_dict, **self.entry.assignment}
-            out.append(BinarySpec(self.kernel.default_spec(self.key), self.kernel.evaluate_heuristics(named, config)))
+            heur = self.kernel.evaluate_heuristics(named, config)
+            out.append(BinarySpec(self.kernel.default_spec(self.key), heur,
+                                  self.kernel.descriptor_blocks(named, config, heur)))
         return list(dict.fromkeys(out))
 
 

@@ -1,0 +1,217 @@
+"""Host-side tensor descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``) in packaged host code, and the
+kernel parameters a launch passes for one: a ``CUtensorMap`` encoded on the host (TMA, Hopper and later) or the
+base pointer, shape and strides where the binary was compiled without TMA, as Triton 3.6's launcher does."""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+DESC_PREFIX = "tensordesc<"
+
+
+def desc_dtype(ty: str) -> str | None:
+    """The element type (or type variable) of a ``tensordesc<T>`` parameter type; None for other types."""
+    return ty[len(DESC_PREFIX):-1] if ty.startswith(DESC_PREFIX) and ty.endswith(">") else None
+
+
+def desc_signature(dtype: str, block_shape: Any) -> str:
+    """Triton's signature text of a descriptor argument (``tensordesc<fp16[128, 64]>``), as its JIT writes it."""
+    return f"tensordesc<{dtype}[{', '.join(str(int(d)) for d in block_shape)}]>"
+
+
+class TensorDescriptor:
+    """Triton's host-side ``TensorDescriptor``: a tensor, its shape and strides (elements) and the block shape a
+    kernel loads and stores through it. Same fields, checks and ``from_tensor`` as Triton 3.6's dataclass;
+    autotune pre-hooks set ``block_shape`` per config, which picks the binary."""
+
+    __slots__ = ("base", "block_shape", "padding", "shape", "strides")
+
+    def __init__(self, base: Any, shape: Any, strides: Any, block_shape: Any, padding: str = "zero") -> None:
+        self.base = base
+        self.shape = shape
+        self.strides = strides
+        self.block_shape = block_shape
+        self.padding = padding
+        rank = len(shape)
+        if len(strides) != rank or len(block_shape) != rank:
+            raise ValueError(f"TensorDescriptor: rank mismatch (shape {list(shape)}, strides {list(strides)}, "
+                             f"block_shape {list(block_shape)})")
+        if not 0 < rank <= 5:
+            raise ValueError(f"TensorDescriptor: rank must be 1 to 5, got {rank}")
+        if type(base).__name__ not in ("FakeTensor", "FunctionalTensor") and getattr(base, "is_meta", False) is False \
+                and base.data_ptr() % 16:
+            raise ValueError("TensorDescriptor: base must be 16-byte aligned")
+        _validate_block_shape(block_shape)
+        elem_bytes = base.dtype.itemsize
+        for stride in list(strides)[:-1]:
+            if (stride * elem_bytes) % 16:
+                raise ValueError("TensorDescriptor: strides must be 16-byte aligned")
+        if any(d <= 0 for d in shape):
+            raise ValueError("TensorDescriptor: shape must be positive")
+        if strides[-1] != 1:
+            raise ValueError("TensorDescriptor: the last dimension must be contiguous")
+        if padding not in ("zero", "nan"):
+            raise ValueError(f"TensorDescriptor: illegal padding {padding!r}")
+        if padding == "nan" and not base.dtype.is_floating_point:
+            raise ValueError("TensorDescriptor: padding 'nan' is only supported for floating point tensors")
+
+    @property
+    def dtype(self) -> Any:
+        """The tensor's dtype (not in Triton's class): what selects a ``tensordesc<T>`` argument's build."""
+        return self.base.dtype
+
+    @staticmethod
+    def from_tensor(tensor: Any, block_shape: Any, padding: str = "zero") -> TensorDescriptor:
+        return TensorDescriptor(tensor, tensor.shape, tensor.stride(), block_shape, padding)
+
+    def __repr__(self) -> str:
+        return (f"TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
+                f"block_shape={list(self.block_shape)}, padding={self.padding!r})")
+
+
+def _validate_block_shape(shape: Any) -> None:
+    # as triton._utils.validate_block_shape: powers of two, at most 2**20 elements
+    numel = 1
+    for i, d in enumerate(shape):
+        if type(d) is not int:
+            raise TypeError(f"TensorDescriptor: block_shape[{i}] must be an int, got {type(d).__name__}")
+        if d <= 0 or d & (d - 1):
+            raise ValueError(f"TensorDescriptor: block_shape[{i}] must be a power of two, got {d}")
+        numel *= d
+    if numel > 1 << 20:
+        raise ValueError(f"TensorDescriptor: block of {numel} elements is more than 1048576")
+
+
+def block_shapes(kernel: Any, runtime: Any) -> tuple[tuple[int, ...], ...]:
+    """The block shape of each tensor descriptor argument of a call, as the call (or the config's pre-hook) set it:
+    with the heuristics' values, what selects the binary of a config."""
+    return tuple(tuple(int(d) for d in runtime[i].block_shape) for i in kernel.desc_pos)
+
+
+def descriptor_device(kernel: Any, runtime: Any, device: int) -> int:
+    """The device of a call's tensor descriptors (their tensors'), checked against the pointers' (``device``, or
+    -2 where the call has none): the same errors as for tensors."""
+    from .errors import UnsupportedDeviceError
+
+    for i in kernel.desc_pos:
+        arg, name = runtime[i], kernel.runtime_names[i]
+        if not hasattr(arg, "base") or not hasattr(arg, "block_shape"):
+            raise TypeError(f"{kernel.function}(): argument '{name}' must be a TensorDescriptor "
+                            f"(triton.tools.tensor_descriptor), got {type(arg).__name__}")
+        d = arg.base.get_device()
+        if d < 0:
+            raise UnsupportedDeviceError(f"{kernel.function}(): tensor descriptor '{name}' is over a CPU tensor; "
+                                         "packaged kernels run on the GPU (move it with .cuda())")
+        if device == -2:
+            device = d
+        elif d != device:
+            raise UnsupportedDeviceError(f"{kernel.function}(): tensors on cuda:{device} and cuda:{d}")
+    return device
+
+
+def tools_module() -> types.ModuleType:
+    """``triton.tools`` in host code: ``tensor_descriptor.TensorDescriptor`` only."""
+    tools = types.ModuleType("triton.tools", "Triton's host tools, provided by the forge-aot runtime")
+    inner = types.ModuleType("triton.tools.tensor_descriptor")
+    inner.TensorDescriptor = TensorDescriptor  # type: ignore[attr-defined]
+    tools.tensor_descriptor = inner  # type: ignore[attr-defined]
+    return tools
+
+
+def param_codes(rank: int, tma: bool) -> list[str]:
+    """The kernel parameters one descriptor argument becomes, as struct codes in order (Triton 3.6's
+    ``make_launcher``; ``M`` is the 128-byte, 64-byte aligned ``CUtensorMap``):
+    with TMA a tensor map, the shape (i32) and the strides (i64); without, the base pointer, shape and strides
+    (i64), the NaN-padding flag, then the shape (i32) and strides (i64) again."""
+    if tma:
+        return ["M", *"i" * rank, *"q" * rank]
+    return ["Q", *"q" * (2 * rank), "b", *"i" * rank, *"q" * rank]
+
+
+# Element-type codes of Triton's tensordesc metadata (device numbering) -> CUtensorMapDataType (host numbering).
+_TMA_DTYPE_DEVICE_TO_HOST = {**{i: i for i in range(16)}, 8: 10, 9: 8, 10: 9}
+
+
+def expand(desc: Any, meta: dict[str, Any] | None, encode: Any) -> list[Any]:
+    """The parameter values of one descriptor argument (see ``param_codes``). ``encode(address, dtype, rank,
+    shape, strides_bytes, box, swizzle, nan_fill)`` returns the 128 bytes of a tensor map (the driver's
+    ``cuTensorMapEncodeTiled``); ``meta`` is the binary's tensordesc metadata for this argument (None: no TMA)."""
+    shape = [int(d) for d in desc.shape]
+    strides = [int(s) for s in desc.strides]
+    nan = desc.padding == "nan"
+    if meta is None:
+        return [desc.base.data_ptr(), *shape, *strides, int(nan), *shape, *strides]
+    if strides[-1] != 1:
+        raise ValueError("TensorDescriptor: the last dimension must be contiguous")
+    if meta.get("fp4_padded"):
+        shape[-1] *= 2
+    elem = int(meta["elem_size"])
+    rank = len(shape)
+    # The driver's order is innermost first; strides in bytes, without the innermost (contiguous) one.
+    dims = shape[::-1]
+    byte_strides = [s * elem for s in strides[:-1]][::-1]
+    box = [int(b) for b in meta["block_size"]][::-1]
+    tensor_map = encode(desc.base.data_ptr(), _TMA_DTYPE_DEVICE_TO_HOST[int(meta["elem_type"])], rank, dims,
+                        byte_strides, box, int(meta["swizzle"]), nan)
+    return [tensor_map, *shape, *strides]
+
+
+def expander(meta: dict[str, Any] | None, encode: Any, limit: int = 256) -> Any:
+    """``expand`` for one descriptor argument of one binary, remembering the tensor maps it encoded: a map depends
+    only on the tensor's address, shape, strides and padding (the binary fixes the rest), and calls that reuse
+    their buffers (torch's caching allocator hands the same addresses back) skip the driver's encoding. At most
+    ``limit`` maps are kept; the memory is cleared when full."""
+    if meta is None:
+        return lambda desc: expand(desc, None, encode)
+    maps: dict[tuple[Any, ...], list[Any]] = {}
+
+    def run(desc: Any) -> list[Any]:
+        key = (desc.base.data_ptr(), tuple(desc.shape), tuple(desc.strides), desc.padding)
+        out = maps.get(key)
+        if out is None:
+            if len(maps) >= limit:
+                maps.clear()
+            out = maps[key] = expand(desc, meta, encode)
+        return out
+
+    return run
+
+
+def launch_layout(params: list[tuple[str, str]], binary: dict[str, Any], struct_codes: dict[str, str],
+                  encode: Any) -> tuple[list[str], Any]:
+    """For a launcher of a binary whose parameters include tensor descriptors: the struct codes of its parameter
+    block (``param_codes`` per descriptor, as the binary's TMA metadata says) and the function that turns a call's
+    values into the block's values (each descriptor expanded, through ``expander``)."""
+    metas = binary.get("tensordesc_meta", {})
+    codes: list[str] = []
+    slots = []
+    for j, (name, ty) in enumerate(params):
+        if ty.startswith(DESC_PREFIX):
+            codes += param_codes(len(binary["descs"][name]), metas.get(name) is not None)
+            slots.append((j, expander(metas.get(name), encode)))
+        else:
+            codes.append("Q" if ty.startswith("*") else struct_codes[ty])
+
+    def expand_values(values: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        start = 0
+        for j, run in slots:
+            out += values[start:j]
+            out += run(values[j])
+            start = j + 1
+        out += values[start:]
+        return out
+
+    return codes, expand_values
+
+
+def not_built(kernel: Any, binaries: dict[str, dict[str, Any]], descs: tuple[tuple[int, ...], ...]) -> Exception:
+    """The error of a call whose descriptors' block shapes no binary of its config was built for."""
+    from .errors import NotBuiltError
+
+    names = kernel.desc_names
+    built = sorted({tuple(tuple(b["descs"][n]) for n in names) for b in binaries.values()})
+    return NotBuiltError(f"{kernel.function}(): tensor descriptors with block shapes "
+                         f"{dict(zip(names, map(list, descs)))} were not built for this config; built: "
+                         f"{[dict(zip(names, map(list, d))) for d in built]}")
