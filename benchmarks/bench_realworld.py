@@ -223,6 +223,15 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": lambda q=q, kk=kk, v=v: dev["attention"](q, kk, v),
             "jit": lambda q=q, kk=kk, v=v: jit["flash_attention"].attention(q, kk, v),
             "torch": lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v)})
+    # The Triton 3.6 tutorial's attention: host descriptors on Hopper (warp_specialize=False, the only build there)
+    for z, hh, n_ctx, d, ws in ((4, 32, 1024, 64, False), (4, 32, 4096, 64, False)):
+        q, kk, v = (torch.randn(z, hh, n_ctx, d, device="cuda", dtype=h) for _ in range(3))
+        cases[f"attention_tutorial {z}x{hh}x{n_ctx}x{d}{' ws' if ws else ''}"] = (4 * z * hh * n_ctx * n_ctx * d, "F", {
+            "forge-aot": lambda q=q, kk=kk, v=v, ws=ws: wheel.tutorial_attention(q, kk, v, False, 0.5, ws),
+            "jit-same": lambda q=q, kk=kk, v=v, ws=ws: dev["tutorial_attention"](q, kk, v, False, 0.5, ws),
+            "jit": lambda q=q, kk=kk, v=v, ws=ws:
+                jit["attention_tutorial"].tutorial_attention(q, kk, v, False, 0.5, ws),
+            "torch": lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v, scale=0.5)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -254,7 +263,7 @@ def main() -> None:
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
-                                 "fused_recurrent", "fused_moe", "matmul_tma_host")}
+                                 "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

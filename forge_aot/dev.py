@@ -43,11 +43,10 @@ class JitBackend:
     def _arguments(self, kernel: rt.Kernel, config: rt.Config, runtime: Sequence[Any], call: dict[str, Any],
                    heur: tuple[Any, ...]) -> dict[str, Any]:
         kwargs = dict(zip(kernel.runtime_names, runtime))
-        if kernel.desc_pos:  # the runtime's host-side tensor descriptors: Triton's JIT takes its own class
-            from triton.tools.tensor_descriptor import TensorDescriptor
+        for name, d in kwargs.items():  # the runtime's host-side tensor descriptors: Triton's JIT takes its own
+            if isinstance(d, rt.TensorDescriptor):
+                from triton.tools.tensor_descriptor import TensorDescriptor
 
-            for name in kernel.desc_names:
-                d = kwargs[name]
                 kwargs[name] = TensorDescriptor(d.base, d.shape, d.strides, list(d.block_shape), d.padding)
         # (a Triton element type host code passed, ``tl.bfloat16``, is the runtime's stand-in: Triton takes its own)
         constexprs = {k: host_dtype(v) for k, v in call.items()
@@ -67,7 +66,7 @@ class JitBackend:
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
-        self.functions[kernel.function][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
+        self.functions[kernel.name][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
 
     def compiled(self, kernel: rt.Kernel, state: Any, config: rt.Config, heur: tuple[Any, ...],
                  runtime: Sequence[Any], call: dict[str, Any], generic: bool = False) -> Any:
@@ -75,7 +74,7 @@ class JitBackend:
         which Triton cannot specialize on: a placeholder)."""
         if generic:
             return rt.PlaceholderCompiled(kernel, call)
-        compiled = self.functions[kernel.function].warmup(**self._arguments(kernel, config, runtime, call, heur),
+        compiled = self.functions[kernel.name].warmup(**self._arguments(kernel, config, runtime, call, heur),
                                                           grid=(1,))
         compiled._init_handles()
         return _JitCompiled(kernel, call, compiled)
@@ -101,7 +100,7 @@ def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) ->
     apply_tuning(plan, load_database(loaded), triton_version())
     index = build_index(plan, None, "jit", {m: str(spec["path"]) for m, spec in plan.modules.items()})
     # The bare JIT functions: the wheel's rules pick config, heuristics and call-site values.
-    functions = {kp.function: base_jit_function(getattr(load_kernel_module(str(kp.source)), kp.function))
-                 for kp in plan.kernels.values()}
+    functions = {name: base_jit_function(getattr(load_kernel_module(str(kp.source)), kp.function))
+                 for name, kp in plan.kernels.items()}
     sources = {m: (spec["path"], spec["host_source"]) for m, spec in plan.modules.items()}
     return rt.bind_ops(f"_forge_dev_{loaded.manifest.project.name}", index, JitBackend(functions), sources)

@@ -36,6 +36,7 @@ from .localmods import LocalModule, direct_imports, local_imports, merge_local
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_ABSENT,
+    SPEC_DESC,
     SPEC_DIV16,
     SPEC_NONE,
     SPEC_ONE,
@@ -120,19 +121,20 @@ class BinarySpec:
     @property
     def generic(self) -> bool:
         """No assumption but arguments passed as None: the fallback every call like it can take."""
-        return all(c in (SPEC_NONE, SPEC_ABSENT) for c in self.spec)
+        return all(c in (SPEC_NONE, SPEC_ABSENT, SPEC_DESC) for c in self.spec)
 
     def aligned(self) -> BinarySpec:
         """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
         offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
         unvectorized binary)."""
-        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_ABSENT) else SPEC_DIV16
+        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_ABSENT, SPEC_DESC) else SPEC_DIV16
                                                       for c in self.spec))
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
-        argument passed as None stays None (no binary takes both)."""
-        chars = [SPEC_NONE if i in positions and c != SPEC_ABSENT and (not code_from or c in code_from) else c
+        argument passed as None stays None, and a tensor descriptor one (no binary takes both)."""
+        chars = [SPEC_NONE if i in positions and c not in (SPEC_ABSENT, SPEC_DESC) and (not code_from or c in code_from)
+                 else c
                  for i, c in enumerate(self.spec)]
         return dataclasses.replace(self, spec="".join(chars))
 
@@ -264,7 +266,8 @@ class KernelPlan:
         pre_hooks = sorted({c.pre_hook for c in self.space if c.pre_hook})
         # only_targets: the manifest's own targets for this kernel (for the runtime's messages)
         restricted = {"only_targets": list(self.entry.targets)} if self.entry.targets else {}
-        return {**restricted, "function": self.function, "params": [list(p) for p in self.params], "axes": self.axes,
+        return {**restricted, "function": self.function, "module": self.module,
+                "params": [list(p) for p in self.params], "axes": self.axes,
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, "variants": {}}
@@ -305,12 +308,18 @@ class KernelPlan:
         """Host-side tensor descriptor parameters (``tensordesc<T>``), in order."""
         return [n for n, ty in self.params if rt.desc_dtype(ty) is not None]
 
+    def descriptors_in(self, named: dict[str, Any]) -> list[str]:
+        """The parameters a call passes tensor descriptors to, in order: ``tensordesc<T>`` ones and pointer ones
+        (the Triton tutorial's attention takes a descriptor or a pointer there)."""
+        return [n for n, ty in self.params if rt.desc_dtype(ty) is not None
+                or (ty.startswith("*") and hasattr(named.get(n), "block_shape"))]
+
     def descriptor_blocks(self, named: dict[str, Any], config: ConfigChoice,
                           heur: tuple[tuple[str, Any], ...]) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """The block shape of each tensor descriptor a call like ``named`` passes when ``config`` runs it: as the
         call made it, or as the config's pre-hook sets it (run here on copies, over what the runtime hands it:
         the arguments by name, the config's keyword arguments and the heuristics' values)."""
-        names = self.descriptor_params
+        names = self.descriptors_in(named)
         if not names:
             return ()
         nargs = {**named, **config.all_kwargs(), **dict(heur)}
@@ -1055,8 +1064,8 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         elif codes.get(pname) == SPEC_ABSENT:
             signature[pname] = "constexpr"
             constexprs[pname] = None
-        elif rt.desc_dtype(ty) is not None:
-            dtype = rt.desc_dtype(ty)
+        elif rt.desc_dtype(ty) is not None or codes.get(pname) == SPEC_DESC:
+            dtype = rt.desc_dtype(ty) or ty[1:]
             signature[pname] = rt.desc_signature(entry.assignment.get(dtype, dtype), dict(binary.descs)[pname])
         else:
             signature[pname] = _concrete(ty, entry.assignment)

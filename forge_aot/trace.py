@@ -136,7 +136,7 @@ class TraceKernel(rt.Kernel):
         values = list(runtime)
         for i in self.ptr_pos:
             try:
-                values[i] = None if runtime[i] is None else runtime[i].data_ptr()
+                values[i] = rt.pointer_value(runtime[i])
             except AttributeError:
                 raise TypeError(f"{self.function}(): argument '{self.runtime_names[i]}' must be a tensor, got "
                                 f"{type(runtime[i]).__name__}") from None
@@ -172,7 +172,7 @@ class Tracer:
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
         self.kernels = kernels
-        self.by_function = {kp.function: kp for kp in kernels.values()}
+        self.by_function = {(kp.module, kp.function): kp for kp in kernels.values()}
         self.modules: dict[str, Any] = {}
         self.handles: dict[str, TraceKernel] = {}
         self.paths: dict[str, str] = {}
@@ -188,7 +188,7 @@ class Tracer:
 
     def _bind(self, mod_name: str, mod: dict[str, Any], entry: dict[str, Any],
               aliases: Callable[[dict[str, Any]], tuple[str, ...]]) -> None:
-        plans = [self.by_function[f] for f in mod["kernels"]]
+        plans = [self.by_function[(mod_name, f)] for f in mod["kernels"]]
         index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans}, "modules": {mod_name: entry}}
 
         def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> TraceKernel:

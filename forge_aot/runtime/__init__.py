@@ -88,6 +88,8 @@ _EXPORTS = {
     "LAUNCH_OPTIONS": "tables",
     "SPEC_DIV16": "tables",
     "SPEC_ABSENT": "tables",
+    "SPEC_DESC": "tables",
+    "pointer_value": "tables",
     "SPEC_NONE": "tables",
     "SPEC_ONE": "tables",
     "TRITON_DEFAULTS": "tables",

@@ -61,6 +61,10 @@ class TensorDescriptor:
         """The tensor's dtype (not in Triton's class): what selects a ``tensordesc<T>`` argument's build."""
         return self.base.dtype
 
+    def get_device(self) -> int:
+        """The tensor's device (not in Triton's class): checked like a tensor argument's."""
+        return self.base.get_device()
+
     @staticmethod
     def from_tensor(tensor: Any, block_shape: Any, padding: str = "zero") -> TensorDescriptor:
         return TensorDescriptor(tensor, tensor.shape, tensor.stride(), block_shape, padding)
@@ -83,10 +87,12 @@ def _validate_block_shape(shape: Any) -> None:
         raise ValueError(f"TensorDescriptor: block of {numel} elements is more than 1048576")
 
 
-def block_shapes(kernel: Any, runtime: Any) -> tuple[tuple[int, ...], ...]:
-    """The block shape of each tensor descriptor argument of a call, as the call (or the config's pre-hook) set it:
-    with the heuristics' values, what selects the binary of a config."""
-    return tuple(tuple(int(d) for d in runtime[i].block_shape) for i in kernel.desc_pos)
+def block_shapes(kernel: Any, runtime: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(name, block shape) of each tensor descriptor argument of a call, by name (the order of the index's JSON), as
+    the call (or the config's pre-hook) set it: ``tensordesc<T>`` parameters and pointer parameters passed a
+    descriptor. With the heuristics' values and the specialization, what selects the binary of a config."""
+    positions = {*kernel.desc_pos, *(i for i in kernel.ptr_pos if hasattr(runtime[i], "block_shape"))}
+    return tuple(sorted((kernel.runtime_names[i], tuple(int(d) for d in runtime[i].block_shape)) for i in positions))
 
 
 def descriptor_device(kernel: Any, runtime: Any, device: int) -> int:
@@ -206,12 +212,17 @@ def launch_layout(params: list[tuple[str, str]], binary: dict[str, Any], struct_
     return codes, expand_values
 
 
-def not_built(kernel: Any, binaries: dict[str, dict[str, Any]], descs: tuple[tuple[int, ...], ...]) -> Exception:
+def binary_blocks(binary: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """What ``block_shapes`` gives for the calls a binary serves."""
+    return tuple(sorted((n, tuple(shape)) for n, shape in binary.get("descs", {}).items()))
+
+
+def not_built(kernel: Any, binaries: dict[str, dict[str, Any]],
+              descs: tuple[tuple[str, tuple[int, ...]], ...]) -> Exception:
     """The error of a call whose descriptors' block shapes no binary of its config was built for."""
     from .errors import NotBuiltError
 
-    names = kernel.desc_names
-    built = sorted({tuple(tuple(b["descs"][n]) for n in names) for b in binaries.values()})
+    built = sorted({binary_blocks(b) for b in binaries.values() if b.get("descs")})
     return NotBuiltError(f"{kernel.function}(): tensor descriptors with block shapes "
-                         f"{dict(zip(names, map(list, descs)))} were not built for this config; built: "
-                         f"{[dict(zip(names, map(list, d))) for d in built]}")
+                         f"{ {n: list(s) for n, s in descs} } were not built for this config; built: "
+                         f"{[{n: list(s) for n, s in d} for d in built] or 'none (it takes pointers there)'}")

@@ -207,7 +207,9 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
     """Create the kernel handles of one host module and run it (``source``: filename, text or None to read
     the file; ``builtins``, ``aliases``: see ``exec_host_module``). A kernel file inside a package runs with that
     package (the index's ``package``) after ``package_prefix``: the packaged copies' place in a wheel."""
-    specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()}
+    # (two kernel files may each define a kernel of the same name: each module binds its own)
+    specs = {spec["function"]: (name, spec) for name, spec in index["kernels"].items()
+             if spec.get("module", mod_name) == mod_name}
     bound = {}
     for fn in index["modules"][mod_name]["kernels"]:
         name, spec = specs[fn]

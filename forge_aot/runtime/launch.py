@@ -20,6 +20,7 @@ from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
 from .tables import (
     SPEC_ABSENT,
+    SPEC_DESC,
     SPEC_NONE,
     SPEC_ONE,
     Config,
@@ -28,13 +29,14 @@ from .tables import (
     choose_binary,
     pick_cuda_target,
     pick_hip_target,
+    pointer_value,
     resolve_table,
 )
 
 _SCRATCH_ALIGN = 256
 
 
-def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     from .descriptors import block_shapes  # loaded for kernels with host-side tensor descriptors only
 
     return block_shapes(kernel, runtime)
@@ -123,9 +125,9 @@ class BinaryBackend:
         if generic:
             spec = SPEC_NONE * len(kernel.spec_slots)
         else:
-            spec = argument_spec(kernel.spec_slots, [v.data_ptr() if i in kernel.ptr_pos and v is not None else v
+            spec = argument_spec(kernel.spec_slots, [pointer_value(v) if i in kernel.ptr_pos else v
                                                      for i, v in enumerate(runtime)])
-        descs = block_shapes(kernel, runtime) if kernel.desc_pos else ()
+        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
         launcher = state.launchers.get((config.id, heur, spec, descs)) \
             or self._launcher(kernel, state, config, heur, spec, descs)
         return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])
@@ -134,9 +136,9 @@ class BinaryBackend:
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
         values = list(runtime)
         for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
-            values[i] = None if runtime[i] is None else runtime[i].data_ptr()
+            values[i] = pointer_value(runtime[i])
         spec = argument_spec(kernel.spec_slots, values)
-        descs = block_shapes(kernel, runtime) if kernel.desc_pos else ()
+        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
         launcher = state.launchers.get((config.id, heur, spec, descs))
         if launcher is None:
             launcher = self._launcher(kernel, state, config, heur, spec, descs)
@@ -155,7 +157,10 @@ class BinaryBackend:
         except struct.error:
             for i, name, ty, lo, hi in kernel.int_checks:
                 if not lo <= values[i] <= hi:
-                    raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}") from None
+                    wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
+                    hint = f" (Triton's JIT would compile the call anew; declare {name} = \"{wider}\" in the " \
+                           "manifest's signature to build for such values)" if wider else ""
+                    raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}{hint}") from None
             raise
         if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
             fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)
@@ -224,7 +229,10 @@ class _BinaryLauncher:
         self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
             if compiled_in else None
-        params = [kernel.runtime[i] for i in kept]
+        # A pointer parameter this binary takes as a tensor descriptor (code T) is laid out as one.
+        as_desc = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_DESC}
+        params = [(n, "tensordesc<>") if i in as_desc else kernel.runtime[i] for i, n in
+                  ((i, kernel.runtime_names[i]) for i in kept)]
         self.kinds = [fastpath.kind(ty) for _, ty in params]
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
         # The parameter block's C layout (each scalar aligned to its size, as ctypes lays out the Args struct

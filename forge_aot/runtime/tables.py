@@ -24,10 +24,13 @@ TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
-SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT = "x", "D", "1", "N"
+SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT, SPEC_DESC = "x", "D", "1", "N", "T"
 """Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
 divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
-constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``)."""
+constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``); a
+pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
+attention takes either and builds the descriptor in the kernel when given a pointer)."""
+_EXACT = (SPEC_ABSENT, SPEC_DESC)
 
 
 def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
@@ -43,7 +46,7 @@ def spec_fits(built: str, actual: str) -> bool:
     """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
     every assumption it makes must hold (an unspecialized position accepts any value but ``None``, which only a
     binary built for it takes)."""
-    return all(b == a if SPEC_ABSENT in (a, b) else b in (SPEC_NONE, a) for b, a in zip(built, actual))
+    return all(b == a if a in _EXACT or b in _EXACT else b in (SPEC_NONE, a) for b, a in zip(built, actual))
 
 
 def spec_rank(spec: str) -> int:
@@ -52,17 +55,32 @@ def spec_rank(spec: str) -> int:
 
 
 def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
-    """A call's specialization with Triton's rules, over ``values`` (pointers already as addresses, or None):
+    """A call's specialization with Triton's rules, over ``values`` (pointers already through ``pointer_value``):
     for each (position, is pointer) slot, ``D`` for an aligned pointer or an integer divisible by 16, ``1``
-    for an integer equal to 1, ``N`` for a pointer passed as None, ``x`` otherwise."""
+    for an integer equal to 1, ``N`` for a pointer passed as None, ``T`` for a tensor descriptor, ``x``
+    otherwise."""
     spec = ""
     for i, is_ptr in slots:
         v = values[i]
         if is_ptr:
-            spec += SPEC_ABSENT if v is None else SPEC_NONE if v & 15 else SPEC_DIV16
+            spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int \
+                else SPEC_DESC
         else:
             spec += SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
     return spec
+
+
+def pointer_value(arg: Any) -> Any:
+    """A pointer argument as ``argument_spec`` reads it: the tensor's address, None, or a host-side tensor
+    descriptor itself (passed where the kernel also takes a pointer)."""
+    if arg is None:
+        return None
+    try:
+        return arg.data_ptr()
+    except AttributeError:
+        if hasattr(arg, "block_shape") and hasattr(arg, "base"):
+            return arg
+        raise
 
 
 def _log2(v: float) -> float:
@@ -278,7 +296,7 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
 
 
 def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
-                  spec: str, descs: tuple[tuple[int, ...], ...] = ()) -> dict[str, Any]:
+                  spec: str, descs: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> dict[str, Any]:
     """The binary of a config serving a call: same heuristic values (and tensor descriptor block shapes), every
     specialization assumption true for the call's arguments, the most specialized such (the generic one assumes
     nothing, so it always fits)."""
@@ -287,7 +305,7 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
     for b in binaries.values():
         if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
             continue
-        if descs and tuple(tuple(b["descs"][n]) for n in kernel.desc_names) != descs:
+        if descs and tuple(sorted((n, tuple(shape)) for n, shape in b["descs"].items())) != descs:
             continue
         if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
             best = b

@@ -98,7 +98,7 @@ class TuneBackend:
             return
         values = list(runtime)
         for i in kernel.ptr_pos:
-            values[i] = runtime[i].data_ptr()
+            values[i] = rt.pointer_value(runtime[i])
         spec = rt.argument_spec(kernel.spec_slots, values)
         binary = rt.choose_binary(kernel, self.binaries, heur, spec, rt.descriptors.block_shapes(kernel, runtime))
         launcher = self.load(kernel, binary, state.device)
@@ -226,8 +226,8 @@ class Worker:
 
         os.chdir(cmd["root"])
         make_importable(cmd["root"])  # the kernel files' imports of the project's modules
-        functions = {fn: base_jit_function(getattr(load_kernel_module(path), fn))
-                     for fn, path in cmd["kernel_files"].items()}
+        functions = {name: base_jit_function(getattr(load_kernel_module(path), fn))
+                     for name, (path, fn) in cmd["kernel_files"].items()}
         self.backend = TuneBackend(functions)
         self.backend.max_shared = self.info["max_shared"]
         index = cmd["index"]
@@ -369,8 +369,8 @@ class Worker:
         short kernel then read cold data without a flush between launches."""
         torch = self.torch
         kernel = self.handles[self.item["kernel"]] if self.item else None
-        if kernel is None:
-            return None
+        if kernel is None or kernel.desc_pos or any(rt.SPEC_DESC in rec.spec for rec in records):
+            return None  # tensor descriptors hold their addresses in tensor maps: not moved
         storages: dict[int, Any] = {}
         for rec in records:
             for i in kernel.ptr_pos:

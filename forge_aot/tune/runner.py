@@ -738,7 +738,7 @@ def _setup_command(plan: BuildPlan, root: Path) -> dict[str, Any]:
     index = build_index(plan, None, "jit", {m: str(spec["path"]) for m, spec in plan.modules.items()})
     return {"cmd": "setup", "root": str(root), "index": index,
             "modules": {m: [spec["path"], spec["full_host_source"]] for m, spec in plan.modules.items()},
-            "kernel_files": {kp.function: str(kp.source) for kp in plan.kernels.values()}}
+            "kernel_files": {name: [str(kp.source), kp.function] for name, kp in plan.kernels.items()}}
 
 
 def _candidates_sha256(item: TuneItem) -> str:
