@@ -329,6 +329,7 @@ class KernelPlan:
                                     "from the calls of the examples function (or tune.inputs), which give none for "
                                     "this row", key_path=f"kernels.{self.name}.examples")
             nargs[n] = copy.copy(named[n])
+            nargs[n].block_shape = list(named[n].block_shape)  # a hook may set items in place
         if config.pre_hook:
             try:
                 self.pre_hooks[config.pre_hook](nargs)

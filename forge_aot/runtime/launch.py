@@ -107,7 +107,7 @@ class BinaryBackend:
         return sum(1 for d, _ in self._loaded if d == index)
 
     def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
-                  spec: str, descs: tuple[tuple[int, ...], ...] = ()) -> Any:
+                  spec: str, descs: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> Any:
         with state.lock:
             launcher = state.launchers.get((config.id, heur, spec, descs))
             if launcher is None:
