@@ -11,6 +11,7 @@ against torch and Triton's JIT (odd shapes, a strided view, both layouts of the 
 from __future__ import annotations
 
 import json
+import struct
 import textwrap
 from pathlib import Path
 
@@ -218,6 +219,52 @@ def examples(device="cpu"):
         scale2d(torch.randn(m, n, device=device, dtype=torch.float16), 0.5)
 '''
 
+DUAL_KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+def _blocks(nargs):
+    if not isinstance(nargs["src"], TensorDescriptor):
+        return
+    nargs["src"].block_shape = [nargs["BM"], nargs["BN"]]
+
+
+@triton.jit
+def _maybe_desc(desc_or_ptr, shape, strides, block_shape):
+    if isinstance(desc_or_ptr, tl.tensor_descriptor):
+        return desc_or_ptr
+    else:
+        return tl.make_tensor_descriptor(desc_or_ptr, shape, strides, block_shape)
+
+
+@triton.autotune(configs=[triton.Config({"BM": 16, "BN": 32}, num_warps=4, pre_hook=_blocks)], key=["M"])
+@triton.jit
+def copy2d_kernel(src, dst, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    s = _maybe_desc(src, [M, N], [N, 1], [BM, BN])
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    x = s.load([pid_m * BM, pid_n * BN])
+    tl.store(dst + offs_m[:, None] * N + offs_n[None, :], x, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def copy2d(x, host_descriptor: bool):
+    y = torch.empty_like(x)
+    M, N = x.shape
+    src = TensorDescriptor.from_tensor(x, [1, 1]) if host_descriptor else x
+    copy2d_kernel[lambda META: (triton.cdiv(M, META["BM"]), triton.cdiv(N, META["BN"]))](src, y, M, N)
+    return y
+
+
+def examples(device="cpu"):
+    for host_descriptor in (False, True):
+        copy2d(torch.randn(100, 72, device=device, dtype=torch.float16), host_descriptor)
+'''
+
 TINY_MANIFEST = """\
 [project]
 name = "forge_tmadesc"
@@ -228,6 +275,14 @@ targets = ["sm_80", "sm_90", "gfx942"]
 source = "kernels/scale2d.py:scale2d_kernel"
 ops = ["scale2d"]
 signature = { x_desc = "tensordesc<T>", y_desc = "tensordesc<T>", M = "i32", N = "i32", s = "fp32" }
+dtypes = { T = ["fp16"] }
+examples = "examples"
+
+[kernels.copy2d]
+# the Triton tutorial's attention style: a pointer parameter that takes a host descriptor or a tensor
+source = "kernels/copy2d.py:copy2d_kernel"
+ops = ["copy2d"]
+signature = { src = "*T", dst = "*T", M = "i32", N = "i32" }
 dtypes = { T = ["fp16"] }
 examples = "examples"
 """
@@ -245,9 +300,16 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
     root = tmp_path / "project"
     (root / "kernels").mkdir(parents=True)
     (root / "kernels" / "scale2d.py").write_text(TINY_KERNEL)
+    (root / "kernels" / "copy2d.py").write_text(DUAL_KERNEL)
     (root / "kernel_manifest.toml").write_text(TINY_MANIFEST)
     target = _installed(root / "kernel_manifest.toml", tmp_path)
     index = json.loads((target / "forge_tmadesc" / "_forge" / "index.json").read_text())
+    # the pointer parameter src: binaries for tensors (no descriptors) and for descriptors (code T, block 16x32)
+    dual = index["kernels"]["copy2d"]["variants"]["T=fp16"]["targets"]["sm_90"]["configs"]
+    built = {(b["spec"][0], json.dumps(b.get("descs"))) for c in dual.values() for b in c["binaries"].values()}
+    assert {code for code, _ in built} == {"D", "x", "T"}
+    assert {d for code, d in built if code == "T"} == {json.dumps({"src": [16, 32]})}
+    assert {d for code, d in built if code != "T"} == {"null"}
     variant = index["kernels"]["scale2d"]["variants"]["T=fp16"]["targets"]
     for arch, configs in ((a, variant[a]["configs"]) for a in ("sm_80", "sm_90", "gfx942")):
         for config in configs.values():
@@ -297,16 +359,27 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
         y = host.scale2d(x, 0.5)
         params = bytes(fake.params[:376])
         offsets = list(fake.offsets[:15])
-        print(json.dumps({{"calls": fake.calls, "offsets": offsets,
+        tma_after = {{"calls": tma.calls, "dtype": tma.dtype, "rank": tma.rank, "address": tma.address,
+                     "dims": list(tma.dims[:2]), "strides": [tma.strides[0]], "box": list(tma.box[:2]),
+                     "elem_strides": list(tma.elem_strides[:2]), "interleave": tma.interleave,
+                     "swizzle": tma.swizzle, "l2": tma.l2, "fill": tma.fill, "aligned": tma.aligned}}
+        # a descriptor where the kernel also takes a pointer: the map, its shape and strides, then dst, M, N, scratch
+        fake.nparams, fake.block_size = 10, 184
+        import forge_tmadesc._ops.copy2d as dual
+        y2 = dual.copy2d(x, True)
+        dual_params, dual_offsets = bytes(fake.params[:184]), list(fake.offsets[:10])
+        dual_spec = [key[2] for state in dual.copy2d_kernel._states.values() for key in state.launchers]
+        print(json.dumps({{"calls": fake.calls, "offsets": offsets, "dual_params": dual_params.hex(),
+                          "dual_offsets": dual_offsets, "dual_spec": dual_spec, "y2": y2.data_ptr(),
                           "params": params.hex(), "x": x.data_ptr(), "y": y.data_ptr(),
-                          "tma": {{"calls": tma.calls, "dtype": tma.dtype, "rank": tma.rank, "address": tma.address,
-                                  "dims": list(tma.dims[:2]), "strides": [tma.strides[0]], "box": list(tma.box[:2]),
-                                  "elem_strides": list(tma.elem_strides[:2]), "interleave": tma.interleave,
-                                  "swizzle": tma.swizzle, "l2": tma.l2, "fill": tma.fill,
-                                  "aligned": tma.aligned}}}}))
+                          "tma": tma_after}}))
         ''')
     res = _run_fresh(code, target)
-    assert res["calls"] == 1
+    assert res["calls"] == 2
+    assert res["dual_spec"][0][0] == "T" and len(res["dual_spec"]) == 1
+    assert res["dual_offsets"] == [0, 128, 132, 136, 144, 152, 160, 164, 168, 176]
+    dual_params = bytes.fromhex(res["dual_params"])
+    assert struct.unpack_from("<iiqqQii", dual_params, 128) == (100, 72, 72, 1, res["y2"], 100, 72)
     # tensor map (64-byte aligned), shape as i32, strides as i64; the same for y; M, N (i32), s (fp32); scratch
     assert res["offsets"] == [0, 128, 132, 136, 144, 192, 320, 324, 328, 336, 344, 348, 352, 360, 368]
     params = bytes.fromhex(res["params"])
@@ -315,12 +388,12 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
         return bytes((i ^ dtype ^ (address >> 4)) & 0xFF for i in range(128))
 
     assert params[0:128] == pattern(6, res["x"]) and params[192:320] == pattern(6, res["y"])
-    import struct
+    assert dual_params[0:128] == pattern(6, res["x"])  # the map of x, encoded again: another binary's memory
 
     assert struct.unpack_from("<iiqq", params, 128) == (100, 72, 72, 1)
     assert struct.unpack_from("<iiqq", params, 320) == (100, 72, 72, 1)
     assert struct.unpack_from("<iif", params, 344) == (100, 72, 0.5)
-    # the last map encoded is y's: element type fp16 (6), innermost first, byte strides, the metadata's box
+    # the last map scale2d encoded is y's: element type fp16 (6), innermost first, byte strides, the metadata's box
     sm90 = next(iter(variant["sm_90"]["configs"].values()))
     box = next(iter(sm90["binaries"].values()))["tensordesc_meta"]["y_desc"]["block_size"]
     tma = res["tma"]

@@ -331,6 +331,7 @@ class Worker:
         """Bytes of every tensor the kernel gets, each storage counted once (read or written once)."""
         seen: dict[int, int] = {}
         for arg in runtime:
+            arg = getattr(arg, "base", arg) if hasattr(arg, "block_shape") else arg  # a tensor descriptor's tensor
             if isinstance(arg, self.torch.Tensor):
                 seen[arg.data_ptr()] = max(seen.get(arg.data_ptr(), 0), arg.numel() * arg.element_size())
         return sum(seen.values())
