@@ -563,13 +563,12 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for node_root, _ in checked:
         driver = _driver_attributes(node_root)
         for node in ast.walk(node_root):
-            # (the host-provided imports at module level only: inside a function the statement would stay as is)
             if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node) \
-                    and (_host_import(node) is None or (node is not node_root and _host_driver_import(node) is None)):
+                    and _host_import(node) is None:
                 if any(_DESCRIPTOR_MODULE in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
                        for a in node.names):
                     raise SourceError(f"{path}:{node.lineno}: host code may import the tensor descriptor as "
-                                      f"'from {_DESCRIPTOR_MODULE} import TensorDescriptor' (at module level) only")
+                                      f"'from {_DESCRIPTOR_MODULE} import TensorDescriptor' only")
                 raise SourceError(f"{path}:{node.lineno}: host code imports Triton; packaged ops run without "
                                   "it (use triton.cdiv / triton.next_power_of_2 from the module scope)")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
@@ -618,7 +617,11 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                      if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")]
             if set(bound) & host_aliases:  # a top-level statement, blanked above
                 lines[stmt.lineno - 1] = "; ".join(f"{n} = triton.language" for n in bound if n in host_aliases) + "\n"
-    for stmt in host_imports:  # binds the runtime's: ``driver = triton.runtime.driver``
+    # Host-provided imports bind the runtime's (``driver = triton.runtime.driver``), at module level and inside host
+    # code alike (FlagGems: ``try: from triton.tools.tensor_descriptor import TensorDescriptor`` / ``except``).
+    nested = [n for stmt in host for n in ast.walk(stmt) if n is not stmt and isinstance(n, ast.ImportFrom)
+              and _host_import(n) is not None]
+    for stmt in [*host_imports, *nested]:
         _replace_statement(lines, stmt, "; ".join(f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()))
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),

@@ -145,13 +145,26 @@ def test_only_the_driver_of_tritons_runtime_is_host_code(tmp_path: Path, body: s
         parse_source(f, {"op"})
 
 
-def test_tensor_descriptors_are_imported_at_module_level_only(tmp_path: Path) -> None:
-    """The host copy binds a module-level import to the runtime's TensorDescriptor; inside a function the import
-    would stay as written (and need Triton at run time): refused, naming the supported form."""
+def test_host_provided_imports_anywhere_in_host_code_bind_the_runtimes(tmp_path: Path) -> None:
+    """``from triton.tools.tensor_descriptor import TensorDescriptor`` and ``from triton.runtime import driver`` inside
+    a function or a ``try`` (FlagGems checks for host descriptors that way) become the runtime's, on the same line:
+    left as written they would import Triton in a deployed process."""
     f = tmp_path / "k.py"
-    f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n"
-                 "def op(x):\n    from triton.tools.tensor_descriptor import TensorDescriptor\n    return x\n")
-    with pytest.raises(SourceError, match="at module level"):
+    f.write_text("import triton\n\ntry:\n    from triton.tools.tensor_descriptor import TensorDescriptor\n"
+                 "    HOST_DESC = True\nexcept ImportError:\n    HOST_DESC = False\n\n"
+                 "@triton.jit\ndef k(x):\n    pass\n\n"
+                 "def op(x):\n    from triton.tools.tensor_descriptor import TensorDescriptor as TD\n"
+                 "    from triton.runtime import driver\n    return TD, driver, HOST_DESC, x\n")
+    src = parse_source(f, {"op"})
+    lines = src.host_source.splitlines()
+    assert lines[3] == "    TensorDescriptor = triton.tools.tensor_descriptor.TensorDescriptor"
+    assert lines[13] == "    TD = triton.tools.tensor_descriptor.TensorDescriptor"
+    assert lines[14] == "    driver = triton.runtime.driver"
+    assert "from triton" not in src.host_source and src.reads_device
+    with pytest.raises(SourceError, match="TensorDescriptor' only"):
+        f.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n"
+                     "def op(x):\n    from triton.tools.tensor_descriptor import TensorDescriptor, other\n"
+                     "    return x\n")
         parse_source(f, {"op"})
 
 
