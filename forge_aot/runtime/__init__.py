@@ -90,6 +90,7 @@ _EXPORTS = {
     "SPEC_ABSENT": "tables",
     "SPEC_DESC": "tables",
     "pointer_value": "tables",
+    "block_shapes": "tables",
     "SPEC_NONE": "tables",
     "SPEC_ONE": "tables",
     "TRITON_DEFAULTS": "tables",

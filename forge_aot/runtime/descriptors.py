@@ -7,7 +7,8 @@ from __future__ import annotations
 import types
 from typing import Any
 
-DESC_PREFIX = "tensordesc<"
+from .packing import DESC_PREFIX
+from .tables import binary_blocks, block_shapes  # noqa: F401 - block_shapes: the descriptors' half of binary choice
 
 
 def desc_dtype(ty: str) -> str | None:
@@ -85,35 +86,6 @@ def _validate_block_shape(shape: Any) -> None:
         numel *= d
     if numel > 1 << 20:
         raise ValueError(f"TensorDescriptor: block of {numel} elements is more than 1048576")
-
-
-def block_shapes(kernel: Any, runtime: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(name, block shape) of each tensor descriptor argument of a call, by name (the order of the index's JSON), as
-    the call (or the config's pre-hook) set it: ``tensordesc<T>`` parameters and pointer parameters passed a
-    descriptor. With the heuristics' values and the specialization, what selects the binary of a config."""
-    positions = {*kernel.desc_pos, *(i for i in kernel.ptr_pos if hasattr(runtime[i], "block_shape"))}
-    return tuple(sorted((kernel.runtime_names[i], tuple(int(d) for d in runtime[i].block_shape)) for i in positions))
-
-
-def descriptor_device(kernel: Any, runtime: Any, device: int) -> int:
-    """The device of a call's tensor descriptors (their tensors'), checked against the pointers' (``device``, or
-    -2 where the call has none): the same errors as for tensors."""
-    from .errors import UnsupportedDeviceError
-
-    for i in kernel.desc_pos:
-        arg, name = runtime[i], kernel.runtime_names[i]
-        if not hasattr(arg, "base") or not hasattr(arg, "block_shape"):
-            raise TypeError(f"{kernel.function}(): argument '{name}' must be a TensorDescriptor "
-                            f"(triton.tools.tensor_descriptor), got {type(arg).__name__}")
-        d = arg.base.get_device()
-        if d < 0:
-            raise UnsupportedDeviceError(f"{kernel.function}(): tensor descriptor '{name}' is over a CPU tensor; "
-                                         "packaged kernels run on the GPU (move it with .cuda())")
-        if device == -2:
-            device = d
-        elif d != device:
-            raise UnsupportedDeviceError(f"{kernel.function}(): tensors on cuda:{device} and cuda:{d}")
-    return device
 
 
 def tools_module() -> types.ModuleType:
@@ -210,11 +182,6 @@ def launch_layout(params: list[tuple[str, str]], binary: dict[str, Any], struct_
         return out
 
     return codes, expand_values
-
-
-def binary_blocks(binary: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """What ``block_shapes`` gives for the calls a binary serves."""
-    return tuple(sorted((n, tuple(shape)) for n, shape in binary.get("descs", {}).items()))
 
 
 def not_built(kernel: Any, binaries: dict[str, dict[str, Any]],

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import fastpath
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
-from .packing import _INT_RANGES, dtype_name
+from .packing import _INT_RANGES, DESC_PREFIX, dtype_name
 from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, Constraints, variant_id
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
@@ -113,8 +113,8 @@ class Kernel(KernelBase):
         # Fast binding applies when the runtime parameters come first, as is usual.
         self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
         self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
-        self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("tensordesc<")]  # see descriptors
-        self.desc_names = [self.runtime_names[i] for i in self.desc_pos]
+        self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
+        self.device_pos = self.ptr_pos + self.desc_pos  # a descriptor answers get_device() for its tensor
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
         spec_params = spec.get("spec_params", [])
         # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
@@ -214,7 +214,7 @@ class Kernel(KernelBase):
     # -- resolution ---------------------------------------------------------------------------------------
     def _device(self, runtime: Sequence[Any]) -> int:
         device = -2
-        for i in self.ptr_pos:
+        for i in self.device_pos:
             arg = runtime[i]
             if arg is None:  # an optional pointer left out (compiled as the constant None)
                 continue
@@ -231,9 +231,6 @@ class Kernel(KernelBase):
                 device = d
             elif d != device:
                 raise UnsupportedDeviceError(f"{self.function}(): tensors on cuda:{device} and cuda:{d}")
-        if self.desc_pos:  # host-side tensor descriptors: their tensors' device
-            from .descriptors import descriptor_device
-            device = descriptor_device(self, runtime, device)
         return device
 
     def axis_values(self, runtime: Sequence[Any], call: dict[str, Any]) -> tuple[Any, ...]:

@@ -17,7 +17,7 @@ from .drivers import driver
 from .errors import ForgeRuntimeError, IntegrityError
 from .host_triton import SCRATCH_ALLOCATOR
 from .kernel import Kernel, _VariantState
-from .packing import _CTYPES, _STRUCT_CODES, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
+from .packing import _CTYPES, _STRUCT_CODES, DESC_PREFIX, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
 from .tables import (
     SPEC_ABSENT,
     SPEC_DESC,
@@ -26,6 +26,7 @@ from .tables import (
     Config,
     ConfigTable,
     argument_spec,
+    block_shapes,
     choose_binary,
     pick_cuda_target,
     pick_hip_target,
@@ -34,12 +35,6 @@ from .tables import (
 )
 
 _SCRATCH_ALIGN = 256
-
-
-def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    from .descriptors import block_shapes  # loaded for kernels with host-side tensor descriptors only
-
-    return block_shapes(kernel, runtime)
 
 
 class BinaryBackend:
@@ -135,8 +130,11 @@ class BinaryBackend:
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
         values = list(runtime)
-        for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
-            values[i] = pointer_value(runtime[i])
+        try:
+            for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
+                values[i] = None if runtime[i] is None else runtime[i].data_ptr()
+        except AttributeError:  # a host-side tensor descriptor where the kernel also takes a pointer
+            values[i:] = [pointer_value(v) if j in kernel.ptr_pos else v for j, v in enumerate(runtime[i:], i)]
         spec = argument_spec(kernel.spec_slots, values)
         descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
         launcher = state.launchers.get((config.id, heur, spec, descs))
@@ -231,15 +229,14 @@ class _BinaryLauncher:
             if compiled_in else None
         # A pointer parameter this binary takes as a tensor descriptor (code T) is laid out as one.
         as_desc = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_DESC}
-        params = [(n, "tensordesc<>") if i in as_desc else kernel.runtime[i] for i, n in
-                  ((i, kernel.runtime_names[i]) for i in kept)]
+        params = [(kernel.runtime_names[i], DESC_PREFIX + ">") if i in as_desc else kernel.runtime[i] for i in kept]
         self.kinds = [fastpath.kind(ty) for _, ty in params]
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
         # The parameter block's C layout (each scalar aligned to its size, as ctypes lays out the Args struct
         # the Python path packs), with the two trailing pointers of Triton 3.6 kernels: global and profile
         # scratch. Computed here, not through ctypes: where the C launcher serves, the ctypes types are never made.
         self._types = [ty for _, ty in params]
-        self.desc_slots = [j for j, ty in enumerate(self._types) if ty.startswith("tensordesc<")]
+        self.desc_slots = [j for j, ty in enumerate(self._types) if ty.startswith(DESC_PREFIX)]
         if self.desc_slots:  # several parameters per tensor descriptor (descriptors.py, loaded for such kernels only)
             from .descriptors import launch_layout
 

@@ -45,6 +45,8 @@ def dtype_name(dtype: Any) -> str:
     return name
 
 
+DESC_PREFIX = "tensordesc<"
+"""A host-side tensor descriptor's parameter type (``tensordesc<T>``; see descriptors)."""
 TENSOR_MAP_SIZE, TENSOR_MAP_ALIGN = 128, 64
 """A ``CUtensorMap`` kernel parameter (struct code ``M``: a host-side tensor descriptor on TMA hardware)."""
 

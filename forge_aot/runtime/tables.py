@@ -295,6 +295,23 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     return target, table
 
 
+def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(name, block shape) of each tensor descriptor argument of a call, by name (the order of the index's JSON), as
+    the call (or the config's pre-hook) set it: ``tensordesc<T>`` parameters and pointer parameters passed a
+    descriptor. With the heuristics' values and the specialization, what selects the binary of a config."""
+    for i in kernel.desc_pos:
+        if not (hasattr(runtime[i], "base") and hasattr(runtime[i], "block_shape")):
+            raise TypeError(f"{kernel.function}(): argument '{kernel.runtime_names[i]}' must be a TensorDescriptor "
+                            f"(triton.tools.tensor_descriptor), got {type(runtime[i]).__name__}")
+    positions = {*kernel.desc_pos, *(i for i in kernel.ptr_pos if hasattr(runtime[i], "block_shape"))}
+    return tuple(sorted((kernel.runtime_names[i], tuple(int(d) for d in runtime[i].block_shape)) for i in positions))
+
+
+def binary_blocks(binary: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """What ``block_shapes`` gives for the calls a binary serves."""
+    return tuple(sorted((n, tuple(shape)) for n, shape in binary.get("descs", {}).items()))
+
+
 def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
                   spec: str, descs: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> dict[str, Any]:
     """The binary of a config serving a call: same heuristic values (and tensor descriptor block shapes), every
@@ -305,7 +322,7 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
     for b in binaries.values():
         if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
             continue
-        if descs and tuple(sorted((n, tuple(shape)) for n, shape in b["descs"].items())) != descs:
+        if descs and binary_blocks(b) != descs:
             continue
         if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
             best = b

@@ -100,7 +100,7 @@ class TuneBackend:
         for i in kernel.ptr_pos:
             values[i] = rt.pointer_value(runtime[i])
         spec = rt.argument_spec(kernel.spec_slots, values)
-        binary = rt.choose_binary(kernel, self.binaries, heur, spec, rt.descriptors.block_shapes(kernel, runtime))
+        binary = rt.choose_binary(kernel, self.binaries, heur, spec, rt.block_shapes(kernel, runtime))
         launcher = self.load(kernel, binary, state.device)
         nargs = kernel.named_args(runtime, call, config)
         nargs.update(zip(kernel.heuristic_names, heur))
