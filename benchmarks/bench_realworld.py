@@ -232,6 +232,18 @@ def _cases(torch, F, wheel, dev, jit):
             "jit": lambda q=q, kk=kk, v=v, ws=ws:
                 jit["attention_tutorial"].tutorial_attention(q, kk, v, False, 0.5, ws),
             "torch": lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v, scale=0.5)})
+    # The Triton 3.6 tutorial on programmatic dependent launch (its benchmark: fp32 vectors, graph replay), PDL on
+    # and off; and a cooperative-grid sum (launch_cooperative_grid=True, one program per SM).
+    for n in (2**20, 2**24):
+        x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+        for pdl in (True, False):
+            cases[f"pdl_add {n}{' pdl' if pdl else ''}"] = (3 * 4 * n, "B", {
+                "forge-aot": lambda x=x, y=y, p=pdl: wheel.add(x, y, p),
+                "jit-same": lambda x=x, y=y, p=pdl: dev["add"](x, y, p),
+                "jit": lambda x=x, y=y, p=pdl: jit["pdl_add"].add(x, y, p), "torch": lambda x=x, y=y: x + y})
+        cases[f"grid_sum {n}"] = (4 * n, "B", {
+            "forge-aot": lambda x=x: wheel.grid_sum(x), "jit-same": lambda x=x: dev["grid_sum"](x),
+            "jit": lambda x=x: jit["grid_sum"].grid_sum(x), "torch": lambda x=x: x.sum()})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -263,7 +275,8 @@ def main() -> None:
     sys.path.insert(0, str(FIXTURE))  # the fixture project's helper packages (ligerlike, flalike), as for its authors
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
-                                 "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial")}
+                                 "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
+                                 "grid_sum")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -248,6 +248,8 @@ class KernelPlan:
     reset_to_zero: list[str]
     restore_value: list[str]
     launches: list[LaunchSite]
+    launch_flags: list[str] = field(default_factory=list)
+    """Launch attributes the host code passes (``launch_pdl=``...): read per call at run time, never built."""
     heuristics: list[tuple[str, Any]] = field(default_factory=list)
     """(name, function) from the host module, in Triton's order of evaluation."""
     pre_hooks: dict[str, Any] = field(default_factory=dict)
@@ -270,7 +272,8 @@ class KernelPlan:
                 "params": [list(p) for p in self.params], "axes": self.axes,
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
-                "pre_hooks": pre_hooks, "variants": {}}
+                "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
+                "variants": {}}
 
     def default_spec(self, key: tuple[int, ...]) -> str:
         """The documented default for a row without traced calls: pointers 16-byte aligned, key integers as
@@ -616,7 +619,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches)
+                      launches, [f for f in rt.LAUNCH_FLAGS if any(f in s.keywords for s in launches)])
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")
@@ -664,10 +667,11 @@ def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFi
             if kw in kp.meta_names:
                 raise SourceError(f"{where}: {s.function}() passes {kw} to {kp.function}, but {kw} is tuned "
                                   f"(kernels.{kp.name}.tune); remove it from the tuning space so the call chooses it")
-            if kw in LAUNCH_OPTIONS or kw in names:
+            if kw in LAUNCH_OPTIONS or kw in rt.LAUNCH_FLAGS or kw in names:
                 continue
+            accepted = ", ".join([*names, *LAUNCH_OPTIONS, *rt.LAUNCH_FLAGS])
             raise SourceError(f"{where}: {s.function}() passes {kw}= to {kp.function}, which has no such parameter "
-                              f"or launch option (accepted: {', '.join([*names, *LAUNCH_OPTIONS])})")
+                              f"or launch option (accepted: {accepted})")
 
 
 def _listed_rows(k: mf.KernelEntry, key: list[str]) -> list[tuple[int, ...]]:

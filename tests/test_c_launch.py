@@ -374,6 +374,64 @@ def test_call_site_constexprs_and_launch_options_as_keywords(rt, fake, args19) -
     assert errors[True][1][0] is rt.NotBuiltError and errors[True][4] is None
 
 
+class _FakeEx(__import__("ctypes").Structure):
+    _fields_ = [(n, __import__("ctypes").c_int) for n in ("calls", "n_attrs")] + \
+        [(n, __import__("ctypes").c_int * 4) for n in ("ids", "values")]
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_launch_attributes_reach_cuLaunchKernelEx(rt, fake, fake_lib, tmp_path, declared) -> None:
+    """launch_pdl / launch_cooperative_grid at the call: the same binary and parameter block, launched through
+    cuLaunchKernelEx with Triton's attributes (6: programmatic stream serialization, 2: cooperative; value 1), on
+    both paths; the C path serves such calls once the build declared the flags (the host code passes them)."""
+    ex = _FakeEx.in_dll(fake_lib, "fake_ex")
+    k = _kernel(rt, tmp_path, f"pdl{declared}", ADD, specs=["DDDD", "xxxx"], key=["n"])
+    if declared:
+        k = rt.Kernel(k.name, {**k.spec, "launch_flags": ["launch_pdl", "launch_cooperative_grid"]}, cs.TARGETS,
+                      rt.BinaryBackend(str(tmp_path)))
+    fake.block_size, fake.nparams = 48, 6
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    k[(4,)](x, y, o, 4096)
+    plain, ex_calls = fake.launch_record(), ex.calls
+    cases = [({"launch_pdl": True}, [6]), ({"launch_cooperative_grid": True}, [2]),
+             ({"launch_pdl": True, "launch_cooperative_grid": True}, [6, 2]), ({"launch_pdl": False}, [])]
+    for use_c in (False, True):
+        rt.fastpath.use_c_launch(k, use_c)
+        for kwargs, ids in cases:
+            for _ in range(3):  # the first call resolves on the Python path, the next ones may take the C path
+                before = fake.calls
+                k[(4,)](x, y, o, 4096, **kwargs)
+                assert fake.calls == before + 1 and fake.launch_record() == plain, kwargs
+                if ids:
+                    ex_calls += 1
+                    assert ex.calls == ex_calls and list(ex.ids[: ex.n_attrs]) == ids, kwargs
+                    assert list(ex.values[: ex.n_attrs]) == [1] * len(ids)
+                else:
+                    assert ex.calls == ex_calls, kwargs
+        if use_c and declared:
+            k.run = lambda *a: pytest.fail("the C path should serve this call")
+            try:
+                k[(4,)](x, y, o, 4096, launch_pdl=True)
+                k[(4,)](x, y, o, 4096)
+            finally:
+                del k.run
+            assert ex.calls == ex_calls + 1
+            ex_calls += 1
+    assert (k._fast is not None and k._fast.size() >= 3) if declared else True
+    # a driver without cuLaunchKernelEx: the C launcher refuses such calls, the Python path says why
+    drv = rt.drivers.driver()
+    drv._ex = None
+    real = drv.lib
+    drv.lib = type("NoEx", (), {"__getattr__": lambda self, name: (_ for _ in ()).throw(AttributeError(name))
+                                if name == "cuLaunchKernelEx" else getattr(real, name)})()
+    try:
+        rt.fastpath.use_c_launch(k, False)
+        with pytest.raises(rt.DriverError, match="no cuLaunchKernelEx"):
+            k[(4,)](x, y, o, 4096, launch_pdl=True)
+    finally:
+        drv.lib = real
+
+
 def test_launches_skip_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     add[(4,)](x, y, o, 4096)

@@ -161,7 +161,7 @@ def test_meta_implementation_runs_the_warmup_without_a_binary() -> None:
     import torch
 
     from forge_aot.runtime.host_modules import exec_host_module
-    from forge_aot.runtime.kernel import call_without_launches
+    from forge_aot.runtime.torch_ops import call_without_launches
 
     spec = {"function": "softmax_kernel", "params": [["output_ptr", "*T"], ["input_ptr", "*T"],
                                                      ["input_row_stride", "i32"], ["output_row_stride", "i32"],

@@ -38,7 +38,7 @@ class FakeHip:
             "hipModuleGetFunction": lambda out, module, name: self._store(out, 0x2000),
         }
         for name in ("hipGetErrorName", "hipGetDevice", "hipSetDevice", "hipModuleLoadData", "hipModuleGetFunction",
-                     "hipModuleLaunchKernel", "hipFuncGetAttribute"):
+                     "hipModuleLaunchKernel", "hipModuleLaunchCooperativeKernel", "hipFuncGetAttribute"):
             setattr(self, name, _Fn(self, name))
 
     @staticmethod
@@ -155,3 +155,27 @@ def test_function_attributes_read_registers_spills_and_threads_like_tritons_load
     lib.behaviour["hipFuncGetAttribute"] = lambda ref, attr, fn: 209
     with pytest.raises(rt.DriverError, match=r"hipFuncGetAttribute failed: hipErrorNoBinaryForGpu"):
         driver.function_attributes(0x2000)
+
+
+def test_launch_attributes_as_the_amd_launcher(fake_hip, tmp_path) -> None:
+    """launch_cooperative_grid=True launches through hipModuleLaunchCooperativeKernel (Triton 3.6's AMD launcher
+    does); launch_pdl has no AMD counterpart and launches as usual, as there."""
+    lib, _ = fake_hip
+    image = b"\x7fELF" + bytes(32)
+    (tmp_path / "k.hsaco").write_bytes(image)
+    spec = {"function": "k", "params": [["x", "*fp32"], ["n", "i32"]], "axes": [], "dtype_args": {},
+            "spec_params": [], "key": [], "variants": {}}
+    kernel = rt.Kernel("k", spec, {}, backend=None)
+    binary = {"function": "k", "shared": 0, "warp_size": 64, "num_warps": 2, "spec": "", "path": "k.hsaco",
+              "sha256": hashlib.sha256(image).hexdigest()}
+    launcher = rt._BinaryLauncher(kernel, binary, str(tmp_path / "k.hsaco"), 0, 65536)
+    launcher.raw_stream = lambda device: 0xABC
+    for attrs, name in ((rt.tables.LAUNCH_ATTR_COOPERATIVE, "hipModuleLaunchCooperativeKernel"),
+                        (rt.tables.LAUNCH_ATTR_PDL, "hipModuleLaunchKernel"),
+                        (rt.tables.LAUNCH_ATTR_PDL | rt.tables.LAUNCH_ATTR_COOPERATIVE,
+                         "hipModuleLaunchCooperativeKernel")):
+        lib.calls.clear()
+        launcher.with_attrs(attrs)((3, 2), [0x1000, 77])
+        (called, args), = [c for c in lib.calls if c[0].startswith("hipModuleLaunch")]
+        assert called == name and args[:9] == (0x2000, 3, 2, 1, 128, 1, 1, 0, 0xABC)
+    assert launcher.with_attrs(1) is launcher.with_attrs(1) and launcher.attrs == 0

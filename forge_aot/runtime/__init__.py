@@ -86,6 +86,8 @@ _EXPORTS = {
     "HEURISTICS_HOOK": "tables",
     "LAUNCH_DEFAULTS": "tables",
     "LAUNCH_OPTIONS": "tables",
+    "LAUNCH_FLAGS": "tables",
+    "launch_attrs": "tables",
     "SPEC_DIV16": "tables",
     "SPEC_ABSENT": "tables",
     "SPEC_DESC": "tables",

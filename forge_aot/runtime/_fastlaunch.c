@@ -37,6 +37,17 @@
 typedef int CUresult;
 typedef CUresult (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                               unsigned bz, unsigned shared, void *stream, void **params, void **extra);
+/* cuLaunchKernelEx's types (cuda.h, CUDA 12): a launch with attributes (PDL, cooperative grid). */
+typedef struct { int id; char pad[4]; union { char pad[64]; int value; uint64_t align; } v; } LaunchAttribute;
+typedef struct {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    LaunchAttribute *attrs;
+    unsigned n_attrs;
+} LaunchConfig;
+_Static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "CUlaunchAttribute/CUlaunchConfig layout");
+typedef CUresult (*launch_ex_fn)(const LaunchConfig *config, void *f, void **params, void **extra);
+enum { ATTR_PDL = 1, ATTR_COOPERATIVE = 2 };   /* tables.LAUNCH_ATTR_* */
 typedef CUresult (*ctx_get_fn)(void **ctx);
 typedef CUresult (*ctx_push_fn)(void *ctx);
 typedef CUresult (*ctx_pop_fn)(void **ctx);
@@ -179,6 +190,8 @@ typedef struct {
     PyObject_HEAD
     void *function, *ctx;
     launch_fn launch;
+    launch_ex_fn launch_ex;          /* set where attrs is: launches with attributes */
+    int attrs;                       /* ATTR_* bits */
     ctx_get_fn ctx_get;
     ctx_push_fn ctx_push;
     ctx_pop_fn ctx_pop;
@@ -209,16 +222,20 @@ static void Launcher_dealloc(PyObject *self) {
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"function", "ctx", "block", "shared", "positions", "kinds", "offsets", "size",
                             "global_scratch", "profile_scratch", "scratch", "stream", "device", "check", "name",
-                            "launch", "ctx_get", "ctx_push", "ctx_pop", NULL};
-    unsigned long long function, ctx, launch, get, push, pop;
+                            "launch", "ctx_get", "ctx_push", "ctx_pop", "attrs", "launch_ex", NULL};
+    unsigned long long function, ctx, launch, get, push, pop, launch_ex = 0;
     unsigned block, shared;
     PyObject *positions, *kinds, *offsets, *scratch, *stream, *device, *check, *name;
-    int size;
+    int size, attrs = 0;
     long long gs, ps;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKIIOOOiLLOOOOUKKKK", names, &function, &ctx, &block, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKIIOOOiLLOOOOUKKKK|iK", names, &function, &ctx, &block, &shared,
                                      &positions, &kinds, &offsets, &size, &gs, &ps, &scratch, &stream, &device,
-                                     &check, &name, &launch, &get, &push, &pop))
+                                     &check, &name, &launch, &get, &push, &pop, &attrs, &launch_ex))
         return NULL;
+    if (attrs & ~(ATTR_PDL | ATTR_COOPERATIVE) || (attrs && !launch_ex)) {
+        PyErr_SetString(PyExc_ValueError, "launch attributes need cuLaunchKernelEx");   /* Python path says why */
+        return NULL;
+    }
     Launcher *L = (Launcher *)PyType_GenericAlloc(type, 0);
     if (!L) return NULL;
     int n_off = 0;
@@ -252,6 +269,8 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     L->function = (void *)(uintptr_t)function;
     L->ctx = (void *)(uintptr_t)ctx;
     L->launch = (launch_fn)(uintptr_t)launch;
+    L->launch_ex = (launch_ex_fn)(uintptr_t)launch_ex;
+    L->attrs = attrs;
     L->ctx_get = (ctx_get_fn)(uintptr_t)get;
     L->ctx_push = (ctx_push_fn)(uintptr_t)push;
     L->ctx_pop = (ctx_pop_fn)(uintptr_t)pop;
@@ -339,7 +358,18 @@ static int launcher_launch(Launcher *L, const uint64_t *vals, unsigned long long
         push_code = L->ctx_push(L->ctx);
         pushed = 1;
     }
-    if (push_code == 0) {
+    if (push_code == 0 && L->attrs) {
+        /* As Triton's launcher: programmatic stream serialization, then cooperative, each with the value 1. */
+        LaunchAttribute attr[2];
+        unsigned n_attrs = 0;
+        memset(attr, 0, sizeof(attr));
+        if (L->attrs & ATTR_PDL) { attr[n_attrs].id = 6; attr[n_attrs++].v.value = 1; }
+        if (L->attrs & ATTR_COOPERATIVE) { attr[n_attrs].id = 2; attr[n_attrs++].v.value = 1; }
+        LaunchConfig config = {{(unsigned)gx, (unsigned)gy, (unsigned)gz}, {L->block, 1, 1}, L->shared, stream, attr,
+                               n_attrs};
+        code = L->launch_ex(&config, L->function, params, NULL);
+        if (pushed) { void *popped = NULL; pop_code = L->ctx_pop(&popped); }
+    } else if (push_code == 0) {
         code = L->launch(L->function, (unsigned)gx, (unsigned)gy, (unsigned)gz, L->block, 1, 1, L->shared, stream,
                          params, NULL);
         if (pushed) { void *popped = NULL; pop_code = L->ctx_pop(&popped); }
@@ -1145,7 +1175,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 3) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

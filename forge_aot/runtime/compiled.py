@@ -7,15 +7,15 @@ launches the compiled kernel (``compiled[grid](*args)``). Loaded only where host
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import ForgeRuntimeError
 from .kernel import LAUNCHES
 
 if TYPE_CHECKING:
-    from .kernel import Kernel
-    from .launch import _BinaryLauncher
+    from .kernel import Kernel, _VariantState
+    from .launch import BinaryBackend, _BinaryLauncher
     from .tables import Config
 
 
@@ -164,3 +164,20 @@ def warmup(kernel: Kernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Com
     config = state.table.lookup(tuple(runtime[src] if is_rt else call[src] for is_rt, src in kernel.key_sources))
     heur = kernel.heuristic_values(runtime, call, config)[0] if kernel.heuristics else ()
     return kernel.backend.compiled(kernel, state, config, heur, runtime, call, generic)
+
+
+def packaged(backend: BinaryBackend, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
+             runtime: Sequence[Any], call: dict[str, Any], generic: bool) -> CompiledKernel:
+    """The packaged backend's ``compiled``: the binary a launch with these arguments takes, loaded; ``generic``: the
+    one that assumes nothing of the arguments (they have no addresses)."""
+    from .tables import SPEC_DESC, SPEC_NONE, argument_spec, block_shapes, pointer_value
+
+    if generic:
+        spec = SPEC_NONE * len(kernel.spec_slots)
+    else:
+        spec = argument_spec(kernel.spec_slots, [pointer_value(v) if i in kernel.ptr_pos else v
+                                                 for i, v in enumerate(runtime)])
+    descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
+    launcher = state.launchers.get((config.id, heur, spec, descs)) \
+        or backend._launcher(kernel, state, config, heur, spec, descs)
+    return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])

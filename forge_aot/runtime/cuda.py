@@ -6,6 +6,7 @@ import ctypes
 from typing import Any
 
 from .errors import DriverError
+from .tables import LAUNCH_ATTR_COOPERATIVE, LAUNCH_ATTR_PDL
 
 
 class _CudaDriver:
@@ -43,6 +44,7 @@ class _CudaDriver:
         self.ctx_get_current = lib.cuCtxGetCurrent
         self.check(lib.cuInit(0), "cuInit")
         self._ctx: dict[int, int] = {}
+        self._ex: Any = None
 
     def check(self, code: int, what: str) -> None:
         if code != 0:
@@ -126,8 +128,38 @@ class _CudaDriver:
             return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
 
         lib = self.lib
+        ex = getattr(lib, "cuLaunchKernelEx", None)  # CUDA 12: launches with attributes
         return {"launch": address(self.launch), "ctx_get": address(lib.cuCtxGetCurrent),
-                "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2)}
+                "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2),
+                "launch_ex": address(ex) if ex is not None else 0}
+
+    def launch_ex(self, fn: int, gx: int, gy: int, gz: int, block: int, shared: int, stream: int, params: Any,
+                  attrs: int) -> int:
+        """``cuLaunchKernelEx`` with the launch attributes Triton 3.6's launcher sets for ``launch_pdl`` and
+        ``launch_cooperative_grid`` (``attrs``: tables.LAUNCH_ATTR_* bits); returns the driver's code."""
+        if self._ex is None:
+            try:
+                ex = self.lib.cuLaunchKernelEx
+            except AttributeError:
+                raise DriverError("this NVIDIA driver has no cuLaunchKernelEx (launch_pdl and launch_cooperative_grid "
+                                  "need CUDA 12 or later)") from None
+
+            class Attribute(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value union
+                _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
+
+            class Config(ctypes.Structure):  # CUlaunchConfig
+                _fields_ = [("dims", ctypes.c_uint * 6), ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                            ("attrs", ctypes.POINTER(Attribute)), ("n_attrs", ctypes.c_uint)]
+
+            ex.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            ex.restype = ctypes.c_int
+            self._ex = (ex, Attribute, Config)
+        ex, attribute, config = self._ex
+        # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6), CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2), value 1
+        ids = [i for bit, i in ((LAUNCH_ATTR_PDL, 6), (LAUNCH_ATTR_COOPERATIVE, 2)) if attrs & bit]
+        items = (attribute * len(ids))(*[attribute(i, (ctypes.c_uint64 * 8)(1)) for i in ids])
+        cfg = config((ctypes.c_uint * 6)(gx, gy, gz, block, 1, 1), shared, stream, items, len(ids))
+        return ex(ctypes.byref(cfg), fn, params, None)
 
     def encode_tensor_map(self, address: int, dtype: int, rank: int, dims: list[int], byte_strides: list[int],
                           box: list[int], swizzle: int, nan_fill: bool) -> bytes:

@@ -6,8 +6,9 @@ by position or by name, call-site constexprs and launch options as keywords) whe
 pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
 specialization) once before. The C code reads the arguments as the Python path does (devices, dtypes, pointers,
 integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch the Python path remembered for
-them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel`` on torch's current stream under
-the device's primary context. For a kernel with ``@triton.heuristics`` it calls the heuristics on the arguments by
+them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` for a call
+with launch attributes, ``launch_pdl=True``...) on torch's current stream under the device's primary context.
+For a kernel with ``@triton.heuristics`` it calls the heuristics on the arguments by
 name as ``Kernel.run`` does, and launches the binary the Python path resolved for those heuristic values (values
 not seen before go to the Python path, which calls the heuristics again and remembers them). Every other call,
 and every call it cannot read exactly as the Python path would (a CPU tensor, an integer out of range, a
@@ -27,7 +28,7 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 3
+ABI = 4
 
 
 def _load() -> Any:
@@ -64,9 +65,10 @@ def plan(kernel: Any) -> Any:
     if None in kinds:
         return None
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
-    names = (*kernel.call_constexprs, *kernel.launch_axes)
+    names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags)
     defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
-                *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes))
+                *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes),
+                *(False for _ in kernel.launch_flags))
     import torch
 
     if getattr(torch.version, "hip", None):

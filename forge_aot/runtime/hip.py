@@ -6,6 +6,7 @@ import ctypes
 from typing import Any
 
 from .errors import DriverError
+from .tables import LAUNCH_ATTR_COOPERATIVE
 
 
 class _HipDriver:
@@ -38,6 +39,17 @@ class _HipDriver:
         lib.hipGetErrorName.restype = ctypes.c_char_p
         self.lib = lib
         self.launch = lib.hipModuleLaunchKernel
+
+    def launch_ex(self, fn: int, gx: int, gy: int, gz: int, block: int, shared: int, stream: int, params: Any,
+                  attrs: int) -> int:
+        """A launch with attributes, as Triton 3.6's AMD launcher: a cooperative grid through
+        ``hipModuleLaunchCooperativeKernel``; ``launch_pdl`` has no AMD counterpart and is ignored, as there."""
+        if not attrs & LAUNCH_ATTR_COOPERATIVE:
+            return self.launch(fn, gx, gy, gz, block, 1, 1, shared, stream, params, None)
+        coop = self.lib.hipModuleLaunchCooperativeKernel
+        vp, u = ctypes.c_void_p, ctypes.c_uint
+        coop.argtypes, coop.restype = [vp, u, u, u, u, u, u, u, vp, vp], ctypes.c_int
+        return coop(fn, gx, gy, gz, block, 1, 1, shared, stream, params)
 
     def check(self, code: int, what: str) -> None:
         if code != 0:

@@ -7,32 +7,22 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import fastpath
+from . import fastpath, tables
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
 from .packing import _INT_RANGES, DESC_PREFIX, dtype_name
-from .tables import LAUNCH_DEFAULTS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable, Constraints, variant_id
+from .tables import LAUNCH_DEFAULTS, LAUNCH_FLAGS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
 
 
 class _LaunchState(threading.local):
+    """``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (a
+    custom op's fake implementation runs the host code so, torch_ops.call_without_launches)."""
+
     skip = False  # a class default: reading it never raises, in Python or from the C path
 
 
 LAUNCHES = _LaunchState()
-
-
-def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Run host code with every kernel launch bound and skipped: a custom op's Meta implementation (on meta or
-    fake tensors), so output shapes, dtypes and strides are exactly those a real call allocates."""
-    previous = LAUNCHES.skip
-    LAUNCHES.skip = True
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        LAUNCHES.skip = previous
-"""``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (the
-fake implementation of a custom op runs the host code on fake tensors this way, for shapes and dtypes)."""
 
 
 class _Launch:
@@ -107,7 +97,9 @@ class Kernel(KernelBase):
         self.launch_axes = [a for a in self.axes if a in LAUNCH_OPTIONS]
         # Call-site constexprs and launch options: the values the call passes select the build.
         self.call_constexprs = [n for n, t in params if t == "constexpr"]
-        self.call_names = set(self.call_constexprs) | set(self.launch_axes)
+        # Launch attributes host code passes (launch_pdl=...), bound with their defaults: the C path reads them too.
+        self.launch_flags = [f for f in LAUNCH_FLAGS if f in spec.get("launch_flags", ())]
+        self.call_names = set(self.call_constexprs) | set(self.launch_axes) | set(self.launch_flags)
         self.constexpr_defaults = spec.get("constexpr_defaults", {})
         self.n_runtime = len(self.runtime)
         # Fast binding applies when the runtime parameters come first, as is usual.
@@ -130,7 +122,7 @@ class Kernel(KernelBase):
                              for a in self.axes]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
                             else (False, k) for k in spec["key"]]
-        self.constraints = Constraints(spec.get("constraints", []))
+        self.constraints = tables.Constraints(spec.get("constraints", []))
         self.variants = spec["variants"]
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""
@@ -196,6 +188,8 @@ class Kernel(KernelBase):
                 if v != LAUNCH_DEFAULTS.get(k, object()):
                     raise NotBuiltError(f"{self.function}(): the call passes {k}={v!r}, but {k} was not built as a "
                                         "call-site option; list it under constexprs or derive in the manifest")
+            elif k in LAUNCH_FLAGS:
+                call[k] = v  # how the binary is launched (tables.launch_attrs), never which binary
             elif k in self.heuristic_names:
                 pass  # as with Triton, the kernel's heuristics compute it (and win)
             elif k not in self.param_names:
@@ -209,6 +203,8 @@ class Kernel(KernelBase):
         for n in self.launch_axes:
             if n not in call:
                 call[n] = LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))
+        for n in self.launch_flags:
+            call.setdefault(n, False)
         return runtime, call
 
     # -- resolution ---------------------------------------------------------------------------------------
@@ -279,7 +275,7 @@ class Kernel(KernelBase):
             else:
                 value = next(b for b in built if b == value)
             assignment[axis] = value
-        vid = variant_id(assignment, self.axes)
+        vid = tables.variant_id(assignment, self.axes)
         if vid not in self.variants:
             raise NotBuiltError(f"{self.function}(): the combination {vid} was not built; built: "
                                 f"{list(self.variants)}")

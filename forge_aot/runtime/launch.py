@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import functools
 import hashlib
@@ -12,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from . import fastpath
+from . import fastpath, packing
 from .drivers import driver
 from .errors import ForgeRuntimeError, IntegrityError
 from .host_triton import SCRATCH_ALLOCATOR
@@ -21,13 +22,13 @@ from .packing import _CTYPES, _STRUCT_CODES, DESC_PREFIX, TENSOR_MAP_ALIGN, _pac
 from .tables import (
     SPEC_ABSENT,
     SPEC_DESC,
-    SPEC_NONE,
     SPEC_ONE,
     Config,
     ConfigTable,
     argument_spec,
     block_shapes,
     choose_binary,
+    launch_attrs,
     pick_cuda_target,
     pick_hip_target,
     pointer_value,
@@ -113,19 +114,10 @@ class BinaryBackend:
 
     def compiled(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
                  runtime: Sequence[Any], call: dict[str, Any], generic: bool = False) -> Any:
-        """``kernel.warmup(...)``: the binary a launch with these arguments takes, loaded (see compiled.warmup);
-        ``generic``: the one that assumes nothing of the arguments (they have no addresses)."""
-        from .compiled import CompiledKernel
+        """``kernel.warmup(...)``: the binary a launch with these arguments takes, loaded (compiled.packaged)."""
+        from .compiled import packaged
 
-        if generic:
-            spec = SPEC_NONE * len(kernel.spec_slots)
-        else:
-            spec = argument_spec(kernel.spec_slots, [pointer_value(v) if i in kernel.ptr_pos else v
-                                                     for i, v in enumerate(runtime)])
-        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
-        launcher = state.launchers.get((config.id, heur, spec, descs)) \
-            or self._launcher(kernel, state, config, heur, spec, descs)
-        return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])
+        return packaged(self, kernel, state, config, heur, runtime, call, generic)
 
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
@@ -140,6 +132,8 @@ class BinaryBackend:
         launcher = state.launchers.get((config.id, heur, spec, descs))
         if launcher is None:
             launcher = self._launcher(kernel, state, config, heur, spec, descs)
+        if call and (attrs := launch_attrs(call)):
+            launcher = launcher.with_attrs(attrs)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
         # path cannot take whole (config pre-hooks, keyword arguments, first calls) still skip the ctypes packing.
         # (Only for the launcher class itself: a subclass that changes the launch keeps it.)
@@ -153,12 +147,7 @@ class BinaryBackend:
                 except (TypeError, ValueError, OverflowError):  # raised before any launch: a grid or value it
                     launcher(grid, values)  # leaves to the ctypes launcher (NaN, numpy scalars, huge grids)
         except struct.error:
-            for i, name, ty, lo, hi in kernel.int_checks:
-                if not lo <= values[i] <= hi:
-                    wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
-                    hint = f" (Triton's JIT would compile the call anew; declare {name} = \"{wider}\" in the " \
-                           "manifest's signature to build for such values)" if wider else ""
-                    raise OverflowError(f"{kernel.function}(): {name}={values[i]} does not fit {ty}{hint}") from None
+            packing.out_of_range(kernel.function, kernel.int_checks, values)
             raise
         if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
             fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)
@@ -255,6 +244,19 @@ class _BinaryLauncher:
         # scratch(size, programs) -> (keep-alive, address): one callable for the Python and the C path
         self.scratch = functools.partial(_scratch_buffer, torch, device, self.raw_stream)
         self._c: Any = False
+        self._siblings: dict[int, _BinaryLauncher] = {}
+
+    attrs = 0
+    """Launch attributes (``tables.LAUNCH_ATTR_*`` bits) this launcher sets; ``with_attrs`` makes the others."""
+
+    def with_attrs(self, attrs: int) -> _BinaryLauncher:
+        """This binary launched with launch attributes (a call's ``launch_pdl=True``...): same module, own C path."""
+        sibling = self._siblings.get(attrs)
+        if sibling is None:
+            sibling = copy.copy(self)
+            sibling.attrs, sibling._c = attrs, False
+            self._siblings[attrs] = sibling  # two threads may both make one: either serves
+        return sibling
 
     def c_launcher(self) -> Any:
         """This binary as a C ``Launcher`` (fastpath.py), made on first use; None where the C path cannot launch
@@ -270,7 +272,8 @@ class _BinaryLauncher:
                         self.function, self.ctx, self.block, self.shared, tuple(self.kept), bytes(self.kinds),
                         tuple(self.offsets), self.block_size, self.global_scratch,
                         self.profile_scratch, scratch, self.raw_stream, self.device, self.drv.check, self.name,
-                        points["launch"], points["ctx_get"], points["ctx_push"], points["ctx_pop"])
+                        points["launch"], points["ctx_get"], points["ctx_push"], points["ctx_pop"], self.attrs,
+                        points.get("launch_ex", 0))
                 except (TypeError, ValueError, OverflowError):
                     self._c = None
         return self._c
@@ -324,21 +327,23 @@ class _BinaryLauncher:
         self.packer.pack_into(buf.args, buf.shift, *values, gs, ps)
         stream = self.raw_stream(self.device)
         drv = self.drv
+        pushed = False
         if self.cuda:
             drv.ctx_get_current(buf.ctx_ref)
             if buf.ctx.value != self.ctx:
                 # This thread runs under another context (another device, or none yet): launch under ours.
                 drv.push(self.ctx)
-                try:
-                    code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream,
-                                      buf.params, None)
-                finally:
-                    drv.pop()
+                pushed = True
+        try:
+            if self.attrs:
+                code = drv.launch_ex(self.function, gx, gy, gz, self.block, self.shared, stream, buf.params,
+                                     self.attrs)
             else:
                 code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params,
                                   None)
-        else:
-            code = drv.launch(self.function, gx, gy, gz, self.block, 1, 1, self.shared, stream, buf.params, None)
+        finally:
+            if pushed:
+                drv.pop()
         if code != 0:
             drv.check(code, f"launch of {self.name} (grid {gx}x{gy}x{gz}, block {self.block})")
         del keep

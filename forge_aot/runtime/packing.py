@@ -27,6 +27,18 @@ _CTYPES: dict[str, Any] = {
 _INT_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1), "i32": (-(2**31), 2**31 - 1),
                "i64": (-(2**63), 2**63 - 1), "u8": (0, 2**8 - 1), "u16": (0, 2**16 - 1),
                "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1)}
+
+
+def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]], values: list[Any]) -> None:
+    """Raise OverflowError naming the integer argument of a failed packing that its type cannot hold."""
+    for i, name, ty, lo, hi in int_checks:
+        if not lo <= values[i] <= hi:
+            wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
+            hint = f" (Triton's JIT would compile the call anew; declare {name} = \"{wider}\" in the manifest's " \
+                   "signature to build for such values)" if wider else ""
+            raise OverflowError(f"{function}(): {name}={values[i]} does not fit {ty}{hint}") from None
+
+
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
                       "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                       "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",

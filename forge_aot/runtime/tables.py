@@ -20,6 +20,11 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``)."""
 LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
 """Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
+LAUNCH_FLAGS = ("launch_pdl", "launch_cooperative_grid")
+"""Launch attributes a call may ask for, set as Triton 3.6's launcher does (``cuLaunchKernelEx``): programmatic
+dependent launch (the kernel may start while the previous one ends; ``gdc_wait`` waits for it) and a cooperative
+grid (every program resident at once). They change how a binary launches, never which: read per call."""
+LAUNCH_ATTR_PDL, LAUNCH_ATTR_COOPERATIVE = 1, 2  # a launcher's ``attrs`` bits (the C launch path's too)
 TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 HEURISTICS_HOOK = "__forge_heuristics__"
@@ -31,6 +36,12 @@ constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``
 pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
 attention takes either and builds the descriptor in the kernel when given a pointer)."""
 _EXACT = (SPEC_ABSENT, SPEC_DESC)
+
+
+def launch_attrs(call: dict[str, Any]) -> int:
+    """The launch attributes (``LAUNCH_ATTR_*`` bits) a call's bound call-site values ask for."""
+    return (LAUNCH_ATTR_PDL if call.get("launch_pdl") else 0) \
+        | (LAUNCH_ATTR_COOPERATIVE if call.get("launch_cooperative_grid") else 0)
 
 
 def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:

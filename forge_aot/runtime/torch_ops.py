@@ -52,6 +52,19 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
         module.__dict__[op] = routed
 
 
+def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run host code with every kernel launch bound and skipped: a custom op's Meta implementation (on meta or
+    fake tensors), so output shapes, dtypes and strides are exactly those a real call allocates."""
+    from .kernel import LAUNCHES
+
+    previous = LAUNCHES.skip
+    LAUNCHES.skip = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        LAUNCHES.skip = previous
+
+
 def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A custom op's Meta implementation: the host function ``fn`` run with its launches skipped, so output shapes,
     dtypes and strides are those of a real call. On symbolic sizes, host code's block size from a size
@@ -60,7 +73,6 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     smallest size), and where the outputs' structure, dtypes, sizes, strides or offsets change, or the host code
     raises, it runs once more letting torch specialize the sizes it reads, as it then must."""
     from .host_triton import hinted_sizes
-    from .kernel import call_without_launches
 
     with hinted_sizes() as hinted:
         out = call_without_launches(fn, *args, **kwargs)
@@ -72,7 +84,6 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
 def _hints_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                            layout: Any) -> bool:
     from .host_triton import hinted_sizes
-    from .kernel import call_without_launches
 
     # What the host code compares in these runs is not what the op does: torch records no guard from them.
     shape_env = next((d.node.shape_env for a in (*args, *kwargs.values()) if hasattr(a, "shape")
