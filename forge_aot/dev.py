@@ -61,8 +61,10 @@ class JitBackend:
         # num_warps / num_stages are the config's (a constexpr parameter of that name, set at the call, is both)
         meta = {k: host_dtype(v) for k, v in config.meta.items()}
         heuristics = {k: host_dtype(v) for k, v in zip(kernel.heuristic_names, heur)}
-        return {**kwargs, **meta, **constexprs, **heuristics,
-                "num_warps": config.num_warps, "num_stages": config.num_stages, **options}
+        # a launch option the kernel's heuristics compute wins over the config's, as in Triton
+        launch = {"num_warps": config.num_warps, "num_stages": config.num_stages, **options}
+        launch.update({k: heuristics.pop(k) for k in kernel.spec.get("launch_heuristics", []) if k in heuristics})
+        return {**kwargs, **meta, **constexprs, **heuristics, **launch}
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:

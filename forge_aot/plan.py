@@ -49,6 +49,8 @@ from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, pars
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+HEURISTIC_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+"""Launch options a ``@triton.heuristics`` may compute instead of a constexpr parameter."""
 _PASSED = object()
 """Stands for a tensor where the build asks whether a heuristic depends on an argument being None."""
 
@@ -260,6 +262,12 @@ class KernelPlan:
     hash)."""
 
     @property
+    def launch_heuristics(self) -> list[str]:
+        """Launch options the kernel's ``@triton.heuristics`` compute (gsplat: ``{"num_warps": lambda args: ...}``):
+        part of a binary's heuristic values, compiled as its options."""
+        return [n for n in self.heuristic_names if n in HEURISTIC_OPTIONS]
+
+    @property
     def launch_axes(self) -> list[str]:
         return [a for a in self.axes if a in LAUNCH_OPTIONS]
 
@@ -273,6 +281,7 @@ class KernelPlan:
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
+                **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
                 "variants": {}}
 
     def default_spec(self, key: tuple[int, ...]) -> str:
@@ -554,9 +563,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         if n not in names:
             raise _error(loaded, f"{at}.signature.{n}", f"{func} has no parameter '{n}'", close_match(n, names))
     for n in heuristic_names:
-        if n not in constexpr_params:
-            raise SourceError(f"{path}:{ks.line}: @triton.heuristics of {func} computes '{n}', which is not a "
-                              "tl.constexpr parameter")
+        if n not in constexpr_params and n not in HEURISTIC_OPTIONS:
+            raise SourceError(f"{path}:{ks.line}: @triton.heuristics of {func} computes '{n}', which is neither a "
+                              f"tl.constexpr parameter nor a launch option it may set ({', '.join(HEURISTIC_OPTIONS)})")
     type_args: dict[str, str] = {}
     for pname, ty in params:
         tv = ty[1:] if ty.startswith("*") else rt.desc_dtype(ty)

@@ -92,7 +92,8 @@ class Kernel(KernelBase):
         self.runtime = [(n, t) for n, t in params if t not in kinds]
         self.runtime_names = [n for n, _ in self.runtime]
         self.meta_names = {n for n, t in params if t == "meta"}
-        self.heuristic_names = [n for n, t in params if t == "heuristic"]
+        # constexpr parameters the heuristics compute, then launch options they compute (``num_warps``...)
+        self.heuristic_names = [n for n, t in params if t == "heuristic"] + spec.get("launch_heuristics", [])
         self.axes: list[str] = list(spec["axes"])
         self.launch_axes = [a for a in self.axes if a in LAUNCH_OPTIONS]
         # Call-site constexprs and launch options: the values the call passes select the build.
@@ -184,14 +185,14 @@ class Kernel(KernelBase):
             elif k in self.meta_names:
                 raise TypeError(f"{self.function}(): {k} is tuned by forge-aot and comes from the config table; "
                                 "do not pass it (or declare it a call-site constexpr in the manifest)")
+            elif k in self.heuristic_names:
+                pass  # as with Triton, the kernel's heuristics compute it (and win)
             elif k in LAUNCH_OPTIONS:
                 if v != LAUNCH_DEFAULTS.get(k, object()):
                     raise NotBuiltError(f"{self.function}(): the call passes {k}={v!r}, but {k} was not built as a "
                                         "call-site option; list it under constexprs or derive in the manifest")
             elif k in LAUNCH_FLAGS:
                 call[k] = v  # how the binary is launched (tables.launch_attrs), never which binary
-            elif k in self.heuristic_names:
-                pass  # as with Triton, the kernel's heuristics compute it (and win)
             elif k not in self.param_names:
                 raise TypeError(f"{self.function}() got an unexpected keyword argument '{k}'")
         for n in self.call_constexprs:
