@@ -678,7 +678,7 @@ def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFi
                                   f"(kernels.{kp.name}.tune); remove it from the tuning space so the call chooses it")
             if kw in LAUNCH_OPTIONS or kw in rt.LAUNCH_FLAGS or kw in names:
                 continue
-            accepted = ", ".join([*names, *LAUNCH_OPTIONS, *rt.LAUNCH_FLAGS])
+            accepted = ", ".join([*(n for n, _ in kp.params), *LAUNCH_OPTIONS, *rt.LAUNCH_FLAGS])
             raise SourceError(f"{where}: {s.function}() passes {kw}= to {kp.function}, which has no such parameter "
                               f"or launch option (accepted: {accepted})")
 
