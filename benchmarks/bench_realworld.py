@@ -244,6 +244,18 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"grid_sum {n}"] = (4 * n, "B", {
             "forge-aot": lambda x=x: wheel.grid_sum(x), "jit-same": lambda x=x: dev["grid_sum"](x),
             "jit": lambda x=x: jit["grid_sum"].grid_sum(x), "torch": lambda x=x: x.sum()})
+    # gsplat-style SH to colour (a heuristic picks num_warps) and FlagGems-style row mean (@libentry over autotune)
+    for n, deg, bs in ((1_000_000, 1, 256), (100_000, 0, 128)):
+        sh, dirs = torch.randn(n, (deg + 1) ** 2, 3, device="cuda"), torch.randn(n, 3, device="cuda")
+        cases[f"sh_to_color {n} deg{deg}"] = (4 * (sh.numel() + dirs.numel() + 3 * n), "B", {
+            "forge-aot": lambda sh=sh, d=dirs, g=deg, b=bs: wheel.sh_to_color(sh, d, g, b),
+            "jit-same": lambda sh=sh, d=dirs, g=deg, b=bs: dev["sh_to_color"](sh, d, g, b),
+            "jit": lambda sh=sh, d=dirs, g=deg, b=bs: jit["sh_to_color"].sh_to_color(sh, d, g, b)})
+    for shape, dim in (((4096, 4096), 1), ((1024, 1000), -1)):
+        x = torch.randn(shape, device="cuda", dtype=h)
+        cases[f"gems_mean {shape[0]}x{shape[1]}"] = (2 * x.numel(), "B", {
+            "forge-aot": lambda x=x, d=dim: wheel.mean_dim(x, d), "jit-same": lambda x=x, d=dim: dev["mean_dim"](x, d),
+            "jit": lambda x=x, d=dim: jit["gems_mean"].mean_dim(x, d), "torch": lambda x=x, d=dim: x.mean(d)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -276,7 +288,7 @@ def main() -> None:
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
-                                 "grid_sum")}
+                                 "grid_sum", "sh_to_color", "gems_mean")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

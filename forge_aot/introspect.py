@@ -145,8 +145,9 @@ def load_kernel_module(path: str) -> types.ModuleType:
 
 
 def base_jit_function(obj: Any) -> Any:
-    """The ``JITFunction`` under any ``Autotuner`` / ``Heuristics`` wrappers."""
-    while type(obj).__name__ in ("Autotuner", "Heuristics"):
+    """The ``JITFunction`` under any ``Autotuner`` / ``Heuristics`` wrappers (and launch wrappers, such as FlagGems'
+    ``LibEntry``, which keep what they wrap in ``fn``)."""
+    while type(obj).__name__ != "JITFunction" and hasattr(obj, "fn"):
         obj = obj.fn
     return obj
 
@@ -187,6 +188,8 @@ def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list
     obj = getattr(module, function)
     tuner = None
     heuristics: list[str] = []
+    while type(obj).__name__ not in ("JITFunction", "Autotuner", "Heuristics") and hasattr(obj, "fn"):
+        obj = obj.fn  # a launch wrapper (project.launch-wrappers): looked through
     while type(obj).__name__ in ("Autotuner", "Heuristics"):
         if type(obj).__name__ == "Heuristics":
             heuristics += [n for n in obj.values if n not in heuristics]

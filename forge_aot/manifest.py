@@ -214,6 +214,11 @@ class ProjectSettings:
     did not read, e.g. ``["kernels/configs/*.json"]`` for tuned-config files of GPUs no trace stands for. Files host
     code reads while the build traces it are shipped without being listed. Each lands where the host code looks
     for it: beside its kernel file's shipped host module, or beside the project module it belongs to."""
+    launch_wrappers: tuple[str, ...] = ()
+    """Decorators outside ``@triton.jit`` (and autotune, heuristics) that only wrap the launch and change no argument,
+    such as FlagGems' ``@libentry()`` launch cache: the build looks through them (their object's ``fn``) and the
+    wheel leaves them out, its kernel handle taking their place. Named as the decorator is called (``libentry``
+    or ``utils.libentry``)."""
     line_info: bool = True
     """Keep source line info in binaries (profilers map SASS to source). It records the path of Triton's own
     library sources, so wheels built with it are byte-identical only where Triton is installed at the same
@@ -262,8 +267,8 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _toml_name(name: str) -> str:
     return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
-                                               "trace_gpus", "package_data", "do_not_specialize", "reset_to_zero",
-                                               "restore_value", "setup_context") else name
+                                               "trace_gpus", "package_data", "launch_wrappers", "do_not_specialize",
+                                               "reset_to_zero", "restore_value", "setup_context") else name
 
 
 def _type_name(tp: Any) -> str:

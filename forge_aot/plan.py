@@ -889,7 +889,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         file, _, func = k.source.rpartition(":")
         path = (root / file).resolve()
         if path not in sources:
-            sources[path] = parse_source(path, ops_by_file[path])
+            sources[path] = parse_source(path, ops_by_file[path], wrappers=frozenset(m.project.launch_wrappers))
             local[path] = local_imports(path, root)
             for helper in local[path]:  # imported afresh: an earlier plan in this process may have read older text
                 sys.modules.pop(helper, None)

@@ -305,8 +305,15 @@ def _decorator_kind(dec: ast.expr) -> str | None:
     return _DECORATORS.get(text.removeprefix("triton.").removeprefix("runtime."))
 
 
-def _kernel_decorators(fn: ast.FunctionDef) -> list[tuple[str, ast.expr]] | None:
+def _kernel_decorators(fn: ast.FunctionDef,
+                       wrappers: frozenset[str] = frozenset()) -> list[tuple[str, ast.expr]] | None:
+    """The Triton decorators of a kernel (None: not a kernel); ``wrappers``: the manifest's launch wrappers, allowed
+    outside them and left out."""
     found = [(_decorator_kind(d), d) for d in fn.decorator_list]
+    outer = 0
+    while outer < len(found) and found[outer][0] is None and _is_wrapper(found[outer][1], wrappers):
+        outer += 1
+    found = found[outer:]
     kinds = [k for k, _ in found]
     if "jit" not in kinds:
         if any(kinds):
@@ -317,10 +324,16 @@ def _kernel_decorators(fn: ast.FunctionDef) -> list[tuple[str, ast.expr]] | None
     if others:
         raise SourceError(f"line {fn.lineno}: {fn.name} has decorators forge-aot cannot package: "
                           f"{', '.join('@' + o for o in others)} (supported: @triton.autotune, "
-                          "@triton.heuristics, @triton.jit)")
+                          "@triton.heuristics, @triton.jit; a decorator that only wraps the launch, outside them, "
+                          "may be listed in project.launch-wrappers)")
     if kinds[-1] != "jit":
         raise SourceError(f"line {fn.lineno}: @triton.jit must be the innermost decorator of {fn.name}")
     return [(k, d) for k, d in found if k is not None]  # type: ignore[misc]
+
+
+def _is_wrapper(dec: ast.expr, wrappers: frozenset[str]) -> bool:
+    text = ast.unparse(dec.func if isinstance(dec, ast.Call) else dec)
+    return text in wrappers or text.rpartition(".")[2] in wrappers
 
 
 def _params(fn: ast.FunctionDef) -> list[KernelParam]:
@@ -452,13 +465,15 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
     lines[first:last + 1] = [ln + "\n" for ln in new]
 
 
-def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False) -> SourceFile:
+def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False,
+                 wrappers: frozenset[str] = frozenset()) -> SourceFile:
     """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers.
 
     ``ops``: the host functions the package exports (they and what they reach must be free of Triton);
     without it every host definition that does not use Triton counts as reached. ``helper``: a project module
     the kernel files import (localmods.py), which may hold no kernel; ``ops`` are then the names host code takes
     from it (None: it is imported whole, so every definition), and one that needs Triton is an error, not blanked.
+    ``wrappers``: the manifest's launch wrappers (decorators left out with the kernel they wrap).
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -482,7 +497,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         decorators = None
         if isinstance(stmt, ast.FunctionDef):
             try:
-                decorators = _kernel_decorators(stmt)
+                decorators = _kernel_decorators(stmt, wrappers)
             except SourceError as exc:
                 raise SourceError(f"{path}:{exc}") from None
         if decorators is not None:
