@@ -188,10 +188,15 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
                  "get_device_properties": lambda device=None: props,
                  "get_device_name": lambda device=None: props.name,
                  "current_device": lambda: 0, "device_count": lambda: 1}
-    if not torch.cuda.is_available():
-        # ``with torch.cuda.device(x.device.index):`` around a launch (flash-attn's rotary): on the CPU tensors of
-        # a trace there is no device to switch to, and torch without CUDA fails entering it.
-        stand_ins["device"] = stand_ins["device_of"] = _NoDeviceSwitch
+    # ``with torch.cuda.device(x.device):`` around a launch (flash-attn's rotary, every FlagGems op): the trace's
+    # tensors are on the CPU, so there is no device to switch to (torch refuses a CPU device, and torch without
+    # CUDA any); a CUDA device, on a machine that has one, switches as usual.
+    real_device, real_device_of = torch.cuda.device, torch.cuda.device_of
+    cuda = torch.cuda.is_available()
+    stand_ins["device"] = lambda device=None: real_device(device) if cuda and _names_cuda(device) \
+        else _NoDeviceSwitch(device)
+    stand_ins["device_of"] = lambda obj: real_device_of(obj) if cuda and getattr(obj, "is_cuda", False) \
+        else _NoDeviceSwitch(obj)
     saved = {name: getattr(torch.cuda, name) for name in stand_ins}
     try:
         for name, fn in stand_ins.items():
@@ -200,6 +205,13 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
+
+
+def _names_cuda(device: Any) -> bool:
+    """Whether ``torch.cuda.device(device)`` would name a GPU: a CUDA ``torch.device`` or string, an index >= 0."""
+    if isinstance(device, int):
+        return device >= 0
+    return str(device).startswith("cuda") if device is not None else False
 
 
 class _NoDeviceSwitch:

@@ -60,3 +60,38 @@ def test_gems_mean_against_torch(realworld, dtype, shape, dim) -> None:
     assert out.shape == ref.shape and out.dtype == x.dtype
     assert torch.allclose(out.double(), ref, atol=tol, rtol=tol)
     assert torch.equal(keep, out.unsqueeze(dim))
+
+
+def test_device_switches_of_traced_calls_on_a_machine_with_a_gpu(monkeypatch) -> None:
+    """The examples run on CPU tensors even where the build machine has a GPU (dev mode, ``build --tune``): FlagGems'
+    ``with torch_device_fn.device(x.device)`` then switches nothing, while a real CUDA device still switches."""
+    import torch
+
+    from forge_aot.targets import torch_answers_as
+
+    switched = []
+
+    class Recorder:
+        def __init__(self, device):
+            switched.append(device)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device", Recorder)
+    monkeypatch.setattr(torch.cuda, "device_of", Recorder)
+    cpu = torch.zeros(1)
+    with torch_answers_as("sm_90"):
+        for device in (cpu.device, cpu.device.index, None, "cpu"):
+            with torch.cuda.device(device):
+                pass
+        with torch.cuda.device_of(cpu):
+            pass
+        with torch.cuda.device("cuda:1"), torch.cuda.device(torch.device("cuda", 0)), torch.cuda.device(0):
+            pass
+    assert switched == ["cuda:1", torch.device("cuda", 0), 0]
+    assert torch.cuda.device is Recorder  # restored
