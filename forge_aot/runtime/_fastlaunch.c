@@ -358,20 +358,21 @@ static int launcher_launch(Launcher *L, const uint64_t *vals, unsigned long long
         push_code = L->ctx_push(L->ctx);
         pushed = 1;
     }
-    if (push_code == 0 && L->attrs) {
-        /* As Triton's launcher: programmatic stream serialization, then cooperative, each with the value 1. */
-        LaunchAttribute attr[2];
-        unsigned n_attrs = 0;
-        memset(attr, 0, sizeof(attr));
-        if (L->attrs & ATTR_PDL) { attr[n_attrs].id = 6; attr[n_attrs++].v.value = 1; }
-        if (L->attrs & ATTR_COOPERATIVE) { attr[n_attrs].id = 2; attr[n_attrs++].v.value = 1; }
-        LaunchConfig config = {{(unsigned)gx, (unsigned)gy, (unsigned)gz}, {L->block, 1, 1}, L->shared, stream, attr,
-                               n_attrs};
-        code = L->launch_ex(&config, L->function, params, NULL);
-        if (pushed) { void *popped = NULL; pop_code = L->ctx_pop(&popped); }
-    } else if (push_code == 0) {
-        code = L->launch(L->function, (unsigned)gx, (unsigned)gy, (unsigned)gz, L->block, 1, 1, L->shared, stream,
-                         params, NULL);
+    if (push_code == 0) {
+        if (L->attrs) {
+            /* As Triton's launcher: programmatic stream serialization, then cooperative, each with the value 1. */
+            LaunchAttribute attr[2];
+            unsigned n_attrs = 0;
+            memset(attr, 0, sizeof(attr));
+            if (L->attrs & ATTR_PDL) { attr[n_attrs].id = 6; attr[n_attrs++].v.value = 1; }
+            if (L->attrs & ATTR_COOPERATIVE) { attr[n_attrs].id = 2; attr[n_attrs++].v.value = 1; }
+            LaunchConfig config = {{(unsigned)gx, (unsigned)gy, (unsigned)gz}, {L->block, 1, 1}, L->shared, stream,
+                                   attr, n_attrs};
+            code = L->launch_ex(&config, L->function, params, NULL);
+        } else {
+            code = L->launch(L->function, (unsigned)gx, (unsigned)gy, (unsigned)gz, L->block, 1, 1, L->shared,
+                             stream, params, NULL);
+        }
         if (pushed) { void *popped = NULL; pop_code = L->ctx_pop(&popped); }
     } else {
         code = 0;
