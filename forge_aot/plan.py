@@ -268,6 +268,12 @@ class KernelPlan:
         return [n for n in self.heuristic_names if n in HEURISTIC_OPTIONS]
 
     @property
+    def call_heuristics(self) -> list[str]:
+        """Heuristic parameters the host code also passes at a call (Unsloth's ``DO_SOFTCAPPING=...``, which its
+        heuristic coerces with ``bool(args["DO_SOFTCAPPING"])``): the heuristics see the passed value."""
+        return [n for n in self.heuristic_names if any(n in s.keywords for s in self.launches)]
+
+    @property
     def launch_axes(self) -> list[str]:
         return [a for a in self.axes if a in LAUNCH_OPTIONS]
 
@@ -282,6 +288,7 @@ class KernelPlan:
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
                 **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
+                **({"call_heuristics": self.call_heuristics} if self.call_heuristics else {}),
                 "variants": {}}
 
     def default_spec(self, key: tuple[int, ...]) -> str:

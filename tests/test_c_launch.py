@@ -432,6 +432,42 @@ def test_launch_attributes_reach_cuLaunchKernelEx(rt, fake, fake_lib, tmp_path, 
         drv.lib = real
 
 
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_heuristic_reads_the_value_the_call_passes(rt, fake, tmp_path, declared) -> None:
+    """Unsloth's ``"DO_SOFTCAPPING": lambda args: bool(args["DO_SOFTCAPPING"])``: the call passes the parameter, the
+    heuristic reads that value and its own wins; the binary follows it on both paths, and the C path serves such
+    calls once the build declared the name (``call_heuristics``: host code passes it)."""
+    name = f"coerce{declared}"
+    spec = cs.kernel_spec(tmp_path, name, [*ADD[:4], ["BLOCK", "meta"], ["FLAG", "heuristic"]], specs=["xxxx"])
+    binaries = {}
+    for flag in (True, False):
+        b = cs.binary(tmp_path, name, f"xxxx-{flag}", heur={"FLAG": flag})
+        b["spec"] = "xxxx"
+        binaries[f"xxxx-{flag}"] = b
+    spec["variants"]["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"] = binaries
+    if declared:
+        spec["call_heuristics"] = ["FLAG"]
+    k = rt.Kernel(name, spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    k.add_heuristics({"FLAG": lambda nargs: bool(nargs["FLAG"])})
+    fake.block_size, fake.nparams = 48, 6
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    functions = {}
+    for use_c in (False, True):
+        rt.fastpath.use_c_launch(k, use_c)
+        for passed in (1, 0, 2.5, ""):
+            k[(4,)](x, y, o, 4096, FLAG=passed)
+            functions.setdefault(bool(passed), set()).add(fake.function)
+            if use_c and declared:  # resolved once: from now on the C path's
+                k.run = lambda *a: pytest.fail("the C path should serve this call")
+                try:
+                    k[(4,)](x, y, o, 4096, FLAG=passed)
+                finally:
+                    del k.run
+        with pytest.raises(KeyError, match="FLAG"):  # not passed: the heuristic's own KeyError, as in Triton
+            k[(4,)](x, y, o, 4096)
+    assert len(functions[True]) == len(functions[False]) == 1 and functions[True] != functions[False]
+
+
 def test_launches_skip_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     add[(4,)](x, y, o, 4096)

@@ -65,10 +65,10 @@ def plan(kernel: Any) -> Any:
     if None in kinds:
         return None
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
-    names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags)
+    names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags, *kernel.call_heuristics)
     defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
                 *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes),
-                *(False for _ in kernel.launch_flags))
+                *(False for _ in kernel.launch_flags), *(_MISSING for _ in kernel.call_heuristics))
     import torch
 
     if getattr(torch.version, "hip", None):

@@ -100,7 +100,9 @@ class Kernel(KernelBase):
         self.call_constexprs = [n for n, t in params if t == "constexpr"]
         # Launch attributes host code passes (launch_pdl=...), bound with their defaults: the C path reads them too.
         self.launch_flags = [f for f in LAUNCH_FLAGS if f in spec.get("launch_flags", ())]
-        self.call_names = set(self.call_constexprs) | set(self.launch_axes) | set(self.launch_flags)
+        # Heuristic parameters host code also passes (Unsloth: DO_SOFTCAPPING=..., coerced by its heuristic).
+        self.call_heuristics: list[str] = spec.get("call_heuristics", [])
+        self.call_names = {*self.call_constexprs, *self.launch_axes, *self.launch_flags, *self.call_heuristics}
         self.constexpr_defaults = spec.get("constexpr_defaults", {})
         self.n_runtime = len(self.runtime)
         # Fast binding applies when the runtime parameters come first, as is usual.
@@ -186,7 +188,7 @@ class Kernel(KernelBase):
                 raise TypeError(f"{self.function}(): {k} is tuned by forge-aot and comes from the config table; "
                                 "do not pass it (or declare it a call-site constexpr in the manifest)")
             elif k in self.heuristic_names:
-                pass  # as with Triton, the kernel's heuristics compute it (and win)
+                call[k] = v  # as with Triton, the heuristics see it and compute the value (theirs wins)
             elif k in LAUNCH_OPTIONS:
                 if v != LAUNCH_DEFAULTS.get(k, object()):
                     raise NotBuiltError(f"{self.function}(): the call passes {k}={v!r}, but {k} was not built as a "
