@@ -136,6 +136,31 @@ def merge_cmd(sources: tuple[Path, ...], into: Path) -> None:
                f"dropped, {stats['unreadable']} unreadable lines skipped)")
 
 
+@main.command("prune")
+@click.option("--manifest", "manifest", default=DEFAULT_MANIFEST, show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path), help="The kernel manifest.")
+@click.option("--dry-run", is_flag=True, help="Count what would be dropped; write nothing.")
+def prune_cmd(manifest: Path, dry_run: bool) -> None:
+    """Drop the tuning records measured on another version of their kernel's code (no build uses them again)."""
+    from .manifest import load_manifest
+    from .plan import make_plan
+    from .tune.apply import database_dir, prune_stale
+
+    try:
+        loaded = load_manifest(manifest)
+        directory = database_dir(loaded)
+        if directory is None or not directory.is_dir():
+            click.echo(f"{manifest}: no tuning database (project.tuning-data)")
+            return
+        dropped = prune_stale(make_plan(loaded), directory, dry_run=dry_run)
+    except ForgeError as exc:
+        _fail(exc)
+    verb = "would drop" if dry_run else "dropped"
+    for kernel, n in dropped.items():
+        click.echo(f"  {kernel}: {verb} {n} record{'s' if n > 1 else ''} of another version of its code")
+    click.echo(f"{directory}: {verb} {sum(dropped.values())} records")
+
+
 @main.command("report")
 @click.argument("run_json", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="[default: report/ beside RUN_JSON]")

@@ -294,6 +294,54 @@ def test_alias_policy_counts_and_stale_results(tmp_path: Path) -> None:
     assert any("another version of the kernel's code" in s for s in summary.stale)
 
 
+def test_prune_drops_only_records_of_another_version_of_the_code(tmp_path: Path) -> None:
+    """forge-aot prune: records measured on another version of their kernel's code go (no build uses them); other
+    Triton versions, other GPUs and kernels the manifest no longer lists stay; the build's tables are unchanged."""
+    import subprocess
+    import sys
+
+    project = _tiny_project(tmp_path)
+    source = file_sha256(FIXTURES / "kernels" / "tiny.py")
+    db = TuningDatabase(project / "tuning")
+    big = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    kept = [_winner("add", "T=fp16", {"n_elements": 1048576}, big, _prov(source=source)),
+            _winner("add", "T=fp16", {"n_elements": 1048576}, big, _prov(gpu="NVIDIA H200", source=source)),
+            _winner("add", "T=fp32", {"n_elements": 1024}, big, _prov(triton="3.5.0", source=source)),
+            _winner("gone", "base", {}, big, _prov(source="1" * 64))]
+    stale = [_winner("add", "T=fp32", {"n_elements": 1024}, big, _prov(source="0" * 64)),
+             _winner("add", "T=fp16", {"n_elements": 1024}, big, _prov(source="0" * 64))]
+    for r in [*kept, *stale]:
+        db.append(r)
+    db.close()
+    before = {p.name: p.read_text() for p in (project / "tuning").glob("*.jsonl")}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "forge_aot.cli", "prune", "--manifest",
+                               str(project / "kernel_manifest.toml"), *args], capture_output=True, text=True)
+
+    dry = run("--dry-run")
+    assert dry.returncode == 0 and "add: would drop 2 records" in dry.stdout, dry.stderr
+    assert {p.name: p.read_text() for p in (project / "tuning").glob("*.jsonl")} == before
+    loaded = load_manifest(project / "kernel_manifest.toml")
+    tables = {(e.kernel, e.variant, e.target): e.tables for e in apply_and_plan(loaded)}
+    done = run()
+    assert done.returncode == 0 and "dropped 2 records" in done.stdout, done.stderr
+    after = TuningDatabase(project / "tuning").records
+    assert sorted(r.line() for r in after) == sorted(r.line() for r in kept)
+    assert {(e.kernel, e.variant, e.target): e.tables for e in apply_and_plan(loaded)} == tables
+    assert run().stdout.strip().endswith("dropped 0 records")
+    # an unreadable line: nothing is rewritten (the line would be lost), the user is told to merge first
+    (project / "tuning" / "add.jsonl").write_text((project / "tuning" / "add.jsonl").read_text() + "{oops\n")
+    broken = run()
+    assert broken.returncode != 0 and "unreadable" in broken.stderr and "Traceback" not in broken.stderr
+
+
+def apply_and_plan(loaded):
+    plan = make_plan(loaded)
+    apply_tuning(plan, load_database(loaded), TRITON)
+    return plan.entries
+
+
 KERNEL_FILE = '''"""Two kernels in one file."""
 
 import torch

@@ -25,7 +25,7 @@ from ..manifest import LoadedManifest
 from ..plan import BuildPlan, ConfigChoice, KernelPlan, TableRow, preferences
 from ..sourcesplit import code_sha256
 from ..targets import TARGETS
-from .database import Provenance, Record, TuningDatabase, file_sha256
+from .database import Provenance, Record, TuningDatabase, file_sha256, prune_database
 
 
 @dataclass
@@ -89,13 +89,27 @@ def source_hashes(kp: KernelPlan) -> dict[str, str]:
     return {"source_sha256": file_sha256(kp.source), "code_sha256": kernel_code_sha256(kp)}
 
 
+def current_code(plan: BuildPlan) -> dict[str, Provenance]:
+    """Each kernel's code as the plan has it (the part of a record's provenance that says which code it measured)."""
+    return {name: Provenance(gpu="", capability="", target="", triton="", **source_hashes(kp))
+            for name, kp in plan.kernels.items()}
+
+
+def prune_stale(plan: BuildPlan, directory: Path, *, dry_run: bool = False) -> dict[str, int]:
+    """``forge-aot prune``: drop the records measured on another version of their kernel's code, which no build
+    uses again (it reports them as not used). Records of other Triton versions, and of kernels the manifest no
+    longer lists, are kept. Returns the records dropped per kernel."""
+    current = current_code(plan)
+    return prune_database(directory, lambda r: r.kernel not in current or r.provenance.same_code(current[r.kernel]),
+                          dry_run=dry_run)
+
+
 def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str) -> TuningSummary:
     """Put each row's tuned (or aliased) config first and add one table per tuned GPU model, in place."""
     summary = TuningSummary(str(db.directory) if db is not None else None)
     if db is not None:
         summary.warnings = list(db.warnings)
-    current = {name: Provenance(gpu="", capability="", target="", triton="", **source_hashes(kp))
-               for name, kp in plan.kernels.items()}
+    current = current_code(plan)
     stale: dict[str, int] = {}
     for entry in plan.entries:
         kp = plan.kernels[entry.kernel]

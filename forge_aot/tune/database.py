@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,6 +268,35 @@ def merge_databases(sources: list[Path], into: Path) -> dict[str, int]:
         tmp.write_text("".join(r.line() + "\n" for r in sorted(records, key=_sort_key)), encoding="utf-8")
         os.replace(tmp, path)
     return {"records": len(seen), "duplicates": duplicates, "files": len(by_kernel), "unreadable": len(warnings)}
+
+
+def prune_database(directory: Path, stands: Callable[[Record], bool], *, dry_run: bool = False) -> dict[str, int]:
+    """Drop every record of ``directory`` for which ``stands`` is false (each kernel's file rewritten sorted, as
+    ``merge_databases`` writes it, atomically; a file left empty is removed). Returns the records dropped per
+    kernel file; ``dry_run`` counts without writing."""
+    db = TuningDatabase(directory)
+    if db.warnings:  # rewriting would lose those lines for good
+        raise DatabaseError(f"{db.warnings[0]}; {len(db.warnings)} unreadable line(s) in all: the database is left "
+                            "as it is (forge-aot merge rewrites it without them)")
+    by_kernel: dict[str, list[Record]] = {}
+    for r in db.records:
+        by_kernel.setdefault(r.kernel, []).append(r)
+    dropped: dict[str, int] = {}
+    for kernel, records in sorted(by_kernel.items()):
+        kept = [r for r in records if stands(r)]
+        if len(kept) == len(records):
+            continue
+        dropped[kernel] = len(records) - len(kept)
+        if dry_run:
+            continue
+        path = db.path_for(kernel)
+        if not kept:
+            path.unlink()
+            continue
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(r.line() + "\n" for r in sorted(kept, key=_sort_key)), encoding="utf-8")
+        os.replace(tmp, path)
+    return dropped
 
 
 def file_sha256(path: Path) -> str:
