@@ -24,7 +24,6 @@ from typing import Any
 from .errors import SourceError
 from .runtime import HEURISTICS_HOOK, HOST_DTYPES, LAUNCH_OPTIONS, HostDtype, _HostTriton
 
-_CONSTEXPR_ANNOTATIONS = {"constexpr", "tl.constexpr", "triton.language.constexpr", "language.constexpr"}
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics"}
 
 
@@ -342,7 +341,10 @@ def _params(fn: ast.FunctionDef) -> list[KernelParam]:
     defaults: list[Any] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
     out = []
     for a, d in zip([*positional, *args.kwonlyargs], [*defaults, *args.kw_defaults], strict=True):
-        annotation = ast.unparse(a.annotation) if a.annotation is not None else ""
+        # As Triton's KernelParam.is_constexpr: any annotation that says "constexpr", written as an expression
+        # (``tl.constexpr``) or as a string (``"tl.constexpr"``, what ``from __future__ import annotations`` gives)
+        annotation = a.annotation.value if isinstance(a.annotation, ast.Constant) and \
+            isinstance(a.annotation.value, str) else ast.unparse(a.annotation) if a.annotation is not None else ""
         has_default = d is not None
         value = None
         if has_default:
@@ -354,7 +356,7 @@ def _params(fn: ast.FunctionDef) -> list[KernelParam]:
                 if isinstance(d, ast.Attribute) and d.attr in HOST_DTYPES \
                         and ast.unparse(d.value) in ("tl", "language", "triton.language"):
                     value, has_default = HostDtype(f"tl.{d.attr}"), True
-        out.append(KernelParam(a.arg, annotation in _CONSTEXPR_ANNOTATIONS, value, has_default))
+        out.append(KernelParam(a.arg, "constexpr" in annotation, value, has_default))
     return out
 
 

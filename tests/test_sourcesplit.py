@@ -197,3 +197,17 @@ def test_imports_only_kernels_use_leave_the_host_code(tmp_path: Path) -> None:
     host = src.host_source.splitlines()
     assert host[3] == "from mylib.op import block_for" and host[4] == ""
     compile(src.host_source, str(f), "exec")
+
+
+@pytest.mark.parametrize("annotation", ["tl.constexpr", '"tl.constexpr"', "'constexpr'", "triton.language.constexpr",
+                                        "constexpr"])
+def test_constexpr_annotations_as_triton_reads_them(tmp_path: Path, annotation: str) -> None:
+    """Triton's rule (KernelParam.is_constexpr): an annotation that says "constexpr", written as an expression or a
+    string (``from __future__ import annotations`` makes every annotation one)."""
+    path = tmp_path / "k.py"
+    path.write_text("from __future__ import annotations\n\nimport triton\nimport triton.language as tl\n"
+                    "from triton.language import constexpr\n\n\n@triton.jit\n"
+                    f"def k(x, n: tl.int32, BLOCK: {annotation} = 128):\n    pass\n\n\ndef op(x):\n    k[(1,)](x, 1)\n")
+    params = {p.name: p for p in parse_source(path, {"op"}).kernels["k"].params}
+    assert params["BLOCK"].constexpr and params["BLOCK"].default == 128
+    assert not params["x"].constexpr and not params["n"].constexpr
