@@ -205,6 +205,9 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
     except ForgeError as exc:
         _fail(exc)
     report = result.report
+    for err in report.left_out:
+        click.echo(f"warning: {err.kernel} [{err.variant}] did not compile for {err.target} and is left out there "
+                   f"(kernels.{err.kernel}.optional-targets)", err=True)
     if report.failures:
         click.echo(f"warning: {len(report.failures)} binaries failed and were left out "
                    "(their table rows use the next config):", err=True)

@@ -255,6 +255,9 @@ class CompileReport:
     """One line per failed binary (kernel, variant, target, config, binary, reason)."""
     results: list[CompileResult]
     errors: list[CompileError]
+    left_out: list[CompileError] = field(default_factory=list)
+    """Build variants that compiled for no config on one of their kernel's ``optional-targets`` (and for some
+    other target): left out of that target, not an error."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -352,4 +355,11 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
             errors.append(CompileError(e.kernel, e.variant, e.target, mine))
         else:
             entries.append(ce)
-    return CompileReport(entries, failures, all_results, errors)
+    # A variant that failed on one of its kernel's optional targets is left out there, provided it compiled for
+    # another target: a kernel that compiles nowhere is still the build's error.
+    built = {(ce.entry.kernel, ce.entry.variant) for ce in entries}
+    left_out = [err for err in errors if err.target in plan.kernels[err.kernel].entry.optional_targets
+                and (err.kernel, err.variant) in built]
+    errors = [err for err in errors if err not in left_out]
+    dropped = {line for err in left_out for line in err.failures}  # reported with their variant, not as a fallback
+    return CompileReport(entries, [f for f in failures if f not in dropped], all_results, errors, left_out)

@@ -31,6 +31,17 @@ def binary_path(sidecar: dict[str, Any], config_id: str, binary_id: str) -> str:
     return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config_id}/{binary_id}.{sidecar['format']}"
 
 
+def compile_reason(failures: list[str]) -> str:
+    """The compiler's own words for why a variant did not compile (ptxas's first error line where there is one), in
+    one short line for the index and the runtime's message."""
+    for failure in failures:
+        for line in failure.splitlines()[1:]:
+            if "error" in line and ":" in line:
+                return " ".join(line.split(":", 1)[1].split())[:240]
+    first = failures[0].splitlines()[0] if failures else "no config compiled"
+    return " ".join(first.split("): ", 1)[-1].split())[:240]
+
+
 def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: str,
                 module_paths: dict[str, str]) -> dict[str, Any]:
     m = plan.loaded.manifest
@@ -49,6 +60,9 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
             tables = {d: [[*key, cid] for key, cid in rows] for d, rows in sorted(ce.tables.items())}
             variant["targets"][e.target] = {"configs": configs, "tables": tables, "rows": e.origin_counts()}
             used_targets.add(e.target)
+        for err in report.left_out:  # a kernel's optional target where this variant did not compile
+            variant = kernels[err.kernel]["variants"][err.variant]
+            variant.setdefault("not_built", {})[err.target] = compile_reason(err.failures)
     else:
         for e in plan.entries:
             variant = kernels[e.kernel]["variants"].setdefault(e.variant, {"assign": e.assignment, "targets": {}})

@@ -178,6 +178,11 @@ class KernelEntry:
     """The targets this kernel is built for, a subset of ``project.targets`` [default: all of them]: a kernel
     written for one architecture (Hopper's TMA, say) whose host code calls it only there. On a GPU of
     another target, a call that reaches it raises an error naming the device and the targets."""
+    optional_targets: tuple[str, ...] = ()
+    """Targets on which some build variants of this kernel may fail to compile, for an instruction the
+    architecture lacks (the PDL tutorial's ``gdc_wait`` below sm_90): such a variant is left out of that target
+    and the build says so, instead of failing; a call of it on that GPU raises an error with the compiler's
+    reason. A variant that compiles for none of its targets still fails the build."""
     autograd: dict[str, OpAutograd] = field(default_factory=dict)
     """Per exported op of this entry (a key of ``ops``): its backward for ``torch.compile``/``torch.export``
     (see OpAutograd). The op needs a schema (type annotations or examples)."""
@@ -266,9 +271,13 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _toml_name(name: str) -> str:
-    return name.replace("_", "-") if name in ("requires_python", "compile_timeout", "tuning_data", "line_info",
-                                               "trace_gpus", "package_data", "launch_wrappers", "do_not_specialize",
-                                               "reset_to_zero", "restore_value", "setup_context") else name
+    return name.replace("_", "-") if name in _DASHED else name
+
+
+_DASHED = ("requires_python", "compile_timeout", "tuning_data", "line_info", "trace_gpus", "package_data",
+           "launch_wrappers", "optional_targets", "do_not_specialize", "reset_to_zero", "restore_value",
+           "setup_context")
+"""Field names the TOML spells with dashes."""
 
 
 def _type_name(tp: Any) -> str:
@@ -437,6 +446,11 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
                                   f"({', '.join(p.targets)})", close_match(t, p.targets))
             if len(set(k.targets)) != len(k.targets):
                 raise r.error(f"kernels.{name}.targets", "a target is listed twice")
+        built_for = k.targets if k.targets is not None else p.targets
+        for i, t in enumerate(k.optional_targets):
+            if t not in built_for:
+                raise r.error(f"kernels.{name}.optional-targets[{i}]", f"'{t}' is not a target this kernel is "
+                              f"built for ({', '.join(built_for)})", close_match(t, built_for))
         if k.source in seen_sources:
             raise r.error(f"kernels.{name}.source",
                           f"'{k.source}' is already the source of kernels.{seen_sources[k.source]}")

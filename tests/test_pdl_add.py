@@ -88,3 +88,57 @@ def test_a_chain_of_pdl_launches_reads_each_previous_write(realworld) -> None:
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, x + 20)
+
+
+def _pdl_project(tmp_path, optional: str) -> object:
+    import shutil
+
+    from forge_aot.manifest import load_manifest
+
+    (tmp_path / "kernels").mkdir(parents=True)
+    shutil.copy(REALWORLD / "kernels" / "pdl_add.py", tmp_path / "kernels" / "pdl_add.py")
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "pdl_optional"\nversion = "0.1.0"\ntargets = ["sm_80", "sm_90"]\n\n[kernels.pdl_add]\n'
+        'source = "kernels/pdl_add.py:add_kernel"\nops = ["add"]\n'
+        'signature = { x_ptr = "*fp32", y_ptr = "*fp32", output_ptr = "*fp32", n_elements = "i32" }\n'
+        f'examples = "examples"\n{optional}')
+    return load_manifest(tmp_path / "kernel_manifest.toml")
+
+
+def test_an_optional_target_leaves_out_the_variants_that_cannot_compile_there(tmp_path) -> None:
+    """The tutorial as is on sm_80 and sm_90: USE_GDC=True cannot compile below sm_90 (griddepcontrol). With
+    ``optional-targets = ["sm_80"]`` the build leaves that variant out of sm_80 (real compiles, real ptxas error),
+    keeps the other for both, and a call of it on an A100 names the compiler's reason; without it the build fails."""
+    import json
+
+    from forge_aot import runtime as rt
+    from forge_aot.index import build_index
+    from forge_aot.pipeline import BuildFailed, build
+
+    with pytest.raises(BuildFailed, match=r"USE_GDC=True\] for sm_80: no config compiled"):
+        build(_pdl_project(tmp_path / "strict", "").path, out_dir=tmp_path / "strict" / "dist", jobs=2)
+    loaded = _pdl_project(tmp_path / "optional", 'optional-targets = ["sm_80"]\n')
+    result = build(loaded.path, out_dir=tmp_path / "optional" / "dist", jobs=2)
+    [left_out] = result.report.left_out
+    assert (left_out.variant, left_out.target) == ("BLOCK_SIZE=1024,USE_GDC=True", "sm_80")
+    index = build_index(result.plan, result.report, "3.6.0", {m: m for m in result.plan.modules})
+    variants = index["kernels"]["pdl_add"]["variants"]
+    assert set(variants["BLOCK_SIZE=1024,USE_GDC=False"]["targets"]) == {"sm_80", "sm_90"}
+    pdl = variants["BLOCK_SIZE=1024,USE_GDC=True"]
+    assert set(pdl["targets"]) == {"sm_90"} and "requires .target sm_90" in pdl["not_built"]["sm_80"]
+    json.dumps(index)  # the reason is plain text in the index
+    spec = index["kernels"]["pdl_add"]
+    kernel = rt.Kernel("pdl_add", spec, index["targets"], backend=None)
+    a100 = {"name": "NVIDIA A100-SXM4-80GB", "capability": (8, 0), "arch": "sm_80", "max_shared": 163 * 1024}
+    with pytest.raises(rt.UnsupportedDeviceError, match=r"no binaries for NVIDIA A100-SXM4-80GB \(sm_80\); this build "
+                       r"of it was built for sm_90\. It did not compile for sm_80: .*requires \.target sm_90"):
+        rt.resolve_table(kernel, pdl, pdl["assign"], "cuda", a100)
+    assert rt.resolve_table(kernel, variants["BLOCK_SIZE=1024,USE_GDC=False"],
+                            variants["BLOCK_SIZE=1024,USE_GDC=False"]["assign"], "cuda", a100)[0] == "sm_80"
+
+
+def test_an_optional_target_must_be_one_the_kernel_is_built_for(tmp_path) -> None:
+    from forge_aot.errors import ManifestError
+
+    with pytest.raises(ManifestError, match=r"kernels\.pdl_add\.optional-targets\[0\]: 'sm_89' is not a target"):
+        _pdl_project(tmp_path, 'optional-targets = ["sm_89"]\n')

@@ -10,6 +10,17 @@ class ForgeRuntimeError(RuntimeError):
 class UnsupportedDeviceError(ForgeRuntimeError):
     """The GPU is not one this package has binaries for (or the tensors are not on a GPU)."""
 
+    @classmethod
+    def no_binary(cls, function: str, device: str, arch: str, built: list[str], only: str | None,
+                  missed: str | None = None, reason: str = "") -> UnsupportedDeviceError:
+        """No build of a kernel for this device: its target was not built (``only``: the kernel's own targets
+        key, else the project's), or it is an optional target where this build did not compile (``missed``)."""
+        advice = f"It did not compile for {missed}: {reason}" if missed else \
+            f"Rebuild with this device's target added to {only or 'project.targets'} in kernel_manifest.toml."
+        return cls(f"{function}(): this package has no binaries for {device} ({arch}); "
+                   f"{'this build of it' if missed else 'this kernel' if only else 'it'} was built for "
+                   f"{', '.join(built) or 'no target'}. {advice}")
+
 
 class UnsupportedDtypeError(ForgeRuntimeError, TypeError):
     """The arguments' dtype has no build in this package."""

@@ -286,13 +286,14 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     built = {t: kernel.targets[t] for t in variant["targets"]}
     cuda = backend == "cuda"
     target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
-    if target is None:
-        only = kernel.spec.get("only_targets")
-        where = (f"kernels.{kernel.name}.targets" if only else "project.targets") + " in kernel_manifest.toml"
-        raise UnsupportedDeviceError(
-            f"{kernel.function}(): this package has no binaries for {info['name']} ({info['arch']}); "
-            f"{'this kernel' if only else 'it'} was built for {', '.join(variant['targets']) or 'no target'}. "
-            f"Rebuild with this device's target added to {where}.")
+    if target is None:  # not built for this device, or an optional target where this build did not compile
+        skipped = {t: kernel.targets[t] for t in variant.get("not_built", {}) if t in kernel.targets}
+        missed = (pick_cuda_target(info["capability"], skipped) if cuda else pick_hip_target(info["arch"], skipped)) \
+            if skipped else None
+        raise UnsupportedDeviceError.no_binary(
+            kernel.function, info["name"], info["arch"], list(variant["targets"]),
+            f"kernels.{kernel.name}.targets" if kernel.spec.get("only_targets") else None, missed,
+            variant["not_built"][missed] if missed else "")
     entry = variant["targets"][target]
     call_values = {k: v for k, v in assignment.items() if k in kernel.call_names}
     configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_values, c.get("maxnreg"),
