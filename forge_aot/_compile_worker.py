@@ -47,9 +47,7 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
     options = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     if cfg.get("maxnreg"):
         options["maxnreg"] = cfg["maxnreg"]
-    # A launch option the kernel's @triton.heuristics compute wins over the config's, as in Triton (Heuristics.run
-    # sets it in the kwargs its JIT function receives)
-    options.update({k: v for k, v in job["heuristics"].items() if k in ("num_warps", "num_stages", "maxnreg")})
+    options.update(job.get("options", {}))  # launch options the kernel's heuristics computed (see CompileJob)
     compiled = triton.compile(src, target=target, options=options)
     seconds = time.perf_counter() - start
     ext = "cubin" if t["backend"] == "cuda" else "hsaco"

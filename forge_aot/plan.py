@@ -17,6 +17,7 @@ import itertools
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,11 +169,17 @@ class CompileJob:
         return f"{self.kernel}/{self.target}/{self.variant.replace(',', '_')}/{self.config.id}/{self.binary.id}"
 
     def to_json(self) -> dict[str, Any]:
-        descs = {"descriptors": {n: list(shape) for n, shape in self.binary.descs}} if self.binary.descs else {}
+        extra: dict[str, Any] = {"descriptors": {n: list(s) for n, s in self.binary.descs}} if self.binary.descs \
+            else {}
+        # a launch option the kernel's @triton.heuristics compute is the binary's compile option, winning over the
+        # config's as in Triton (Heuristics.run sets it in the kwargs its JIT function receives)
+        options = {n: v for n, v in self.binary.heur if n in HEURISTIC_OPTIONS}
+        if options:
+            extra["options"] = options
         return {"kernel": self.kernel, "function": self.function, "source": self.source, "variant": self.variant,
                 "target": self.target, "config": self.config.to_json(), "specialization": self.binary.spec,
                 "heuristics": dict(self.binary.heur), "signature": self.signature, "constexprs": self.constexprs,
-                "divisible": list(self.divisible), "timeout": self.timeout, **descs}
+                "divisible": list(self.divisible), "timeout": self.timeout, **extra}
 
 
 @dataclass
@@ -250,8 +257,6 @@ class KernelPlan:
     reset_to_zero: list[str]
     restore_value: list[str]
     launches: list[LaunchSite]
-    launch_flags: list[str] = field(default_factory=list)
-    """Launch attributes the host code passes (``launch_pdl=``...): read per call at run time, never built."""
     heuristics: list[tuple[str, Any]] = field(default_factory=list)
     """(name, function) from the host module, in Triton's order of evaluation."""
     pre_hooks: dict[str, Any] = field(default_factory=dict)
@@ -261,17 +266,27 @@ class KernelPlan:
     """The project's own modules its file imports, transitively (shipped with the host code; part of its code
     hash)."""
 
+    def _passed(self, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` some launch in the host code passes as a keyword."""
+        return [n for n in names if any(n in s.keywords for s in self.launches)]
+
+    @property
+    def launch_flags(self) -> list[str]:
+        """Launch attributes the host code passes (``launch_pdl=``...): read per call at run time, never built."""
+        return self._passed(rt.LAUNCH_FLAGS)
+
     @property
     def launch_heuristics(self) -> list[str]:
-        """Launch options the kernel's ``@triton.heuristics`` compute (gsplat: ``{"num_warps": lambda args: ...}``):
-        part of a binary's heuristic values, compiled as its options."""
-        return [n for n in self.heuristic_names if n in HEURISTIC_OPTIONS]
+        """Launch options the kernel's ``@triton.heuristics`` compute instead of a parameter (gsplat:
+        ``{"num_warps": lambda args: ...}``): part of a binary's heuristic values, compiled as its options."""
+        params = {n for n, _ in self.params}
+        return [n for n in self.heuristic_names if n in HEURISTIC_OPTIONS and n not in params]
 
     @property
     def call_heuristics(self) -> list[str]:
         """Heuristic parameters the host code also passes at a call (Unsloth's ``DO_SOFTCAPPING=...``, which its
         heuristic coerces with ``bool(args["DO_SOFTCAPPING"])``): the heuristics see the passed value."""
-        return [n for n in self.heuristic_names if any(n in s.keywords for s in self.launches)]
+        return self._passed(self.heuristic_names)
 
     @property
     def launch_axes(self) -> list[str]:
@@ -635,7 +650,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches, [f for f in rt.LAUNCH_FLAGS if any(f in s.keywords for s in launches)])
+                      launches)
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")

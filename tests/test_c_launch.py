@@ -420,7 +420,7 @@ def test_launch_attributes_reach_cuLaunchKernelEx(rt, fake, fake_lib, tmp_path, 
     assert (k._fast is not None and k._fast.size() >= 3) if declared else True
     # a driver without cuLaunchKernelEx: the C launcher refuses such calls, the Python path says why
     drv = rt.drivers.driver()
-    drv._ex = None
+    drv._late.pop("cuLaunchKernelEx", None)
     real = drv.lib
     drv.lib = type("NoEx", (), {"__getattr__": lambda self, name: (_ for _ in ()).throw(AttributeError(name))
                                 if name == "cuLaunchKernelEx" else getattr(real, name)})()
@@ -822,7 +822,7 @@ def _any_launcher(rt, kernel, *args):
     config = state.table.lookup((args[-1],))
     values = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
     spec = rt.argument_spec(kernel.spec_slots, values)
-    return kernel.backend._launcher(kernel, state, config, (), spec).c_launcher()
+    return kernel.backend.launcher_for(kernel, state, config, (), spec, args).c_launcher()
 
 
 OPTIONAL = [["x_ptr", "*T"], ["h0", "*fp32"], ["out_ptr", "*T"], ["n", "i32"], ["BLOCK", "meta"]]

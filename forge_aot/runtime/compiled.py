@@ -170,14 +170,12 @@ def packaged(backend: BinaryBackend, kernel: Kernel, state: _VariantState, confi
              runtime: Sequence[Any], call: dict[str, Any], generic: bool) -> CompiledKernel:
     """The packaged backend's ``compiled``: the binary a launch with these arguments takes, loaded; ``generic``: the
     one that assumes nothing of the arguments (they have no addresses)."""
-    from .tables import SPEC_DESC, SPEC_NONE, argument_spec, block_shapes, pointer_value
+    from .tables import SPEC_NONE, argument_spec, pointer_value
 
     if generic:
         spec = SPEC_NONE * len(kernel.spec_slots)
     else:
         spec = argument_spec(kernel.spec_slots, [pointer_value(v) if i in kernel.ptr_pos else v
                                                  for i, v in enumerate(runtime)])
-    descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
-    launcher = state.launchers.get((config.id, heur, spec, descs)) \
-        or backend._launcher(kernel, state, config, heur, spec, descs)
+    launcher = backend.launcher_for(kernel, state, config, heur, spec, runtime)
     return CompiledKernel(kernel, launcher, config, call, kernel.targets[state.target])

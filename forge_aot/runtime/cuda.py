@@ -44,7 +44,9 @@ class _CudaDriver:
         self.ctx_get_current = lib.cuCtxGetCurrent
         self.check(lib.cuInit(0), "cuInit")
         self._ctx: dict[int, int] = {}
-        self._ex: Any = None
+        self._late: dict[str, Any] = {}
+        """Driver functions CUDA 12 added (``_cuda12``), set up on first use."""
+        self._ex_types: Any = None
 
     def check(self, code: int, what: str) -> None:
         if code != 0:
@@ -133,17 +135,23 @@ class _CudaDriver:
                 "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2),
                 "launch_ex": address(ex) if ex is not None else 0}
 
+    def _cuda12(self, name: str, argtypes: list[Any], needed_by: str) -> Any:
+        """A driver function CUDA 12 added, set up on first use, or a DriverError naming what needs it."""
+        fn = self._late.get(name)
+        if fn is None:
+            try:
+                fn = getattr(self.lib, name)
+            except AttributeError:
+                raise DriverError(f"this NVIDIA driver has no {name} ({needed_by} need CUDA 12 or later)") from None
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            self._late[name] = fn
+        return fn
+
     def launch_ex(self, fn: int, gx: int, gy: int, gz: int, block: int, shared: int, stream: int, params: Any,
                   attrs: int) -> int:
         """``cuLaunchKernelEx`` with the launch attributes Triton 3.6's launcher sets for ``launch_pdl`` and
         ``launch_cooperative_grid`` (``attrs``: tables.LAUNCH_ATTR_* bits); returns the driver's code."""
-        if self._ex is None:
-            try:
-                ex = self.lib.cuLaunchKernelEx
-            except AttributeError:
-                raise DriverError("this NVIDIA driver has no cuLaunchKernelEx (launch_pdl and launch_cooperative_grid "
-                                  "need CUDA 12 or later)") from None
-
+        if self._ex_types is None:
             class Attribute(ctypes.Structure):  # CUlaunchAttribute: id, padding, a 64-byte value union
                 _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
 
@@ -151,10 +159,10 @@ class _CudaDriver:
                 _fields_ = [("dims", ctypes.c_uint * 6), ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
                             ("attrs", ctypes.POINTER(Attribute)), ("n_attrs", ctypes.c_uint)]
 
-            ex.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            ex.restype = ctypes.c_int
-            self._ex = (ex, Attribute, Config)
-        ex, attribute, config = self._ex
+            self._ex_types = (Attribute, Config)
+        attribute, config = self._ex_types
+        ex = self._cuda12("cuLaunchKernelEx", [ctypes.POINTER(config), ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_void_p], "launch_pdl and launch_cooperative_grid")
         # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6), CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2), value 1
         ids = [i for bit, i in ((LAUNCH_ATTR_PDL, 6), (LAUNCH_ATTR_COOPERATIVE, 2)) if attrs & bit]
         items = (attribute * len(ids))(*[attribute(i, (ctypes.c_uint64 * 8)(1)) for i in ids])
@@ -165,18 +173,9 @@ class _CudaDriver:
                           box: list[int], swizzle: int, nan_fill: bool) -> bytes:
         """A ``CUtensorMap`` (128 bytes) for a host-side tensor descriptor (``cuTensorMapEncodeTiled``, as Triton's
         ``fill_tma_descriptor``): arguments innermost dimension first, strides in bytes without the innermost."""
-        fn = getattr(self, "_encode_tiled", None)
-        if fn is None:
-            try:
-                fn = self.lib.cuTensorMapEncodeTiled
-            except AttributeError:
-                raise DriverError("this NVIDIA driver has no cuTensorMapEncodeTiled (tensor descriptors need CUDA "
-                                  "12 or later)") from None
-            u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                           ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-            fn.restype = ctypes.c_int
-            self._encode_tiled = fn
+        u32p, u64p, i = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64), ctypes.c_int
+        fn = self._cuda12("cuTensorMapEncodeTiled", [ctypes.c_void_p, i, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
+                                                     u32p, u32p, i, i, i, i], "tensor descriptors")
         buf = ctypes.create_string_buffer(128 + 64)  # CUtensorMap is 64-byte aligned
         out = (ctypes.addressof(buf) + 63) & ~63
         u64s, u32s = ctypes.c_uint64 * 5, ctypes.c_uint32 * 5

@@ -8,7 +8,7 @@ import types
 from typing import Any
 
 from .packing import DESC_PREFIX
-from .tables import binary_blocks, block_shapes  # noqa: F401 - block_shapes: the descriptors' half of binary choice
+from .tables import binary_blocks
 
 
 def desc_dtype(ty: str) -> str | None:

@@ -102,14 +102,17 @@ class BinaryBackend:
                             self.load(kernel, binary, index)
         return sum(1 for d, _ in self._loaded if d == index)
 
-    def _launcher(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
-                  spec: str, descs: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> Any:
-        with state.lock:
-            launcher = state.launchers.get((config.id, heur, spec, descs))
-            if launcher is None:
-                binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]["binaries"]
-                launcher = self.load(kernel, choose_binary(kernel, binaries, heur, spec, descs), state.device)
-                state.launchers[(config.id, heur, spec, descs)] = launcher
+    def launcher_for(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...], spec: str,
+                     runtime: Sequence[Any]) -> Any:
+        """The launcher of the binary serving a call, loaded once per config, heuristics, specialization, blocks."""
+        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
+        key = (config.id, heur, spec, descs)
+        if (launcher := state.launchers.get(key)) is None:
+            with state.lock:
+                if (launcher := state.launchers.get(key)) is None:
+                    binaries = kernel.variants[state.variant]["targets"][state.target]["configs"][config.id]
+                    binary = choose_binary(kernel, binaries["binaries"], heur, spec, descs)
+                    launcher = state.launchers[key] = self.load(kernel, binary, state.device)
         return launcher
 
     def compiled(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...],
@@ -128,10 +131,7 @@ class BinaryBackend:
         except AttributeError:  # a host-side tensor descriptor where the kernel also takes a pointer
             values[i:] = [pointer_value(v) if j in kernel.ptr_pos else v for j, v in enumerate(runtime[i:], i)]
         spec = argument_spec(kernel.spec_slots, values)
-        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
-        launcher = state.launchers.get((config.id, heur, spec, descs))
-        if launcher is None:
-            launcher = self._launcher(kernel, state, config, heur, spec, descs)
+        launcher = self.launcher_for(kernel, state, config, heur, spec, runtime)
         if call and (attrs := launch_attrs(call)):
             launcher = launcher.with_attrs(attrs)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
