@@ -76,6 +76,21 @@ def _torch_moe(F, fm, x, w1, w2, gating, topk):
     return out
 
 
+def _torch_giou_loss(pred, targets):
+    """The post's loss_with_padding in eager torch (its generalized_box_iou on matched boxes), computed in fp32."""
+    import torch
+
+    p, g = pred.float(), targets.float()
+    area1 = (p[..., 2] - p[..., 0]) * (p[..., 3] - p[..., 1])
+    area2 = (g[..., 2] - g[..., 0]) * (g[..., 3] - g[..., 1])
+    inter = (torch.minimum(p[..., 2:], g[..., 2:]) - torch.maximum(p[..., :2], g[..., :2])).clamp_min(0).prod(-1)
+    union = area1 + area2 - inter
+    enclose = (torch.maximum(p[..., 2:], g[..., 2:]) - torch.minimum(p[..., :2], g[..., :2])).clamp_min(0).prod(-1)
+    giou = inter / union.clamp_min(1e-5) - (enclose - union) / enclose.clamp_min(1e-5)
+    mask = (g[..., 3] > 0).float()
+    return (giou * mask).sum() / mask.sum().clamp(1)
+
+
 def _cases(torch, F, wheel, dev, jit):
     h = torch.float16
     cases = {}
@@ -266,6 +281,23 @@ def _cases(torch, F, wheel, dev, jit):
             "jit": lambda lg=logits, lb=labels, c=cap: jit["cross_entropy"].cross_entropy_loss(lg, lb, c),
             "torch": lambda lg=logits, lb=labels, c=cap: F.cross_entropy(
                 (c * torch.tanh(lg.float() / c)) if c else lg.float(), lb)})
+    # The GIoU loss of a Towards Data Science post: bf16 predictions (autocast) against fp32 targets, 256 boxes
+    for batch in (32, 4096):
+        pred = jit["giou"].random_boxes(batch, 256, torch.bfloat16, "cuda", padding=0.0)
+        tgt = jit["giou"].random_boxes(batch, 256, torch.float32, "cuda", padding=0.3)
+        cases[f"giou {batch}x256 bf16/fp32"] = (batch * 256 * (8 + 16 + 2 + 1), "B", {
+            "forge-aot": lambda p=pred, t=tgt: wheel.loss_with_triton(p, t),
+            "jit-same": lambda p=pred, t=tgt: dev["loss_with_triton"](p, t),
+            "jit": lambda p=pred, t=tgt: jit["giou"].loss_with_triton(p, t),
+            "torch": lambda p=pred, t=tgt: _torch_giou_loss(p, t)})
+    # Triton's tutorial 04, seeded dropout (a new seed each call)
+    for n in (1 << 20, 1 << 26):
+        x = torch.randn(n, device="cuda", dtype=h)
+        cases[f"dropout {n}"] = (2 * x.numel() * 2, "B", {
+            "forge-aot": lambda x=x: wheel.seeded_dropout(x, 0.5, 1234),
+            "jit-same": lambda x=x: dev["seeded_dropout"](x, 0.5, 1234),
+            "jit": lambda x=x: jit["dropout"].seeded_dropout(x, 0.5, 1234),
+            "torch": lambda x=x: F.dropout(x, 0.5)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -298,7 +330,7 @@ def main() -> None:
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
-                                 "grid_sum", "sh_to_color", "gems_mean", "cross_entropy")}
+                                 "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -121,6 +121,11 @@ def test_an_optional_target_leaves_out_the_variants_that_cannot_compile_there(tm
     result = build(loaded.path, out_dir=tmp_path / "optional" / "dist", jobs=2)
     [left_out] = result.report.left_out
     assert (left_out.variant, left_out.target) == ("BLOCK_SIZE=1024,USE_GDC=True", "sm_80")
+    # the build's per-target row counts are the wheel's: the left-out variant's sm_80 rows are not among them
+    rows = {t: sum(e.origin_counts()["untuned"] for e in result.plan.entries if e.target == t)
+            for t in ("sm_80", "sm_90")}
+    assert result.plan.tuning.rows["sm_90"]["untuned"] == rows["sm_90"]
+    assert result.plan.tuning.rows["sm_80"]["untuned"] == rows["sm_80"] - 1 == rows["sm_90"] - 1
     index = build_index(result.plan, result.report, "3.6.0", {m: m for m in result.plan.modules})
     variants = index["kernels"]["pdl_add"]["variants"]
     assert set(variants["BLOCK_SIZE=1024,USE_GDC=False"]["targets"]) == {"sm_80", "sm_90"}

@@ -279,9 +279,11 @@ class Kernel(KernelBase):
                 value = next(b for b in built if b == value)
             assignment[axis] = value
         vid = tables.variant_id(assignment, self.axes)
-        if vid not in self.variants:
-            raise NotBuiltError(f"{self.function}(): the combination {vid} was not built; built: "
-                                f"{list(self.variants)}")
+        if vid not in self.variants:  # each value was built, not together: a dtype pair is a dtype error
+            dtype_only = any(all(v["assign"][a] == assignment[a] for a in self.axes if a not in dict(self.type_vars))
+                             for v in self.variants.values())
+            error = UnsupportedDtypeError if dtype_only and self.type_vars else NotBuiltError
+            raise error(f"{self.function}(): the combination {vid} was not built; built: {list(self.variants)}")
         return vid, assignment
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:

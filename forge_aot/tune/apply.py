@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..manifest import LoadedManifest
-from ..plan import BuildPlan, ConfigChoice, KernelPlan, TableRow, preferences
+from ..plan import BuildPlan, ConfigChoice, EntryPlan, KernelPlan, TableRow, preferences
 from ..sourcesplit import code_sha256
 from ..targets import TARGETS
 from .database import Provenance, Record, TuningDatabase, file_sha256, prune_database
@@ -188,3 +188,14 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
 def load_database(loaded: LoadedManifest) -> TuningDatabase | None:
     directory = database_dir(loaded)
     return TuningDatabase(directory) if directory is not None else None
+
+
+def drop_left_out(summary: TuningSummary, entries: list[EntryPlan]) -> None:
+    """Take the rows of entries the package leaves out (a variant that did not compile on one of its kernel's
+    optional targets) out of the per-target counts, so that they count the rows the wheel has."""
+    for entry in entries:
+        counts = summary.rows.get(entry.target)
+        if counts is not None:
+            for origin, n in entry.origin_counts().items():
+                counts[origin] -= n
+
