@@ -69,6 +69,12 @@ def test_a_dtype_pair_built_only_apart_is_a_dtype_error(realworld_plan) -> None:
         kernel.find_variant(("fp32", "bf16", 64))
     with pytest.raises(rt.NotBuiltError, match=r"constexpr BLOCK_SIZE=100 was not built"):
         kernel.find_variant(("fp32", "fp32", 100))
+    # a value built only with another dtype (the fused softmax's 32768-column rows: fp16 only) is a value error
+    softmax = rt.Kernel("fused_softmax", index["kernels"]["fused_softmax"], index["targets"], backend=None)
+    assert softmax.axes[:2] == ["T", "BLOCK_SIZE"]
+    values = next(v["assign"] for v in softmax.variants.values() if v["assign"]["BLOCK_SIZE"] == 32768)
+    with pytest.raises(rt.NotBuiltError, match=r"the combination T=fp32,BLOCK_SIZE=32768,.* was not built"):
+        softmax.find_variant(tuple({**values, "T": "fp32"}[a] for a in softmax.axes))
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------
@@ -138,7 +144,8 @@ def test_unaligned_inputs_take_the_binary_that_assumes_nothing(realworld, jit, p
     pred, targets = offset_view(pred, 1), offset_view(targets, 3)
     reset_handle("forge_realworld._ops.giou", "giou_kernel")
     loss = realworld.loss_with_triton(pred, targets)
-    assert launched_specs("forge_realworld._ops.giou", "giou_kernel") == {"xxDD"}
+    # the examples traced aligned pointers only: the binary that assumes nothing (never a wrong one)
+    assert launched_specs("forge_realworld._ops.giou", "giou_kernel") == {"xxxx"}
     expected = _reference(pred, targets)
     assert abs(loss.double() - expected) <= TOLERANCE[pred_dtype] * abs(expected)
     assert torch.equal(loss, jit.loss_with_triton(pred, targets))

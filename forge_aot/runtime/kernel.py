@@ -279,11 +279,12 @@ class Kernel(KernelBase):
                 value = next(b for b in built if b == value)
             assignment[axis] = value
         vid = tables.variant_id(assignment, self.axes)
-        if vid not in self.variants:  # each value was built, not together: a dtype pair is a dtype error
-            dtype_only = any(all(v["assign"][a] == assignment[a] for a in self.axes if a not in dict(self.type_vars))
-                             for v in self.variants.values())
-            error = UnsupportedDtypeError if dtype_only and self.type_vars else NotBuiltError
-            raise error(f"{self.function}(): the combination {vid} was not built; built: {list(self.variants)}")
+        if vid not in self.variants:  # each dtype built with these values, never together: a dtype error
+            fixed = [a for a in self.axes if a not in dict(self.type_vars)]
+            same = [v["assign"] for v in self.variants.values() if all(v["assign"][a] == assignment[a] for a in fixed)]
+            apart = bool(self.type_vars) and all(any(b[tv] == assignment[tv] for b in same) for tv, _ in self.type_vars)
+            raise (UnsupportedDtypeError if apart else NotBuiltError)(
+                f"{self.function}(): the combination {vid} was not built; built: {list(self.variants)}")
         return vid, assignment
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
