@@ -148,10 +148,11 @@ class CompilePool:
         self._idle: list[_Worker] = []
         self._idle_lock = threading.Lock()
 
-    def prestart(self) -> None:
-        """Start every worker process now (each imports Triton while the caller does other work)."""
+    def prestart(self, count: int | None = None) -> None:
+        """Start ``count`` worker processes now (every one by default; each imports Triton while the caller does
+        other work); jobs start the others when they need them."""
         with self._idle_lock:
-            while len(self._idle) < self.jobs:
+            while len(self._idle) < min(self.jobs, count or self.jobs):
                 self._idle.append(_Worker(self.env, self.root))
 
     def _take(self) -> _Worker:

@@ -592,11 +592,18 @@ def _log(project: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp_path_factory) -> None:
-    from forge_aot.tune.runner import TuneOptions, tune
+def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp_path_factory,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from forge_aot.compiler import CompilePool
+    from forge_aot.tune.runner import PRESTART_ON_RERUN, TuneOptions, tune
 
+    prestarted: list[int | None] = []
+    real_prestart = CompilePool.prestart
+    monkeypatch.setattr(CompilePool, "prestart",
+                        lambda pool, count=None: (prestarted.append(count), real_prestart(pool, count))[1])
     build_dir = tmp_path_factory.getbasetemp() / "tune-build"
     run = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
+    assert prestarted == [None]  # a first run starts every compile worker while it plans
     assert [i.status for i in run.items] == ["tuned", "tuned"]
     # each row says which GPU's worker tuned it and where its time went, command by command
     for item in run.items:
@@ -620,6 +627,7 @@ def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp
     before = len(_log(sim))
     again = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
     assert [i.status for i in again.items] == ["up to date", "up to date"]
+    assert prestarted == [None, PRESTART_ON_RERUN]  # a re-run finds its binaries built: two start ahead
     assert not [line for line in _log(sim)[before:] if line.startswith(("probe", "time"))]
     # a winner decided under older timing rules, or named from finalists timed in two modes (an event timing
     # against a graph replay), is decided again: its finalists re-measured interleaved, no candidate timed

@@ -876,7 +876,12 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
     compiles: _Compiles | None = None
     db: TuningDatabase | None = None
     try:
-        pool.prestart()  # compile workers import triton and torch while the parent plans
+        # Compile workers import triton and torch while the parent plans: a first run compiles from the plan's end.
+        # A re-run finds most binaries built (tune/binaries-*), and sixteen concurrent `import torch`s would only
+        # slow the parent's and the benchmark worker's own (on the H100 host 3.3 - 4.2 s for three at once, 4.6 -
+        # 6.8 s for eighteen; benchmarks/results/session24/r7): two start ahead, compiles start the others.
+        rerun = next((work / "tune").glob("binaries-*/**/*.json"), None) is not None
+        pool.prestart(PRESTART_ON_RERUN if rerun else None)
         stage("prestarted")
         first = options.gpus[0] if options.gpus else 0
         local = _describe_locally(first) if os.environ.get("FORGE_AOT_TUNE_WORKER") is None else None
@@ -980,6 +985,8 @@ def tune(manifest_path: str | Path, options: TuneOptions | None = None,
 
 COMPILE_NICE = 10
 """Niceness of the tuner's compile processes (they share the CPUs with the benchmark workers)."""
+PRESTART_ON_RERUN = 2
+"""Compile processes started ahead of the plan when an earlier run's binaries are in the build directory."""
 
 
 def _pipeline(tuner: _Tuner, compiles: _Compiles, todo: list[TuneItem], clients: list[WorkerClient],
