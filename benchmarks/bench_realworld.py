@@ -91,6 +91,17 @@ def _torch_giou_loss(pred, targets):
     return (giou * mask).sum() / mask.sum().clamp(1)
 
 
+def _torch_chunk_cumsum(dt, A, chunk_size, dt_bias):
+    """Mamba-2's chunk cumsum in eager torch (fp32): bias, softplus, the chunks' cumulative sums of dt * A."""
+    import torch.nn.functional as F
+
+    batch, seqlen, nheads = dt.shape
+    nchunks = -(-seqlen // chunk_size)
+    x = F.softplus(dt.float() + dt_bias)
+    x = F.pad(x, (0, 0, 0, nchunks * chunk_size - seqlen)).view(batch, nchunks, chunk_size, nheads).permute(0, 3, 1, 2)
+    return (x * A[None, :, None, None]).cumsum(-1), x
+
+
 def _cases(torch, F, wheel, dev, jit):
     h = torch.float16
     cases = {}
@@ -298,6 +309,15 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": lambda x=x: dev["seeded_dropout"](x, 0.5, 1234),
             "jit": lambda x=x: jit["dropout"].seeded_dropout(x, 0.5, 1234),
             "torch": lambda x=x: F.dropout(x, 0.5)})
+    # Mamba-2's chunk cumsum (autotuned over the head block; the wheel untuned: the first config)
+    for batch, seqlen, nheads in ((8, 4096, 80), (1, 1000, 24)):
+        dt, A, dt_bias = jit["chunk_cumsum"].make_inputs(batch, seqlen, nheads, torch.bfloat16, "cuda")
+        cases[f"chunk_cumsum {batch}x{seqlen}x{nheads}"] = (batch * seqlen * nheads * (2 + 8), "B", {
+            "forge-aot": lambda d=dt, a=A, b=dt_bias: wheel._chunk_cumsum_fwd(d, a, 256, dt_bias=b, dt_softplus=True),
+            "jit-same": lambda d=dt, a=A, b=dt_bias: dev["_chunk_cumsum_fwd"](d, a, 256, dt_bias=b, dt_softplus=True),
+            "jit": lambda d=dt, a=A, b=dt_bias: jit["chunk_cumsum"]._chunk_cumsum_fwd(d, a, 256, dt_bias=b,
+                                                                                    dt_softplus=True),
+            "torch": lambda d=dt, a=A, b=dt_bias: _torch_chunk_cumsum(d, a, 256, b)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -330,7 +350,8 @@ def main() -> None:
     jit = {n: _load(n) for n in ("rms_norm", "layer_norm", "fused_softmax", "l2norm", "matmul_autotune",
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
-                                 "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout")}
+                                 "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
+                                 "chunk_cumsum")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -3,12 +3,16 @@
 
 From the op's type annotations where it has them (``torch.library.infer_schema``), else from the calls its
 file's examples function made (argument and result types as observed). Ops whose arguments or results do not
-fit a schema (other objects, an output that is an input) are left unregistered, with the reason.
+fit a schema (other objects, an output that is an input) are left unregistered, with the reason. A default the
+schema language cannot spell (``float("inf")``, alone or in a list) makes the argument optional with the
+default None, which the registered implementations turn back into the host function's default
+(``runtime.entry``).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +36,16 @@ def _type_of(value: Any) -> str | None:
         return "str"
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return "int[]"
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                for v in value):
+        return "float[]"  # Mamba's dt_limit=(0.0, float("inf"))
     return None
+
+
+def _unwritable(value: Any) -> bool:
+    """A default a schema cannot spell: a non-finite float, alone or in a list (the parser takes no ``inf``)."""
+    values = value if isinstance(value, (list, tuple)) else (value,)
+    return any(isinstance(v, float) and not math.isfinite(v) for v in values)
 
 
 def _default(value: Any) -> str:
@@ -52,6 +65,8 @@ def _merge(types: set[str]) -> str | None:
     rest = types - {"None"}
     if rest == {"int", "float"}:
         rest = {"float"}
+    if rest == {"int[]", "float[]"}:
+        rest = {"float[]"}
     if len(rest) != 1:
         return None
     (base,) = rest
@@ -107,8 +122,12 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         t = _merge(seen[name])
         if t is None:
             return None, f"argument {name} takes several types: {sorted(seen[name])}"
-        default = "" if p.default is inspect.Parameter.empty else "=" + _default(p.default)
-        params.append(f"{t} {name}{default}")
+        if p.default is inspect.Parameter.empty:
+            params.append(f"{t} {name}")
+        elif _unwritable(p.default):  # optional in the schema: its None means the host function's default
+            params.append(f"{t.removesuffix('?')}? {name}=None")
+        else:
+            params.append(f"{t} {name}={_default(p.default)}")
     if len(results) != 1:
         return None, f"it returns several kinds of results: {sorted(results)}"
     return f"({', '.join(params)}) -> {results.pop()}", "from the traced examples"

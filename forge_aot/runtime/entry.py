@@ -226,19 +226,41 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
+def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with None put back to the host function's default where the schema could not spell that default
+    (a non-finite float, alone or in a list: ``forge_aot.schema`` made the argument optional, default None)."""
+    import inspect
+    import math
+
+    for i, p in enumerate(inspect.signature(fn).parameters.values()):
+        values = p.default if isinstance(p.default, (list, tuple)) else (p.default,)
+        if not any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            continue
+        if i < len(args) and args[i] is None:
+            args = (*args[:i], p.default, *args[i + 1:])
+        elif kwargs.get(p.name, 0) is None:
+            kwargs = {**kwargs, p.name: p.default}
+    return args, kwargs
+
+
 def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
                      ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """A custom op's real implementation (the host code) and its Meta one (``torch_ops.fake_call``)."""
 
     def real(*args: Any, **kwargs: Any) -> Any:
-        return function(op)(*args, **kwargs)
+        fn = function(op)
+        if any(a is None for a in (*args, *kwargs.values())):  # maybe a default the schema could not spell
+            args, kwargs = _host_defaults(fn, args, kwargs)
+        return fn(*args, **kwargs)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
         from .torch_ops import fake_call  # the runtime loads on first use, not at import
 
         fn = function(op)
         # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
-        return fake_call(getattr(fn, "_init_fn", fn), args, kwargs)
+        fn = getattr(fn, "_init_fn", fn)
+        return fake_call(fn, *_host_defaults(fn, args, kwargs))
 
     return real, meta
 

@@ -198,4 +198,3 @@ def drop_left_out(summary: TuningSummary, entries: list[EntryPlan]) -> None:
         if counts is not None:
             for origin, n in entry.origin_counts().items():
                 counts[origin] -= n
-
