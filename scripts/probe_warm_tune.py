@@ -45,7 +45,11 @@ def main() -> None:
         print(f"-j {j:2d}: median {s['wall_median']:.2f} s  ({', '.join(f'{w:.2f}' for w in s['walls'])})")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "probe_warm_tune.json").write_text(json.dumps({"cold": cold, "runs": runs}, default=str))
+        def slim(run: dict) -> dict:  # the database lines are the bench_tuning project's, not this probe's
+            return {k: v for k, v in run.items() if k != "records"}
+
+        (args.out / "probe_warm_tune.json").write_text(json.dumps(
+            {"cold": slim(cold), "runs": {j: [slim(o) for o in v] for j, v in runs.items()}}, default=str))
 
 
 if __name__ == "__main__":
