@@ -86,7 +86,7 @@ CASES = [  # (batch, seqlen, nheads, chunk_size, dtype, bias and softplus, dt_li
     (2, 1000, 24, 256, "bf16", False, (0.001, 0.1)),
     (3, 333, 8, 64, "fp16", False, (0.001, 0.1)),
     (2, 1234, 13, 256, "fp32", True, (0.0, float("inf"))),  # untraced length and head count
-    (1, 77, 80, 64, "bf16", False, (0.001, 0.1)),
+    (1, 77, 80, 64, "fp16", False, (0.001, 0.1)),  # a shorter sequence than one chunk
 ]
 
 
