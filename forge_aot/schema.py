@@ -12,9 +12,10 @@ default None, which the registered implementations turn back into the host funct
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable
 from typing import Any
+
+from .runtime.entry import unspellable
 
 
 def _type_of(value: Any) -> str | None:
@@ -40,12 +41,6 @@ def _type_of(value: Any) -> str | None:
                                                 for v in value):
         return "float[]"  # Mamba's dt_limit=(0.0, float("inf"))
     return None
-
-
-def _unwritable(value: Any) -> bool:
-    """A default a schema cannot spell: a non-finite float, alone or in a list (the parser takes no ``inf``)."""
-    values = value if isinstance(value, (list, tuple)) else (value,)
-    return any(isinstance(v, float) and not math.isfinite(v) for v in values)
 
 
 def _default(value: Any) -> str:
@@ -124,7 +119,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             return None, f"argument {name} takes several types: {sorted(seen[name])}"
         if p.default is inspect.Parameter.empty:
             params.append(f"{t} {name}")
-        elif _unwritable(p.default):  # optional in the schema: its None means the host function's default
+        elif unspellable(p.default):  # optional in the schema: its None means the host function's default
             params.append(f"{t.removesuffix('?')}? {name}=None")
         else:
             params.append(f"{t} {name}={_default(p.default)}")

@@ -226,16 +226,22 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
-def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call with None put back to the host function's default where the schema could not spell that default
-    (a non-finite float, alone or in a list: ``forge_aot.schema`` made the argument optional, default None)."""
-    import inspect
+def unspellable(default: Any) -> bool:
+    """A default a torch schema cannot spell: a non-finite float, alone or in a list (the parser takes no ``inf``).
+    The build makes such an argument optional with the default None in the schema; ``_host_defaults`` undoes it."""
     import math
 
+    values = default if isinstance(default, (list, tuple)) else (default,)
+    return any(isinstance(v, float) and not math.isfinite(v) for v in values)
+
+
+def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call with None put back to the host function's default where the schema could not spell it."""
+    import inspect
+
     for i, p in enumerate(inspect.signature(fn).parameters.values()):
-        values = p.default if isinstance(p.default, (list, tuple)) else (p.default,)
-        if not any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        if not unspellable(p.default):
             continue
         if i < len(args) and args[i] is None:
             args = (*args[:i], p.default, *args[i + 1:])
