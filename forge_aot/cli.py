@@ -271,6 +271,15 @@ def check(manifest: Path, show_plan: bool) -> None:
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")
+    package = plan.loaded.manifest.project.name
+    ops = sorted((op, mod["schemas"].get(op), mod["schema_notes"].get(op, ""))
+                 for mod in plan.modules.values() for op in mod["ops"])
+    click.echo(f"  ops ({len(ops)}; a custom op is what torch.compile(fullgraph=True) and torch.export trace):")
+    for op, schema, note in ops:
+        if schema:
+            click.echo(f"    {op}: torch.ops.{package}.{op}{schema} ({note})")
+        else:
+            click.echo(f"    {op}: Python calls only, no custom op ({note}): torch.compile breaks its graph there")
     if plan.data_files:
         click.echo(f"  data files host code reads, shipped with it ({len(plan.data_files)}):")
         for shipped, source in sorted(plan.data_files.items()):

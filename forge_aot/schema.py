@@ -115,6 +115,9 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             return None, "it takes *args or **kwargs"
         t = _merge(seen[name])
+        if t is None and seen[name] == {"None"}:
+            return None, (f"argument {name} is None in every traced call, so its type is unknown: annotate it, or "
+                          "pass a value in the examples")
         if t is None:
             return None, f"argument {name} takes several types: {sorted(seen[name])}"
         if p.default is inspect.Parameter.empty:

@@ -225,6 +225,12 @@ def test_check_lists_launches_values_and_binary_count() -> None:
     assert "launched in rms_norm_forward() line" in out and "passes BLOCK_SIZE, num_warps" in out
     assert "matmul_kernel [@triton.autotune, @triton.heuristics]" in out
     assert "call-site values from: examples" in out
+    # which ops torch.compile can trace whole, and why another cannot
+    assert ("    _chunk_cumsum_fwd: torch.ops.forge_realworld._chunk_cumsum_fwd(Tensor dt, Tensor A, int chunk_size, "
+            "Tensor? dt_bias=None, bool dt_softplus=False, float[]? dt_limit=None) -> (Tensor, Tensor) (from the "
+            "traced examples)") in out
+    assert ("    mean_dim: Python calls only, no custom op (argument dtype is None in every traced call, so its type "
+            "is unknown: annotate it, or pass a value in the examples): torch.compile breaks its graph there") in out
 
 
 def test_rows_and_tuned_rows_agree_with_variant_axes_in_the_key() -> None:
