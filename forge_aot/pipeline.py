@@ -17,7 +17,7 @@ from .errors import CompileError, ForgeError
 from .manifest import load_manifest
 from .package import build_wheel, stage_package
 from .plan import BuildPlan, make_plan
-from .tune.apply import apply_tuning, drop_left_out, load_database
+from .tune.apply import apply_tuning, load_database, row_counts
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
     if report.errors:
         raise BuildFailed(report.errors, report.failures)
     left_out = {(err.kernel, err.variant, err.target) for err in report.left_out}
-    drop_left_out(tuning, [e for e in plan.entries if (e.kernel, e.variant, e.target) in left_out])
+    tuning.rows = row_counts(e for e in plan.entries if (e.kernel, e.variant, e.target) not in left_out)
     if progress:
         progress("package", 0, 1, "writing the package")
     stage = stage_package(plan, report, binaries, work / "package", triton_version(),

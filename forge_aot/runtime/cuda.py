@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 from .errors import DriverError
@@ -135,15 +136,16 @@ class _CudaDriver:
                 "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2),
                 "launch_ex": address(ex) if ex is not None else 0}
 
-    def _cuda12(self, name: str, argtypes: list[Any], needed_by: str) -> Any:
-        """A driver function CUDA 12 added, set up on first use, or a DriverError naming what needs it."""
+    def _cuda12(self, name: str, argtypes: Callable[[], list[Any]], needed_by: str) -> Any:
+        """A driver function CUDA 12 added, set up on first use (``argtypes()`` then), or a DriverError naming what
+        needs it."""
         fn = self._late.get(name)
         if fn is None:
             try:
                 fn = getattr(self.lib, name)
             except AttributeError:
                 raise DriverError(f"this NVIDIA driver has no {name} ({needed_by} need CUDA 12 or later)") from None
-            fn.argtypes, fn.restype = argtypes, ctypes.c_int
+            fn.argtypes, fn.restype = argtypes(), ctypes.c_int
             self._late[name] = fn
         return fn
 
@@ -161,8 +163,8 @@ class _CudaDriver:
 
             self._ex_types = (Attribute, Config)
         attribute, config = self._ex_types
-        ex = self._cuda12("cuLaunchKernelEx", [ctypes.POINTER(config), ctypes.c_void_p, ctypes.c_void_p,
-                                               ctypes.c_void_p], "launch_pdl and launch_cooperative_grid")
+        ex = self._cuda12("cuLaunchKernelEx", lambda: [ctypes.POINTER(config), ctypes.c_void_p, ctypes.c_void_p,
+                                                       ctypes.c_void_p], "launch_pdl and launch_cooperative_grid")
         # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (6), CU_LAUNCH_ATTRIBUTE_COOPERATIVE (2), value 1
         ids = [i for bit, i in ((LAUNCH_ATTR_PDL, 6), (LAUNCH_ATTR_COOPERATIVE, 2)) if attrs & bit]
         items = (attribute * len(ids))(*[attribute(i, (ctypes.c_uint64 * 8)(1)) for i in ids])
@@ -173,9 +175,11 @@ class _CudaDriver:
                           box: list[int], swizzle: int, nan_fill: bool) -> bytes:
         """A ``CUtensorMap`` (128 bytes) for a host-side tensor descriptor (``cuTensorMapEncodeTiled``, as Triton's
         ``fill_tma_descriptor``): arguments innermost dimension first, strides in bytes without the innermost."""
-        u32p, u64p, i = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64), ctypes.c_int
-        fn = self._cuda12("cuTensorMapEncodeTiled", [ctypes.c_void_p, i, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p,
-                                                     u32p, u32p, i, i, i, i], "tensor descriptors")
+        def argtypes() -> list[Any]:
+            u32p, u64p, i = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64), ctypes.c_int
+            return [ctypes.c_void_p, i, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p, i, i, i, i]
+
+        fn = self._cuda12("cuTensorMapEncodeTiled", argtypes, "tensor descriptors")
         buf = ctypes.create_string_buffer(128 + 64)  # CUtensorMap is 64-byte aligned
         out = (ctypes.addressof(buf) + 63) & ~63
         u64s, u32s = ctypes.c_uint64 * 5, ctypes.c_uint32 * 5

@@ -235,18 +235,23 @@ def unspellable(default: Any) -> bool:
     return any(isinstance(v, float) and not math.isfinite(v) for v in values)
 
 
+@functools.cache
+def _unspelled(fn: Callable[..., Any]) -> tuple[tuple[int, str, Any], ...]:
+    """(position, name, default) of the host function's parameters whose default no schema spells; read once."""
+    import inspect
+
+    return tuple((i, p.name, p.default) for i, p in enumerate(inspect.signature(fn).parameters.values())
+                 if unspellable(p.default))
+
+
 def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The call with None put back to the host function's default where the schema could not spell it."""
-    import inspect
-
-    for i, p in enumerate(inspect.signature(fn).parameters.values()):
-        if not unspellable(p.default):
-            continue
+    for i, name, default in _unspelled(fn):
         if i < len(args) and args[i] is None:
-            args = (*args[:i], p.default, *args[i + 1:])
-        elif kwargs.get(p.name, 0) is None:
-            kwargs = {**kwargs, p.name: p.default}
+            args = (*args[:i], default, *args[i + 1:])
+        elif kwargs.get(name, 0) is None:
+            kwargs = {**kwargs, name: default}
     return args, kwargs
 
 
@@ -256,7 +261,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
 
     def real(*args: Any, **kwargs: Any) -> Any:
         fn = function(op)
-        if any(a is None for a in (*args, *kwargs.values())):  # maybe a default the schema could not spell
+        if _unspelled(fn):  # what compiled graphs call: one cached lookup, empty for nearly every op
             args, kwargs = _host_defaults(fn, args, kwargs)
         return fn(*args, **kwargs)
 

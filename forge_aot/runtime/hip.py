@@ -47,8 +47,9 @@ class _HipDriver:
         if not attrs & LAUNCH_ATTR_COOPERATIVE:
             return self.launch(fn, gx, gy, gz, block, 1, 1, shared, stream, params, None)
         coop = self.lib.hipModuleLaunchCooperativeKernel
-        vp, u = ctypes.c_void_p, ctypes.c_uint
-        coop.argtypes, coop.restype = [vp, u, u, u, u, u, u, u, vp, vp], ctypes.c_int
+        if coop.argtypes is None:  # set up on the first cooperative launch
+            vp, u = ctypes.c_void_p, ctypes.c_uint
+            coop.argtypes, coop.restype = [vp, u, u, u, u, u, u, u, vp, vp], ctypes.c_int
         return coop(fn, gx, gy, gz, block, 1, 1, shared, stream, params)
 
     def check(self, code: int, what: str) -> None:

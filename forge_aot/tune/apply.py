@@ -17,6 +17,7 @@ express (a changed meta-parameter list, a constraint it now fails) is never used
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,9 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             entry.tables[model] = [TableRow(k, preferences(kp, k, entry.assignment, rows[k])) for k in sorted(rows)]
             entry.origins[model] = {k: "tuned" for k in rows}
             entry.table_sources[model] = f"tuned on {model}: {len(rows)} rows"
-        counts = summary.rows.setdefault(entry.target, {"tuned": 0, "aliased": 0, "untuned": 0})
-        for origin, n in entry.origin_counts().items():
-            counts[origin] += n
         devices = summary.devices.setdefault(entry.target, [])
         devices += [m for m in sorted(by_model) if m not in devices]
+    summary.rows = row_counts(plan.entries)
     summary.stale = [f"{n} winner{'s' if n > 1 else ''} of {label}: not used (re-run forge-aot tune)"
                      for label, n in sorted(stale.items())]
     plan.tuning = summary
@@ -190,11 +189,12 @@ def load_database(loaded: LoadedManifest) -> TuningDatabase | None:
     return TuningDatabase(directory) if directory is not None else None
 
 
-def drop_left_out(summary: TuningSummary, entries: list[EntryPlan]) -> None:
-    """Take the rows of entries the package leaves out (a variant that did not compile on one of its kernel's
-    optional targets) out of the per-target counts, so that they count the rows the wheel has."""
+def row_counts(entries: Iterable[EntryPlan]) -> dict[str, dict[str, int]]:
+    """Per target, the entries' table rows that are tuned, aliased and untuned (the build passes the entries its
+    wheel has: a variant an optional target left out is not among them)."""
+    out: dict[str, dict[str, int]] = {}
     for entry in entries:
-        counts = summary.rows.get(entry.target)
-        if counts is not None:
-            for origin, n in entry.origin_counts().items():
-                counts[origin] -= n
+        counts = out.setdefault(entry.target, {"tuned": 0, "aliased": 0, "untuned": 0})
+        for origin, n in entry.origin_counts().items():
+            counts[origin] += n
+    return out

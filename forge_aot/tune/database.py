@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,16 +258,25 @@ def merge_databases(sources: list[Path], into: Path) -> dict[str, int]:
                     duplicates += 1
                 else:
                     seen[digest] = r
-    by_kernel: dict[str, list[Record]] = {}
-    for r in seen.values():
-        by_kernel.setdefault(r.kernel, []).append(r)
+    by_kernel = _by_kernel(seen.values())
     into.mkdir(parents=True, exist_ok=True)
     for kernel, records in sorted(by_kernel.items()):
-        path = into / f"{kernel}.jsonl"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(r.line() + "\n" for r in sorted(records, key=_sort_key)), encoding="utf-8")
-        os.replace(tmp, path)
+        _write_sorted(into / f"{kernel}.jsonl", records)
     return {"records": len(seen), "duplicates": duplicates, "files": len(by_kernel), "unreadable": len(warnings)}
+
+
+def _by_kernel(records: Iterable[Record]) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for r in records:
+        out.setdefault(r.kernel, []).append(r)
+    return out
+
+
+def _write_sorted(path: Path, records: list[Record]) -> None:
+    """One kernel's file, sorted (row, measurements before winners, GPU model, config, time), written atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(r.line() + "\n" for r in sorted(records, key=_sort_key)), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def prune_database(directory: Path, stands: Callable[[Record], bool], *, dry_run: bool = False) -> dict[str, int]:
@@ -278,11 +287,8 @@ def prune_database(directory: Path, stands: Callable[[Record], bool], *, dry_run
     if db.warnings:  # rewriting would lose those lines for good
         raise DatabaseError(f"{db.warnings[0]}; {len(db.warnings)} unreadable line(s) in all: the database is left "
                             "as it is (forge-aot merge rewrites it without them)")
-    by_kernel: dict[str, list[Record]] = {}
-    for r in db.records:
-        by_kernel.setdefault(r.kernel, []).append(r)
     dropped: dict[str, int] = {}
-    for kernel, records in sorted(by_kernel.items()):
+    for kernel, records in sorted(_by_kernel(db.records).items()):
         kept = [r for r in records if stands(r)]
         if len(kept) == len(records):
             continue
@@ -290,12 +296,10 @@ def prune_database(directory: Path, stands: Callable[[Record], bool], *, dry_run
         if dry_run:
             continue
         path = db.path_for(kernel)
-        if not kept:
+        if kept:
+            _write_sorted(path, kept)
+        else:
             path.unlink()
-            continue
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(r.line() + "\n" for r in sorted(kept, key=_sort_key)), encoding="utf-8")
-        os.replace(tmp, path)
     return dropped
 
 
