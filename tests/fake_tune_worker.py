@@ -3,7 +3,9 @@
 "times" configs with a formula instead of running them. Planted configs behave like the real planted kernels of
 tests/fixtures/tune: ``MODE = 1`` gives a wrong result, ``MODE = 2`` kills the process (an illegal address),
 ``MODE = 3`` hangs. ``FAKE_TUNE_LOG`` names a file that gets one line per command and candidate;
-``FAKE_TUNE_DELAY`` seconds are slept per timed candidate (to kill a run in the middle)."""
+``FAKE_TUNE_DELAY`` seconds are slept per timed candidate (to kill a run in the middle); candidates whose id
+contains ``FAKE_TUNE_FAIL`` fail their probe as a harness error would; ``FAKE_TUNE_REVERSE`` reverses the order of
+a row's first interleaved rounds."""
 
 from __future__ import annotations
 
@@ -78,6 +80,11 @@ def main() -> None:
                     os._exit(3)  # an illegal address ends the process
                 if mode == 3:
                     time.sleep(3600)
+                if op == "probe" and os.environ.get("FAKE_TUNE_FAIL") and os.environ["FAKE_TUNE_FAIL"] in cand["cid"]:
+                    # a harness error (the timer or the inputs raised), not a verdict on the config
+                    emit({"event": "result", "cid": cand["cid"], "status": "failed",
+                          "error": "AttributeError: 'NoneType' object has no attribute 'untyped_storage'"})
+                    continue
                 if op == "probe":
                     shared = max(b["shared"] for b in cand["binaries"].values())
                     attrs = {"shared": shared, "regs": 32, "local_bytes": 0, "occupancy": 8,
@@ -96,8 +103,16 @@ def main() -> None:
                     emit({"event": "result", "cid": cand["cid"], "status": "ok", "time": s})
             emit({"event": "done"})
         elif op == "interleave":
-            emit({"event": "interleaved", "results": {c["cid"]: stats(fake_ms(c, item["key"]), 3)
-                                                       for c in cmd["candidates"]}})
+            # FAKE_TUNE_REVERSE: the first interleaved rounds put the first pass's order upside down (noise that a
+            # few rounds cannot tell from a difference); rounds asked for after that time the configs as they are.
+            reverse = bool(os.environ.get("FAKE_TUNE_REVERSE")) and not item.get("_interleaved")
+            item["_interleaved"] = True
+            log(f"interleave-rounds {cmd['rounds']} {len(cmd['candidates'])}")
+            times = {c["cid"]: fake_ms(c, item["key"]) for c in cmd["candidates"]}
+            if reverse:
+                times = {cid: 1.0 / ms * 1e-6 for cid, ms in times.items()}
+            emit({"event": "interleaved", "rounds": {cid: [ms] * cmd["rounds"] for cid, ms in times.items()},
+                  "modes": {cid: stats(ms)["mode"] for cid, ms in times.items()}})
         elif op == "verify":
             emit({"event": "verified", "cid": cmd["candidate"]["cid"], "rel_err": 1e-7, "ok": True})
 

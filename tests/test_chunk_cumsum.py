@@ -135,3 +135,32 @@ def test_a_chunk_size_that_was_not_built_is_named(realworld, jit) -> None:
     dt, A, dt_bias = jit.make_inputs(1, 500, 8, torch.float32, "cuda")
     with pytest.raises(ValueError, match=r"BLOCK_SIZE_CHUNK=128 was not built"):
         realworld._chunk_cumsum_fwd(dt, A, 128, dt_bias=dt_bias, dt_softplus=True)
+
+
+@pytest.mark.gpu
+def test_forge_aot_tune_tunes_every_row_the_bias_passed_as_none_too(tmp_path) -> None:
+    """``forge-aot tune --kernel chunk_cumsum`` on a copy of the fixture project without its chunk_cumsum results:
+    every row gets a verified winner, the no-bias rows too (their bias pointer is None; the first H100 run failed
+    every candidate of those rows where the timer moved the pointer arguments' memory: session 25, r2)."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    project = tmp_path / "realworld"
+    shutil.copytree(REALWORLD, project, ignore=shutil.ignore_patterns("build", "__pycache__", "chunk_cumsum.jsonl"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("FORGE_AOT_TUNE_WORKER", None)
+    result = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--kernel", "chunk_cumsum",
+                             "--no-report"], cwd=project, env=env, capture_output=True, text=True, timeout=500)
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = [json.loads(line) for line in (project / "tuning" / "chunk_cumsum.jsonl").read_text().splitlines()]
+    winners = [r for r in records if r["kind"] == "winner"]
+    assert {(w["variant"]["HAS_DT_BIAS"], w["variant"]["T"]) for w in winners} == {
+        (bias, t) for bias in (True, False) for t in ("bf16", "fp32", "fp16")}, result.stdout
+    for w in winners:
+        assert w["verified"]["rel_err"] <= w["verified"]["tolerance"]
+    assert not [r for r in records if r["kind"] == "measurement" and r["status"] == "failed"]

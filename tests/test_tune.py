@@ -161,6 +161,29 @@ def test_a_late_host_does_not_turn_short_kernels_into_event_timings() -> None:
     assert stats["short"].median_ms == 0.002 and stats["long"].median_ms == 0.05
 
 
+def test_a_reversal_is_detected_and_decided_on_the_pooled_rounds() -> None:
+    """Seen on the H100 (session 24, r8): the first pass put b 4 % ahead of a, three interleaved rounds put a 1 %
+    ahead, and three later judgements confirmed b. Where the rounds reverse the leader, more rounds are taken and
+    the winner is decided on all of them, the first pass counted as one more round where it was timed alike."""
+    from forge_aot.tune.timing import decide, leader, reversed_by_rounds
+
+    first = {"a": summarize([28.69e-3], "graph"), "b": summarize([27.52e-3], "graph"),
+             "c": summarize([27.9e-3], "events")}
+    rounds = {"a": [28.7e-3, 28.8e-3, 28.75e-3], "b": [29.4e-3, 28.9e-3, 29.06e-3], "c": [30e-3, 30e-3, 30e-3]}
+    assert reversed_by_rounds(first, rounds, ["b", "c", "a"])
+    assert not reversed_by_rounds(first, {**rounds, "b": [28.0e-3] * 3}, ["b", "c", "a"])
+    # six more rounds in which b is ahead again: pooled, b leads (its first pass counts too)
+    pooled = {"a": rounds["a"] + [28.7e-3] * 6, "b": rounds["b"] + [27.6e-3] * 6, "c": rounds["c"] + [30e-3] * 6}
+    modes = {"a": "graph", "b": "graph", "c": "graph"}
+    final = decide(first, pooled, modes)
+    assert leader({c: s.median_ms for c, s in final.items()}, ["b", "c", "a"]) == "b"
+    assert final["a"].n == final["b"].n == 10 and final["c"].n == 9  # c's first pass was an events timing
+    # an early exit is no measurement of the median; ties go to the first listed
+    assert decide({"a": TimingStats(1.0, 1.0, 1.0, 1.0, 1.0, 3, "graph", True)}, {"a": [2.0]}, {"a": "graph"})[
+        "a"].n == 1
+    assert leader({"x": 1.0, "y": 1.0}, ["y", "x"]) == "y" and leader({}, ["x"]) is None
+
+
 def test_statistics() -> None:
     s = summarize([5.0, 1.0, 3.0, 2.0, 4.0], "events")
     assert (s.median_ms, s.min_ms, s.max_ms, s.n) == (3.0, 1.0, 5.0, 5)
@@ -491,7 +514,8 @@ def test_candidates_honour_constraints_and_the_decorators_prune_hook() -> None:
         assert call.spec in {b.spec for b in item.binaries(item.candidates[0])} and "1" in call.spec
     # norms choose their block at the call site: nothing to tune, and no item
     all_items = make_items(plan, notes=notes)
-    assert {i.entry.kernel for i in all_items} == {"attention", "attention_tma", "matmul", "matmul_tma_host", "total"}
+    assert {i.entry.kernel for i in all_items} == {"attention", "attention_tma", "chunk_cumsum", "matmul",
+                                                   "matmul_tma_host", "total"}
 
 
 def test_shards_split_the_rows() -> None:
@@ -632,7 +656,7 @@ def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp
     # a winner decided under older timing rules, or named from finalists timed in two modes (an event timing
     # against a graph replay), is decided again: its finalists re-measured interleaved, no candidate timed
     # again, the other rows left alone
-    from forge_aot.tune.timing import TIMING_RULES
+    from forge_aot.tune.timing import EXTRA_ROUNDS, INTERLEAVE_ROUNDS, TIMING_RULES
 
     for n, stale_extra in ((65536, "mixed modes"), (1000003, "older rules")):
         (stale,) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": n})
@@ -649,19 +673,59 @@ def test_pipeline_survives_a_crash_records_everything_and_resumes(sim: Path, tmp
         db.append(Record(**{**vars(stale), "extra": extra}))
         db.close()
         before = len(_log(sim))
+        # the second re-decision's first interleaved rounds reverse the first pass's order: more rounds are
+        # taken, and the pooled evidence names the first pass's leader, the config that is really fastest
+        monkeypatch.setenv("FAKE_TUNE_REVERSE", "1" if stale_extra == "older rules" else "")
         redo = tune(sim / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir))
         assert sorted((i.key["n"], i.status) for i in redo.items) == sorted(
             [(n, "tuned"), (65536 + 1000003 - n, "up to date")])
         assert not [line for line in _log(sim)[before:] if line.startswith("time-candidate")]
-        assert [line for line in _log(sim)[before:] if line.startswith("interleave")]
+        asked = [line.split()[1] for line in _log(sim)[before:] if line.startswith("interleave-rounds")]
+        (item,) = [i for i in redo.items if i.key["n"] == n]
         (*_, latest) = TuningDatabase(sim / "tuning").select(kind="winner", key={"n": n})
         assert len({s["mode"] for s in latest.extra["finalists"].values()}) == 1
         assert latest.extra["timing_rules"] == TIMING_RULES
+        assert latest.config_id == stale.config_id
+        if stale_extra == "older rules":
+            assert asked == [str(INTERLEAVE_ROUNDS), str(EXTRA_ROUNDS)], asked
+            assert any("reversed the first pass's leader" in note for note in item.notes), item.notes
+            assert {len(r) for r in latest.extra["rounds"].values()} == {INTERLEAVE_ROUNDS + EXTRA_ROUNDS}
+        else:
+            assert asked == [str(INTERLEAVE_ROUNDS)], asked
+            assert {len(r) for r in latest.extra["rounds"].values()} == {INTERLEAVE_ROUNDS}
     # the build takes the winners: tuned rows for the simulated GPU model, aliased in sm_90's default table
     result = CliRunner().invoke(main, ["build", "--manifest", str(sim / "kernel_manifest.toml"), "-q", "-j", "2",
                                        "--target", "sm_90", "--build-dir", str(build_dir / "build")])
     assert result.exit_code == 0, result.output
     assert "sm_90: 2 table rows tuned (Simulated H100), 2 aliased, 3 untuned" in result.output
+
+
+@pytest.mark.slow
+def test_candidates_that_failed_in_the_harness_are_measured_again(sim: Path, tmp_path_factory,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 25 on the H100: every candidate of the rows whose bias pointer is None raised in the timer, so the
+    rows had no winner. A row without a winner is tuned again by the next run, and there its candidates that
+    raised in the worker (``failed``: no verdict on the config) are probed again; wrong and crashed configs are
+    verdicts and stay as recorded."""
+    from forge_aot.tune.runner import TuneOptions, tune
+
+    build_dir = tmp_path_factory.getbasetemp() / "tune-build"
+    options = TuneOptions(kernels=("scale",), jobs=2, build_dir=build_dir)
+    monkeypatch.setenv("FAKE_TUNE_FAIL", "MODE0")  # every honest config raises: no winner
+    first = tune(sim / "kernel_manifest.toml", options)
+    assert [i.status for i in first.items] == ["failed", "failed"]
+    failed = {r.config_id for r in TuningDatabase(sim / "tuning").select(kind="measurement")
+              if r.status == "failed"}
+    assert len(failed) == 5 and all("MODE0" in c for c in failed)
+    monkeypatch.delenv("FAKE_TUNE_FAIL")
+    before = len(_log(sim))
+    again = tune(sim / "kernel_manifest.toml", options)
+    probed = [line.split()[-1] for line in _log(sim)[before:] if line.startswith("probe-candidate")]
+    # each of the two rows probes its five again, and nothing else: the wrong and the crashing config stay
+    assert sorted(probed) == sorted([*failed, *failed]), probed
+    assert [i.status for i in again.items] == ["tuned", "tuned"]
+    for w in TuningDatabase(sim / "tuning").select(kind="winner"):
+        assert w.config["MODE"] == 0
 
 
 @pytest.mark.slow

@@ -375,6 +375,8 @@ class Worker:
         storages: dict[int, Any] = {}
         for rec in records:
             for i in kernel.ptr_pos:
+                if rec.runtime[i] is None:  # an optional pointer passed as None (a null pointer): nothing to move
+                    continue
                 st = rec.runtime[i].untyped_storage()
                 storages.setdefault(st.data_ptr(), st)
         working = sum(st.nbytes() for st in storages.values())
@@ -394,6 +396,8 @@ class Worker:
             for rec in records:
                 values = list(rec.values)
                 for i in kernel.ptr_pos:
+                    if rec.runtime[i] is None:
+                        continue
                     base = rec.runtime[i].untyped_storage().data_ptr()
                     values[i] = moved[base] + (rec.values[i] - base)
                 one.append((rec, values))
@@ -468,9 +472,9 @@ class Worker:
         for cand in cands:
             _, records = self.run_op(cand, self.args)
             runs[cand["cid"]] = self.replay(records)
-        stats = self.timer.interleaved(runs, rounds)
+        medians, modes = self.timer.interleaved_rounds(runs, rounds)
         self.torch.cuda.synchronize()
-        self.emit({"event": "interleaved", "results": {cid: s.to_json() for cid, s in stats.items()}})
+        self.emit({"event": "interleaved", "rounds": medians, "modes": modes})
 
     def verify(self, cand: dict[str, Any], default: dict[str, Any], seed: int) -> None:
         """Re-run a candidate on fresh inputs and compare with the reference computed on them."""
@@ -520,7 +524,7 @@ def main() -> None:
                 worker.time(cmd["candidates"], cmd.get("best_ms"))
                 worker.emit({"event": "done"})
             elif op == "interleave":
-                worker.interleave(cmd["candidates"], int(cmd.get("rounds", 3)))
+                worker.interleave(cmd["candidates"], int(cmd["rounds"]))
             elif op == "verify":
                 worker.verify(cmd["candidate"], cmd["default"], int(cmd["seed"]))
             else:

@@ -5,7 +5,8 @@ SIGKILL loses at most the candidates in flight and the next run resumes where it
 
 - ``measurement``: one candidate config of one row (kernel × variant × key) on one GPU model: its status
   (``ok``, ``wrong``, ``failed``, ``crashed``, ``timeout``, ``pruned``), time statistics and what the binary
-  says (registers, local memory, occupancy);
+  says (registers, local memory, occupancy); a compiled candidate that ``failed`` (it raised in the worker)
+  is measured again by the next run;
 - ``winner``: the config chosen for the row after the finalists were re-measured interleaved and the winner
   verified on fresh inputs, with the untuned default's time beside it.
 

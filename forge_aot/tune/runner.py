@@ -39,7 +39,7 @@ from .bench_worker import RESULT_MARK
 from .candidates import TuneItem, make_items, static_prune
 from .database import Provenance, Record, TuningDatabase
 from .search import Candidate, Ceilings, SearchContext, make_strategy
-from .timing import TIMING_RULES, TimingStats
+from .timing import EXTRA_ROUNDS, INTERLEAVE_ROUNDS, TIMING_RULES, TimingStats, decide, reversed_by_rounds
 
 _T = TypeVar("_T")
 
@@ -534,6 +534,10 @@ class _Tuner:
                 results[c.id] = CandidateResult(c.id, "failed", error=self.compile_error(item, c)[-300:])
             else:
                 payloads[c.id] = p
+        # A compiled candidate recorded as ``failed`` raised in the worker (no verdict on the config, as wrong,
+        # crashed, timed out or pruned are): the failure may have been the inputs' or the tuner's, so it is probed
+        # again. (Session 25: every candidate of rows with a pointer passed as None had failed in the timer.)
+        known = {cid: r for cid, r in known.items() if r.status != "failed" or cid not in payloads}
         usable = [c for c in item.candidates if c.id in payloads]
         if not usable:
             res.status, res.candidates = "failed", list(results.values())
@@ -642,10 +646,25 @@ class _Tuner:
         runnable = default.id in probed_ok and default.id not in finalists
         measured = finalists + ([default.id] if runnable else [])
         final = {cid: ok[cid] for cid in finalists}
-        ev = timed("interleave", client.single,
-                   {"cmd": "interleave", "candidates": [payloads[c] for c in measured], "rounds": 3}, "interleaved")
-        if ev is not None:
-            final = {cid: TimingStats.from_json(s) for cid, s in ev["results"].items()}
+        rounds: dict[str, list[float]] = {}
+
+        def interleave(n: int) -> bool:
+            ev = timed("interleave", client.single,
+                       {"cmd": "interleave", "candidates": [payloads[c] for c in measured], "rounds": n},
+                       "interleaved")
+            if ev is not None:
+                for cid, meds in ev["rounds"].items():
+                    rounds.setdefault(cid, []).extend(meds)
+                modes.update(ev["modes"])
+            return ev is not None
+
+        modes: dict[str, str] = {}
+        if interleave(INTERLEAVE_ROUNDS):
+            if reversed_by_rounds(ok, rounds, finalists):
+                # The rounds and the first pass disagree on the leader: more evidence before a winner is named.
+                res.notes.append(f"the interleaved rounds reversed the first pass's leader: {EXTRA_ROUNDS} more")
+                interleave(EXTRA_ROUNDS)
+            final = decide(ok, rounds, modes)
         else:
             res.notes.append("the interleaved re-measurement failed; first-pass times decide")
         eligible = [cid for cid in final if cid in ok]
@@ -689,6 +708,7 @@ class _Tuner:
                                    "default": {"config_id": default.id, "median_ms": res.default_ms,
                                                "eligible": default.id in ok},
                                    "finalists": {cid: s.to_json() for cid, s in final.items()},
+                                   "rounds": {cid: [round(m, 6) for m in r] for cid, r in rounds.items()},
                                    "search": {"strategy": strategy.name, "benchmarked": outcome.benchmarked,
                                               "space": item.space, "candidates": len(item.candidates),
                                               "candidates_sha256": _candidates_sha256(item)},
