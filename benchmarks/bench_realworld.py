@@ -309,7 +309,7 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": lambda x=x: dev["seeded_dropout"](x, 0.5, 1234),
             "jit": lambda x=x: jit["dropout"].seeded_dropout(x, 0.5, 1234),
             "torch": lambda x=x: F.dropout(x, 0.5)})
-    # Mamba-2's chunk cumsum (autotuned over the head block; the wheel untuned: the first config)
+    # Mamba-2's chunk cumsum (autotuned over the head block; the wheel's rows tuned by forge-aot tune)
     for batch, seqlen, nheads in ((8, 4096, 80), (1, 1000, 24)):
         dt, A, dt_bias = jit["chunk_cumsum"].make_inputs(batch, seqlen, nheads, torch.bfloat16, "cuda")
         cases[f"chunk_cumsum {batch}x{seqlen}x{nheads}"] = (batch * seqlen * nheads * (2 + 8), "B", {
@@ -318,6 +318,22 @@ def _cases(torch, F, wheel, dev, jit):
             "jit": lambda d=dt, a=A, b=dt_bias: jit["chunk_cumsum"]._chunk_cumsum_fwd(d, a, 256, dt_bias=b,
                                                                                     dt_softplus=True),
             "torch": lambda d=dt, a=A, b=dt_bias: _torch_chunk_cumsum(d, a, 256, b)})
+    # A first-order linear recurrence in accelerated-scan's style (tl.associative_scan, enable_fp_fusion=False),
+    # forward and forward + backward; torch has no scan to compare with (its loop over T is not a contender).
+    for b, c, t in ((4, 256, 4096), (16, 1024, 2048)):
+        gates, values = jit["linear_scan"].make_inputs(b, c, t, torch.bfloat16, "cuda")
+        cases[f"linear_scan fwd {b}x{c}x{t}"] = (3 * gates.numel() * 2, "B", {
+            "forge-aot": lambda g=gates, v=values: wheel.linear_scan(g, v),
+            "jit-same": lambda g=gates, v=values: dev["linear_scan"](g, v),
+            "jit": lambda g=gates, v=values: jit["linear_scan"].linear_scan(g, v)})
+        gg, vg, dh = gates.clone().requires_grad_(), values.clone().requires_grad_(), torch.randn_like(values)
+
+        def scan_fb(fn, gg=gg, vg=vg, dh=dh):
+            return lambda: fn(gg, vg).backward(dh)
+
+        cases[f"linear_scan fwd+bwd {b}x{c}x{t}"] = (None, None, {
+            "forge-aot": scan_fb(wheel.linear_scan), "jit-same": scan_fb(dev["linear_scan"]),
+            "jit": scan_fb(jit["linear_scan"].linear_scan)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -351,7 +367,7 @@ def main() -> None:
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
-                                 "chunk_cumsum")}
+                                 "chunk_cumsum", "linear_scan")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

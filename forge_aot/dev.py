@@ -52,6 +52,7 @@ class JitBackend:
         constexprs = {k: host_dtype(v) for k, v in call.items()
                       if k not in rt.LAUNCH_OPTIONS or k in kernel.param_names}
         options = {"maxnreg": config.maxnreg} if config.maxnreg else {}
+        options.update({k: call[k] for k in rt.COMPILE_OPTIONS if k in call})  # enable_fp_fusion=False
         if SCRATCH_ALLOCATOR[0] is not None:
             # host code's triton.set_allocator reached the runtime's shim; Triton's JIT needs it too (it keeps
             # it per thread, so set it on every launch)

@@ -163,6 +163,8 @@ class CompileJob:
     divisible: tuple[int, ...]
     """Parameter indices given ``tt.divisibility = 16``."""
     timeout: float
+    options: tuple[tuple[str, Any], ...] = ()
+    """Compile options the variant was chosen with at the call site (``enable_fp_fusion=False``)."""
 
     @property
     def binary_stem(self) -> str:
@@ -173,7 +175,7 @@ class CompileJob:
             else {}
         # a launch option the kernel's @triton.heuristics compute is the binary's compile option, winning over the
         # config's as in Triton (Heuristics.run sets it in the kwargs its JIT function receives)
-        options = {n: v for n, v in self.binary.heur if n in HEURISTIC_OPTIONS}
+        options = {**dict(self.options), **{n: v for n, v in self.binary.heur if n in HEURISTIC_OPTIONS}}
         if options:
             extra["options"] = options
         return {"kernel": self.kernel, "function": self.function, "source": self.source, "variant": self.variant,
@@ -556,7 +558,8 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             raise _error(loaded, f"{at}.constexprs.{n}", f"'{n}' is computed by the kernel's @triton.heuristics")
     # Launch options the host code passes select binaries, like call-site constexprs.
     launches = [s for s in src.launches if s.kernel == func]
-    passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages")}
+    passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages",
+                                                                          *rt.COMPILE_OPTIONS)}
     if any(s.star_args for s in launches):  # ``**config`` (vLLM's tuned-config dicts) may carry either
         passed_options |= {"num_warps", "num_stages"}
     launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
@@ -1113,8 +1116,9 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         source = kp.source.relative_to(plan.loaded.root).as_posix()
     except ValueError:
         source = str(kp.source)
+    options = tuple((o, entry.assignment[o]) for o in rt.COMPILE_OPTIONS if o in entry.assignment)
     return CompileJob(entry.kernel, kp.function, source, entry.variant, entry.target, config, binary, signature,
-                      constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout)
+                      constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout, options)
 
 
 def plan_summary(plan: BuildPlan) -> dict[str, Any]:

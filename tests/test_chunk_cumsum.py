@@ -150,8 +150,10 @@ def test_forge_aot_tune_tunes_every_row_the_bias_passed_as_none_too(tmp_path) ->
 
     from tests.conftest import REPO
 
-    project = tmp_path / "realworld"
-    shutil.copytree(REALWORLD, project, ignore=shutil.ignore_patterns("build", "__pycache__", "chunk_cumsum.jsonl"))
+    # the whole fixtures tree: the project's manifest names a kernel file beside it (../kernels)
+    shutil.copytree(REALWORLD.parent, tmp_path / "fixtures",
+                    ignore=shutil.ignore_patterns("build", "__pycache__", "chunk_cumsum.jsonl"))
+    project = tmp_path / "fixtures" / REALWORLD.name
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop("FORGE_AOT_TUNE_WORKER", None)
     result = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--kernel", "chunk_cumsum",
@@ -159,8 +161,9 @@ def test_forge_aot_tune_tunes_every_row_the_bias_passed_as_none_too(tmp_path) ->
     assert result.returncode == 0, result.stdout + result.stderr
     records = [json.loads(line) for line in (project / "tuning" / "chunk_cumsum.jsonl").read_text().splitlines()]
     winners = [r for r in records if r["kind"] == "winner"]
-    assert {(w["variant"]["HAS_DT_BIAS"], w["variant"]["T"]) for w in winners} == {
-        (bias, t) for bias in (True, False) for t in ("bf16", "fp32", "fp16")}, result.stdout
+    variants = [dict(part.split("=") for part in w["variant"].split(",")) for w in winners]  # "T=bf16,..."
+    assert {(v["HAS_DT_BIAS"], v["T"]) for v in variants} == {
+        (bias, t) for bias in ("True", "False") for t in ("bf16", "fp32", "fp16")}, result.stdout
     for w in winners:
         assert w["verified"]["rel_err"] <= w["verified"]["tolerance"]
     assert not [r for r in records if r["kind"] == "measurement" and r["status"] == "failed"]

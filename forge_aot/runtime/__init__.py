@@ -86,6 +86,7 @@ _EXPORTS = {
     "HEURISTICS_HOOK": "tables",
     "LAUNCH_DEFAULTS": "tables",
     "LAUNCH_OPTIONS": "tables",
+    "COMPILE_OPTIONS": "tables",
     "LAUNCH_FLAGS": "tables",
     "launch_attrs": "tables",
     "SPEC_DIV16": "tables",

@@ -16,9 +16,11 @@ if TYPE_CHECKING:
 _MAX_CACHED_KEYS = 4096
 
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
-"""Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``)."""
-LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None}
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
+"""Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``); ``COMPILE_OPTIONS`` among them
+only change how a binary is compiled (accelerated-scan passes ``enable_fp_fusion=False``: no contracted FMA)."""
+COMPILE_OPTIONS = ("enable_fp_fusion",)
+LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True}
 """Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
 LAUNCH_FLAGS = ("launch_pdl", "launch_cooperative_grid")
 """Launch attributes a call may ask for, set as Triton 3.6's launcher does (``cuLaunchKernelEx``): programmatic
@@ -45,11 +47,9 @@ def launch_attrs(call: dict[str, Any]) -> int:
 
 
 def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
-    """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``.
-
+    """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``:
     ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then
-    call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none.
-    """
+    call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none."""
     return ",".join(f"{name}={assignment[name]}" for name in axes) or "base"
 
 
