@@ -195,11 +195,27 @@ def test_a_launch_asking_for_fusion_is_named_before_it_runs(realworld) -> None:
 
 
 @pytest.mark.gpu
-def test_the_custom_op_under_torch_compile(realworld, jit) -> None:
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_training_step_under_torch_compile(realworld, jit, dtype) -> None:
+    """torch.compile(fullgraph=True) over forward and backward: the custom op in the forward graph, its manifest
+    autograd's linear_scan_grad in the backward graph; the same kernels as eager, so the same bits."""
     import torch
 
-    gates, values = jit.make_inputs(2, 64, 300, torch.bfloat16, "cuda", seed=1)
-    eager = realworld.linear_scan(gates, values)
-    compiled = torch.compile(lambda g, v: realworld.linear_scan(g, v) * 2, fullgraph=True)
-    assert torch.equal(compiled(gates, values), eager * 2)
-    assert torch.equal(torch.ops.forge_realworld.linear_scan(gates, values), eager)
+    gates, values = jit.make_inputs(2, 64, 300, torch_dtype(dtype), "cuda", seed=1)
+    d_out = torch.randn_like(values)
+
+    def step(fn):
+        g, v = gates.clone().requires_grad_(), values.clone().requires_grad_()
+        out = fn(g, v)
+        out.backward(d_out)
+        return out.detach(), g.grad, v.grad
+
+    eager = step(realworld.linear_scan)
+    compiled = step(torch.compile(lambda g, v: realworld.linear_scan(g, v) * 2, fullgraph=True))
+    assert torch.equal(compiled[0], eager[0] * 2)
+    assert torch.equal(compiled[1], step(lambda g, v: realworld.linear_scan(g, v) * 2)[1])
+    ref = _reference(gates, values, d_out)
+    assert _rel(eager[1], ref[2]) <= TOLERANCE[dtype] and _rel(eager[2], ref[1]) <= TOLERANCE[dtype]
+    assert torch.equal(torch.ops.forge_realworld.linear_scan(gates, values), eager[0])
+    d_gates, d_values = torch.ops.forge_realworld.linear_scan_grad(gates, eager[0], d_out)
+    assert torch.equal(d_gates, eager[1]) and torch.equal(d_values, eager[2])
