@@ -36,7 +36,7 @@ def test_a_launch_attribute_the_loader_does_not_know_is_refused(tmp_path) -> Non
         'source = "k.py:k"\nops = ["op"]\nsignature = { x = "*fp32" }\nexamples = "examples"\n')
     with pytest.raises(SourceError, match=r"passes launch_sideways= to k, which has no such parameter or launch "
                                           r"option \(accepted: x, B, num_warps, num_stages, num_ctas, maxnreg, "
-                                          r"launch_pdl, launch_cooperative_grid\)"):
+                                          r"enable_fp_fusion, launch_pdl, launch_cooperative_grid\)"):
         make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
 
 
