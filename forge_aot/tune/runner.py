@@ -647,6 +647,7 @@ class _Tuner:
         measured = finalists + ([default.id] if runnable else [])
         final = {cid: ok[cid] for cid in finalists}
         rounds: dict[str, list[float]] = {}
+        modes: dict[str, str] = {}
 
         def interleave(n: int) -> bool:
             ev = timed("interleave", client.single,
@@ -658,7 +659,6 @@ class _Tuner:
                 modes.update(ev["modes"])
             return ev is not None
 
-        modes: dict[str, str] = {}
         if interleave(INTERLEAVE_ROUNDS):
             if reversed_by_rounds(ok, rounds, finalists):
                 # The rounds and the first pass disagree on the leader: more evidence before a winner is named.
