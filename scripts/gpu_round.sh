@@ -3,6 +3,8 @@
 # through them, then the benchmarks. Logs and JSON go to ${OUT:-gpu-round}.
 #   STEPS="tests bench-realworld bench-realworld-graph bench-kernels bench-launch cold-start build"
 #   (default: all but build and bench-realworld-graph; STEPS="" installs only)
+#   TESTS: the test files of the tests step (default: tests). The whole GPU suite took about 10 minutes on the H100
+#   in session 25, more than one device call may run: split it, TESTS="$(ls tests/test_[a-l]*.py)", then [m-z].
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
 STEPS=${STEPS-"tests bench-realworld bench-kernels bench-launch cold-start"}
@@ -22,7 +24,7 @@ for step in $STEPS; do
     build)  # the build works offline on the GPU machine too; compare with the wheel built on the CPU machine
       python3 -m forge_aot.cli build --out "$OUT/dist-device" --build-dir /tmp/forge-build -q 2>&1 | tail -3 | tee "$OUT/build.txt"
       sha256sum dist/*.whl "$OUT"/dist-device/*.whl | tee -a "$OUT/build.txt" ;;
-    tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 \
+    tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-realworld-graph) python3 benchmarks/bench_realworld.py --mode graph --only "${ONLY:-}" --rounds ${ROUNDS:-5} \
