@@ -335,7 +335,9 @@ def _is_wrapper(dec: ast.expr, wrappers: frozenset[str]) -> bool:
     return text in wrappers or text.rpartition(".")[2] in wrappers
 
 
-def _params(fn: ast.FunctionDef) -> list[KernelParam]:
+def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> list[KernelParam]:
+    """The kernel's parameters; a default that names a module constant (``BLOCK: tl.constexpr = BLOCK_DEFAULT``)
+    takes its value from ``constants``, as Python binds it when the ``def`` runs."""
     args = fn.args
     positional = [*args.posonlyargs, *args.args]
     defaults: list[Any] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -351,7 +353,8 @@ def _params(fn: ast.FunctionDef) -> list[KernelParam]:
             try:
                 value = ast.literal_eval(d)
             except ValueError:
-                has_default = False
+                has_default = isinstance(d, ast.Name) and d.id in (constants or {})
+                value = (constants or {}).get(d.id) if isinstance(d, ast.Name) else None
                 # ``ACC_TYPE: tl.constexpr = tl.float32``: a Triton element type, as host code would pass it
                 if isinstance(d, ast.Attribute) and d.attr in HOST_DTYPES \
                         and ast.unparse(d.value) in ("tl", "language", "triton.language"):
@@ -396,6 +399,35 @@ def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
                 and n.attr not in helpers and id(n) not in driver and id(n) not in element_types:
             return True
     return False
+
+
+def _constexpr_value(stmt: ast.stmt, triton_names: set[str]) -> tuple[str, ast.expr] | None:
+    """``NAME = tl.constexpr(value)`` (how Triton lets kernels read a global) or ``NAME: tl.constexpr = value``
+    at the top level: (NAME, value)."""
+    def is_constexpr(e: ast.expr) -> bool:
+        return ast.unparse(e).rpartition(".")[2] == "constexpr" and _uses_triton(e, triton_names)
+
+    if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None \
+            and is_constexpr(stmt.annotation):
+        return stmt.target.id, stmt.value
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Call) and is_constexpr(stmt.value.func) \
+            and len(stmt.value.args) == 1 and not stmt.value.keywords:
+        return stmt.targets[0].id, stmt.value.args[0]
+    return None
+
+
+def _constexpr_globals(rest: list[ast.stmt], triton_names: set[str],
+                       element_types: frozenset[int]) -> dict[int, tuple[str, ast.expr]]:
+    """The top-level constexpr globals (``_constexpr_value``) whose value needs no Triton, by statement id: kernels
+    read them as constexprs, host code as plain values (vLLM-style block sizes shared by a kernel and its grid),
+    so the host module keeps them as ``NAME = value`` and needs no Triton for them."""
+    out = {}
+    for stmt in rest:
+        found = _constexpr_value(stmt, triton_names)
+        if found and not _uses_triton(found[1], triton_names, element_types=element_types):
+            out[id(stmt)] = found
+    return out
 
 
 def _language_aliases(tree: ast.Module) -> set[str]:
@@ -495,7 +527,17 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     blanked: list[ast.stmt] = []
     host_imports: list[ast.stmt] = []
     rest: list[ast.stmt] = []
+    constants: dict[str, Any] = {}  # top-level ``NAME = literal`` (or ``tl.constexpr(literal)``) bound so far
     for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            found = _constexpr_value(stmt, triton_names)
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    try:
+                        constants[t.id] = ast.literal_eval(found[1] if found else stmt.value)
+                    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                        constants.pop(t.id, None)
         decorators = None
         if isinstance(stmt, ast.FunctionDef):
             try:
@@ -503,7 +545,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             except SourceError as exc:
                 raise SourceError(f"{path}:{exc}") from None
         if decorators is not None:
-            params = _params(stmt)  # type: ignore[arg-type]
+            params = _params(stmt, constants)  # type: ignore[arg-type]
             kernels[stmt.name] = KernelSource(  # type: ignore[union-attr]
                 stmt.name, stmt.lineno, params, tuple(k for k, _ in decorators),  # type: ignore[union-attr]
                 _do_not_specialize(stmt, decorators[-1][1], params))  # type: ignore[arg-type]
@@ -524,7 +566,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # kernel side when no host code reaches them: a config-list function used by a decorator, say.
     # (A definition that asks Triton's driver counts too: the runtime answers for it, but host code that nothing
     # shipped reaches, like a decorator's ``is_cuda()``, stays out of the wheel.)
-    direct = {id(s) for s in rest if _uses_triton(s, triton_names, element_types=element_types)}
+    constexpr_globals = _constexpr_globals(rest, triton_names, element_types)
+    direct = {id(s) for s in rest if id(s) not in constexpr_globals
+              and _uses_triton(s, triton_names, element_types=element_types)}
     triton_side = set(direct)
     changed = True
     while changed:
@@ -534,8 +578,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             if id(stmt) not in triton_side and _names_in(stmt) & defined:
                 triton_side.add(id(stmt))
                 changed = True
-    triton_side |= {id(s) for s in rest if _uses_triton(s, triton_names, driver_ok=False,
-                                                        element_types=element_types)}
+    triton_side |= {id(s) for s in rest if id(s) not in constexpr_globals
+                    and _uses_triton(s, triton_names, driver_ok=False, element_types=element_types)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
     if helper and ops is None:
         ops = set(by_name)  # a module imported whole: every definition is host code
@@ -576,7 +620,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     function_lines: dict[str, tuple[int, int]] = {}
     names_used: dict[str, frozenset[str]] = {}
     launches: list[LaunchSite] = []
-    checked: list[tuple[ast.AST, str]] = [(s, "") for s in host] + [(_heuristics_values(d), n) for n, d in heuristics]
+    checked: list[tuple[ast.AST, str]] = [(constexpr_globals[id(s)][1] if id(s) in constexpr_globals else s, "")
+                                          for s in host] + [(_heuristics_values(d), n) for n, d in heuristics]
     for node_root, _ in checked:
         driver = _driver_attributes(node_root)
         for node in ast.walk(node_root):
@@ -625,6 +670,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}
     _torch_library_rewrites(host, lines)
+    for stmt in host:  # ``NAME: tl.constexpr = value`` → ``NAME = value``: no Triton where the host module runs
+        if id(stmt) in constexpr_globals:
+            name, value = constexpr_globals[id(stmt)]
+            _replace_statement(lines, stmt, f"{name} = {ast.unparse(value)}")
     # ``import triton.language as tl`` where host code reads ``tl.bfloat16``: the runtime's element types.
     host_aliases = {n.id for stmt in host for n in ast.walk(stmt) if isinstance(n, ast.Name) and id(n) in element_types}
     for stmt in blanked:
