@@ -68,8 +68,15 @@ def _merge(types: set[str]) -> str | None:
     return f"{base}?" if optional else base
 
 
-Call = tuple[tuple[Any, ...], dict[str, Any], Any]
-"""One traced call of an op: positional arguments, keyword arguments, result."""
+Call = tuple[Any, ...]
+"""One traced call of an op: positional arguments, keyword arguments, result[, the tensors its kernel launches
+may write (``Tracer._written``)]."""
+
+
+def _storage(t: Any) -> int:
+    """The identity of a tensor's storage (its views share it), on any device, meta included."""
+    st = t.untyped_storage()
+    return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
 
 def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str]:
@@ -78,20 +85,20 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
 
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
-        if any(a.alias_info is not None and a.alias_info.is_write for a in declared.arguments):
-            return None, "its torch.library.custom_op writes its arguments (mutates_args)"
         text = str(declared)
         return text[text.index("("):], "from its @torch.library.custom_op"
-    try:
-        return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations"
-    except Exception:  # annotations missing or not schema types: try the traced calls
-        pass
+    sig = inspect.signature(fn)
+    written = _written_arguments(sig, calls)
+    if not written:
+        try:
+            return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations"
+        except Exception:  # annotations missing or not schema types: try the traced calls
+            pass
     if not calls:
         return None, "no type annotations and no examples call it"
-    sig = inspect.signature(fn)
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     results: set[str] = set()
-    for args, kwargs, result in calls:
+    for args, kwargs, result, *_ in calls:
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as exc:
@@ -102,6 +109,9 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             if t is None:
                 return None, f"argument {name} is a {type(value).__name__}, not a schema type"
             seen[name].add(t)
+        if result is None and written:  # vLLM's style: the caller's out tensors written, nothing returned
+            results.add("()")
+            continue
         flat = result if isinstance(result, tuple) else (result,)
         inputs = [id(v) for v in bound.arguments.values()]
         if any(id(r) in inputs for r in flat):
@@ -115,6 +125,8 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             return None, "it takes *args or **kwargs"
         t = _merge(seen[name])
+        if t is not None and name in written:  # Tensor(a!): the op writes it (torch.compile functionalizes)
+            t = t.replace("Tensor", f"Tensor({chr(ord('a') + written.index(name))}!)")
         if t is None and seen[name] == {"None"}:
             return None, (f"argument {name} is None in every traced call, so its type is unknown: annotate it, or "
                           "pass a value in the examples")
@@ -128,4 +140,20 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             params.append(f"{t} {name}={_default(p.default)}")
     if len(results) != 1:
         return None, f"it returns several kinds of results: {sorted(results)}"
-    return f"({', '.join(params)}) -> {results.pop()}", "from the traced examples"
+    how = f"from the traced examples; writes {', '.join(written)}" if written else "from the traced examples"
+    return f"({', '.join(params)}) -> {results.pop()}", how
+
+
+def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:
+    """The tensor arguments, in parameter order, whose memory a traced call's kernels may write."""
+    names: set[str] = set()
+    for args, kwargs, _, *rest in calls:
+        writes = {_storage(t) for t in (rest[0] if rest else [])}
+        if not writes:
+            continue
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            continue
+        names |= {n for n, v in bound.arguments.items() if hasattr(v, "untyped_storage") and _storage(v) in writes}
+    return [n for n in sig.parameters if n in names]

@@ -16,6 +16,7 @@ evaluates the author's own lambdas with Triton's semantics.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,9 @@ class KernelSource:
     """``autotune``, ``heuristics`` and ``jit`` in source order (outermost first)."""
     do_not_specialize: tuple[str, ...] = ()
     """Parameters named in ``@triton.jit(do_not_specialize=...)`` (names or indices resolved to names)."""
+    writes: tuple[str, ...] = ()
+    """Parameters the kernel may write through (``tl.store``, atomics, a descriptor's ``store``; see
+    ``_written_params``): what makes an op that passes a tensor there mutate it."""
 
     @property
     def autotuned(self) -> bool:
@@ -383,6 +387,95 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+_POINTER_FUNCTIONS = ("make_block_ptr", "advance", "make_tensor_descriptor", "multiple_of", "max_contiguous",
+                      "max_constancy", "where", "cast", "broadcast_to", "reshape", "view", "expand_dims")
+"""``tl`` functions whose result may still point into the memory their arguments point into."""
+_PURE_BUILTINS = ("min", "max", "range", "len", "int", "float", "bool", "isinstance", "hasattr", "getattr", "print")
+"""Python functions a kernel may call (at compile time) that write through no pointer."""
+_WRITES = ("store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_xchg",
+           "atomic_xor", "scatter")
+
+
+def _written_params(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
+                    seen: frozenset[str] = frozenset()) -> set[int]:
+    """Positions of ``fn``'s parameters it may write through: a pointer (or block pointer, or descriptor) derived
+    from the parameter by assignments reaches the target of ``tl.store`` / ``tl.atomic_*``, a ``.store`` /
+    ``.atomic_*`` method, or an argument of a ``@triton.jit`` function of the file that writes that argument;
+    passed to any other function (a helper from another module) it counts as written. ``language``: the names
+    the file binds to ``triton.language``, whose other functions (loads, ``make_block_ptr``…) write nothing."""
+    return _pointer_flow(fn, jit_functions, language, seen)[0]
+
+
+def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
+                  seen: frozenset[str]) -> tuple[set[int], set[int]]:
+    """(the parameter positions ``fn`` may write through, those its return value may point into)."""
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+    taint: dict[str, set[int]] = {p: {i} for i, p in enumerate(params)}
+
+    def is_language(e: ast.expr) -> bool:
+        return (isinstance(e, ast.Name) and e.id in language) or ast.unparse(e).startswith("triton.language")
+
+    def helper(call: ast.Call) -> ast.FunctionDef | None:
+        callee = jit_functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        return callee if callee is not None and callee.name not in seen and callee is not fn else None
+
+    def by_position(call: ast.Call, callee: ast.FunctionDef, positions: set[int]) -> set[int]:
+        names = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args, *callee.args.kwonlyargs]]
+        out = set().union(*(sources(a) for i, a in enumerate(call.args) if i in positions))
+        return out | set().union(*(sources(k.value) for k in call.keywords
+                                   if k.arg in names and names.index(k.arg) in positions))
+
+    def sources(node: ast.AST | None) -> set[int]:
+        """The parameters an expression's value may point into: not through what a ``tl`` function computes
+        (a load gives values) except the functions that give pointers back, nor through a helper of the file
+        that returns none of its pointer arguments."""
+        if node is None:
+            return set()
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_language(node.func.value) \
+                and node.func.attr not in _POINTER_FUNCTIONS:
+            return set()
+        if isinstance(node, ast.Call) and (callee := helper(node)) is not None:
+            return by_position(node, callee, _pointer_flow(callee, jit_functions, language, seen | {fn.name})[1])
+        if isinstance(node, ast.Name):
+            return set(taint.get(node.id, ()))
+        return set().union(*(sources(child) for child in ast.iter_child_nodes(node)))
+
+    changed = True
+    while changed:  # what each local name may derive from, through assignments (loops: until nothing changes)
+        changed = False
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                src = sources(node.value) | (sources(node.target) if isinstance(node, ast.AugAssign) else set())
+                for name in set().union(*(_names_in(t) for t in targets)):
+                    if not src <= taint.setdefault(name, set()):
+                        taint[name] |= src
+                        changed = True
+    written: set[int] = set()
+    returned: set[int] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return):
+            returned |= sources(node.value)
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _WRITES:
+            if is_language(func.value):  # tl.store(pointer, ...)
+                target = node.args[0] if node.args else next((k.value for k in node.keywords
+                                                              if k.arg in ("pointer", "ptr")), None)
+                written |= sources(target)
+            else:  # desc.store(offsets, value), ptr.atomic_add(...)
+                written |= sources(func.value)
+        elif isinstance(func, ast.Attribute):
+            continue  # tl.load, tl.make_block_ptr, x.to(...), desc.load(...): they write nothing
+        elif (callee := helper(node)) is not None:
+            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language,
+                                                               seen | {fn.name})[0])
+        elif not (isinstance(func, ast.Name) and func.id in _PURE_BUILTINS):
+            written |= set().union(*(sources(a) for a in node.args), *(sources(k.value) for k in node.keywords))
+    return {i for i in written if i < len(params)}, {i for i in returned if i < len(params)}
+
+
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
                  element_types: frozenset[int] = frozenset()) -> bool:
     """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``, nor,
@@ -559,6 +652,11 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             rest.append(stmt)
     if not kernels and not helper:
         raise SourceError(f"{path}: no @triton.jit function found")
+    jit_functions = {k.name: k for k in kernel_stmts}
+    for k in kernel_stmts:
+        positions = _written_params(k, jit_functions, language_aliases)
+        kernels[k.name] = dataclasses.replace(kernels[k.name], writes=tuple(
+            p.name for i, p in enumerate(kernels[k.name].params) if i in positions))
     for name, dec in heuristics:
         if not isinstance(dec, ast.Call):
             raise SourceError(f"{path}:{dec.lineno}: @triton.heuristics of {name} needs its values")

@@ -231,13 +231,14 @@ class Tracer:
             def recorder(op: str, fn: Any, depth: list[int] = depth,
                          op_calls: dict[str, list[Any]] = op_calls) -> Any:
                 def call(*args: Any, **kwargs: Any) -> Any:
+                    before = {n: len(h.records) for n, h in self.handles.items()}
                     depth[0] += 1
                     try:
                         result = fn(*args, **kwargs)
                     finally:
                         depth[0] -= 1
                     if depth[0] == 0:  # the op as the examples call it, not as another op calls it
-                        op_calls[op].append((args, kwargs, result))
+                        op_calls[op].append((args, kwargs, result, self._written(before, modules)))
                     return result
                 return call
 
@@ -260,6 +261,24 @@ class Tracer:
         for name, handle in self.handles.items():
             out[name] = handle.records
             handle.records = []
+        return out
+
+    def _written(self, before: dict[str, int], modules: dict[str, dict[str, Any]]) -> list[Any]:
+        """The tensors the kernel launches recorded since ``before`` (record counts per handle) may write: those
+        passed where a kernel stores (``KernelSource.writes``), a host-side descriptor's tensor included."""
+        out = []
+        for name, handle in self.handles.items():
+            kp = self.kernels.get(name)
+            source = modules.get(kp.module, {}).get("source") if kp is not None else None
+            if source is None or kp.function not in source.kernels:
+                continue
+            writes = source.kernels[kp.function].writes
+            for record in handle.records[before.get(name, 0):]:
+                for param in writes:
+                    value = (record.named or {}).get(param)
+                    value = getattr(value, "base", value) if isinstance(value, rt.TensorDescriptor) else value
+                    if hasattr(value, "untyped_storage"):
+                        out.append(value)
         return out
 
     def trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:

@@ -107,3 +107,28 @@ def test_the_custom_op_under_torch_compile(realworld) -> None:
     compiled = torch.compile(lambda t: realworld.silu_and_mul(t) + 1, fullgraph=True)
     assert torch.equal(compiled(x), eager + 1)
     assert torch.equal(torch.ops.forge_realworld.silu_and_mul(x), eager)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_out_variant_writes_the_callers_tensor_eager_and_compiled(realworld, dtype) -> None:
+    """vLLM's convention, ``silu_and_mul_out(out, x)``: a mutating custom op (``Tensor(a!) out -> ()``); eager and
+    under torch.compile(fullgraph=True) the caller's ``out`` holds the result, equal to the functional op's."""
+    import torch
+
+    x = torch.randn(33, 2 * 11008, device="cuda", dtype=torch_dtype(dtype))
+    expected = realworld.silu_and_mul(x)
+    out = torch.full((33, 11008), float("nan"), device="cuda", dtype=x.dtype)
+    assert realworld.silu_and_mul_out(out, x) is None
+    assert torch.equal(out, expected)
+
+    def step(o, t):
+        realworld.silu_and_mul_out(o, t)
+        return o * 2
+
+    out2 = torch.full_like(out, float("nan"))
+    doubled = torch.compile(step, fullgraph=True)(out2, x)
+    assert torch.equal(out2, expected) and torch.equal(doubled, expected * 2)
+    out3 = torch.full_like(out, float("nan"))
+    torch.ops.forge_realworld.silu_and_mul_out(out3, x)
+    assert torch.equal(out3, expected)

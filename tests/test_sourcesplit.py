@@ -236,3 +236,46 @@ def test_host_code_reads_a_constexpr_global_as_its_value(tmp_path: Path, definit
     path.write_text(path.read_text().replace("(1024)", "(tl.arange(0, 4))").replace("= 1024", "= tl.arange(0, 4)"))
     with pytest.raises(SourceError, match="defined with Triton"):
         parse_source(path, {"op"})
+
+
+WRITES = """\
+import triton
+import triton.language as tl
+from mylib.jit_helpers import fancy_store
+
+
+@triton.jit
+def _store_through(ptr, value):
+    tl.store(ptr, value)
+
+
+@triton.jit
+def _read(ptr):
+    return tl.load(ptr)
+
+
+@triton.jit
+def k(out, x, acc, desc, lock, blk, other, n, stride, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    out += offs * stride                         # a pointer moved in place, then stored to
+    v = tl.load(x + offs) + _read(x)             # loads give values: x is only read
+    tl.store(out, v)
+    tl.atomic_add(acc, tl.sum(v, 0))
+    desc.store([0, 0], v)                        # a host-side tensor descriptor's store
+    _store_through(lock + 1, v)                  # a @triton.jit helper of the file that stores its argument
+    p = tl.make_block_ptr(blk, (n,), (1,), (0,), (BLOCK,), (0,))
+    tl.store(p, v)
+    fancy_store(other, v.to(tl.float16))         # a helper from elsewhere: counted as writing what it is given
+"""
+
+
+def test_the_parameters_a_kernel_writes_through(tmp_path: Path) -> None:
+    """What makes an op that passes a tensor there write it (its custom op's ``Tensor(a!)``): stores, atomics and
+    descriptor stores, through assignments, block pointers and the file's helpers; a helper from another module
+    may write whatever it is given; a loaded value is no pointer."""
+    path = tmp_path / "k.py"
+    path.write_text(WRITES)
+    src = parse_source(path)
+    pointers = {"out", "x", "acc", "desc", "lock", "blk", "other"}
+    assert set(src.kernels["k"].writes) & pointers == {"out", "acc", "desc", "lock", "blk", "other"}
+    assert src.kernels["_store_through"].writes == ("ptr",) and src.kernels["_read"].writes == ()

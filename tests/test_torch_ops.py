@@ -463,10 +463,51 @@ def test_a_torch_library_custom_op_keeps_its_schema_and_gets_the_packages_meta(t
         examples = "examples"
     '''))
     plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
-    assert plan.modules["scale"]["schemas"] == {"scale": "(Tensor x, float alpha) -> Tensor", "scale_": None}
-    assert "writes its arguments" in plan.modules["scale"]["schema_notes"]["scale_"]
+    # one that writes its argument (mutates_args) keeps that schema too: a mutating custom op (since session 25)
+    assert plan.modules["scale"]["schemas"] == {"scale": "(Tensor x, float alpha) -> Tensor",
+                                                "scale_": "(Tensor(a0!) x, float alpha) -> ()"}
     _ops(tmp_path / "kernel_manifest.toml", "forge_test_customop")
     with FakeTensorMode():
         y = torch.ops.forge_test_customop.scale(torch.empty(37, 5, device="cuda"), 3.0)
         assert y.shape == (37, 5) and y.device.type == "cuda"
-    assert not hasattr(torch.ops.forge_test_customop, "scale_")
+        assert torch.ops.forge_test_customop.scale_(torch.empty(37, 5, device="cuda"), 3.0) is None
+    assert torch.ops.forge_test_customop.scale_.default._schema.arguments[0].alias_info.is_write
+
+
+def test_an_op_that_writes_its_out_argument_is_a_mutating_custom_op() -> None:
+    """vLLM's calling convention, ``silu_and_mul_out(out, x)`` writing ``out`` and returning None: the traced
+    launches pass ``out`` where the kernel stores, so its schema marks ``out`` written (``Tensor(a!)``) and returns
+    ``()``; torch.compile(fullgraph=True) takes it as one op, functionalized (AOTAutograd's graph has it under
+    ``auto_functionalized`` and returns the written ``out`` for the copy back into the caller's tensor), and on
+    meta tensors the eager op and the compiled function run without a graph break."""
+    import torch
+
+    real = make_plan(load_manifest(FIXTURES / "realworld" / "kernel_manifest.toml"), ["sm_90"])
+    assert real.modules["silu_and_mul"]["schemas"]["silu_and_mul_out"] == "(Tensor(a!) out, Tensor x) -> ()"
+    assert real.modules["silu_and_mul"]["schema_notes"]["silu_and_mul_out"].endswith("writes out")
+    # the ops that return their outputs keep pure schemas: nothing they are given is written
+    assert real.modules["rms_norm"]["schemas"]["rms_norm"].startswith("(Tensor x, Tensor weight,")
+    _, ops = _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_mutating")
+    out = torch.empty(3, 1000, device="meta", dtype=torch.bfloat16)
+    x = torch.empty(3, 2000, device="meta", dtype=torch.bfloat16)
+    assert torch.ops.forge_test_mutating.silu_and_mul_out(out, x) is None  # the Meta implementation
+    graphs = []
+
+    def backend(gm, example_inputs):
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        def inner(g, _):
+            graphs.append(g)
+            return g
+        return aot_module_simplified(gm, example_inputs, fw_compiler=inner)
+
+    def f(out, x):
+        ops["silu_and_mul_out"](out, x)
+        return out * 2
+
+    torch.compile(f, fullgraph=True, backend=backend)(out, x)
+    (gm,) = graphs
+    text = str(gm.graph)
+    assert "forge_test_mutating.silu_and_mul_out" in text and "auto_functionalized" in text, text
+    (output,) = [n for n in gm.graph.nodes if n.op == "output"]
+    assert len(output.args[0]) == 2  # the written out (copied back into the caller's tensor) and out * 2
