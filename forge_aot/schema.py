@@ -2,8 +2,11 @@
 (``torch.ops.<package>.<op>``, traceable by ``torch.compile(fullgraph=True)`` and kept by ``torch.export``).
 
 From the op's type annotations where it has them (``torch.library.infer_schema``), else from the calls its
-file's examples function made (argument and result types as observed). Ops whose arguments or results do not
-fit a schema (other objects, an output that is an input) are left unregistered, with the reason. A default the
+file's examples function made (argument and result types as observed). An argument whose memory the call's
+kernels may write (``sourcesplit`` reads which parameters each kernel writes through; the tracer, which tensors
+were passed there) is ``Tensor(a!)``, and such an op may return nothing (``-> ()``, vLLM's out-first ops). Ops
+whose arguments or results do not fit a schema (other objects, an output that is an input) are left
+unregistered, with the reason. A default the
 schema language cannot spell (``float("inf")``, alone or in a list) makes the argument optional with the
 default None, which the registered implementations turn back into the host function's default
 (``runtime.entry``).
