@@ -1002,10 +1002,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             files_read |= other.files_read
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
-            if op in mod["schemas"]:  # an op that writes its arguments is not a pure custom op: plain calls only
+            # a @triton_op that declares what it writes: a mutating custom op where the traced schema marks those
+            # arguments written too (the kernels' stores reach them), else plain calls only
+            if op in mod["schemas"] and not _declared_writes_marked(mod["schemas"][op], mutated):
                 mod["schemas"][op] = None
-                mod["schema_notes"][op] = f"its @triton_op writes {mutated} (mutates_args); ops that write their " \
-                                          "arguments are not registered as custom ops"
+                mod["schema_notes"][op] = f"its @triton_op writes {mutated} (mutates_args), and the traced launches " \
+                                          "do not show its kernels writing those arguments"
     for mod_name, mod in sorted(modules.items()):
         for op in sorted(mod.get("autograd", {})):
             if not mod["schemas"].get(op):
@@ -1078,6 +1080,23 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for row in rows:
                 plan.binaries_for(e, row.key, row.preferences[0])
     return plan
+
+
+def _declared_writes_marked(schema: str | None, mutates_args: str) -> bool:
+    """Whether a schema marks written (``Tensor(a!)``) every argument a ``mutates_args`` text names."""
+    import ast as pyast
+
+    import torch
+
+    try:
+        declared = set(pyast.literal_eval(mutates_args))
+    except (ValueError, SyntaxError, TypeError):
+        return False
+    if schema is None:
+        return False
+    marked = {a.name for a in torch._C.parse_schema(f"op{schema}").arguments
+              if a.alias_info is not None and a.alias_info.is_write}
+    return declared <= marked
 
 
 def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: BinarySpec) -> CompileJob:

@@ -176,3 +176,30 @@ def test_the_custom_op_runs_from_the_wheel_alone() -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["err"] < HALF_TOL["fp16"] and result["same"] and result["triton"] == []
+
+
+def test_a_triton_op_that_writes_what_it_declares_is_a_mutating_custom_op(tmp_path: Path) -> None:
+    """``@triton_op(..., mutates_args={'x'})`` whose kernel stores into ``x``: the traced launches show the write,
+    so the op is a mutating custom op (``Tensor(a!) x -> ()``); one declaring an argument its kernels never write
+    stays plain calls, with the reason."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(
+        "import torch\nimport triton\nimport triton.language as tl\nfrom torch.library import triton_op, "
+        "wrap_triton\n\n\n@triton.jit\ndef k(x, y, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(x + offs, tl.load(x + offs, mask=offs < n) * 2, mask=offs < n)\n\n\n"
+        "@triton_op('t::double_', mutates_args={'x'})\ndef double_(x: torch.Tensor, y: torch.Tensor) -> None:\n"
+        "    wrap_triton(k)[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)\n\n\n"
+        "@triton_op('t::claims_', mutates_args={'y'})\ndef claims_(x: torch.Tensor, y: torch.Tensor) -> None:\n"
+        "    wrap_triton(k)[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)\n\n\n"
+        "def examples(device='cpu'):\n    x, y = torch.randn(1000, device=device), torch.randn(1000, device=device)\n"
+        "    double_(x, y)\n    claims_(x, y)\n")
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "t_mut"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+        'ops = ["double_", "claims_"]\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\nexamples = "examples"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    schemas, notes = plan.modules["k"]["schemas"], plan.modules["k"]["schema_notes"]
+    assert schemas["double_"] == "(Tensor(a!) x, Tensor y) -> ()", (schemas, notes)
+    assert schemas["claims_"] is None and "do not show its kernels writing" in notes["claims_"]
