@@ -265,6 +265,8 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["axis_values_from"]:
             click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
                        + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))
+        if k["writes"]:
+            click.echo(f"    writes through: {', '.join(k['writes'])}")
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
                        "tensors other calls pass there is built)")

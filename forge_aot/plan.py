@@ -265,6 +265,8 @@ class KernelPlan:
     """Config pre-hooks by name, from the host module (they set tensor descriptors' block shapes per config)."""
     notes: list[str] = field(default_factory=list)
     local_modules: dict[str, LocalModule] = field(default_factory=dict)
+    writes: tuple[str, ...] = ()
+    """Parameters the kernel may write through (``KernelSource.writes``)."""
     """The project's own modules its file imports, transitively (shipped with the host code; part of its code
     hash)."""
 
@@ -653,7 +655,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches)
+                      launches, writes=ks.writes)
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")
@@ -1173,5 +1175,8 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
                                 for i, code in enumerate(c.spec) if code == SPEC_ABSENT},
                                key=kp.spec_params.index),
+            # the pointers (and descriptors) it may write through: what makes an op passing a tensor there mutate it
+            "writes": [n for n in kp.writes
+                       if dict(kp.params).get(n, "").startswith("*") or rt.desc_dtype(dict(kp.params).get(n, ""))],
         }
     return out

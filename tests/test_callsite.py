@@ -225,6 +225,9 @@ def test_check_lists_launches_values_and_binary_count() -> None:
     assert "launched in rms_norm_forward() line" in out and "passes BLOCK_SIZE, num_warps" in out
     assert "matmul_kernel [@triton.autotune, @triton.heuristics]" in out
     assert "call-site values from: examples" in out
+    # the pointers each kernel writes through: Liger's GeGLU backward writes its gradients into its inputs
+    geglu_bwd = out[out.index("  geglu_bwd:"):]
+    assert geglu_bwd.splitlines()[2:4].count("    writes through: a, b") == 1, geglu_bwd[:400]
     # which ops torch.compile can trace whole, and why another cannot
     assert ("    _chunk_cumsum_fwd: torch.ops.forge_realworld._chunk_cumsum_fwd(Tensor dt, Tensor A, int chunk_size, "
             "Tensor? dt_bias=None, bool dt_softplus=False, float[]? dt_limit=None) -> (Tensor, Tensor) (from the "
