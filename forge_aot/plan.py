@@ -1086,12 +1086,12 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
 
 def _declared_writes_marked(schema: str | None, mutates_args: str) -> bool:
     """Whether a schema marks written (``Tensor(a!)``) every argument a ``mutates_args`` text names."""
-    import ast as pyast
+    import ast
 
     import torch
 
     try:
-        declared = set(pyast.literal_eval(mutates_args))
+        declared = set(ast.literal_eval(mutates_args))
     except (ValueError, SyntaxError, TypeError):
         return False
     if schema is None:

@@ -63,7 +63,7 @@ class KernelSource:
     """Parameters named in ``@triton.jit(do_not_specialize=...)`` (names or indices resolved to names)."""
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``tl.store``, atomics, a descriptor's ``store``; see
-    ``_written_params``): what makes an op that passes a tensor there mutate it."""
+    ``_pointer_flow``): what makes an op that passes a tensor there mutate it."""
 
     @property
     def autotuned(self) -> bool:
@@ -396,19 +396,19 @@ _WRITES = ("store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "ato
            "atomic_xor", "scatter")
 
 
-def _written_params(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
-                    seen: frozenset[str] = frozenset()) -> set[int]:
-    """Positions of ``fn``'s parameters it may write through: a pointer (or block pointer, or descriptor) derived
-    from the parameter by assignments reaches the target of ``tl.store`` / ``tl.atomic_*``, a ``.store`` /
-    ``.atomic_*`` method, or an argument of a ``@triton.jit`` function of the file that writes that argument;
-    passed to any other function (a helper from another module) it counts as written. ``language``: the names
-    the file binds to ``triton.language``, whose other functions (loads, ``make_block_ptr``…) write nothing."""
-    return _pointer_flow(fn, jit_functions, language, seen)[0]
-
-
 def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
-                  seen: frozenset[str]) -> tuple[set[int], set[int]]:
-    """(the parameter positions ``fn`` may write through, those its return value may point into)."""
+                  memo: dict[str, tuple[set[int], set[int]]]) -> tuple[set[int], set[int]]:
+    """(positions of ``fn``'s parameters it may write through, those its return value may point into).
+
+    Written: a pointer (or block pointer, or descriptor) derived from the parameter by assignments reaches the
+    target of ``tl.store`` / ``tl.atomic_*``, a ``.store`` / ``.atomic_*`` method, or an argument of a
+    ``@triton.jit`` function of the file that writes that argument; passed to any other function (a helper from
+    another module) it counts as written. ``language``: the names the file binds to ``triton.language``, whose
+    other functions (loads, ``make_block_ptr``…) write nothing. ``memo``: each function of the file analysed once
+    per file (one in progress counts as neither: Triton has no recursion)."""
+    if fn.name in memo:
+        return memo[fn.name]
+    memo[fn.name] = (set(), set())
     params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
     taint: dict[str, set[int]] = {p: {i} for i, p in enumerate(params)}
 
@@ -416,8 +416,7 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
         return (isinstance(e, ast.Name) and e.id in language) or ast.unparse(e).startswith("triton.language")
 
     def helper(call: ast.Call) -> ast.FunctionDef | None:
-        callee = jit_functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
-        return callee if callee is not None and callee.name not in seen and callee is not fn else None
+        return jit_functions.get(call.func.id) if isinstance(call.func, ast.Name) else None
 
     def by_position(call: ast.Call, callee: ast.FunctionDef, positions: set[int]) -> set[int]:
         names = [a.arg for a in [*callee.args.posonlyargs, *callee.args.args, *callee.args.kwonlyargs]]
@@ -435,7 +434,7 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
                 and node.func.attr not in _POINTER_FUNCTIONS:
             return set()
         if isinstance(node, ast.Call) and (callee := helper(node)) is not None:
-            return by_position(node, callee, _pointer_flow(callee, jit_functions, language, seen | {fn.name})[1])
+            return by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo)[1])
         if isinstance(node, ast.Name):
             return set(taint.get(node.id, ()))
         return set().union(*(sources(child) for child in ast.iter_child_nodes(node)))
@@ -469,11 +468,11 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
         elif isinstance(func, ast.Attribute):
             continue  # tl.load, tl.make_block_ptr, x.to(...), desc.load(...): they write nothing
         elif (callee := helper(node)) is not None:
-            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language,
-                                                               seen | {fn.name})[0])
+            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo)[0])
         elif not (isinstance(func, ast.Name) and func.id in _PURE_BUILTINS):
             written |= set().union(*(sources(a) for a in node.args), *(sources(k.value) for k in node.keywords))
-    return {i for i in written if i < len(params)}, {i for i in returned if i < len(params)}
+    memo[fn.name] = ({i for i in written if i < len(params)}, {i for i in returned if i < len(params)})
+    return memo[fn.name]
 
 
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
@@ -653,8 +652,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     if not kernels and not helper:
         raise SourceError(f"{path}: no @triton.jit function found")
     jit_functions = {k.name: k for k in kernel_stmts}
+    flows: dict[str, tuple[set[int], set[int]]] = {}
     for k in kernel_stmts:
-        positions = _written_params(k, jit_functions, language_aliases)
+        positions = _pointer_flow(k, jit_functions, language_aliases, flows)[0]
         kernels[k.name] = dataclasses.replace(kernels[k.name], writes=tuple(
             p.name for i, p in enumerate(kernels[k.name].params) if i in positions))
     for name, dec in heuristics:
