@@ -100,8 +100,14 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     if not calls:
         return None, "no type annotations and no examples call it"
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
-    results: set[str] = set()
-    for args, kwargs, result, *_ in calls:
+    in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}
+    results: set[tuple[str, ...]] = set()
+    """Per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise."""
+    for args, kwargs, result, *rest in calls:
+        for name, value in (rest[1] if len(rest) > 1 else {}).items():
+            t = _type_of(value)
+            if t is not None and name in in_place_of_none:
+                in_place_of_none[name].add(t)
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as exc:
@@ -113,21 +119,30 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
                 return None, f"argument {name} is a {type(value).__name__}, not a schema type"
             seen[name].add(t)
         if result is None and written:  # vLLM's style: the caller's out tensors written, nothing returned
-            results.add("()")
+            results.add(("()",))
             continue
         flat = result if isinstance(result, tuple) else (result,)
-        inputs = [id(v) for v in bound.arguments.values()]
-        if any(id(r) in inputs for r in flat):
+        inputs = [id(v) for v in bound.arguments.values() if v is not None]
+        if any(r is not None and id(r) in inputs for r in flat):
             return None, "it returns one of its inputs (a custom op's outputs may not alias its inputs)"
         kinds = tuple(_type_of(r) for r in flat)
-        if any(k != "Tensor" for k in kinds):
+        if any(k not in ("Tensor", "None") for k in kinds) or (result is None and not written):
             return None, f"it returns {type(result).__name__}, not tensors"
-        results.add(kinds[0] if not isinstance(result, tuple) else "(" + ", ".join(kinds) + ")")  # type: ignore[arg-type]
+        results.add(kinds if isinstance(result, tuple) else ("", *kinds))
     params = []
+    guessed = []
     for name, p in sig.parameters.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             return None, "it takes *args or **kwargs"
+        if p.kind == p.KEYWORD_ONLY and "*" not in params:  # torch passes them by name, as the host code takes them
+            params.append("*")
         t = _merge(seen[name])
+        if t is None and seen[name] == {"None"} and p.default is None:
+            # None in every call: the type of what the op's own code puts in its place (``dtype = x.dtype``)
+            replaced = _merge(in_place_of_none[name])
+            if replaced is not None:
+                t = f"{replaced.removesuffix('?')}?"
+                guessed.append(f"{name} as the op's code fills it in")
         if t is not None and name in written:  # Tensor(a!): the op writes it (torch.compile functionalizes)
             t = t.replace("Tensor", f"Tensor({chr(ord('a') + written.index(name))}!)")
         if t is None and seen[name] == {"None"}:
@@ -141,10 +156,31 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             params.append(f"{t.removesuffix('?')}? {name}=None")
         else:
             params.append(f"{t} {name}={_default(p.default)}")
-    if len(results) != 1:
+    returns = _returns(results)
+    if returns is None:
         return None, f"it returns several kinds of results: {sorted(results)}"
-    how = f"from the traced examples; writes {', '.join(written)}" if written else "from the traced examples"
-    return f"({', '.join(params)}) -> {results.pop()}", how
+    how = "from the traced examples"
+    if guessed:
+        how += f"; {', '.join(guessed)}"
+    if written:
+        how += f"; writes {', '.join(written)}"
+    return f"({', '.join(params)}) -> {returns}", how
+
+
+def _returns(results: set[tuple[str, ...]]) -> str | None:
+    """The schema's results from every traced call's: a result None in some calls is ``Tensor?`` (FLA's
+    ``(o, final_state or None)``); calls returning different arities or one value against a tuple, None."""
+    if len(results) == 1 and ("()",) in results:
+        return "()"
+    if len({len(r) for r in results}) != 1 or len({r[0] == "" for r in results}) != 1:
+        return None
+    single = next(iter(results))[0] == ""
+    kinds = []
+    for position in zip(*results):
+        if single and position[0] == "":
+            continue
+        kinds.append("Tensor" if set(position) == {"Tensor"} else "Tensor?")
+    return kinds[0] if single else "(" + ", ".join(kinds) + ")"
 
 
 def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:

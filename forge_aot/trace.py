@@ -234,11 +234,14 @@ class Tracer:
                     before = {n: len(h.records) for n, h in self.handles.items()}
                     depth[0] += 1
                     try:
-                        result = fn(*args, **kwargs)
+                        if depth[0] == 1:
+                            result, replaced = _with_nones_replaced(fn, args, kwargs)
+                        else:
+                            result, replaced = fn(*args, **kwargs), {}
                     finally:
                         depth[0] -= 1
                     if depth[0] == 0:  # the op as the examples call it, not as another op calls it
-                        op_calls[op].append((args, kwargs, result, self._written(before, modules)))
+                        op_calls[op].append((args, kwargs, result, self._written(before, modules), replaced))
                     return result
                 return call
 
@@ -320,6 +323,57 @@ class Tracer:
                               f"{kp.function} in variant {assignment} with key {key_dict}; it launched "
                               f"{'; '.join(seen) or 'nothing'}")
         return mine
+
+
+def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                         ) -> tuple[Any, dict[str, Any]]:
+    """``fn(*args, **kwargs)`` and, for each parameter bound to None, the value code gave it in place of None:
+    the op's own (FlagGems' ``if dtype is None: dtype = x.dtype``) when it returned, else that of a function it
+    called with a parameter of the same name that came in None (flash-linear-attention's op passes ``scale`` on
+    to ``fused_recurrent_fwd``, which sets ``scale = K ** -0.5``). What the schema reads as the argument's type
+    where every call leaves it None."""
+    import inspect
+
+    target = inspect.unwrap(fn)
+    code = getattr(target, "__code__", None)
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+        bound.apply_defaults()
+        nones = {name for name, value in bound.arguments.items() if value is None}
+    except (TypeError, ValueError):
+        nones = set()
+    if code is None or not nones:
+        return fn(*args, **kwargs), {}
+    own: dict[str, Any] = {}
+    passed_on: dict[str, Any] = {}
+    came_in_none: dict[int, set[str]] = {}
+    previous = sys.getprofile()
+
+    def on_event(frame: Any, event: str, arg: Any) -> None:
+        f_code = frame.f_code
+        if event == "call":
+            params = f_code.co_varnames[:f_code.co_argcount + f_code.co_kwonlyargcount]
+            names = {n for n in nones.intersection(params) if frame.f_locals.get(n, 0) is None}
+            if names:
+                came_in_none[id(frame)] = names
+        elif event == "return":
+            names = came_in_none.pop(id(frame), ())
+            values = {n: frame.f_locals.get(n) for n in names}
+            if f_code is code:  # the outermost frame of the op returns last
+                own.update(values)
+            else:
+                for n, v in values.items():
+                    if v is not None:
+                        passed_on.setdefault(n, v)
+
+    sys.setprofile(on_event)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(previous)
+    replaced = {n: v for n, v in passed_on.items() if own.get(n) is None}
+    replaced.update({n: v for n, v in own.items() if v is not None})
+    return result, replaced
 
 
 def tuning_variant(kp: KernelPlan, assignment: dict[str, Any]) -> dict[str, Any]:

@@ -256,6 +256,35 @@ def test_library_style_op_compiles_fullgraph() -> None:
     assert torch.equal(compiled(x, w), forge_realworld.rms_norm(x, w) * 2)
 
 
+@pytest.mark.gpu
+def test_ops_with_arguments_none_in_every_example_compile_fullgraph_and_match_eager() -> None:
+    """FlagGems' mean_dim (keyword-only ``dtype``, ``with torch.cuda.device(x.device)``), the TMA attention (its
+    ``sm_scale`` from the head size) and flash-linear-attention's recurrence (``(o, None)`` without a final state)
+    under torch.compile(fullgraph=True): one custom op each, results equal to the eager calls."""
+    import torch
+
+    forge_realworld = pytest.importorskip("forge_realworld")
+    x = torch.randn(8, 33, 517, device="cuda", dtype=torch.float16)
+    q = torch.randn(2, 37, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    g = torch.randn(2, 37, 4, device="cuda", dtype=torch.float32).sigmoid().log()
+    a = torch.randn(1, 2, 1000, 64, device="cuda", dtype=torch.float16)
+
+    def step(x, q, k, v, g, a):
+        o1, h1 = forge_realworld.fused_recurrent_gla(q, k, v)
+        o2, h2 = forge_realworld.fused_recurrent_gla(q, k, v, g=g, output_final_state=True)
+        return (forge_realworld.mean_dim(x, 1, dtype=torch.float16), forge_realworld.mean_dim(x, -1, keepdim=True),
+                o1, h1, o2, h2, forge_realworld.attention_tma(a, a, a, True))
+
+    eager = step(x, q, k, v, g, a)
+    compiled = torch.compile(step, fullgraph=True)(x, q, k, v, g, a)
+    assert eager[3] is None and compiled[3] is None
+    for want, got in zip(eager, compiled):
+        if want is not None:
+            assert torch.equal(want, got)
+    assert torch.allclose(eager[0].double(), x.double().mean(1), atol=2e-3, rtol=2e-3)
+
+
 DYNAMIC_KERNEL = '''\
 """Host code that picks a block size from a size, as most Triton host code does."""
 
@@ -511,3 +540,73 @@ def test_an_op_that_writes_its_out_argument_is_a_mutating_custom_op() -> None:
     assert "forge_test_mutating.silu_and_mul_out" in text and "auto_functionalized" in text, text
     (output,) = [n for n in gm.graph.nodes if n.op == "output"]
     assert len(output.args[0]) == 2  # the written out (copied back into the caller's tensor) and out * 2
+
+
+def test_an_argument_none_in_every_call_takes_the_type_the_ops_code_gives_it(realworld_plan) -> None:
+    """Library ops leave optional arguments None in every example: FlagGems' ``mean_dim(x, dim, keepdim=False, *,
+    dtype=None)`` fills ``dtype = x.dtype`` itself, the TMA attention ``sm_scale``; flash-linear-attention's op passes
+    ``scale`` on to a function that sets ``scale = K ** -0.5`` and returns ``(o, None)`` without a final state. The
+    schema takes the type of what the code put there (optional, default None), keeps keyword-only arguments
+    keyword-only, and types a result that is None in some calls ``Tensor?``; all three become custom ops that
+    torch.compile(fullgraph=True) traces whole (on meta tensors here: FlagGems' ``with torch.cuda.device(x.device)``
+    switches nothing on a meta device)."""
+    import torch
+
+    schemas = {m: realworld_plan.modules[m]["schemas"] for m in ("gems_mean", "flash_attention_tma", "fused_recurrent")}
+    notes = {m: realworld_plan.modules[m]["schema_notes"] for m in schemas}
+    assert schemas["gems_mean"]["mean_dim"] == \
+        "(Tensor x, int dim, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor"
+    assert notes["gems_mean"]["mean_dim"] == "from the traced examples; dtype as the op's code fills it in"
+    assert "float? sm_scale=None) -> Tensor" in schemas["flash_attention_tma"]["attention_tma"]
+    assert schemas["fused_recurrent"]["fused_recurrent_gla"] == (
+        "(Tensor q, Tensor k, Tensor v, Tensor? g=None, float? scale=None, Tensor? initial_state=None, "
+        "bool output_final_state=False) -> (Tensor, Tensor?)")
+
+    _, ops = _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_nones")
+    ns = torch.ops.forge_test_nones
+    x = torch.empty(8, 33, 512, device="meta", dtype=torch.float16)
+    assert ns.mean_dim(x, 1).shape == (8, 512)
+    assert ns.mean_dim(x, 1, keepdim=True, dtype=torch.float32).dtype == torch.float32
+    q = torch.empty(2, 64, 4, 64, device="meta", dtype=torch.bfloat16)
+    o, h = ns.fused_recurrent_gla(q, q, q)
+    assert o.shape == q.shape and h is None
+    g = torch.empty(2, 64, 4, device="meta", dtype=torch.float32)
+    o, h = ns.fused_recurrent_gla(q, q, q, g, output_final_state=True)
+    assert h.shape == (2, 4, 64, 64) and h.dtype == torch.float32
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def step(x, q):
+        m = ops["mean_dim"](x, -1, dtype=torch.float32)
+        o, h = ops["fused_recurrent_gla"](q, q, q)
+        return m * 2, o + 1, h
+
+    m, o, h = torch.compile(step, fullgraph=True, backend=backend)(x, q)
+    assert m.shape == (8, 33) and m.dtype == torch.float32 and o.shape == q.shape and h is None
+    (gm,) = graphs
+    text = str(gm.graph)
+    assert "forge_test_nones.mean_dim" in text and "forge_test_nones.fused_recurrent_gla" in text, text
+    assert torch.cuda.device is not None and torch.cuda.device.__module__ == "torch.cuda"  # torch's own again
+
+
+def test_a_none_the_code_never_fills_in_still_names_the_argument() -> None:
+    from forge_aot.schema import op_schema
+    from forge_aot.trace import _with_nones_replaced
+
+    def helper(x, scale):
+        return x
+
+    def op(x: object, scale=None):
+        return helper(x, scale)
+
+    import torch
+
+    x = torch.ones(3)
+    result, replaced = _with_nones_replaced(op, (x,), {})
+    assert result is x and replaced == {}
+    schema, why = op_schema(op, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
+    assert schema is None and "argument scale is None in every traced call" in why

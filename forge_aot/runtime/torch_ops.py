@@ -60,9 +60,43 @@ def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     previous = LAUNCHES.skip
     LAUNCHES.skip = True
     try:
-        return fn(*args, **kwargs)
+        with _meta_switches_nothing():
+            return fn(*args, **kwargs)
     finally:
         LAUNCHES.skip = previous
+
+
+_SWITCH = threading.Lock()
+_SWITCH_USERS = [0, None]
+
+
+@contextlib.contextmanager
+def _meta_switches_nothing() -> Any:
+    """``with torch.cuda.device(x.device):`` around a launch (every FlagGems op) on the meta tensors a Meta
+    implementation is given: no device to switch to, so nothing switches (torch refuses a meta device). While any
+    thread runs one, ``torch.cuda.device`` is a subclass that does only that and is otherwise torch's own."""
+    import torch
+
+    with _SWITCH:
+        if _SWITCH_USERS[0] == 0:
+            real = _SWITCH_USERS[1] = torch.cuda.device
+
+            class device(real):  # type: ignore[valid-type, misc]
+                def __init__(self, device: Any) -> None:
+                    if getattr(device, "type", device) == "meta":
+                        self.idx, self.prev_idx = -1, -1  # torch's own "no device": enter and exit switch nothing
+                    else:
+                        super().__init__(device)
+
+            torch.cuda.device = device
+        _SWITCH_USERS[0] += 1
+    try:
+        yield
+    finally:
+        with _SWITCH:
+            _SWITCH_USERS[0] -= 1
+            if _SWITCH_USERS[0] == 0:
+                torch.cuda.device = _SWITCH_USERS[1]
 
 
 def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
