@@ -334,6 +334,33 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"linear_scan fwd+bwd {b}x{c}x{t}"] = (None, None, {
             "forge-aot": scan_fb(wheel.linear_scan), "jit-same": scan_fb(dev["linear_scan"]),
             "jit": scan_fb(jit["linear_scan"].linear_scan)})
+    # mamba_ssm's residual add + RMSNorm / LayerNorm (autotuned over num_warps; the forward rows tuned by
+    # forge-aot tune, the backward's not): a Mamba block's pre-norm (fp32 residual stream) and a LayerNorm with bias
+    for rows, n in ((2048, 2560), (16, 2560), (4096, 4096), (8, 4096)):
+        x = torch.randn(rows, n, device="cuda", dtype=h)
+        w, b = torch.randn(n, device="cuda", dtype=h), torch.randn(n, device="cuda", dtype=h)
+        res = torch.randn(rows, n, device="cuda", dtype=torch.float32)
+        cases[f"add_rms_norm fwd {rows}x{n}"] = (rows * n * (2 * 2 + 2 * 4), "B", {
+            "forge-aot": lambda x=x, w=w, r=res: wheel.rms_norm_fn(x, w, None, r, prenorm=True, residual_in_fp32=True),
+            "jit-same": lambda x=x, w=w, r=res: dev["rms_norm_fn"](x, w, None, r, prenorm=True, residual_in_fp32=True),
+            "jit": lambda x=x, w=w, r=res: jit["add_norm"].rms_norm_fn(x, w, None, r, prenorm=True,
+                                                                                 residual_in_fp32=True),
+            "torch": lambda x=x, w=w, r=res: (F.rms_norm((x + r).to(h), (x.shape[-1],), w, 1e-6), x + r)})
+        cases[f"layer_norm_fn fwd {rows}x{n}"] = (rows * n * 2 * 2, "B", {
+            "forge-aot": lambda x=x, w=w, b=b: wheel.layer_norm_fn(x, w, b),
+            "jit-same": lambda x=x, w=w, b=b: dev["layer_norm_fn"](x, w, b),
+            "jit": lambda x=x, w=w, b=b: jit["add_norm"].layer_norm_fn(x, w, b),
+            "torch": lambda x=x, w=w, b=b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-6)})
+        if rows >= 2048:
+            xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+            rg, dy = res.clone().requires_grad_(True), torch.randn_like(x)
+
+            def norm_fb(fn, xg=xg, wg=wg, rg=rg, dy=dy):
+                return lambda: fn(xg, wg, None, rg, prenorm=True, residual_in_fp32=True)[0].backward(dy)
+
+            cases[f"add_rms_norm fwd+bwd {rows}x{n}"] = (None, None, {
+                "forge-aot": norm_fb(wheel.rms_norm_fn), "jit-same": norm_fb(dev["rms_norm_fn"]),
+                "jit": norm_fb(jit["add_norm"].rms_norm_fn)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -367,7 +394,7 @@ def main() -> None:
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
-                                 "chunk_cumsum", "linear_scan")}
+                                 "chunk_cumsum", "linear_scan", "add_norm")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -824,6 +824,27 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan, traced: list[TracedCall
     return out
 
 
+def resolve_unset_dtypes(kp: KernelPlan, calls: list[TracedCall],
+                         variants: dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]],
+                         ) -> list[TracedCall]:
+    """Traced calls whose type variable has only None tensors (mamba's layer norm without a residual: ``RESIDUAL``
+    and ``RESIDUAL_OUT`` both None) go to the variant the runtime picks for them (``Kernel.find_variant``): of the
+    variants with the call's other values, the first by id; where there is none, a new one with the type
+    variable's first listed dtype. Their dtype changes no code (the binaries take the pointers as None)."""
+    known = {variant_id(assignment, kp.axes): assignment for assignment, _ in variants.values()}
+    out = []
+    for c in calls:
+        unset = [a for a, v in zip(kp.axes, c.values) if v is None and a in kp.entry.dtypes]
+        if unset:
+            fixed = {a: v for a, v in zip(kp.axes, c.values) if a not in unset}
+            fits = sorted(vid for vid, a in known.items() if all(a[x] == v for x, v in fixed.items()))
+            assignment = known[fits[0]] if fits else {**fixed, **{a: kp.entry.dtypes[a][0] for a in unset}}
+            known.setdefault(variant_id(assignment, kp.axes), assignment)
+            c = dataclasses.replace(c, values=tuple(assignment[a] for a in kp.axes))
+        out.append(c)
+    return out
+
+
 def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any],
                  tuned: ConfigChoice | None) -> list[ConfigChoice]:
     env_key = {**dict(zip(kp.key, key)), **assignment}
@@ -1043,6 +1064,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         calls = traced.get(name, [])
         manifest_rows, refined = _rows(kp.entry, kp.key)
         variants = _variants(loaded, kp, calls, manifest_rows, refined)
+        if any(v is None for c in calls for v in c.values):
+            calls = resolve_unset_dtypes(kp, calls, variants)
+            variants = _variants(loaded, kp, calls, manifest_rows, refined)
         if not variants:
             raise _error(loaded, f"kernels.{name}", f"no build of {kp.function} is reached: its examples never "
                          "launch it in a built dtype")

@@ -9,6 +9,7 @@ examples function must not depend on their values.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import sys
@@ -316,7 +317,10 @@ class Tracer:
                               f"recorded, not run):\n{_trace(last)}")
         records, handle.records = handle.records, []
         values = tuple(assignment[a] for a in kp.axes)
-        mine = [c for c in records if c.values == values and c.key == key]
+        # A type variable whose tensors are all None has no dtype in the record: the plan put such calls into this
+        # variant (plan.resolve_unset_dtypes), so they count as its own.
+        mine = [dataclasses.replace(c, values=values) for c in records if c.key == key and all(
+            got == want or (got is None and a in kp.entry.dtypes) for a, got, want in zip(kp.axes, c.values, values))]
         if not mine:
             seen = sorted({f"{dict(zip(kp.axes, c.values))} key {dict(zip(kp.key, c.key))}" for c in records})
             raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() does not launch "

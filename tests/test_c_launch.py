@@ -868,8 +868,30 @@ def test_a_type_variables_tensor_passed_as_none_takes_the_dtype_from_another(rt,
     k[(1,)](None, _tensor(0), _tensor(0), 64)
     (state,) = k._states.values()
     assert state.variant == "T=fp16"
-    with pytest.raises(TypeError, match=r"bias, x_ptr, out_ptr are all None"):
-        k[(1,)](None, None, None, 64)
+
+
+RESIDUAL = [["x_ptr", "*T"], ["res", "*R"], ["res_out", "*R"], ["n", "i32"], ["BLOCK", "meta"]]
+
+
+def test_a_type_variable_whose_tensors_are_all_none_takes_the_first_variant_on_both_paths(rt, fake, tmp_path) -> None:
+    """mamba's layer norm without a residual passes None for both tensors of R: the first built variant (by id) with
+    the call's other values serves it (no code depends on R there), on the Python path and then on the C path,
+    which keys such calls by None; a call that gives one of R's tensors still takes R from it."""
+    import torch
+
+    k = _kernel(rt, tmp_path, "addnorm", RESIDUAL, dtypes={"T": ["fp16"], "R": ["fp32", "bf16"]},
+                specs=["DNND", "DNDD", "DDDD"])
+    x = _tensor(0)
+    fake.block_size, fake.nparams = 32, 4
+    records, fallbacks = _launch_both(rt, fake, k, (1,), (x, None, None, 64))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert {s.variant for s in k._states.values()} == {"T=fp16,R=bf16"}  # "T=fp16,R=bf16" < "T=fp16,R=fp32"
+    fake.block_size, fake.nparams = 40, 5
+    out32 = _tensor(0, dtype=torch.float32)
+    records, fallbacks = _launch_both(rt, fake, k, (1,), (x, None, out32, 64))  # R from res_out: fp32
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert {s.variant for s in k._states.values()} == {"T=fp16,R=bf16", "T=fp16,R=fp32"}
+    assert rt.fastpath._type_next(k) == (-1, 2, -1, -1)
 
 
 @pytest.mark.parametrize("form", ["all keywords", "mixed", "keywords out of order"])

@@ -498,6 +498,7 @@ typedef struct {
     int n_spec, spec_pos[MAX_ARGS];
     unsigned char spec_is_ptr[MAX_ARGS];
     int n_tv, tv_pos[MAX_TYPEVARS];
+    int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
     int n_key, key_pos[MAX_KEYS];
     int n_call;
     PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
@@ -542,14 +543,16 @@ static void FastKernel_dealloc(PyObject *self) {
 static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
-                            "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", NULL};
+                            "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
+                            NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
-        *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+        *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
+        *tv_next = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
-                                     &heuristic_names))
+                                     &heuristic_names, &PyTuple_Type, &tv_next))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -565,6 +568,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
         || read_int_tuple(key_pos, F->key_pos, MAX_KEYS, &F->n_key) < 0)
         goto fail;
     if (n_sp != F->n_spec) { PyErr_SetString(PyExc_ValueError, "spec positions and flags differ"); goto fail; }
+    for (int i = 0; i < MAX_ARGS; i++) F->tv_next[i] = -1;
+    if (tv_next) {
+        int n_next = 0;
+        if (read_int_tuple(tv_next, F->tv_next, MAX_ARGS, &n_next) < 0) goto fail;
+        for (int i = 0; i < n_next; i++)   /* forward only, so a walk along them ends */
+            if (F->tv_next[i] != -1
+                && (F->tv_next[i] <= i || F->tv_next[i] >= F->n || F->kinds[F->tv_next[i]] != K_PTR)) {
+                PyErr_SetString(PyExc_ValueError, "type_next positions"); goto fail;
+            }
+    }
     for (int i = 0; i < F->n_spec; i++) F->spec_is_ptr[i] = (unsigned char)(sp_flags[i] != 0);
 #define CHECK_POS(arr, count) for (int i = 0; i < (count); i++) if ((arr)[i] < 0 || (arr)[i] >= F->n) { \
         PyErr_SetString(PyExc_ValueError, "argument position out of range"); goto fail; }
@@ -698,7 +711,13 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
         if (!convert_scalar(F->kinds[i], PyTuple_GetItem(args, i), &vals[i])) return 0;
     }
     for (int t = 0; t < F->n_tv; t++) {
-        k->dtypes[t] = PyObject_GetAttr(PyTuple_GetItem(args, F->tv_pos[t]), str_dtype);
+        /* Kernel.axis_values: the type variable's first tensor given; None where all are None (the variant the
+         * Python path chose for that, Kernel._variant_any_of, is remembered under None) */
+        int p = F->tv_pos[t];
+        PyObject *a = PyTuple_GetItem(args, p);
+        while (a == Py_None && F->tv_next[p] >= 0) { p = F->tv_next[p]; a = PyTuple_GetItem(args, p); }
+        if (a == Py_None) { Py_INCREF(Py_None); k->dtypes[t] = Py_None; continue; }
+        k->dtypes[t] = PyObject_GetAttr(a, str_dtype);
         if (!k->dtypes[t]) { PyErr_Clear(); release_key(F, k); return 0; }
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];

@@ -81,9 +81,19 @@ def plan(kernel: Any) -> Any:
                             tuple(src for is_rt, src in kernel.axis_sources if is_rt),
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
                             (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
-                            LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names))
+                            LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
+                            _type_next(kernel))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
+
+
+def _type_next(kernel: Any) -> tuple[int, ...]:
+    """Per runtime argument typed with a type variable, the next argument of that type (else -1): where the first
+    is None the C path reads the next, as ``Kernel.axis_values`` does."""
+    types = [ty for _, ty in kernel.runtime]
+    tv_types = {types[src] for is_rt, src in kernel.axis_sources if is_rt}
+    return tuple(next((j for j in range(i + 1, len(types)) if types[j] == ty), -1) if ty in tv_types else -1
+                 for i, ty in enumerate(types))
 
 
 def use_c_launch(kernel: Any, enabled: bool = True) -> bool:

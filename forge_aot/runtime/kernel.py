@@ -135,14 +135,9 @@ class Kernel(KernelBase):
         self._plain = self._runtime_first and not self.call_names
         positions = [src for is_rt, src in self.key_sources if is_rt]
         self._runtime_key: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None
-        if len(positions) == len(self.key_sources):
-            if not positions:
-                self._runtime_key = lambda runtime: ()
-            elif len(positions) == 1:
-                only = positions[0]
-                self._runtime_key = lambda runtime: (runtime[only],)
-            else:
-                self._runtime_key = operator.itemgetter(*positions)
+        if len(positions) == len(self.key_sources):  # itemgetter of one position gives a value, not a tuple
+            self._runtime_key = (operator.itemgetter(*positions) if len(positions) > 1 else
+                                 (lambda runtime, i=positions[0]: (runtime[i],)) if positions else (lambda runtime: ()))
         self._states: dict[tuple[Any, ...], _VariantState] = {}
         self._lock = threading.Lock()
         register = getattr(backend, "register", None)
@@ -204,10 +199,8 @@ class Kernel(KernelBase):
                 else:
                     raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
         for n in self.launch_axes:
-            if n not in call:
-                call[n] = LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))
-        for n in self.launch_flags:
-            call.setdefault(n, False)
+            call.setdefault(n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)))
+        call.update({n: False for n in self.launch_flags if n not in call})
         return runtime, call
 
     # -- resolution ---------------------------------------------------------------------------------------
@@ -239,14 +232,10 @@ class Kernel(KernelBase):
         except AttributeError:  # a type variable's first tensor passed as None: another of its tensors tells
             return tuple(self._dtype_of(runtime, src) if is_rt else call[src] for is_rt, src in self.axis_sources)
 
-    def _dtype_of(self, runtime: Sequence[Any], src: int) -> str:
+    def _dtype_of(self, runtime: Sequence[Any], src: int) -> str | None:  # None: all None (see find_variant)
         ty = self.runtime[src][1]
-        for i, (_, t) in enumerate(self.runtime):
-            if t == ty and runtime[i] is not None:
-                return dtype_name(runtime[i].dtype)
-        names = [name for name, t in self.runtime if t == ty]
-        raise TypeError(f"{self.function}(): {', '.join(names)} are all None: their dtype ({ty[1:]}) selects the "
-                        "build, so pass one of them")
+        return next((dtype_name(a.dtype) for a, (_, t) in zip(runtime, self.runtime) if t == ty and a is not None),
+                    None)
 
     def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
         device = self._device(runtime)
@@ -265,6 +254,9 @@ class Kernel(KernelBase):
                 f"{', '.join(self.targets) or 'no target'} and kernels.{self.name}.targets lists "
                 f"{', '.join(self.spec.get('only_targets', [])) or 'none of them'}")
         assignment: dict[str, Any] = {}
+        unset = [a for a, v in zip(self.axes, values) if v is None and a in dict(self.type_vars)]
+        if unset:
+            return self._variant_any_of(values, unset)
         for axis, value in zip(self.axes, values):
             built = [v["assign"][axis] for v in self.variants.values()]
             if axis in dict(self.type_vars):
@@ -286,6 +278,15 @@ class Kernel(KernelBase):
             raise (UnsupportedDtypeError if apart else NotBuiltError)(
                 f"{self.function}(): the combination {vid} was not built; built: {list(self.variants)}")
         return vid, assignment
+
+    def _variant_any_of(self, values: tuple[Any, ...], unset: list[str]) -> tuple[str, dict[str, Any]]:
+        """Type variables ``unset`` whose tensors are all None change no code: the first built variant (sorted) with
+        the call's other values, as the build traced such calls (mamba's layer norm without a residual)."""
+        fixed = {a: v for a, v in zip(self.axes, values) if a not in unset}
+        for vid in sorted(vid for vid, v in self.variants.items() if all(v["assign"][a] == fixed[a] for a in fixed)):
+            return vid, dict(self.variants[vid]["assign"])
+        raise NotBuiltError(f"{self.function}(): no build for {fixed} with {', '.join(unset)} of any dtype (their "
+                            f"tensors are all None); built: {list(self.variants)}")
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
         vid, assignment = self.find_variant(values)
