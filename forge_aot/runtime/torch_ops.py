@@ -80,13 +80,16 @@ def _meta_switches_nothing() -> Any:
     with _SWITCH:
         if _SWITCH_USERS[0] == 0:
             real = _SWITCH_USERS[1] = torch.cuda.device
-
-            class device(real):  # type: ignore[valid-type, misc]
-                def __init__(self, device: Any) -> None:
-                    if getattr(device, "type", device) == "meta":
-                        self.idx, self.prev_idx = -1, -1  # torch's own "no device": enter and exit switch nothing
-                    else:
-                        super().__init__(device)
+            if isinstance(real, type):
+                class device(real):  # type: ignore[valid-type, misc]
+                    def __init__(self, device: Any) -> None:
+                        if getattr(device, "type", device) == "meta":
+                            self.idx, self.prev_idx = -1, -1  # torch's "no device": enter and exit switch nothing
+                        else:
+                            super().__init__(device)
+            else:  # already replaced by a function (the build's trace answers as a GPU it has not got)
+                def device(device: Any) -> Any:
+                    return contextlib.nullcontext() if getattr(device, "type", device) == "meta" else real(device)
 
             torch.cuda.device = device
         _SWITCH_USERS[0] += 1
