@@ -36,6 +36,7 @@ ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 RESERVED_META = ("num_warps", "num_stages", "maxnreg")
 SEARCHES = ("auto", "exhaustive", "guided")
+L2_MODES = ("cold", "warm")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,12 @@ class TuneSpace:
     of the space), or ``auto`` (guided above 64 candidates)."""
     budget: float = 0.25
     """Largest fraction of the space the guided search benchmarks."""
+    l2: str = "cold"
+    """The L2 cache a timed launch starts with: ``cold`` (flushed before each launch; graph replays rotate among
+    copies of the arguments making twice the L2), as after unrelated work and as ``triton.autotune`` times, or
+    ``warm`` (the same arguments again, nothing flushed), as where the previous op just wrote the inputs and they
+    fit the L2: a norm or a cumsum over activations of a few MB. Winners measured in the other mode do not
+    count (the mode is part of the code hash)."""
 
 
 @dataclass(frozen=True)
@@ -596,6 +603,9 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
             if not k.signature.get(pname, "").startswith("*"):
                 raise r.error(f"{at}.tune.{field_name}[{i}]", f"'{pname}' is not a pointer parameter",
                               close_match(pname, [n for n, ty in k.signature.items() if ty.startswith("*")]))
+    if t.l2 not in L2_MODES:
+        raise r.error(f"{at}.tune.l2", f"unknown L2 mode '{t.l2}' (accepted: {', '.join(L2_MODES)})",
+                      close_match(t.l2, L2_MODES))
     if t.search not in SEARCHES:
         raise r.error(f"{at}.tune.search", f"unknown search '{t.search}' (accepted: {', '.join(SEARCHES)})",
                       close_match(t.search, SEARCHES))

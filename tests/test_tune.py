@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from forge_aot.cli import main
+from forge_aot.errors import ManifestError
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import ConfigChoice, make_plan
 from forge_aot.sourcesplit import code_sha256
@@ -893,3 +894,42 @@ def test_tuning_a_kernel_whose_inputs_pass_an_optional_tensor_as_none(sim: Path,
     # the candidates were handed the binaries for bias=None (spec N in its place: x, bias, out, n)
     specs = {line.split()[-1] for line in _log(sim) if line.startswith("none-binary")}
     assert specs and all(s[1] == "N" for s in specs), _log(sim)
+
+
+def test_l2_warm_is_its_own_measurement(tmp_path: Path) -> None:
+    """``tune.l2 = "warm"`` times the same arguments again with nothing flushed (a norm over activations the previous
+    op just wrote): the worker hears it with each row, and the code hash folds it in, so a winner measured with a
+    cold L2 is not used for a warm entry (nor the reverse); a cold entry keeps the hash it always had."""
+    project = _tiny_project(tmp_path, '["sm_90"]')
+    manifest = project / "kernel_manifest.toml"
+    cold = kernel_code_sha256(make_plan(load_manifest(manifest)).kernels["add"])
+    text = manifest.read_text()
+    assert "[kernels.add.tune]" in text
+    manifest.write_text(text.replace("[kernels.add.tune]", '[kernels.add.tune]\nl2 = "warm"'))
+    loaded = load_manifest(manifest)
+    assert loaded.manifest.kernels["add"].tune.l2 == "warm"
+    plan = make_plan(loaded)
+    warm = kernel_code_sha256(plan.kernels["add"])
+    assert warm != cold and len(warm) == 64
+    db = TuningDatabase(project / "tuning")
+    big = {"BLOCK_SIZE": 1024, "num_warps": 4, "num_stages": 1}
+    measured_cold = dataclasses.replace(_prov(source=file_sha256(FIXTURES / "kernels" / "tiny.py")), code_sha256=cold)
+    db.append(_winner("add", "T=fp16", {"n_elements": 1048576}, big, measured_cold))
+    db.close()
+    summary = apply_tuning(plan, load_database(loaded), TRITON)
+    assert summary.rows["sm_90"]["tuned"] == 0 and "another version of the kernel's code" in summary.stale[0]
+    manifest.write_text(text.replace("[kernels.add.tune]", '[kernels.add.tune]\nl2 = "wram"'))
+    with pytest.raises(ManifestError, match=r"kernels\.add\.tune\.l2.*unknown L2 mode 'wram'.*warm"):
+        load_manifest(manifest)
+
+
+def test_the_worker_times_a_warm_row_without_flush_or_rotation() -> None:
+    from forge_aot.tune.bench_worker import Worker
+    from forge_aot.tune.timing import CudaTimingBackend
+
+    assert CudaTimingBackend.flush_l2 is True  # cold unless a row says otherwise
+    worker = Worker.__new__(Worker)
+    worker.item = {"l2": "warm", "kernel": "k"}
+    worker._rotation = lambda records: pytest.fail("a warm row rotates no copies")
+    _, prepare, rotating = Worker.replay(worker, [])
+    assert prepare is None and rotating is None

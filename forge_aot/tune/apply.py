@@ -74,6 +74,8 @@ def kernel_code_sha256(kp: KernelPlan) -> str:
     text of each project module its file imports (``KernelPlan.local_modules``: a helper in ``kernels/utils.py``
     that picks BLOCK_SIZE changes what a measurement ran). A kernel importing none keeps its hash."""
     digest = code_sha256(kp.source, code_roots(kp))
+    if kp.entry.tune.l2 != "cold":  # timed with another cache: other results (cold keeps the hashes it had)
+        digest = hashlib.sha256(f"forge-aot l2 {kp.entry.tune.l2} v1\n{digest}\n".encode()).hexdigest()
     if not kp.local_modules:
         return digest
     h = hashlib.sha256(f"forge-aot code+local v1\n{digest}\n".encode())

@@ -253,6 +253,7 @@ class Worker:
 
         torch = self.torch
         self.item = cmd
+        self.timer.backend.flush_l2 = cmd.get("l2", "cold") == "cold"  # type: ignore[attr-defined]
         module = self.modules[cmd["module"]]
         self.variant = {a: getattr(torch, TORCH_DTYPES[v]) if a in cmd["type_vars"] else v
                         for a, v in cmd["assignment"].items()}
@@ -362,6 +363,8 @@ class Worker:
         needs_prepare = bool(reset or hooks or any(r.snapshots for r in records))
         if needs_prepare:
             return run, prepare, None
+        if self.item and self.item.get("l2") == "warm":  # the same memory every launch: it stays in the L2
+            return run, None, None
         return run, None, self._rotation(records)
 
     def _rotation(self, records: list[LaunchRecord]) -> Any:

@@ -549,7 +549,7 @@ class _Tuner:
         cmd = {"kernel": k, "module": item.kernel.module, "assignment": item.entry.assignment,
                "type_vars": list(item.kernel.entry.dtypes), "key": item.key_dict, "target": self.target,
                "inputs": t.inputs, "op": t.op or item.kernel.entry.ops[0], "reference": t.reference,
-               "tolerance": _tolerance(item), "reset": item.kernel.reset_to_zero,
+               "tolerance": _tolerance(item), "reset": item.kernel.reset_to_zero, "l2": item.kernel.entry.tune.l2,
                "restore": item.kernel.restore_value, "seed": seed, "default": payloads[default.id]}
         try:
             info = timed("inputs", client.set_item, cmd)

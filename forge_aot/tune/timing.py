@@ -252,8 +252,12 @@ class CudaTimingBackend:
         self._spin = getattr(torch.cuda, "_sleep", None)
         self.head_start_cycles = int(head_start_us * khz / 1000)
 
+    flush_l2 = True
+    """Whether each event-timed launch starts after the flush (``tune.l2 = "cold"``); the worker sets it per row."""
+
     def flush(self) -> None:
-        self.flush_buffer.zero_()
+        if self.flush_l2:
+            self.flush_buffer.zero_()
 
     def events(self, run: Run, prepare: Run | None, reps: int) -> list[float]:
         torch = self.torch
