@@ -101,8 +101,8 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         return None, "no type annotations and no examples call it"
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}
+    # per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise
     results: set[tuple[str, ...]] = set()
-    """Per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise."""
     for args, kwargs, result, *rest in calls:
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
             t = _type_of(value)
