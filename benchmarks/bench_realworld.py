@@ -361,6 +361,14 @@ def _cases(torch, F, wheel, dev, jit):
             cases[f"add_rms_norm fwd+bwd {rows}x{n}"] = (None, None, {
                 "forge-aot": norm_fb(wheel.rms_norm_fn), "jit-same": norm_fb(dev["rms_norm_fn"]),
                 "jit": norm_fb(jit["add_norm"].rms_norm_fn)})
+    # SGLang's paged decode attention (no autotune: the file as is runs the same config as the wheel), GQA 32/8,
+    # head size 128, bf16; torch has no paged-KV kernel to compare with
+    for batch, seq in ((32, 2048), (8, 8192)):
+        args = jit["decode_attention"].make_inputs(batch, 32, 8, 128, [seq] * batch, torch.bfloat16, "cuda")
+        cases[f"decode_attention {batch}x{seq} gqa"] = (2 * batch * seq * 8 * 128 * 2, "B", {
+            "forge-aot": lambda a=args: wheel.decode_attention_fwd(*a, sm_scale=0.088),
+            "jit-same": lambda a=args: dev["decode_attention_fwd"](*a, sm_scale=0.088),
+            "jit": lambda a=args: jit["decode_attention"].decode_attention_fwd(*a, sm_scale=0.088)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -394,7 +402,7 @@ def main() -> None:
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
-                                 "chunk_cumsum", "linear_scan", "add_norm")}
+                                 "chunk_cumsum", "linear_scan", "add_norm", "decode_attention")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it
