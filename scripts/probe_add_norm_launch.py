@@ -3,7 +3,8 @@ the C launch path on and off, beside the same file under Triton's JIT: the Layer
 tensors of the type variable R (no residual), which the C path used to leave to the Python path on every call.
 
 Decode-sized inputs (8 x 768), forward only under torch.no_grad (the autograd Function's own cost is the same for
-all three); 7 interleaved rounds of 2,000 calls, medians and spread in microseconds. Run on a GPU machine with the
+all three), then the forward kernel's launch alone as the host code makes it (where the op's ~100 us of host code
+no longer hides the launch path); 7 interleaved rounds of 2,000 calls, medians and spread in microseconds. Run on a GPU machine with the
 forge_realworld wheel installed: ``python3 scripts/probe_add_norm_launch.py [--json out.json]``."""
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ def main() -> None:
         "layer_norm_fn (R all None)": lambda f: f(x, w, b),
         "rms_norm_fn + fp32 residual": lambda f: f(x, w, None, res, prenorm=True, residual_in_fp32=True),
     }
+    # The kernel launch alone, as _add_norm_fwd makes it: the LayerNorm with bias passes None for both tensors of
+    # R (RESIDUAL, RESIDUAL_OUT); Mamba's first block gives RESIDUAL_OUT (fp32) with RESIDUAL None.
+    y, mean, rstd, r_out = (torch.empty_like(x), torch.empty(8, device="cuda"), torch.empty(8, device="cuda"),
+                            torch.empty(8, 768, device="cuda"))
+    launches = {
+        "kernel[grid], R all None": lambda k: k[(8,)](x, y, w, b, None, None, mean, rstd, 768, 768, 0, 0, 768, 1e-6,
+                                                      False, 1024, False, False, True),
+        "kernel[grid], R from RESIDUAL_OUT": lambda k: k[(8,)](x, y, w, None, None, r_out, None, rstd, 768, 768, 0,
+                                                               768, 768, 1e-6, True, 1024, False, True, False),
+    }
 
     def timed(call, fn, c_path):
         if c_path is not None:
@@ -58,11 +69,12 @@ def main() -> None:
 
     results = {}
     with torch.no_grad():
-        for case, call in cases.items():
+        for case, call in {**cases, **launches}.items():
             op = "layer_norm_fn" if "layer_norm_fn" in case else "rms_norm_fn"
-            contenders = {"forge-aot C path": (getattr(wheel, op), True),
-                          "forge-aot Python path": (getattr(wheel, op), False),
-                          "Triton JIT": (getattr(jit, op), None)}
+            wheel_fn, jit_fn = ((handle, jit._add_norm_fwd_kernel) if case in launches
+                                else (getattr(wheel, op), getattr(jit, op)))
+            contenders = {"forge-aot C path": (wheel_fn, True), "forge-aot Python path": (wheel_fn, False),
+                          "Triton JIT": (jit_fn, None)}
             samples = {n: [] for n in contenders}
             for r in range(args.rounds):
                 names = list(contenders)
@@ -73,8 +85,8 @@ def main() -> None:
             results[case] = {n: {"median_us": statistics.median(v), "min_us": min(v), "max_us": max(v)}
                              for n, v in samples.items()}
             print(case)
-            for n, s in results[case].items():
-                print(f"  {n:24s} {s['median_us']:8.2f} us  ({s['min_us']:.2f} - {s['max_us']:.2f})")
+            for n, st in results[case].items():
+                print(f"  {n:24s} {st['median_us']:8.2f} us  ({st['min_us']:.2f} - {st['max_us']:.2f})")
     if args.json:
         args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "results": results}, indent=1))
 

@@ -920,3 +920,28 @@ def test_runtime_arguments_by_keyword_take_the_c_path(rt, fake, add, form) -> No
         add[(4,)](x_ptr=x, y_ptr=y, out_ptr=o)
     with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         add[(4,)](x_ptr=x, y_ptr=y, out_ptr=o, n=4096, bogus=1)
+
+
+POSITIONAL = [["x_ptr", "*T"], ["out_ptr", "*T"], ["n", "i32"], ["IS_RMS", "constexpr"], ["BLOCK", "constexpr"]]
+
+
+def test_call_site_constexprs_passed_by_position_take_the_c_path(rt, fake, tmp_path) -> None:
+    """mamba's layer norm passes its flags and BLOCK_N by position after the runtime arguments: the C path reads them
+    as the keywords they stand for (after the first call, as for keywords), and leaves to the Python path a call
+    that passes one twice."""
+    k = _kernel(rt, tmp_path, "posc", POSITIONAL, dtypes={"T": ["fp16"]},
+                call_site={"IS_RMS": [True, False], "BLOCK": [1024]})
+    assert rt.fastpath._positional_calls(k) == 2
+    x, o = _tensor(0), _tensor(0)
+    fake.block_size, fake.nparams = 32, 5
+    by_position, fallbacks = _launch_both(rt, fake, k, (4,), (x, o, 4096, True, 1024))
+    assert by_position[0] == by_position[1] == by_position[2] and fallbacks == 1
+    by_keyword = []
+    k[(4,)](x, o, 4096, IS_RMS=True, BLOCK=1024)
+    by_keyword.append(fake.launch_record())
+    assert by_keyword[0] == by_position[0]
+    with pytest.raises(TypeError, match="multiple values for argument 'IS_RMS'"):
+        k[(4,)](x, o, 4096, True, 1024, IS_RMS=True)
+    k2 = _kernel(rt, tmp_path, "posc2", [["x_ptr", "*T"], ["BLOCK", "meta"], ["FLAG", "constexpr"]],
+                 dtypes={"T": ["fp16"]}, call_site={"FLAG": [True]})
+    assert rt.fastpath._positional_calls(k2) == 0  # a tuned meta-parameter comes first: by keyword only

@@ -499,6 +499,8 @@ typedef struct {
     unsigned char spec_is_ptr[MAX_ARGS];
     int n_tv, tv_pos[MAX_TYPEVARS];
     int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
+    int n_pos_call;          /* how many leading call-site constexprs a call may pass by position after the
+                              * runtime arguments (their parameters follow the runtime ones: mamba's layer norm) */
     int n_key, key_pos[MAX_KEYS];
     int n_call;
     PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
@@ -544,15 +546,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
                             "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
-                            NULL};
+                            "positional_calls", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
         *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
         *tv_next = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+    int n_pos_call = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!i", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
-                                     &heuristic_names, &PyTuple_Type, &tv_next))
+                                     &heuristic_names, &PyTuple_Type, &tv_next, &n_pos_call))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -607,6 +610,10 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
             PyErr_SetString(PyExc_TypeError, "call-site names are strings"); goto fail;
         }
     F->n_call = (int)PyTuple_Size(call_names);
+    if (n_pos_call < 0 || n_pos_call > F->n_call) {
+        PyErr_SetString(PyExc_ValueError, "positional_calls beyond the call-site names"); goto fail;
+    }
+    F->n_pos_call = n_pos_call;
     Py_INCREF(call_names); F->call_names = call_names;
     Py_INCREF(call_defaults); F->call_defaults = call_defaults;
     Py_INCREF(missing); F->missing = missing;
@@ -1028,10 +1035,36 @@ static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObj
 
 static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
 
+/* Call-site constexprs passed by position after the runtime arguments (mamba's layer norm passes its flags and
+ * BLOCK_N so): read as the keywords they stand for, as Kernel._bind binds them. 1 launched, 0 left to the Python
+ * path (more than may come by position, or one also passed by keyword: Python binds or refuses), -1 error. */
+static int positional_calls(Launch *l, PyObject *args, PyObject *kwargs) {
+    FastKernel *F = (FastKernel *)l->fast;
+    Py_ssize_t extra = PyTuple_Size(args) - F->n;
+    if (extra > F->n_pos_call) return 0;
+    PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
+    if (!kw) return -1;
+    PyObject *head = NULL;
+    int r = -1;
+    for (Py_ssize_t i = 0; i < extra; i++) {
+        PyObject *name = PyTuple_GetItem(F->call_names, i);
+        int has = PyDict_Contains(kw, name);
+        if (has) { r = has < 0 ? -1 : 0; goto done; }
+        if (PyDict_SetItem(kw, name, PyTuple_GetItem(args, F->n + i)) < 0) goto done;
+    }
+    if (!(head = PyTuple_GetSlice(args, 0, F->n))) goto done;
+    r = fast_call_read(l, head, kw, 0);
+done:
+    Py_XDECREF(head);
+    Py_DECREF(kw);
+    return r;
+}
+
 /* 1 launched, 0 left to the Python path, -1 error. */
 static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
     if (PyTuple_Size(args) == F->n) return fast_call_read(l, args, kwargs, 0);
+    if (PyTuple_Size(args) > F->n) return positional_calls(l, args, kwargs);
     PyObject *merged;
     Py_ssize_t taken;
     int m = merge_keywords(F, args, kwargs, &merged, &taken);

@@ -82,7 +82,7 @@ def plan(kernel: Any) -> Any:
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
                             (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
                             LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
-                            _type_next(kernel))
+                            _type_next(kernel), _positional_calls(kernel))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 
@@ -94,6 +94,14 @@ def _type_next(kernel: Any) -> tuple[int, ...]:
     tv_types = {types[src] for is_rt, src in kernel.axis_sources if is_rt}
     return tuple(next((j for j in range(i + 1, len(types)) if types[j] == ty), -1) if ty in tv_types else -1
                  for i, ty in enumerate(types))
+
+
+def _positional_calls(kernel: Any) -> int:
+    """How many of the kernel's call-site constexprs a call may pass by position after its runtime arguments: those
+    whose parameters come right after the runtime ones, in order (mamba passes ``IS_RMS_NORM, BLOCK_N, ...`` so)."""
+    after = kernel.param_names[kernel.n_runtime:]
+    return next((i for i, (p, c) in enumerate(zip(after, kernel.call_constexprs)) if p != c),
+                min(len(after), len(kernel.call_constexprs)))
 
 
 def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
