@@ -4,8 +4,8 @@ tensors of the type variable R (no residual), which the C path used to leave to 
 
 Decode-sized inputs (8 x 768), forward only under torch.no_grad (the autograd Function's own cost is the same for
 all three), then the forward kernel's launch alone as the host code makes it (where the op's ~100 us of host code
-no longer hides the launch path); 7 interleaved rounds of 2,000 calls, medians and spread in microseconds. Run on a GPU machine with the
-forge_realworld wheel installed: ``python3 scripts/probe_add_norm_launch.py [--json out.json]``."""
+no longer hides the launch path); 7 interleaved rounds of 2,000 calls, medians and spread in microseconds. Run on a
+GPU machine with the forge_realworld wheel installed: ``python3 scripts/probe_add_norm_launch.py [--json out.json]``."""
 
 from __future__ import annotations
 
