@@ -265,10 +265,10 @@ class KernelPlan:
     """Config pre-hooks by name, from the host module (they set tensor descriptors' block shapes per config)."""
     notes: list[str] = field(default_factory=list)
     local_modules: dict[str, LocalModule] = field(default_factory=dict)
-    writes: tuple[str, ...] = ()
-    """Parameters the kernel may write through (``KernelSource.writes``)."""
     """The project's own modules its file imports, transitively (shipped with the host code; part of its code
     hash)."""
+    writes: tuple[str, ...] = ()
+    """Parameters the kernel may write through (``KernelSource.writes``)."""
 
     def _passed(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` some launch in the host code passes as a keyword."""

@@ -719,7 +719,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     }
     for (int t = 0; t < F->n_tv; t++) {
         /* Kernel.axis_values: the type variable's first tensor given; None where all are None (the variant the
-         * Python path chose for that, Kernel._variant_any_of, is remembered under None) */
+         * Python path chose for that, in Kernel.find_variant, is remembered under None) */
         int p = F->tv_pos[t];
         PyObject *a = PyTuple_GetItem(args, p);
         while (a == Py_None && F->tv_next[p] >= 0) { p = F->tv_next[p]; a = PyTuple_GetItem(args, p); }

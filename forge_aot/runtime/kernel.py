@@ -199,8 +199,10 @@ class Kernel(KernelBase):
                 else:
                     raise TypeError(f"{self.function}() is missing the constexpr argument '{n}'")
         for n in self.launch_axes:
-            call.setdefault(n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)))
-        call.update({n: False for n in self.launch_flags if n not in call})
+            if n not in call:
+                call[n] = LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))
+        for n in self.launch_flags:
+            call.setdefault(n, False)
         return runtime, call
 
     # -- resolution ---------------------------------------------------------------------------------------
@@ -254,12 +256,19 @@ class Kernel(KernelBase):
                 f"{', '.join(self.targets) or 'no target'} and kernels.{self.name}.targets lists "
                 f"{', '.join(self.spec.get('only_targets', [])) or 'none of them'}")
         assignment: dict[str, Any] = {}
-        unset = [a for a, v in zip(self.axes, values) if v is None and a in dict(self.type_vars)]
-        if unset:
-            return self._variant_any_of(values, unset)
+        type_vars = dict(self.type_vars)
+        fixed = {a: v for a, v in zip(self.axes, values) if v is not None or a not in type_vars}
+        if None in values and len(fixed) < len(values):  # type variables whose tensors are all None change no code
+            # (mamba's norm without a residual): the first built variant (sorted) with the call's other values, as
+            # the build traced such calls
+            for vid in sorted(v for v, b in self.variants.items() if all(b["assign"][a] == fixed[a] for a in fixed)):
+                return vid, dict(self.variants[vid]["assign"])
+            unset = ", ".join(a for a in type_vars if a not in fixed)
+            raise NotBuiltError(f"{self.function}(): no build for {fixed} with {unset} of any dtype (their tensors "
+                                f"are all None); built: {list(self.variants)}")
         for axis, value in zip(self.axes, values):
             built = [v["assign"][axis] for v in self.variants.values()]
-            if axis in dict(self.type_vars):
+            if axis in type_vars:
                 if value not in built:
                     raise UnsupportedDtypeError(f"{self.function}(): no build for {axis}={value}; this package "
                                                 f"has {', '.join(sorted(set(built)))}")
@@ -278,15 +287,6 @@ class Kernel(KernelBase):
             raise (UnsupportedDtypeError if apart else NotBuiltError)(
                 f"{self.function}(): the combination {vid} was not built; built: {list(self.variants)}")
         return vid, assignment
-
-    def _variant_any_of(self, values: tuple[Any, ...], unset: list[str]) -> tuple[str, dict[str, Any]]:
-        """Type variables ``unset`` whose tensors are all None change no code: the first built variant (sorted) with
-        the call's other values, as the build traced such calls (mamba's layer norm without a residual)."""
-        fixed = {a: v for a, v in zip(self.axes, values) if a not in unset}
-        for vid in sorted(vid for vid, v in self.variants.items() if all(v["assign"][a] == fixed[a] for a in fixed)):
-            return vid, dict(self.variants[vid]["assign"])
-        raise NotBuiltError(f"{self.function}(): no build for {fixed} with {', '.join(unset)} of any dtype (their "
-                            f"tensors are all None); built: {list(self.variants)}")
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
         vid, assignment = self.find_variant(values)
