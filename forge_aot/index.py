@@ -88,6 +88,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
         "modules": {mod: {"path": module_paths[mod], "kernels": spec["kernels"], "ops": spec["ops"],
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
                           **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
+                          **({"results": spec["results"]} if spec.get("results") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
                           **({"package": spec["package"]} if spec.get("package") else {}),
                           **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)}}

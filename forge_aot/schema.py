@@ -6,7 +6,10 @@ file's examples function made (argument and result types as observed). An argume
 kernels may write (``sourcesplit`` reads which parameters each kernel writes through; the tracer, which tensors
 were passed there) is ``Tensor(a!)``, and such an op may return nothing (``-> ()``, vLLM's out-first ops). Ops
 whose arguments or results do not fit a schema (other objects, an output that is an input) are left
-unregistered, with the reason. A default the
+unregistered, with the reason. An op whose result's structure follows one argument (mamba's and flash-attn's
+``layer_norm_fn`` returns ``y``, or ``(y, residual)`` with ``prenorm=True``) returns their union, padded with
+None (``(Tensor, Tensor?)``), and a rule (``ResultRule``) that the exported function uses to give each call the
+structure the host code gives it. A default the
 schema language cannot spell (``float("inf")``, alone or in a list) makes the argument optional with the
 default None, which the registered implementations turn back into the host function's default
 (``runtime.entry``).
@@ -82,27 +85,36 @@ def _storage(t: Any) -> int:
     return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
 
-def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str]:
-    """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None) and a reason."""
+ResultRule = dict[str, Any]
+"""How an op's result structure follows one of its arguments (JSON, in the index): ``argument`` (its name),
+``position`` (its index among the parameters, -1 when keyword-only), ``default``, ``arities`` (pairs of the
+argument's value and the result's structure: 0 one value, n a tuple of n) and ``width`` (the padded tuple's
+length, the schema's). ``runtime.entry`` pads and unpads with it."""
+
+
+def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str, ResultRule | None]:
+    """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None), a reason, and the
+    rule giving each call its result structure where that follows an argument (else None)."""
     import torch
 
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         text = str(declared)
-        return text[text.index("("):], "from its @torch.library.custom_op"
+        return text[text.index("("):], "from its @torch.library.custom_op", None
     sig = inspect.signature(fn)
     written = _written_arguments(sig, calls)
     if not written:
         try:
-            return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations"
+            return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations", None
         except Exception:  # annotations missing or not schema types: try the traced calls
             pass
     if not calls:
-        return None, "no type annotations and no examples call it"
+        return None, "no type annotations and no examples call it", None
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}
     # per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise
     results: set[tuple[str, ...]] = set()
+    keyed: list[tuple[dict[str, Any], tuple[str, ...]]] = []  # per call: its scalar arguments, its result kinds
     for args, kwargs, result, *rest in calls:
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
             t = _type_of(value)
@@ -111,29 +123,33 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError as exc:
-            return None, f"a traced call does not bind: {exc}"
+            return None, f"a traced call does not bind: {exc}", None
         bound.apply_defaults()
         for name, value in bound.arguments.items():
             t = _type_of(value)
             if t is None:
-                return None, f"argument {name} is a {type(value).__name__}, not a schema type"
+                return None, f"argument {name} is a {type(value).__name__}, not a schema type", None
             seen[name].add(t)
         if result is None and written:  # vLLM's style: the caller's out tensors written, nothing returned
             results.add(("()",))
+            keyed.append(({}, ("()",)))
             continue
         flat = result if isinstance(result, tuple) else (result,)
         inputs = [id(v) for v in bound.arguments.values() if v is not None]
         if any(r is not None and id(r) in inputs for r in flat):
-            return None, "it returns one of its inputs (a custom op's outputs may not alias its inputs)"
+            return None, "it returns one of its inputs (a custom op's outputs may not alias its inputs)", None
         kinds = tuple(_type_of(r) for r in flat)
         if any(k not in ("Tensor", "None") for k in kinds) or (result is None and not written):
-            return None, f"it returns {type(result).__name__}, not tensors"
-        results.add(kinds if isinstance(result, tuple) else ("", *kinds))
+            return None, f"it returns {type(result).__name__}, not tensors", None
+        shape = kinds if isinstance(result, tuple) else ("", *kinds)
+        results.add(shape)
+        keyed.append(({n: v for n, v in bound.arguments.items() if v is None or isinstance(v, (bool, int, str))},
+                      shape))
     params = []
     guessed = []
     for name, p in sig.parameters.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            return None, "it takes *args or **kwargs"
+            return None, "it takes *args or **kwargs", None
         if p.kind == p.KEYWORD_ONLY and "*" not in params:  # torch passes them by name, as the host code takes them
             params.append("*")
         t = _merge(seen[name])
@@ -147,24 +163,56 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             t = t.replace("Tensor", f"Tensor({chr(ord('a') + written.index(name))}!)")
         if t is None and seen[name] == {"None"}:
             return None, (f"argument {name} is None in every traced call, so its type is unknown: annotate it, or "
-                          "pass a value in the examples")
+                          "pass a value in the examples"), None
         if t is None:
-            return None, f"argument {name} takes several types: {sorted(seen[name])}"
+            return None, f"argument {name} takes several types: {sorted(seen[name])}", None
         if p.default is inspect.Parameter.empty:
             params.append(f"{t} {name}")
         elif unspellable(p.default):  # optional in the schema: its None means the host function's default
             params.append(f"{t.removesuffix('?')}? {name}=None")
         else:
             params.append(f"{t} {name}={_default(p.default)}")
-    returns = _returns(results)
+    returns, rule = _returns(results), None
     if returns is None:
-        return None, f"it returns several kinds of results: {sorted(results)}"
+        returns, rule = _keyed_returns(sig, keyed)
+        if returns is None:
+            return None, f"it returns several kinds of results: {sorted(results)}", None
     how = "from the traced examples"
     if guessed:
         how += f"; {', '.join(guessed)}"
     if written:
         how += f"; writes {', '.join(written)}"
-    return f"({', '.join(params)}) -> {returns}", how
+    if rule is not None:
+        how += (f"; returns {rule['width']} results padded with None, the exported function giving each call the "
+                f"structure {rule['argument']} selects")
+    return f"({', '.join(params)}) -> {returns}", how, rule
+
+
+def _keyed_returns(sig: inspect.Signature, keyed: list[tuple[dict[str, Any], tuple[str, ...]]],
+                   ) -> tuple[str | None, ResultRule | None]:
+    """Where calls return one value against a tuple, or tuples of different lengths, and one argument's value (a
+    bool, int, str or None in every call; a bool first) tells which: the union of the results, padded with None,
+    and the rule. (None, None) where no argument does, or some call returns nothing."""
+    if any(kinds == ("()",) for _, kinds in keyed):
+        return None, None
+    arity = [0 if kinds[0] == "" else len(kinds) for _, kinds in keyed]
+    names = [n for n in sig.parameters if all(n in scalars for scalars, _ in keyed)]
+    names.sort(key=lambda n: not all(isinstance(scalars[n], bool) for scalars, _ in keyed))
+    for name in names:
+        arities: dict[Any, int] = {}
+        if all(arities.setdefault(scalars[name], a) == a for (scalars, _), a in zip(keyed, arity)):
+            break
+    else:
+        return None, None
+    items = [kinds[1:] if kinds[0] == "" else kinds for _, kinds in keyed]
+    width = max(len(k) for k in items)
+    union = ["Tensor" if all(len(k) > i and k[i] == "Tensor" for k in items) else "Tensor?" for i in range(width)]
+    params = list(sig.parameters.values())
+    p = sig.parameters[name]
+    default = None if p.default is inspect.Parameter.empty else p.default
+    rule = {"argument": name, "position": -1 if p.kind == p.KEYWORD_ONLY else params.index(p),
+            "default": default, "arities": sorted(([v, a] for v, a in arities.items()), key=repr), "width": width}
+    return "(" + ", ".join(union) + ")", rule
 
 
 def _returns(results: set[tuple[str, ...]]) -> str | None:

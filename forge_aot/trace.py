@@ -260,7 +260,9 @@ class Tracer:
                     setattr(module, op, fn)
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals.items():
-                mod["schemas"][op], mod["schema_notes"][op] = op_schema(fn, op_calls[op])
+                mod["schemas"][op], mod["schema_notes"][op], rule = op_schema(fn, op_calls[op])
+                if rule is not None:
+                    mod.setdefault("results", {})[op] = rule
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

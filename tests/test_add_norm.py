@@ -156,3 +156,54 @@ def test_rms_norm_fn_keeps_its_signature_and_returns_the_input_as_the_residual_w
     y, r = realworld.rms_norm_fn(x, w, None, prenorm=True)  # no residual, no fp32 stream: r is x itself
     assert r.data_ptr() == x.data_ptr() and y.shape == x.shape
     assert torch.equal(realworld.rms_norm_fn(x, w, None), y)
+
+
+@pytest.mark.gpu
+def test_a_block_compiles_fullgraph_through_both_result_structures_and_training_keeps_its_gradients(
+        realworld) -> None:
+    """Inference: torch.compile(fullgraph=True) of a block calling ``rms_norm_fn`` with ``prenorm=True`` (a pair;
+    once with no residual, where the host code returns ``x`` itself) and ``layer_norm_fn`` without (one tensor):
+    each is one custom op returning ``(Tensor, Tensor?)``, unpadded to the host code's structure, results equal to
+    eager (the inputs-as-residual a copy). Training through these ops, which have no backward in the manifest:
+    the compiled step runs their host code with its own autograd (graph breaks), gradients equal to eager."""
+    import torch
+
+    x = torch.randn(37, 2560, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2560, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2560, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(37, 2560, device="cuda", dtype=torch.float32)
+
+    def block(x, w, b, res):
+        h, r = realworld.rms_norm_fn(x, w, None, residual=res, prenorm=True, residual_in_fp32=True)
+        h2, r2 = realworld.rms_norm_fn(h, w, None, prenorm=True)  # r2 is h itself in eager code
+        return realworld.layer_norm_fn(h2, w, b, eps=1e-5), r, r2
+
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    eager = block(x, w, b, res)
+    for compiled in (torch.compile(block, fullgraph=True, backend=recording)(x, w, b, res),
+                     torch.compile(block, fullgraph=True)(x, w, b, res)):
+        assert isinstance(compiled[0], torch.Tensor) and len(compiled) == 3
+        for got, want in zip(compiled, eager):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        assert compiled[2].data_ptr() != compiled[0].data_ptr()
+    assert graphs[0].count("forge_realworld.rms_norm_fn") == 2 and "forge_realworld.layer_norm_fn" in graphs[0]
+
+    def train_block(x, w, b, res):  # the differentiated calls the fixture builds: mamba's block, LayerNorm + bias
+        h, r = realworld.rms_norm_fn(x, w, None, residual=res, prenorm=True, residual_in_fp32=True)
+        return realworld.layer_norm_fn(h, w, b), r
+
+    def step(fn, x=x, w=w, b=b, res=res):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b, res)]
+        y, r = fn(*leaves)
+        (y.float().square().sum() + r.sum()).backward()
+        return [y.detach(), *(t.grad for t in leaves)]
+
+    want = step(train_block)
+    got = step(torch.compile(train_block))
+    for g, e in zip(got, want):
+        assert g is not None and torch.equal(g, e)

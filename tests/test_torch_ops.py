@@ -608,5 +608,88 @@ def test_a_none_the_code_never_fills_in_still_names_the_argument() -> None:
     x = torch.ones(3)
     result, replaced = _with_nones_replaced(op, (x,), {})
     assert result is x and replaced == {}
-    schema, why = op_schema(op, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
-    assert schema is None and "argument scale is None in every traced call" in why
+    schema, why, rule = op_schema(op, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
+    assert schema is None and rule is None and "argument scale is None in every traced call" in why
+
+
+def test_a_result_whose_structure_an_argument_selects_gets_a_padded_schema_and_a_rule() -> None:
+    """flash-attn's ``layer_norm_fn`` returns ``y``, or ``(y, residual)`` with ``prenorm=True``: the schema returns
+    their union padded with None, and the rule records which argument selects the structure (a bool before an
+    int that would explain it too); where no argument does, there is no schema and the reason says why."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    def norm(x, mode, n=1, prenorm=False):
+        return (x + 1, x + 2) if prenorm else x + 1
+
+    t = torch.ones(3)
+    calls = [((t, "a"), {"n": 1}, norm(t, "a"), [], {}),
+             ((t, "a", 2), {"prenorm": True}, norm(t, "a", prenorm=True), [], {}),
+             ((t, "b", 2, True), {}, norm(t, "b", prenorm=True), [], {})]
+    schema, why, rule = op_schema(norm, calls)
+    assert schema == "(Tensor x, str mode, int n=1, bool prenorm=False) -> (Tensor, Tensor?)"
+    assert "structure prenorm selects" in why
+    assert rule == {"argument": "prenorm", "position": 3, "default": False, "arities": [[False, 0], [True, 2]],
+                    "width": 2}
+    # n explains these calls too (1 one value, 2 a pair), but prenorm is a bool; a call that neither explains:
+    calls.append(((t, "a", 2), {"prenorm": True}, norm(t, "a"), [], {}))
+    schema, why, rule = op_schema(norm, calls)
+    assert schema is None and rule is None and "several kinds of results" in why
+
+
+def test_an_op_whose_result_structure_follows_prenorm_is_one_custom_op_in_both_structures(realworld_plan) -> None:
+    """mamba's and flash-attn's ``layer_norm_fn`` / ``rms_norm_fn``: custom ops returning ``(Tensor, Tensor?)``;
+    the exported functions give each call the host code's own structure, eagerly (meta tensors, through the
+    custom op itself) and under torch.compile(fullgraph=True), where both structures trace as the one op. A
+    residual that is the input itself (prenorm with no residual in the input's dtype) comes back as a copy (a
+    custom op's outputs may not alias its inputs). A compiled call that needs gradients, through these ops that
+    have no backward in the manifest, does not use the custom op (it would drop the gradients silently): it runs
+    the host code, which Dynamo cannot trace whole, so fullgraph=True says so."""
+    import torch
+
+    from forge_aot.runtime.torch_ops import unpad
+
+    mod = realworld_plan.modules["add_norm"]
+    assert mod["schemas"]["layer_norm_fn"].endswith("bool is_rms_norm=False) -> (Tensor, Tensor?)")
+    assert mod["results"]["rms_norm_fn"] == {"argument": "prenorm", "position": 4, "default": False,
+                                             "arities": [[False, 0], [True, 2]], "width": 2}
+    _, ops = _ops(FIXTURES / "realworld" / "kernel_manifest.toml", "forge_test_prenorm")
+    ns = torch.ops.forge_test_prenorm
+    x = torch.empty(6, 1000, device="meta", dtype=torch.float16)
+    w = torch.empty(1000, device="meta", dtype=torch.float16)
+    y, r = ns.rms_norm_fn(x, w, None)
+    assert y.shape == x.shape and r is None
+    y, r = ns.rms_norm_fn(x, w, None, None, True)  # prenorm by position: r is x (reshaped) in the host code
+    assert r.shape == x.shape and r.dtype == x.dtype and r.untyped_storage()._cdata != x.untyped_storage()._cdata
+    y, r = ns.rms_norm_fn(x, w, None, prenorm=True, residual_in_fp32=True)
+    assert r.dtype == torch.float32
+    with pytest.raises(rt.ForgeRuntimeError, match=r"results only for prenorm in \[False, True\], not 2"):
+        unpad(("prenorm", 4, False, ((False, 0), (True, 2)), 2), (y, r), (x, w, None), {"prenorm": 2}, "ns.op")
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def block(x, w, b, res):
+        hidden, residual = ops["layer_norm_fn"](x, w, b, residual=res, prenorm=True)
+        out = ops["rms_norm_fn"](hidden, w, None, eps=1e-5)  # one tensor, as the host code returns it
+        return out * 2, residual
+
+    b = torch.empty(1000, device="meta", dtype=torch.float16)
+    out, residual = torch.compile(block, fullgraph=True, backend=backend)(x, w, b, torch.empty_like(x))
+    assert isinstance(out, torch.Tensor) and out.shape == x.shape and residual.shape == x.shape
+    (gm,) = graphs
+    text = str(gm.graph)
+    assert "forge_test_prenorm.layer_norm_fn" in text and "forge_test_prenorm.rms_norm_fn" in text, text
+
+    wg = torch.empty(1000, device="meta", dtype=torch.float16, requires_grad=True)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported):  # Dynamo in the host code, not a graph with the op
+        torch.compile(block, fullgraph=True, backend=backend)(x, wg, b, torch.empty_like(x))
+    assert len(graphs) == 1
+    with torch.no_grad():  # inference: the custom op again
+        out, _ = torch.compile(block, fullgraph=True, backend=backend)(x, wg, b, torch.empty_like(x))
+    assert out.shape == x.shape and len(graphs) == 2 and "forge_test_prenorm.rms_norm_fn" in str(graphs[1].graph)

@@ -85,7 +85,8 @@ class Package:
                     if self.routed:
                         from .torch_ops import route_in_module
 
-                        route_in_module(module, self.package, self.routed)
+                        route_in_module(module, self.package, self.routed,
+                                        {op: rule_of(spec) for op, spec in self.ops.items()})
                     self.modules[mod] = module
                     runtime = sys.modules[__package__]
                     if runtime.BUNDLE_WANTED:
@@ -102,28 +103,6 @@ class Package:
 
                 self.builtins = local_builtins(self.package, self.local_tops)
             return self.builtins
-
-    def host_module_imported_as(self, fullname: str) -> str | None:
-        """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel
-        file of the package, which the wheel does not ship twice), or None."""
-        if self._imported_as is None:
-            from .host_modules import load_index
-
-            local = f"{self.package}._ops._local."
-            self._imported_as = {local + name: mod for mod, spec in load_index(self.root)["modules"].items()
-                                 for name in spec.get("imported_as", ())}
-        return self._imported_as.get(fullname)
-
-    def local_spec(self, fullname: str) -> Any:
-        """The spec of a shipped project module (``<package>._ops._local.*``): loaded as host code, with the import
-        rules of every host module (even before any op ran: ``pickle`` of an object a helper defines)."""
-        from .host_modules import host_triton, load_index, local_spec
-
-        if self.builtins is None:
-            self._import_rules(n for spec in load_index(self.root)["modules"].values()
-                               for n in spec.get("local_modules", ()))
-        bound = {"triton": host_triton, "__builtins__": self.builtins}
-        return local_spec(fullname, os.path.join(self.root, "_ops", "_local"), bound)
 
     def function(self, op: str) -> Callable[..., Any]:
         """The host function of an exported op."""
@@ -163,8 +142,10 @@ class _HostModuleFinder:
         if fullname.startswith(self.local_prefix):
             # A shipped project module, else (no such file: the build never ships a host module twice) maybe a
             # kernel file imported by its project name, which the full index says.
-            spec = self.package.local_spec(fullname)
-            mod = self.package.host_module_imported_as(fullname) if spec is None else None
+            from .host_modules import host_module_imported_as, package_local_spec
+
+            spec = package_local_spec(self.package, fullname)
+            mod = host_module_imported_as(self.package, fullname) if spec is None else None
             if mod is None:
                 return spec
         else:
@@ -187,10 +168,13 @@ class _HostModuleFinder:
 
 
 def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
-           custom: bool) -> Callable[..., Any]:
+           custom: bool, spec: tuple[Any, ...] = ()) -> Callable[..., Any]:
     """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
-    code; for a custom op, the registered ``torch.ops.<namespace>.<op>`` while torch.compile or torch.export
-    trace, so they see one opaque op instead of the host code."""
+    code; for a custom op (``spec``: its op table entry), the registered ``torch.ops.<namespace>.<op>`` while
+    torch.compile or torch.export trace, so they see one opaque op instead of the host code (padded results
+    unpadded by its rule). Not where torch.compile traces a call that needs gradients through an op with no
+    backward in the manifest (the custom op would return results autograd cannot differentiate, silently): there
+    the host code runs, with its own autograd (a graph break; under fullgraph=True, Dynamo's error)."""
     loaded: list[Callable[..., Any]] = []
 
     def load() -> Callable[..., Any]:
@@ -203,11 +187,18 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     if custom:
         import torch
 
-        is_compiling = torch.compiler.is_compiling
+        is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
+        if rule is not None:
+            from .torch_ops import unpad
+
+        def without_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+            return differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling():
-                return getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
+            if is_compiling() and without_grad(args, kwargs):
+                out = getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
+                return out if rule is None else unpad(rule, out, args, kwargs, f"{namespace}.{op}")
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
@@ -218,11 +209,21 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     return exported
 
 
+def rule_of(spec: tuple[Any, ...]) -> Any:
+    """An op table entry's result rule, or None."""
+    return spec[3] if len(spec) > 3 else None
+
+
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
-    """op → (host module, schema or None[, (setup_context, backward)]) from an index's ``modules``: the table the
-    build writes into a generated ``__init__`` and that ``register_custom_ops`` reads."""
-    return {op: (mod, spec.get("schemas", {}).get(op) or None,
-                 *([tuple(spec["autograd"][op])] if op in spec.get("autograd", {}) else []))
+    """op → (host module, schema or None[, (setup_context, backward) or None[, result rule]]) from an index's
+    ``modules``: the table the build writes into a generated ``__init__`` and that ``register_custom_ops`` reads
+    (the rule, schema.ResultRule as a tuple, where an argument selects the result's structure)."""
+    def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
+        ag, r = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op)
+        rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"])
+        return (ag and tuple(ag), rule) if rule else (tuple(ag),) if ag else ()
+
+    return {op: (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
@@ -255,15 +256,18 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return args, kwargs
 
 
-def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
+def _implementations(function: Callable[[str], Callable[..., Any]], op: str, rule: Any = None,
                      ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A custom op's real implementation (the host code) and its Meta one (``torch_ops.fake_call``)."""
+    """A custom op's real implementation (the host code) and its Meta one (``torch_ops.fake_call``); with a
+    result rule, both pad the host code's results to the schema's."""
+    if rule is not None:
+        from .torch_ops import pad
 
     def real(*args: Any, **kwargs: Any) -> Any:
         fn = function(op)
         if _unspelled(fn):  # what compiled graphs call: one cached lookup, empty for nearly every op
             args, kwargs = _host_defaults(fn, args, kwargs)
-        return fn(*args, **kwargs)
+        return fn(*args, **kwargs) if rule is None else pad(rule, fn(*args, **kwargs), args, kwargs)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
         from .torch_ops import fake_call  # the runtime loads on first use, not at import
@@ -271,7 +275,8 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
         fn = function(op)
         # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
         fn = getattr(fn, "_init_fn", fn)
-        return fake_call(fn, *_host_defaults(fn, args, kwargs))
+        out = fake_call(fn, *_host_defaults(fn, args, kwargs))
+        return out if rule is None else pad(rule, out, args, kwargs)
 
     return real, meta
 
@@ -279,16 +284,12 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str,
 def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
                         function: Callable[[str], Callable[..., Any]],
                         host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
-    """Define ``torch.ops.<namespace>.<op>`` for every op that has a schema; returns the ops defined.
-
-    ``ops``: op → (host module, schema or None[, (setup_context, backward)]); ``function(op)``: the op's host
-    function; ``host_attr(op, name)``: another function of the op's host module. The real implementation is the
-    host code; the Meta one the host code with kernel launches skipped (so output shapes, dtypes and strides
-    are exactly those of a real call; FakeTensorMode runs it on meta tensors, and registering it costs a tenth
-    of torch.library.register_fake, which reads the caller's source file). Where the build recorded the op's
-    (setup_context, backward), they are its autograd (``torch.library.register_autograd``): the backward runs
-    with ``torch_ops.ROUTING.custom`` set. Everything resolves on first use: registering loads no host code.
-    """
+    """Define ``torch.ops.<namespace>.<op>`` for every op of ``ops`` (see op_table) that has a schema; returns
+    the ops defined. ``function(op)``: the op's host function; ``host_attr(op, name)``: another function of its
+    host module. The real implementation is the host code; the Meta one the host code with launches skipped (the
+    shapes, dtypes and strides of a real call; a tenth of torch.library.register_fake's cost, which reads the
+    caller's source). A recorded (setup_context, backward) is its autograd (``register_autograd``), the backward
+    run with ``torch_ops.ROUTING.custom`` set. Everything resolves on first use: registering loads no host code."""
     with_schema = {op: spec for op, spec in ops.items() if spec[1]}
     if not with_schema:
         return set()
@@ -298,11 +299,12 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
     LIBRARIES.append(lib)
     custom: set[str] = set()
     for op, (_, schema, *autograd) in sorted(with_schema.items()):
+        rule = autograd[1] if len(autograd) > 1 else None
         try:
             lib.define(f"{op}{schema}")
         except RuntimeError:
             continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op)
+        real, meta = _implementations(function, op, rule)
         lib.impl(op, real, "CompositeExplicitAutograd")
         lib.impl(op, meta, "Meta")
         if autograd and autograd[0]:
@@ -332,7 +334,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
         return getattr(state.module(ops[op][0]), name)
 
     custom = register_custom_ops(package, ops, state.function, host_attr)
-    if any(len(spec) > 2 for spec in ops.values()):
+    if any(len(spec) > 2 and spec[2] for spec in ops.values()):
         state.routed = {op: op in custom for op in ops}
-    exported = {op: export(state.function, package, op, op in custom) for op in sorted(ops)}
+    exported = {op: export(state.function, package, op, op in custom, ops[op]) for op in sorted(ops)}
     return exported, state.preload

@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .entry import export, op_table
+from .entry import export, op_table, rule_of
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
 from .kernel import Kernel
@@ -56,6 +56,27 @@ class LocalModuleLoader(importlib.machinery.SourceFileLoader):
     def exec_module(self, module: types.ModuleType) -> None:
         module.__dict__.update(self.bound)
         super().exec_module(module)
+
+
+def host_module_imported_as(package: Any, fullname: str) -> str | None:
+    """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel file
+    of the package, which the wheel does not ship twice), or None. ``package``: an ``entry.Package``."""
+    if package._imported_as is None:
+        local = f"{package.package}._ops._local."
+        package._imported_as = {local + name: mod for mod, spec in load_index(package.root)["modules"].items()
+                                for name in spec.get("imported_as", ())}
+    return package._imported_as.get(fullname)
+
+
+def package_local_spec(package: Any, fullname: str) -> Any:
+    """The spec of a shipped project module (``<package>._ops._local.*``) of an ``entry.Package``: loaded as host
+    code, with the import rules of every host module (even before any op ran: ``pickle`` of an object a helper
+    defines)."""
+    if package.builtins is None:
+        package._import_rules(n for spec in load_index(package.root)["modules"].values()
+                              for n in spec.get("local_modules", ()))
+    bound = {"triton": host_triton, "__builtins__": package.builtins}
+    return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound)
 
 
 def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
@@ -301,10 +322,12 @@ def register_torch_ops(package: str, index: dict[str, Any],
     from .torch_ops import route_in_module
 
     custom = register_custom_ops(package, table, ops.__getitem__, host_attr)
-    if any(len(spec) > 2 for spec in table.values()):
+    if any(len(spec) > 2 and spec[2] for spec in table.values()):
         for mod_name in sorted({spec[0] for spec in table.values()}):
-            route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, {op: op in custom for op in table})
-    return {op: export(ops.__getitem__, package, op, True) if op in custom else fn for op, fn in ops.items()}
+            route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, {op: op in custom for op in table},
+                            {op: rule_of(spec) for op, spec in table.items()})
+    return {op: export(ops.__getitem__, package, op, True, table[op]) if op in custom else fn
+            for op, fn in ops.items()}
 
 
 def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:

@@ -1,8 +1,9 @@
 """What the exported ops' torch custom ops run (``entry.register_custom_ops`` defines them at import): the Meta
-implementation, the manifest's autograd functions, and the routing of a custom op's backward through custom ops.
+implementation, the manifest's autograd functions, the routing of a custom op's backward through custom ops, and the
+padding of results whose structure follows an argument.
 
-Loaded when torch.compile or torch.export first trace an op, and at import for a package whose ops have autograd:
-an eager call of a package without autograd never imports it.
+Loaded when torch.compile or torch.export first trace an op, and at import for a package whose ops have autograd
+or such results: an eager call of another package never imports it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import functools
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .errors import ForgeRuntimeError
 
 
 class _Routing(threading.local):
@@ -24,11 +27,12 @@ calls go through their custom ops, as while torch.compile traces, because under 
 fake tensors, which only a custom op's fake implementation can take."""
 
 
-def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
+def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: dict[str, Any] | None = None) -> None:
     """Let host code that calls an op by name (a backward calling a backward op) reach its custom op while
     ``ROUTING.custom`` is set; an op without a custom op then raises a clear error instead of running host code
     on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
-    packages with autograd route: other packages' calls never pay for the check."""
+    packages with autograd route: other packages' calls never pay for the check. ``rules``: op → its result
+    rule or None (the custom op's padded results are unpadded, see entry.unpad)."""
     for op in sorted(ops.keys() & vars(module).keys()):
         fn = module.__dict__[op]
         if getattr(fn, "__forge_host__", None) is not None:
@@ -38,18 +42,48 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool]) -> None:
                    **kwargs: Any) -> Any:
             if ROUTING.custom:
                 if not _custom:
-                    from .errors import ForgeRuntimeError
-
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
                                             "custom op itself (it has no schema): give it type annotations")
                 import torch
 
-                return getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
+                out = getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
+                rule = (rules or {}).get(_op)
+                return out if rule is None else unpad(rule, out, args, kwargs, f"{namespace}.{_op}")
             return _fn(*args, **kwargs)
 
         functools.update_wrapper(routed, fn)
         routed.__forge_host__ = fn  # type: ignore[attr-defined]
         module.__dict__[op] = routed
+
+
+def unpad(rule: Any, out: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> Any:
+    """A custom op's padded results as the host code returns them for this call: one value or an n-tuple, as the
+    rule's argument selects (schema.ResultRule: argument, position, default, (value, arity) pairs, width)."""
+    name, position, default, arities, _ = rule
+    value = args[position] if 0 <= position < len(args) else kwargs.get(name, default)
+    for seen, arity in arities:
+        if seen == value:
+            return out[0] if arity == 0 else tuple(out[:arity])
+    raise ForgeRuntimeError(f"{op}: the build saw results only for {name} in "
+                            f"{[v for v, _ in arities]}, not {value!r}")
+
+
+def pad(rule: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The host code's result padded with None to the custom op's ``width`` results; a result that is a view of
+    an input (mamba's ``prenorm`` returns ``x`` itself as the residual where it adds none) copied, as a custom
+    op's outputs may not alias its inputs."""
+    import torch
+
+    out = out if isinstance(out, tuple) else (out,)
+    inputs = {_storage(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+    out = tuple(o.clone() if isinstance(o, torch.Tensor) and _storage(o) in inputs else o for o in out)
+    return (*out, *(None,) * (rule[4] - len(out)))
+
+
+def _storage(t: Any) -> int:
+    """The identity of a tensor's storage (its views share it), on any device, meta and fake included."""
+    st = t.untyped_storage()
+    return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
 
 def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -73,8 +107,9 @@ _SWITCH_USERS = [0, None]
 @contextlib.contextmanager
 def _meta_switches_nothing() -> Any:
     """``with torch.cuda.device(x.device):`` around a launch (every FlagGems op) on the meta tensors a Meta
-    implementation is given: no device to switch to, so nothing switches (torch refuses a meta device). While any
-    thread runs one, ``torch.cuda.device`` is a subclass that does only that and is otherwise torch's own."""
+    implementation is given: no device to switch to, so nothing switches (torch refuses a meta device; mamba's
+    ``x.device.index`` is None there). While any thread runs one, ``torch.cuda.device`` is a subclass that does
+    only that and is otherwise torch's own."""
     import torch
 
     with _SWITCH:
@@ -83,13 +118,14 @@ def _meta_switches_nothing() -> Any:
             if isinstance(real, type):
                 class device(real):  # type: ignore[valid-type, misc]
                     def __init__(self, device: Any) -> None:
-                        if getattr(device, "type", device) == "meta":
+                        if device is None or getattr(device, "type", device) == "meta":
                             self.idx, self.prev_idx = -1, -1  # torch's "no device": enter and exit switch nothing
                         else:
                             super().__init__(device)
             else:  # already replaced by a function (the build's trace answers as a GPU it has not got)
                 def device(device: Any) -> Any:
-                    return contextlib.nullcontext() if getattr(device, "type", device) == "meta" else real(device)
+                    meta = device is None or getattr(device, "type", device) == "meta"
+                    return contextlib.nullcontext() if meta else real(device)
 
             torch.cuda.device = device
         _SWITCH_USERS[0] += 1
