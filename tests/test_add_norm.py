@@ -159,13 +159,15 @@ def test_rms_norm_fn_keeps_its_signature_and_returns_the_input_as_the_residual_w
 
 
 @pytest.mark.gpu
-def test_a_block_compiles_fullgraph_through_both_result_structures_and_training_keeps_its_gradients(
+def test_a_block_compiles_fullgraph_through_both_result_structures_and_trains_through_the_manifests_backward(
         realworld) -> None:
     """Inference: torch.compile(fullgraph=True) of a block calling ``rms_norm_fn`` with ``prenorm=True`` (a pair;
     once with no residual, where the host code returns ``x`` itself) and ``layer_norm_fn`` without (one tensor):
     each is one custom op returning ``(Tensor, Tensor?)``, unpadded to the host code's structure, results equal to
-    eager (the inputs-as-residual a copy). Training through these ops, which have no backward in the manifest:
-    the compiled step runs their host code with its own autograd (graph breaks), gradients equal to eager."""
+    eager (the inputs-as-residual a copy). Training: torch.compile(fullgraph=True) differentiates them with the
+    manifest's backward (``add_norm_grad``, which recomputes the statistics with the same kernels): gradients equal to
+    eager's (the file's own autograd.Function) under AOTAutograd, within 1e-2 under Inductor (which fuses the
+    loss's own ops)."""
     import torch
 
     x = torch.randn(37, 2560, device="cuda", dtype=torch.bfloat16)
@@ -204,6 +206,8 @@ def test_a_block_compiles_fullgraph_through_both_result_structures_and_training_
         return [y.detach(), *(t.grad for t in leaves)]
 
     want = step(train_block)
-    got = step(torch.compile(train_block))
-    for g, e in zip(got, want):
-        assert g is not None and torch.equal(g, e)
+    for backend, exact in (("aot_eager", True), ("inductor", False)):  # the backward: the manifest's add_norm_grad
+        got = step(torch.compile(train_block, fullgraph=True, backend=backend))
+        for g, e in zip(got, want):
+            assert g is not None and g.dtype == e.dtype
+            assert torch.equal(g, e) if exact else relative_error(g, e) < 1e-2, backend

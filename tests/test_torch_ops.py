@@ -643,9 +643,10 @@ def test_an_op_whose_result_structure_follows_prenorm_is_one_custom_op_in_both_s
     the exported functions give each call the host code's own structure, eagerly (meta tensors, through the
     custom op itself) and under torch.compile(fullgraph=True), where both structures trace as the one op. A
     residual that is the input itself (prenorm with no residual in the input's dtype) comes back as a copy (a
-    custom op's outputs may not alias its inputs). A compiled call that needs gradients, through these ops that
-    have no backward in the manifest, does not use the custom op (it would drop the gradients silently): it runs
-    the host code, which Dynamo cannot trace whole, so fullgraph=True says so."""
+    custom op's outputs may not alias its inputs). A compiled call that needs gradients uses the custom op where the
+    manifest gives it a backward (these two ops), and not where it has none (Liger's GeGLU: the custom op would
+    drop the gradients silently): there it runs the host code, which Dynamo cannot trace whole, so fullgraph=True
+    says so."""
     import torch
 
     from forge_aot.runtime.torch_ops import unpad
@@ -685,11 +686,45 @@ def test_an_op_whose_result_structure_follows_prenorm_is_one_custom_op_in_both_s
     text = str(gm.graph)
     assert "forge_test_prenorm.layer_norm_fn" in text and "forge_test_prenorm.rms_norm_fn" in text, text
 
+    # a call that needs gradients: these ops have a backward in the manifest (add_norm_grad), so the custom op; Liger's
+    # GeGLU has none, so its host code (the file's autograd.Function), which Dynamo cannot trace whole
     wg = torch.empty(1000, device="meta", dtype=torch.float16, requires_grad=True)
     torch._dynamo.reset()
+    out, _ = torch.compile(block, fullgraph=True, backend=backend)(x, wg, b, torch.empty_like(x))
+    assert out.requires_grad and len(graphs) == 2 and "forge_test_prenorm.rms_norm_fn" in str(graphs[1].graph)
+    assert "geglu" in ops and not realworld_plan.modules["geglu"].get("autograd")
+
+    def mlp(a, b):
+        return ops["geglu"](a, b) * 2
+
+    a = torch.empty(4, 1000, device="meta", dtype=torch.float16)
     with pytest.raises(torch._dynamo.exc.Unsupported):  # Dynamo in the host code, not a graph with the op
-        torch.compile(block, fullgraph=True, backend=backend)(x, wg, b, torch.empty_like(x))
-    assert len(graphs) == 1
-    with torch.no_grad():  # inference: the custom op again
-        out, _ = torch.compile(block, fullgraph=True, backend=backend)(x, wg, b, torch.empty_like(x))
-    assert out.shape == x.shape and len(graphs) == 2 and "forge_test_prenorm.rms_norm_fn" in str(graphs[1].graph)
+        torch.compile(mlp, fullgraph=True, backend=backend)(a.clone().requires_grad_(), a)
+    assert len(graphs) == 2
+    with torch.no_grad():  # inference: the custom op
+        torch.compile(mlp, fullgraph=True, backend=backend)(a, a)
+    assert len(graphs) == 3 and "forge_test_prenorm.geglu" in str(graphs[2].graph)
+
+
+def test_meta_implementation_answers_device_questions_about_a_meta_device_for_the_current_gpu(monkeypatch) -> None:
+    """mamba's backward: ``torch.cuda.get_device_properties(x.device)`` sizes its scratch by the SM count, and a
+    Meta implementation gets meta tensors; the question is answered for the current GPU (None), any other device
+    passed through, and torch's own function back afterwards."""
+    import torch
+
+    from forge_aot.runtime.torch_ops import _meta_switches_nothing
+
+    asked = []
+
+    def props(device=None):
+        asked.append(device)
+        return "props"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", props)
+    with _meta_switches_nothing():
+        x = torch.empty(2, device="meta")
+        assert torch.cuda.get_device_properties(x.device) == "props"
+        torch.cuda.get_device_properties(torch.device("cuda", 1))
+        with torch.cuda.device(x.device.index):  # None on a meta tensor: switches nothing (CPU-only torch too)
+            pass
+    assert asked == [None, torch.device("cuda", 1)] and torch.cuda.get_device_properties is props

@@ -101,20 +101,22 @@ def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
 
 
 _SWITCH = threading.Lock()
-_SWITCH_USERS = [0, None]
+_SWITCH_USERS: list[Any] = [0, None, None]  # threads inside, torch's own cuda.device and get_device_properties
 
 
 @contextlib.contextmanager
 def _meta_switches_nothing() -> Any:
     """``with torch.cuda.device(x.device):`` around a launch (every FlagGems op) on the meta tensors a Meta
     implementation is given: no device to switch to, so nothing switches (torch refuses a meta device; mamba's
-    ``x.device.index`` is None there). While any thread runs one, ``torch.cuda.device`` is a subclass that does
-    only that and is otherwise torch's own."""
+    ``x.device.index`` is None there). ``torch.cuda.get_device_properties(x.device)`` there answers for the current
+    GPU (mamba's backward sizes its scratch by the SM count; no output depends on it). While any thread runs one,
+    both are wrappers that do only that and are otherwise torch's own."""
     import torch
 
     with _SWITCH:
         if _SWITCH_USERS[0] == 0:
             real = _SWITCH_USERS[1] = torch.cuda.device
+            props = _SWITCH_USERS[2] = torch.cuda.get_device_properties
             if isinstance(real, type):
                 class device(real):  # type: ignore[valid-type, misc]
                     def __init__(self, device: Any) -> None:
@@ -127,7 +129,10 @@ def _meta_switches_nothing() -> Any:
                     meta = device is None or getattr(device, "type", device) == "meta"
                     return contextlib.nullcontext() if meta else real(device)
 
-            torch.cuda.device = device
+            def get_device_properties(device: Any = None) -> Any:
+                return props(None if getattr(device, "type", device) == "meta" else device)
+
+            torch.cuda.device, torch.cuda.get_device_properties = device, get_device_properties
         _SWITCH_USERS[0] += 1
     try:
         yield
@@ -135,7 +140,7 @@ def _meta_switches_nothing() -> Any:
         with _SWITCH:
             _SWITCH_USERS[0] -= 1
             if _SWITCH_USERS[0] == 0:
-                torch.cuda.device = _SWITCH_USERS[1]
+                torch.cuda.device, torch.cuda.get_device_properties = _SWITCH_USERS[1], _SWITCH_USERS[2]
 
 
 def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
