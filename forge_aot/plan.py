@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -1080,7 +1081,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             if kp.entry.tune.inputs is not None:
                 # The tuning inputs say which specializations each row really needs (as examples do).
                 for key in rows:
-                    for c in tracer.trace_inputs(kp, assignment, key):
+                    for c in tracer.trace_inputs(kp, assignment, key,
+                                                 functools.partial(resolve_unset_dtypes, kp, variants=variants)):
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}

@@ -89,7 +89,7 @@ ResultRule = dict[str, Any]
 """How an op's result structure follows one of its arguments (JSON, in the index): ``argument`` (its name),
 ``position`` (its index among the parameters, -1 when keyword-only), ``default``, ``arities`` (pairs of the
 argument's value and the result's structure: 0 one value, n a tuple of n) and ``width`` (the padded tuple's
-length, the schema's). ``runtime.entry`` pads and unpads with it."""
+length, the schema's). ``runtime.torch_ops`` pads and unpads with it."""
 
 
 def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str, ResultRule | None]:

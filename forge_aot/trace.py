@@ -9,7 +9,6 @@ examples function must not depend on their values.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import math
 import sys
@@ -287,14 +286,18 @@ class Tracer:
                         out.append(value)
         return out
 
-    def trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:
+    def trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...],
+                     resolve: Callable[[list[TracedCall]], list[TracedCall]]) -> list[TracedCall]:
         """The launches of ``kp`` that its tuning op makes on the tuning inputs of one row (``tune.inputs``),
-        traced on the meta device (no memory; the CPU where the host code needs values). Raises SourceError
-        when the inputs do not launch the kernel in that variant with that key."""
+        traced on the meta device (no memory; the CPU where the host code needs values). ``resolve`` gives a
+        launch whose type variable has only None tensors the variant the runtime takes for it
+        (``plan.resolve_unset_dtypes``). Raises SourceError when the inputs do not launch the kernel in that
+        variant with that key."""
         with as_target(self.target, False, self.model), bound_names(self.aliased):
-            return self._trace_inputs(kp, assignment, key)
+            return self._trace_inputs(kp, assignment, key, resolve)
 
-    def _trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...]) -> list[TracedCall]:
+    def _trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...],
+                      resolve: Callable[[list[TracedCall]], list[TracedCall]]) -> list[TracedCall]:
         t = kp.entry.tune
         module = self.modules[kp.module]
         where = self.paths[kp.module]
@@ -319,10 +322,9 @@ class Tracer:
                               f"recorded, not run):\n{_trace(last)}")
         records, handle.records = handle.records, []
         values = tuple(assignment[a] for a in kp.axes)
-        # A type variable whose tensors are all None has no dtype in the record: the plan put such calls into this
-        # variant (plan.resolve_unset_dtypes), so they count as its own.
-        mine = [dataclasses.replace(c, values=values) for c in records if c.key == key and all(
-            got == want or (got is None and a in kp.entry.dtypes) for a, got, want in zip(kp.axes, c.values, values))]
+        # A type variable whose tensors are all None has no dtype in the record: such a launch is the variant's
+        # own only where the runtime would take this variant for it (the first built with its other values).
+        mine = [c for c in resolve(records) if c.key == key and c.values == values]
         if not mine:
             seen = sorted({f"{dict(zip(kp.axes, c.values))} key {dict(zip(kp.key, c.key))}" for c in records})
             raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() does not launch "

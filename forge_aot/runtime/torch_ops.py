@@ -32,7 +32,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: di
     ``ROUTING.custom`` is set; an op without a custom op then raises a clear error instead of running host code
     on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
     packages with autograd route: other packages' calls never pay for the check. ``rules``: op → its result
-    rule or None (the custom op's padded results are unpadded, see entry.unpad)."""
+    rule or None (the custom op's padded results are unpadded, see ``unpad``)."""
     for op in sorted(ops.keys() & vars(module).keys()):
         fn = module.__dict__[op]
         if getattr(fn, "__forge_host__", None) is not None:
