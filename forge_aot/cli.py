@@ -216,6 +216,12 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
     tuning = result.plan.tuning
     for line in tuning.stale + tuning.warnings:
         click.echo(f"warning: tuning database: {line}", err=True)
+    from .plan import data_like_constexprs
+
+    for name, kp in result.plan.kernels.items():
+        for line in _data_like_notes({"function": kp.function, "data_like_constexprs": data_like_constexprs(
+                kp, [e for e in result.plan.entries if e.kernel == name])}):
+            click.echo(f"warning: {line}", err=True)
     ok = sum(1 for r in report.results if r.ok)
     click.echo(f"built {result.wheel} ({ok} binaries, {result.wheel.stat().st_size / 1e6:.2f} MB)")
     for target in result.plan.targets:
@@ -223,6 +229,15 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
         models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
         click.echo(f"  {target}: {rows.get('tuned', 0)} table rows tuned ({models}), {rows.get('aliased', 0)} "
                    f"aliased, {rows.get('untuned', 0)} untuned")
+
+
+def _data_like_notes(summary: dict[str, Any]) -> list[str]:
+    """What ``plan.data_like_constexprs`` found for one kernel, as lines a person reads."""
+    return [f"{summary['function']}: constexpr {name} takes {len(values)} values in the traced calls "
+            f"({', '.join(map(str, values[:8]))}{', ...' if len(values) > 8 else ''}): each is a binary of its own, "
+            "and a value no example passes fails at run time (Triton's JIT compiles a binary for each new one); if it "
+            "is per-call data (a length, a stride), make it a runtime argument"
+            for name, values in summary["data_like_constexprs"].items()]
 
 
 @main.command()
@@ -270,6 +285,8 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
                        "tensors other calls pass there is built)")
+        for line in _data_like_notes(k):
+            click.echo(f"    note: {line}")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")

@@ -1204,5 +1204,28 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             # the pointers (and descriptors) it may write through: what makes an op passing a tensor there mutate it
             "writes": [n for n in kp.writes
                        if dict(kp.params).get(n, "").startswith("*") or rt.desc_dtype(dict(kp.params).get(n, ""))],
+            "data_like_constexprs": data_like_constexprs(kp, entries),
         }
+    return out
+
+
+DATA_LIKE_VALUES = 5
+"""A call-site constexpr that the traced calls pass this many integer values or more, not all powers of two, reads
+like per-call data (a length, a stride): ``forge-aot check`` and ``build`` say so."""
+
+
+def data_like_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, list[int]]:
+    """Call-site constexprs whose values come from traced calls (not the manifest's lists) and look like per-call
+    data: each value is a binary of its own, and a value no example passed fails at run time (where Triton's JIT
+    compiles another binary for every new value: the constexpr trap of SGLang's mask kernel). → sorted values."""
+    k = kp.entry
+    listed = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
+    out = {}
+    for a in kp.axes:
+        if a in k.dtypes or a in listed or a in LAUNCH_OPTIONS:
+            continue
+        values = {e.assignment[a] for e in entries}
+        ints = sorted(v for v in values if isinstance(v, int) and not isinstance(v, bool))
+        if len(ints) >= DATA_LIKE_VALUES and any(v <= 0 or v & (v - 1) for v in ints):
+            out[a] = ints
     return out

@@ -257,3 +257,74 @@ def test_rows_and_tuned_rows_agree_with_variant_axes_in_the_key() -> None:
     for e in entries:
         for rows in e.tables.values():
             assert {r.key[1] for r in rows} == {e.assignment["HEAD_DIM"]}
+
+
+def test_a_constexpr_that_takes_per_call_values_is_named_at_check_and_build(tmp_path) -> None:
+    """The constexpr trap (../shared/seeds): SGLang's mask fill passes the batch's longest length as a
+    ``tl.constexpr``, a new value nearly every decode step. Built from its examples, each value is a binary and any
+    other fails at run time; ``forge-aot check`` says so and names the fix. Powers of two (block sizes), launch
+    options and values the manifest lists are not named."""
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+
+    manifest = _project(tmp_path, HEADER + (
+        '[kernels.fill_mask]\nsource = "KERNELS/mask_fill.py:fill_mask_kernel"\nops = ["fill_mask"]\n'
+        'signature = { mask_ptr = "*u8", tree_ptr = "*u8", offsets_ptr = "*i64", n_draft = "i32" }\n'
+        'examples = "examples"\n'))
+    plan = make_plan(load_manifest(manifest))
+    summary = plan_summary(plan)["fill_mask"]
+    assert summary["variants"] == 6 and summary["data_like_constexprs"] == {
+        "max_kv_len_per_req": [37, 38, 39, 41, 64, 100]}
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert ("note: fill_mask_kernel: constexpr max_kv_len_per_req takes 6 values in the traced calls (37, 38, 39, 41, "
+            "64, 100): each is a binary of its own, and a value no example passes fails at run time") in result.output
+    assert "make it a runtime argument" in result.output
+    result = CliRunner().invoke(main, ["build", "--manifest", str(manifest), "--out", str(tmp_path / "dist"), "-q",
+                                       "-j", "2"])
+    assert result.exit_code == 0, result.output
+    assert "warning: fill_mask_kernel: constexpr max_kv_len_per_req takes 6 values" in result.output
+    assert "built " in result.output and "6 untuned" in result.output  # one table row per value
+    # the same values listed in the manifest: the author's choice, nothing said
+    listed = _project(tmp_path, HEADER + (
+        '[kernels.fill_mask]\nsource = "KERNELS/mask_fill.py:fill_mask_kernel"\nops = ["fill_mask"]\n'
+        'signature = { mask_ptr = "*u8", tree_ptr = "*u8", offsets_ptr = "*i64", n_draft = "i32" }\n'
+        'constexprs = { max_kv_len_per_req = [37, 38, 39, 41, 64, 100], BLOCK = [128] }\n'), name="listed")
+    assert plan_summary(make_plan(load_manifest(listed)))["fill_mask"]["data_like_constexprs"] == {}
+    # the callsite fixture's block sizes and num_warps: powers of two and launch options
+    assert all(not k["data_like_constexprs"] for k in plan_summary(make_plan(load_manifest(CALLSITE))).values())
+
+
+@pytest.mark.gpu
+def test_the_mask_fill_wheel_runs_the_lengths_it_was_built_for_and_names_any_other(tmp_path) -> None:
+    """The trap's consequence in a wheel: the lengths the examples passed run (results exact), another raises
+    before any launch, naming the constexpr, the value and the values built."""
+    import sys
+    import zipfile
+
+    import torch
+
+    from forge_aot.pipeline import build
+
+    manifest = _project(tmp_path, HEADER.replace('name = "p"', 'name = "forge_mask_fill"') + (
+        '[kernels.fill_mask]\nsource = "KERNELS/mask_fill.py:fill_mask_kernel"\nops = ["fill_mask"]\n'
+        'signature = { mask_ptr = "*u8", tree_ptr = "*u8", offsets_ptr = "*i64", n_draft = "i32" }\n'
+        'examples = "examples"\n'))
+    result = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "build")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(result.wheel) as zf:
+        zf.extractall(site)
+    sys.path.insert(0, str(site))
+    try:
+        import forge_mask_fill
+    finally:
+        sys.path.remove(str(site))
+    for max_kv in (37, 64, 100):
+        tree = torch.randint(0, 2, (3, 4, max_kv), device="cuda", dtype=torch.uint8)
+        offsets = torch.arange(3, device="cuda", dtype=torch.int64) * 4 * max_kv
+        assert torch.equal(forge_mask_fill.fill_mask(tree, offsets), tree.reshape(-1))
+    tree = torch.randint(0, 2, (3, 4, 40), device="cuda", dtype=torch.uint8)
+    with pytest.raises(Exception, match=r"max_kv_len_per_req=40 was not built; built values: "
+                       r"\['100', '37', '38', '39', '41', '64'\]"):
+        forge_mask_fill.fill_mask(tree, torch.arange(3, device="cuda", dtype=torch.int64) * 160)
