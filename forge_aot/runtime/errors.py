@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ForgeRuntimeError(RuntimeError):
     """Base of the errors the packaged runtime raises."""
@@ -36,3 +38,12 @@ class DriverError(ForgeRuntimeError):
 
 class IntegrityError(ForgeRuntimeError):
     """A packaged binary does not match the sha256 recorded when the package was built: never launched."""
+
+
+def listing(values: Any) -> str:
+    """Values for a message, each once, in order: numbers by value (37 before 100), the rest by their repr."""
+    def key(v: Any) -> tuple[int, float, str]:
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return (0, v, "") if number else (1, 0.0, repr(v))
+
+    return "[" + ", ".join(repr(v) for v in sorted(set(values), key=key)) + "]"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import fastpath, tables
-from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError
+from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError, listing
 from .packing import _INT_RANGES, DESC_PREFIX, dtype_name
 from .tables import LAUNCH_DEFAULTS, LAUNCH_FLAGS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable
 
@@ -275,7 +275,7 @@ class Kernel(KernelBase):
             elif value not in built:
                 kind = "launch option" if axis in LAUNCH_OPTIONS else "constexpr"
                 raise NotBuiltError(f"{self.function}(): {kind} {axis}={value!r} was not built; built values: "
-                                    f"{sorted(set(map(repr, built)))}")
+                                    f"{listing(built)}")
             else:
                 value = next(b for b in built if b == value)
             assignment[axis] = value
