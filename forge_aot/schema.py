@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .runtime.entry import unspellable
+from .runtime.torch_ops import storage_id
 
 
 def _type_of(value: Any) -> str | None:
@@ -77,12 +78,6 @@ def _merge(types: set[str]) -> str | None:
 Call = tuple[Any, ...]
 """One traced call of an op: positional arguments, keyword arguments, result[, the tensors its kernel launches
 may write (``Tracer._written``)]."""
-
-
-def _storage(t: Any) -> int:
-    """The identity of a tensor's storage (its views share it), on any device, meta included."""
-    st = t.untyped_storage()
-    return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
 
 ResultRule = dict[str, Any]
@@ -235,12 +230,12 @@ def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:
     """The tensor arguments, in parameter order, whose memory a traced call's kernels may write."""
     names: set[str] = set()
     for args, kwargs, _, *rest in calls:
-        writes = {_storage(t) for t in (rest[0] if rest else [])}
+        writes = {storage_id(t) for t in (rest[0] if rest else [])}
         if not writes:
             continue
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError:
             continue
-        names |= {n for n, v in bound.arguments.items() if hasattr(v, "untyped_storage") and _storage(v) in writes}
+        names |= {n for n, v in bound.arguments.items() if hasattr(v, "untyped_storage") and storage_id(v) in writes}
     return [n for n in sig.parameters if n in names]

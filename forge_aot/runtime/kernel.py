@@ -257,10 +257,10 @@ class Kernel(KernelBase):
                 f"{', '.join(self.spec.get('only_targets', [])) or 'none of them'}")
         assignment: dict[str, Any] = {}
         type_vars = dict(self.type_vars)
-        fixed = {a: v for a, v in zip(self.axes, values) if v is not None or a not in type_vars}
-        if None in values and len(fixed) < len(values):  # type variables whose tensors are all None change no code
-            # (mamba's norm without a residual): the first built variant (sorted) with the call's other values, as
-            # the build traced such calls
+        if None in values and len(fixed := {a: v for a, v in zip(self.axes, values)
+                                            if v is not None or a not in type_vars}) < len(values):
+            # type variables whose tensors are all None change no code (mamba's norm without a residual): the first
+            # built variant (sorted) with the call's other values, as the build traced such calls
             for vid in sorted(v for v, b in self.variants.items() if all(b["assign"][a] == fixed[a] for a in fixed)):
                 return vid, dict(self.variants[vid]["assign"])
             unset = ", ".join(a for a in type_vars if a not in fixed)

@@ -33,13 +33,14 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: di
     on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
     packages with autograd route: other packages' calls never pay for the check. ``rules``: op → its result
     rule or None (the custom op's padded results are unpadded, see ``unpad``)."""
+    rules = rules or {}
     for op in sorted(ops.keys() & vars(module).keys()):
-        fn = module.__dict__[op]
+        fn, rule = module.__dict__[op], rules.get(op)
         if getattr(fn, "__forge_host__", None) is not None:
             continue
 
         def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
-                   **kwargs: Any) -> Any:
+                   _rule: Any = rule, **kwargs: Any) -> Any:
             if ROUTING.custom:
                 if not _custom:
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
@@ -47,8 +48,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: di
                 import torch
 
                 out = getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
-                rule = (rules or {}).get(_op)
-                return out if rule is None else unpad(rule, out, args, kwargs, f"{namespace}.{_op}")
+                return out if _rule is None else unpad(_rule, out, args, kwargs, f"{namespace}.{_op}")
             return _fn(*args, **kwargs)
 
         functools.update_wrapper(routed, fn)
@@ -75,13 +75,14 @@ def pad(rule: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     import torch
 
     out = out if isinstance(out, tuple) else (out,)
-    inputs = {_storage(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
-    out = tuple(o.clone() if isinstance(o, torch.Tensor) and _storage(o) in inputs else o for o in out)
+    inputs = {storage_id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
+    out = tuple(o.clone() if isinstance(o, torch.Tensor) and storage_id(o) in inputs else o for o in out)
     return (*out, *(None,) * (rule[4] - len(out)))
 
 
-def _storage(t: Any) -> int:
-    """The identity of a tensor's storage (its views share it), on any device, meta and fake included."""
+def storage_id(t: Any) -> int:
+    """The identity of a tensor's storage (its views share it), on any device, meta and fake included (the build's
+    write analysis uses it too, ``schema._written_arguments``)."""
     st = t.untyped_storage()
     return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
