@@ -174,6 +174,26 @@ def _cases(torch, F, wheel, dev, jit):
             "forge-aot": geglu_fb(wheel.geglu), "jit-same": geglu_fb(dev["geglu"]),
             "jit": geglu_fb(jit["geglu"].geglu),
             "torch": geglu_fb(lambda x, y: F.gelu(x, approximate="tanh") * y)})
+    # Liger's cross entropy, forward + backward: its forward writes the gradient into the logits in place (after a
+    # host sync, .item() on the target mask), its backward has nothing to scale (grad_output 1); torch's
+    # F.cross_entropy forward + backward on the same bf16 logits.
+    for rows, vocab in ((4096, 32000), (2048, 128256)):
+        target = torch.randint(0, vocab, (rows,), device="cuda")
+        target[::5] = -100
+        logits = {n: torch.randn(rows, vocab, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                  for n in ("forge-aot", "jit-same", "jit", "torch")}
+
+        def ce_fb(fn, x, target=target):
+            def run():
+                x.grad = None
+                fn(x, target).backward()
+            return run
+
+        cases[f"liger ce fwd+bwd {rows}x{vocab}"] = (None, None, {
+            "forge-aot": ce_fb(wheel.liger_cross_entropy, logits["forge-aot"]),
+            "jit-same": ce_fb(dev["liger_cross_entropy"], logits["jit-same"]),
+            "jit": ce_fb(jit["liger_cross_entropy"].liger_cross_entropy, logits["jit"]),
+            "torch": ce_fb(F.cross_entropy, logits["torch"])})
     # FLA-style gated linear-attention recurrence: optional tensors passed as None, every argument by keyword.
     for b, t, hh, d in ((16, 2048, 4, 64), (8, 1024, 2, 128), (1, 64, 4, 64)):  # the built (H, K) pairs
         q, kk, v = (torch.randn(b, t, hh, d, device="cuda", dtype=h) for _ in range(3))
@@ -402,7 +422,8 @@ def main() -> None:
                                  "matmul_persistent", "flash_attention", "geglu", "fp8_quant", "block_fp8_matmul",
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
-                                 "chunk_cumsum", "linear_scan", "add_norm", "decode_attention")}
+                                 "chunk_cumsum", "linear_scan", "add_norm", "decode_attention",
+                                 "liger_cross_entropy")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .runtime.entry import unspellable
-from .runtime.torch_ops import storage_id
+from .runtime.torch_ops import fake_call, layout, storage_id
 
 
 def _type_of(value: Any) -> str | None:
@@ -239,3 +239,36 @@ def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:
             continue
         names |= {n for n, v in bound.arguments.items() if hasattr(v, "untyped_storage") and storage_id(v) in writes}
     return [n for n in sig.parameters if n in names]
+
+
+def meta_mismatch(fn: Callable[..., Any], calls: list[Call]) -> str | None:
+    """Why the op's Meta implementation (``torch_ops.fake_call``: the host code on meta tensors, launches skipped,
+    tensor values it reads stood in) does not give some traced call's results as the real call gave them (structure,
+    dtypes, sizes, strides), or None where it gives every one. Run by the build, so an op torch.compile could not
+    trace gets no custom op rather than an error while a user's model compiles."""
+    import torch
+
+    def meta(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        if isinstance(value, (list, tuple)):
+            return type(value)(meta(v) for v in value)
+        return value
+
+    def seen(out: Any) -> Any:  # the layout without the device (the examples ran on the CPU)
+        found = layout(out)
+        if found[0] == "tensor":
+            return found[:2] + found[3:]
+        if found[0] in ("tuple", "list"):
+            return found[0], tuple(seen(o) for o in out)
+        return found
+
+    fn = getattr(fn, "_init_fn", fn)  # a @torch.library.custom_op's own function, as the runtime's Meta runs it
+    for args, kwargs, result, *_ in calls:
+        try:
+            out = fake_call(fn, meta(args), {k: meta(v) for k, v in kwargs.items()})
+        except Exception as exc:
+            return f"its Meta implementation (the host code on meta tensors) fails: {type(exc).__name__}: {exc}"
+        if seen(out) != seen(result):
+            return "its Meta implementation (the host code on meta tensors) gives other result shapes than the call"
+    return None

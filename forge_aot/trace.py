@@ -19,6 +19,7 @@ from typing import Any
 from . import runtime as rt
 from .errors import SourceError
 from .plan import KernelPlan, TracedCall
+from .runtime.kernel import LAUNCHES
 
 TRACED_TARGET: list[str | None] = [None]
 """The target recorded with each traced call: the one whose GPU host code saw, where the build traces per target
@@ -133,6 +134,8 @@ class TraceKernel(rt.Kernel):
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         runtime, call = self._bind(args, kwargs)
+        if LAUNCHES.skip:  # the build's run of a Meta implementation (schema.meta_mismatch): nothing to record
+            return
         values = list(runtime)
         for i in self.ptr_pos:
             try:
@@ -220,7 +223,7 @@ class Tracer:
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
-        from .schema import op_schema
+        from .schema import meta_mismatch, op_schema
 
         for mod_name, mod in sorted(modules.items()):
             module = self.modules[mod_name]
@@ -260,6 +263,9 @@ class Tracer:
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals.items():
                 mod["schemas"][op], mod["schema_notes"][op], rule = op_schema(fn, op_calls[op])
+                why_not = meta_mismatch(fn, op_calls[op]) if mod["schemas"][op] else None
+                if why_not is not None:
+                    mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
         out: dict[str, list[TracedCall]] = {}

@@ -728,3 +728,69 @@ def test_meta_implementation_answers_device_questions_about_a_meta_device_for_th
         with torch.cuda.device(x.device.index):  # None on a meta tensor: switches nothing (CPU-only torch too)
             pass
     assert asked == [None, torch.device("cuda", 1)] and torch.cuda.get_device_properties is props
+
+
+VALUE_READS = DYNAMIC_KERNEL.split("def examples")[0] + textwrap.dedent('''\
+    def doubled_if_any(x):
+        """Reads values (a host sync) that no result's shape follows: a custom op with stand-ins."""
+        out = torch.empty_like(x)
+        if (x > 0).any() and torch.equal(x[:1], x[:1]):
+            double_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, (x != 0).sum().item(), BLOCK=1024)
+        return out
+
+
+    def positives(x):
+        """A result whose size is a value the host code reads: no Meta implementation can give it."""
+        out = torch.empty(int((x > 0).sum()), device=x.device, dtype=x.dtype)
+        double_kernel[(1,)](x, out, out.numel(), BLOCK=1024)
+        return out
+
+
+    def examples(device="cpu"):
+        x = torch.randn(1000, device=device, dtype=torch.float16)
+        doubled_if_any(x), positives(x)
+    ''')
+
+
+def test_host_code_that_reads_tensor_values_is_a_custom_op_unless_a_result_size_follows_them(tmp_path) -> None:
+    """Liger's ``(target != ignore).sum().item()``: the Meta implementation answers value reads with stand-ins, and
+    the build runs it on every traced call (other stand-ins too): an op whose result size follows a value gets no
+    custom op (a plain Python op, with the reason), rather than a wrong shape or an error while a model compiles."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    (tmp_path / "p").mkdir()
+    ops = _dynamic_ops(tmp_path / "p", "forge_test_reads", VALUE_READS, ["doubled_if_any", "positives"])
+    plan = make_plan(load_manifest(tmp_path / "p" / "kernel_manifest.toml"), ["sm_90"])
+    schemas, notes = plan.modules["double"]["schemas"], plan.modules["double"]["schema_notes"]
+    assert schemas["doubled_if_any"] == "(Tensor x) -> Tensor", notes
+    assert schemas["positives"] is None
+    assert "follow tensor values its host code reads" in notes["positives"], notes["positives"]
+    assert not hasattr(ops, "positives")
+    with FakeTensorMode():
+        y = ops.doubled_if_any(torch.empty(77, device="cuda", dtype=torch.float16))
+        assert y.shape == (77,) and y.device.type == "cuda"
+    exported = _export(ops.doubled_if_any, (torch.randn(300, dtype=torch.float16),), None)
+    assert [str(n.target) for n in exported.graph.nodes if n.op == "call_function"] == [
+        "forge_test_reads.doubled_if_any.default"]
+
+
+def test_stand_ins_answer_every_value_read_of_meta_tensors_and_leave_real_ones_alone() -> None:
+    import torch
+
+    from forge_aot.runtime.errors import ForgeRuntimeError
+    from forge_aot.runtime.torch_ops import fake_call, stand_ins
+
+    m = torch.empty(2, 3, dtype=torch.int32, device="meta")
+    with stand_ins() as reads:
+        assert m.tolist() == [[0, 1, 2], [3, 4, 5]] and m.sum().item() == 1 and int(m[0, 0]) == 1
+        assert m.float().mean().item() == 1.0 and bool(m.any()) and torch.equal(m, m)
+        assert torch.empty(0, 2, device="meta").tolist() == [] and torch.empty((), device="meta").tolist() == 1.0
+        assert torch.tensor([5, 6]).tolist() == [5, 6] and torch.tensor(2.5).item() == 2.5  # real data: real values
+    assert reads.used
+    with stand_ins(3):
+        assert torch.empty(4, dtype=torch.int64, device="meta").tolist() == [0, 3, 6, 9]
+    with pytest.raises(ForgeRuntimeError, match="follow tensor values"):
+        fake_call(lambda x: x.new_empty(int(x.sum())), (torch.empty(8, device="meta"),), {})
+    out = fake_call(lambda x: x.new_empty(8 if x.sum().item() else 9), (torch.empty(8, device="meta"),), {})
+    assert out.shape == (8,)

@@ -87,18 +87,89 @@ def storage_id(t: Any) -> int:
     return int(getattr(st, "_cdata", 0) or st.data_ptr())
 
 
-def call_without_launches(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call_without_launches(fn: Callable[..., Any], *args: Any, values: Any = None, **kwargs: Any) -> Any:
     """Run host code with every kernel launch bound and skipped: a custom op's Meta implementation (on meta or
-    fake tensors), so output shapes, dtypes and strides are exactly those a real call allocates."""
+    fake tensors), so output shapes, dtypes and strides are exactly those a real call allocates. Values the host
+    code reads from such tensors come from ``values`` (a ``stand_ins`` mode; a fresh one where None)."""
     from .kernel import LAUNCHES
 
     previous = LAUNCHES.skip
     LAUNCHES.skip = True
     try:
-        with _meta_switches_nothing():
+        with _meta_switches_nothing(), (values if values is not None else stand_ins()):
             return fn(*args, **kwargs)
     finally:
         LAUNCHES.skip = previous
+
+
+_VALUE_READS = {"item": "item", "tolist": "list", "__bool__": "bool", "__int__": "int", "__float__": "float",
+                "__index__": "index", "equal": "bool"}
+
+
+def stand_ins(scale: int = 1) -> Any:
+    """The mode that answers value reads on meta and fake tensors while a Meta implementation runs: a
+    ``torch.overrides.TorchFunctionMode`` (see ``_stand_in_class``)."""
+    return _stand_in_class()(scale)
+
+
+@functools.cache
+def _stand_in_class() -> Any:
+    import sys
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    reads = frozenset((torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
+                       torch.Tensor.__float__, torch.Tensor.__index__, torch.equal))
+
+    def without_data(a: Any) -> bool:
+        fake = sys.modules.get("torch._subclasses.fake_tensor")
+        return isinstance(a, torch.Tensor) and (a.is_meta or (fake is not None and fake.is_fake(a)))
+
+    class StandIns(TorchFunctionMode):
+        """Host code that reads a tensor's values (Liger's ``n = (target != ignore).sum().item()``, FLA's
+        ``cu_seqlens.tolist()``, ``torch.equal(grad, one)``, ``if mask.any():``) on meta or fake tensors, which
+        have none: each read answers a stand-in of the tensor's kind (``scale`` 1: integers 1, floats 1.0, lists
+        0, 1, 2...; another scale multiplies them), every truth value True (asserts on data pass). ``used`` says
+        whether a read happened: ``fake_call`` then runs the host code again with other values and refuses an op
+        whose outputs follow them."""
+
+        def __init__(self, scale: int) -> None:
+            super().__init__()
+            self.scale, self.used = scale, False
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            name = _VALUE_READS.get(getattr(func, "__name__", ""))
+            if name is not None and func in reads and args and all(
+                    without_data(a) for a in args if isinstance(a, torch.Tensor)):
+                self.used = True
+                return self.value(name, args[0])
+            return func(*args, **(kwargs or {}))
+
+        def value(self, name: str, t: Any) -> Any:
+            if name == "bool" or t.dtype == torch.bool:
+                return True if name != "list" else _nested([True] * t.numel(), t.shape)
+            integral = not (t.dtype.is_floating_point or t.dtype.is_complex)
+            if name == "list":
+                return _nested([i * self.scale if integral else float(self.scale) for i in range(t.numel())],
+                               t.shape)
+            if name == "float" or not (integral or name in ("int", "index")):
+                return float(self.scale)
+            return self.scale
+
+    return StandIns
+
+
+def _nested(flat: list[Any], shape: Any) -> Any:
+    """``flat`` as ``tolist`` nests it for a tensor of ``shape`` (a 0-d tensor's list is its one value)."""
+    if len(shape) == 0:
+        return flat[0]
+    items = iter(flat)
+
+    def build(dims: list[int]) -> list[Any]:
+        return [next(items) for _ in range(dims[0])] if len(dims) == 1 else [build(dims[1:]) for _ in range(dims[0])]
+
+    return build([int(d) for d in shape])
 
 
 _SWITCH = threading.Lock()
@@ -150,18 +221,34 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     (``triton.next_power_of_2(n)``) takes the size's example value without specializing it (``hinted_sizes``),
     provided such values reach no output: the host code runs again with other values (twice the example, the
     smallest size), and where the outputs' structure, dtypes, sizes, strides or offsets change, or the host code
-    raises, it runs once more letting torch specialize the sizes it reads, as it then must."""
+    raises, it runs once more letting torch specialize the sizes it reads, as it then must. Tensor values the host
+    code reads are stand-ins (``stand_ins``); where it reads any, it runs again with others, and an op whose
+    results follow them is refused (``ForgeRuntimeError``)."""
     from .host_triton import hinted_sizes
 
+    reads = stand_ins()
     with hinted_sizes() as hinted:
+        out = call_without_launches(fn, *args, values=reads, **kwargs)
+    if hinted and not _hints_reach_no_output(fn, args, kwargs, layout(out)):
         out = call_without_launches(fn, *args, **kwargs)
-    if hinted and not _hints_reach_no_output(fn, args, kwargs, _layout(out)):
-        out = call_without_launches(fn, *args, **kwargs)
+    if reads.used:
+        _values_reach_no_output(fn, args, kwargs, layout(out))
     return out
 
 
+def _values_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+                            expected: Any) -> None:
+    """Host code read tensor values (stand-ins, see ``stand_ins``): its outputs must not follow them, or no Meta
+    implementation can give a real call's shapes."""
+    other = call_without_launches(fn, *args, values=stand_ins(3), **kwargs)
+    if layout(other) != expected:
+        raise ForgeRuntimeError(f"{getattr(fn, '__qualname__', fn)}: the shapes of its results follow tensor values "
+                                "its host code reads (.item(), .tolist()...), which torch.compile and torch.export "
+                                "do not have while they trace: call it outside the compiled region")
+
+
 def _hints_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                           layout: Any) -> bool:
+                           expected: Any) -> bool:
     from .host_triton import hinted_sizes
 
     # What the host code compares in these runs is not what the op does: torch records no guard from them.
@@ -174,16 +261,16 @@ def _hints_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs
                 other = call_without_launches(fn, *args, **kwargs)
         except Exception:
             return False
-        if _layout(other) != layout:
+        if layout(other) != expected:
             return False
     return True
 
 
-def _layout(out: Any) -> Any:
+def layout(out: Any) -> Any:
     """What the caller sees of a host function's result, comparable across runs: its structure, and per tensor
     its dtype, device, sizes, strides and storage offset (symbolic ones as their expressions)."""
     if isinstance(out, (tuple, list)):
-        return type(out).__name__, tuple(_layout(item) for item in out)
+        return type(out).__name__, tuple(layout(item) for item in out)
     if hasattr(out, "stride") and hasattr(out, "shape"):
         return ("tensor", str(out.dtype), str(out.device), tuple(map(str, out.shape)), tuple(map(str, out.stride())),
                 str(out.storage_offset()))
