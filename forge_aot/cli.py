@@ -284,7 +284,7 @@ def check(manifest: Path, show_plan: bool) -> None:
             click.echo(f"    writes through: {', '.join(k['writes'])}")
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
-                       "tensors other calls pass there is built)")
+                       "values other calls pass there is built)")
         for line in _data_like_notes(k):
             click.echo(f"    note: {line}")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:

@@ -51,6 +51,7 @@ from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, pars
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+FLOAT_TYPES = ("fp16", "bf16", "fp32", "fp64")
 HEURISTIC_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 """Launch options a ``@triton.heuristics`` may compute instead of a constexpr parameter."""
 _PASSED = object()
@@ -127,12 +128,13 @@ class BinarySpec:
         """No assumption but arguments passed as None: the fallback every call like it can take."""
         return all(c in (SPEC_NONE, SPEC_ABSENT, SPEC_DESC) for c in self.spec)
 
-    def aligned(self) -> BinarySpec:
-        """Every argument 16-byte aligned or divisible by 16 (values of 1 kept): what an aligned call between rows
-        offers, where this row's own call did not (a row at 1000 elements must not leave a call at 512 with its
-        unvectorized binary)."""
-        return dataclasses.replace(self, spec="".join(c if c in (SPEC_ONE, SPEC_ABSENT, SPEC_DESC) else SPEC_DIV16
-                                                      for c in self.spec))
+    def aligned(self, positions: Sequence[int]) -> BinarySpec:
+        """Every argument at ``positions`` (pointers and integers) 16-byte aligned or divisible by 16 (values of 1
+        kept): what an aligned call between rows offers, where this row's own call did not (a row at 1000 elements
+        must not leave a call at 512 with its unvectorized binary)."""
+        return dataclasses.replace(self, spec="".join(
+            c if c in (SPEC_ONE, SPEC_ABSENT, SPEC_DESC) or i not in positions else SPEC_DIV16
+            for i, c in enumerate(self.spec)))
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
@@ -248,7 +250,8 @@ class KernelPlan:
     parameter order), then call-site launch options (num_warps, num_stages, …)."""
     type_args: dict[str, str]
     spec_params: list[str]
-    """Runtime parameters specialized like Triton's JIT (pointers and integers not in do-not-specialize)."""
+    """Runtime parameters specialized like Triton's JIT (pointers and integers not in do-not-specialize, and
+    floats some traced call passes as None: see ``optional_scalars``)."""
     key: list[str]
     space: list[ConfigChoice]
     meta_names: list[str]
@@ -315,9 +318,12 @@ class KernelPlan:
         """The documented default for a row without traced calls: pointers 16-byte aligned, key integers as
         the row's values make them, other integers divisible by 16."""
         values = dict(zip(self.key, key))
+        types = dict(self.params)
         out = ""
         for name in self.spec_params:
-            if name in values:
+            if types[name] in FLOAT_TYPES:  # a float specialized only as None (see optional_scalars)
+                out += SPEC_NONE
+            elif name in values:
                 v = values[name]
                 out += SPEC_ONE if v == 1 else (SPEC_DIV16 if v % 16 == 0 else SPEC_NONE)
             else:
@@ -437,6 +443,7 @@ class BuildPlan:
             pairs.append((spec, heur, kp.presence_heuristics(named, config) if calls else set(), traced,
                           kp.descriptor_blocks(named, config, heur)))
         ints = kp.int_positions()
+        alignable = [i for i, n in enumerate(kp.spec_params) if i in ints or dict(kp.params)[n].startswith("*")]
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
         batch = [i for i in sizes if kp.spec_params[i] not in kp.key]
         out: set[BinarySpec] = set()
@@ -447,7 +454,7 @@ class BuildPlan:
             # assumptions: the pipelined loop over an unassumed K is several times slower. So each key size is
             # also relaxed on its own (the specialization the JIT compiles for such a call).
             single = {b.relaxed([i]) for i in sizes if kp.spec_params[i] in kp.key and b.spec[i] == SPEC_DIV16}
-            out |= {b, b.aligned(), b.relaxed(batch), b.relaxed(sizes), loose, b.loosest(), *single}
+            out |= {b, b.aligned(alignable), b.relaxed(batch), b.relaxed(sizes), loose, b.loosest(), *single}
             flags = [i for i, (n, v) in enumerate(heur) if isinstance(v, bool) and n not in fixed][:3]
             for values in itertools.product((False, True), repeat=len(flags)):
                 flipped = list(heur)
@@ -480,11 +487,14 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
     and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
     call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
     another call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
-    optional: dict[int, Any] = {}  # position -> a tensor some call passed there
+    optional: dict[int, Any] = {}  # position -> a tensor (or scalar) some call passed there
+    present: dict[int, str] = {}  # position -> the code it takes when present: aligned, or the scalar's own
     for i, name in enumerate(kp.spec_params):
-        passed = [c.named[name] for c in calls if c.spec[i] != SPEC_ABSENT and (c.named or {}).get(name) is not None]
+        passed = [(c.named[name], c.spec[i]) for c in calls
+                  if c.spec[i] != SPEC_ABSENT and (c.named or {}).get(name) is not None]
         if passed and any(c.spec[i] == SPEC_ABSENT for c in calls):
-            optional[i] = passed[0]
+            optional[i] = passed[0][0]
+            present[i] = SPEC_DIV16 if dict(kp.params)[name].startswith("*") else passed[0][1]
     out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     for c in calls:
         for nones in itertools.product((False, True), repeat=len(optional)):
@@ -494,9 +504,34 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
                 if is_none:
                     spec[i], named[name] = SPEC_ABSENT, None
                 elif c.spec[i] == SPEC_ABSENT:
-                    spec[i], named[name] = SPEC_DIV16, tensor
+                    spec[i], named[name] = present[i], tensor
             out.setdefault(("".join(spec), id(c)), ("".join(spec), named, False))
     return list(out.values())
+
+
+def optional_scalars(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]]) -> None:
+    """Float parameters some traced call passes as None (Liger's ``softcap=None``; Triton compiles any argument
+    that is None as the constant None) join their kernel's specialized parameters, and each traced call's
+    specialization gains their codes (``N``, else ``x``): a binary for each, as for an optional pointer."""
+    for name, kp in kernels.items():
+        calls = traced.get(name, [])
+        nones = {n for n, ty in kp.params if ty in FLOAT_TYPES and n not in kp.spec_params
+                 and any((c.named or {}).get(n, 0) is None for c in calls)}
+        if nones:
+            kp.spec_params = [n for n, _ in kp.params if n in kp.spec_params or n in nones]
+            for c in calls:
+                with_scalar_codes(kp, c)
+
+
+def with_scalar_codes(kp: KernelPlan, call: TracedCall) -> TracedCall:
+    """``call`` (recorded by a handle that specializes pointers and integers only) with the codes of the kernel's
+    optional float parameters in its specialization (see ``optional_scalars``)."""
+    if len(call.spec) != len(kp.spec_params):
+        types = dict(kp.params)
+        codes = dict(zip([n for n in kp.spec_params if types[n] not in FLOAT_TYPES], call.spec))
+        call.spec = "".join(codes.get(n) or (SPEC_ABSENT if (call.named or {}).get(n) is None else SPEC_NONE)
+                            for n in kp.spec_params)
+    return call
 
 
 def _concrete(ty: str, assignment: dict[str, Any]) -> str:
@@ -1024,6 +1059,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
             files_read |= other.files_read
+    optional_scalars(kernels, traced)
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
             # a @triton_op that declares what it writes: a mutating custom op where the traced schema marks those
@@ -1083,6 +1119,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 for key in rows:
                     for c in tracer.trace_inputs(kp, assignment, key,
                                                  functools.partial(resolve_unset_dtypes, kp, variants=variants)):
+                        c = with_scalar_codes(kp, c)
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}
@@ -1155,7 +1192,7 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
             signature[pname] = rt.desc_signature(entry.assignment.get(dtype, dtype), dict(binary.descs)[pname])
         else:
             signature[pname] = _concrete(ty, entry.assignment)
-            if codes.get(pname) == SPEC_DIV16:
+            if codes.get(pname) == SPEC_DIV16 and (ty.startswith("*") or ty in INT_TYPES):
                 divisible.append(i)
     # Relative to the manifest: Triton records the source path in the binary's line info, and a path that
     # does not depend on the checkout keeps builds of the same inputs byte-identical on any machine.

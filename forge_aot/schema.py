@@ -83,8 +83,10 @@ may write (``Tracer._written``)]."""
 ResultRule = dict[str, Any]
 """How an op's result structure follows one of its arguments (JSON, in the index): ``argument`` (its name),
 ``position`` (its index among the parameters, -1 when keyword-only), ``default``, ``arities`` (pairs of the
-argument's value and the result's structure: 0 one value, n a tuple of n) and ``width`` (the padded tuple's
-length, the schema's). ``runtime.torch_ops`` pads and unpads with it."""
+argument's value and the result's structure: 0 one value, n a tuple of n), ``width`` (the padded tuple's
+length, the schema's) and, for an op that writes an input, ``fill`` (True: padded with empty tensors, the schema
+all ``Tensor``: torch functionalizes a mutating custom op only if every result is a ``Tensor``).
+``runtime.torch_ops`` pads and unpads with it."""
 
 
 def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str, ResultRule | None]:
@@ -172,6 +174,14 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         returns, rule = _keyed_returns(sig, keyed)
         if returns is None:
             return None, f"it returns several kinds of results: {sorted(results)}", None
+    if written and "Tensor?" in returns:
+        # torch.compile functionalizes a mutating custom op only where every result is a Tensor: padding becomes
+        # empty tensors (the exported function drops them by the rule); a result None in its own right cannot be
+        if rule is None or any(k in ("None", "Tensor?") for _, kinds in keyed for k in kinds[1:] if kinds[0] == ""
+                               ) or any(k == "None" for _, kinds in keyed if kinds[0] != "" for k in kinds):
+            return None, ("it writes an input and returns a tensor or None (torch.compile cannot functionalize a "
+                          "mutating custom op with an optional result)"), None
+        returns, rule = "(" + ", ".join(["Tensor"] * rule["width"]) + ")", {**rule, "fill": True}
     how = "from the traced examples"
     if guessed:
         how += f"; {', '.join(guessed)}"

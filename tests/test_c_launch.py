@@ -133,7 +133,7 @@ def _random_doubles(n: int) -> list[float]:
 def test_every_scalar_type_packs_byte_for_byte_like_struct(rt, fake, tmp_path, ty) -> None:
     """The C block equals the Python path's struct block, and every value the Python path refuses (struct.error,
     OverflowError) the C path leaves to it (pack() gives None)."""
-    params = [["x_ptr", "*fp32"], ["a", "i8"], ["s", ty], ["b", "i16"], ["BLOCK", "meta"]]
+    params = [["x_ptr", "*fp16"], ["a", "i8"], ["s", ty], ["b", "i16"], ["BLOCK", "meta"]]
     k = _kernel(rt, tmp_path, "k", params)
     (b,) = k.variants["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"].values()
     launcher = rt._BinaryLauncher(k, b, str(tmp_path / b["path"]), 0, 232448)
@@ -268,7 +268,7 @@ def _error(fn):
 
 
 @pytest.mark.parametrize("case", ["cpu", "two_devices", "not_a_tensor", "overflow", "float_for_int", "dtype",
-                                  "missing_arg", "keyword_only", "numpy_like"])
+                                  "mixed_dtypes", "missing_arg", "keyword_only", "numpy_like"])
 def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
     import torch
 
@@ -282,6 +282,9 @@ def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
         "overflow": lambda: add[(4,)](x, y, o, 2**31),
         "float_for_int": lambda: add[(4,)](x, y, o, 4096.0),
         "dtype": lambda: add[(4,)](*(_tensor(0, dtype=torch.bfloat16) for _ in range(3)), 4096),
+        # the variant's dtype comes from x; y and out are *T too: Triton's JIT would compile another binary for a
+        # float32 y, a packaged one would read its memory as fp16 (Liger's fp32 grad_output beside bf16 logits)
+        "mixed_dtypes": lambda: add[(4,)](x, _tensor(0, dtype=torch.float32), o, 4096),
         "missing_arg": lambda: add[(4,)](x, y, o),
         "keyword_only": lambda: add[(4,)](x, y, o, n=4096, BLOCK=64),
         "numpy_like": lambda: add[(4,)](x, y, o, _Index(4096)),
@@ -294,6 +297,9 @@ def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
         assert with_c is not None
     if case == "cpu":
         assert with_c[0] is rt.UnsupportedDeviceError and "CPU tensor" in with_c[1]
+    if case == "mixed_dtypes":
+        assert with_c == (rt.UnsupportedDtypeError, "add_kernel(): argument 'y_ptr' is fp32, and its binaries take "
+                          "fp16 there (y_ptr: *T in the manifest; Triton's JIT would compile the call anew)")
     if case == "overflow":
         assert with_c == (OverflowError, "add_kernel(): n=2147483648 does not fit i32 (Triton's JIT would compile "
                           "the call anew; declare n = \"i64\" in the manifest's signature to build for such values)")
@@ -647,7 +653,7 @@ def test_many_arguments_some_dropped_launch_alike(rt, fake, tmp_path, nint, ones
     """Beyond 64 runtime arguments the C path refuses the kernel; a binary with arguments specialized to 1 can
     still keep 64 or fewer, at positions beyond 64: its C launcher must refuse them too (it once wrote past its
     stack array), and the launch goes through ctypes with the same bytes."""
-    params = [["x_ptr", "*fp32"]] + [[f"a{i}", "i32"] for i in range(nint)] + [["BLOCK", "meta"]]
+    params = [["x_ptr", "*fp16"]] + [[f"a{i}", "i32"] for i in range(nint)] + [["BLOCK", "meta"]]
     k = _kernel(rt, tmp_path, "big", params, specs=["x" + "1" * ones + "x" * (nint - ones)])
     fake.block_size, fake.nparams = (8 + 4 * (nint - ones) + 7) // 8 * 8 + 16, 1 + nint - ones + 2
     args = [_tensor(0)] + [1] * ones + [0x11110000 + i for i in range(ones, nint)]
@@ -665,7 +671,7 @@ def test_parameter_block_layout_matches_ctypes(rt, fake, tmp_path) -> None:
     """The launcher computes the C layout itself (no ctypes types unless the Python launch runs): the same
     offsets and size as the ctypes structure, for every scalar type between pointers."""
     for ty in SCALARS:
-        params = [["x_ptr", "*fp32"], ["a", "i8"], ["s", ty], ["b", "i16"], ["c", ty], ["BLOCK", "meta"]]
+        params = [["x_ptr", "*fp16"], ["a", "i8"], ["s", ty], ["b", "i16"], ["c", ty], ["BLOCK", "meta"]]
         k = _kernel(rt, tmp_path / ty, "lay", params)
         (b,) = k.variants["base"]["targets"]["sm_90"]["configs"]["c"]["binaries"].values()
         launcher = rt._BinaryLauncher(k, b, str(tmp_path / ty / b["path"]), 0, 232448)

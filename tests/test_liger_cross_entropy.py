@@ -18,13 +18,14 @@ from tests.conftest import REALWORLD, import_fixture_file, relative_error, torch
 
 SCHEMA = ("(Tensor(a!) input, Tensor target, int ignore_index=-100, float lse_square_scale=0.0, "
           "float label_smoothing=0.0, str reduction='mean', float? softcap=None, bool return_z_loss=False) "
-          "-> (Tensor, Tensor?)")
+          "-> (Tensor, Tensor)")
 
 
 def test_the_op_is_a_mutating_custom_op_despite_its_host_sync(realworld_plan) -> None:
     module = realworld_plan.modules["liger_cross_entropy"]
     assert module["schemas"]["liger_cross_entropy"] == SCHEMA, module["schema_notes"]
-    assert module["results"]["liger_cross_entropy"]["argument"] == "return_z_loss"
+    rule = module["results"]["liger_cross_entropy"]
+    assert rule["argument"] == "return_z_loss" and rule["fill"]  # padded with empty tensors: see the next test
     kp = realworld_plan.kernels["liger_cross_entropy"]
     assert ("n_non_ignore", "i32") in kp.params  # what .item() read: a runtime argument of the launch
     built = {(e.assignment["reduction"], e.assignment["label_smoothing"], e.assignment["HAS_SOFTCAPPING"],
@@ -32,6 +33,38 @@ def test_the_op_is_a_mutating_custom_op_despite_its_host_sync(realworld_plan) ->
              for e in realworld_plan.entries if e.kernel == "liger_cross_entropy"}
     assert built == {("mean", 0.0, False, False, 32), ("sum", 0.0, False, False, 32),
                      ("mean", 0.1, True, True, 32), ("none", 0.1, True, True, 32)}
+
+
+def test_a_float_passed_as_none_is_compiled_as_the_constant_none(realworld_plan) -> None:
+    """``softcap=None`` to a float parameter: Triton compiles any None as a constant, so the build specializes the
+    parameter (``N`` or ``x``) and compiles both; the runtime reads a None scalar as ``N`` and a float as ``x``."""
+    from forge_aot import runtime as rt
+    from forge_aot.plan import job_for
+
+    kp = realworld_plan.kernels["liger_cross_entropy"]
+    assert kp.spec_params[-1] == "softcap" and "ignore_index" in kp.spec_params
+    at = len(kp.spec_params) - 1
+    codes = {}
+    for e in realworld_plan.entries:
+        if e.kernel == "liger_cross_entropy":
+            for row in (r for rows in e.tables.values() for r in rows):
+                for b in realworld_plan.binaries_for(e, row.key, row.preferences[0]):
+                    job = job_for(realworld_plan, e, row.preferences[0], b)
+                    codes.setdefault(e.assignment["HAS_SOFTCAPPING"], set()).add(b.spec[at])
+                    if b.spec[at] == "N":
+                        assert job.signature["softcap"] == "constexpr" and job.constexprs["softcap"] is None
+                    else:
+                        assert job.signature["softcap"] == "fp32" and kp.params.index(("softcap", "fp32")) \
+                            not in job.divisible
+    assert codes == {False: {"N"}, True: {"x"}}
+    assert rt.argument_spec([(0, False), (1, False), (2, False), (3, False)], [None, 16.0, 1, 7]) == "Nx1x"
+
+
+def test_a_none_no_binary_takes_is_named_before_packing_fails() -> None:
+    from forge_aot.runtime.packing import out_of_range
+
+    with pytest.raises(TypeError, match=r"k\(\): eps=None, and this build has no binary taking None there"):
+        out_of_range("k", [], [0, None], [("x", "*fp32"), ("eps", "fp32")])
 
 
 def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
@@ -46,7 +79,7 @@ def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
         x = torch.empty(6, 32000, device="cuda", dtype=torch.bfloat16)
         t = torch.empty(6, device="cuda", dtype=torch.int64)
         loss, z = op(x, t)
-        assert loss.shape == () and loss.dtype == torch.float32 and z is None
+        assert loss.shape == () and loss.dtype == torch.float32 and z.shape == (0,)  # the padding
         loss, z = op(x, t, -100, 1e-4, 0.1, "none", 30.0, True)
         assert loss.shape == (6,) and z.shape == (6,)
 
@@ -57,6 +90,30 @@ def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
     exported = torch.export.export(Loss(), (torch.randn(5, 32000), torch.randint(0, 32000, (5,))))
     targets = [str(n.target) for n in exported.graph.nodes if n.op == "call_function"]
     assert "forge_test_liger_ce.liger_cross_entropy.default" in targets, targets
+    # functionalized (as torch.compile's AOTAutograd does): possible only because every result is a Tensor
+    functional = exported.run_decompositions()
+    targets = [str(n.target) for n in functional.graph.nodes if n.op == "call_function"]
+    assert "auto_functionalized_v2" in targets, targets
+
+
+def test_a_mutating_op_pads_with_empty_tensors_and_refuses_an_optional_result() -> None:
+    """torch functionalizes a mutating custom op only where every result is a ``Tensor``: results padded by a rule
+    are padded with empty tensors (the exported function drops them), and a result that is None in its own right
+    leaves the op without a custom op."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    def op(x, flag=False):
+        pass
+
+    x = torch.zeros(3)
+    padded = [((x,), {"flag": False}, torch.ones(1), [x]), ((x,), {"flag": True}, (torch.ones(1), torch.ones(2)), [x])]
+    schema, _, rule = op_schema(op, padded)
+    assert schema == "(Tensor(a!) x, bool flag=False) -> (Tensor, Tensor)" and rule["fill"] is True
+    optional = [((x,), {}, (torch.ones(1), None), [x]), ((x,), {"flag": True}, (torch.ones(1), torch.ones(2)), [x])]
+    schema, note, rule = op_schema(op, optional)
+    assert schema is None and rule is None and "optional result" in note, note
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------

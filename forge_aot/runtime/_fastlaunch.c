@@ -33,6 +33,7 @@
 #define MAX_CALLS 16
 #define MAX_BLOCK 4096
 #define MAX_CACHED 4096
+#define MAX_PTRS 24
 
 typedef int CUresult;
 typedef CUresult (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -475,6 +476,8 @@ static PyType_Spec Launcher_spec = {"_fastlaunch.Launcher", sizeof(Launcher), 0,
  */
 typedef struct {
     PyObject *dtypes[MAX_TYPEVARS];   /* owned by the entry (or, in a CallKey, by the call) */
+    PyObject *ptypes[MAX_PTRS];       /* each pointer argument's dtype, None where it is None: compared, not hashed
+                                       * (owned by the entry; borrowed in a CallKey: torch's dtype singletons) */
     PyObject *calls[MAX_CALLS];       /* call-site values (borrowed in a CallKey, owned by the entry) */
     uint32_t defaulted;               /* bit c: calls[c] is the default (the call did not pass it); not hashed */
     long device;
@@ -523,6 +526,7 @@ static void clear_table(FastKernel *F) {
         Entry *e = &old[i];
         if (!e->used) continue;
         for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
+        for (int i = 0; i < F->n_ptr; i++) Py_XDECREF(e->key.ptypes[i]);
         for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
         Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
         Py_XDECREF(e->kwargs); Py_XDECREF(e->by_heur);
@@ -571,6 +575,7 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
         || read_int_tuple(key_pos, F->key_pos, MAX_KEYS, &F->n_key) < 0)
         goto fail;
     if (n_sp != F->n_spec) { PyErr_SetString(PyExc_ValueError, "spec positions and flags differ"); goto fail; }
+    if (F->n_ptr > MAX_PTRS) { PyErr_SetString(PyExc_ValueError, "too many pointers for the C launch path"); goto fail; }
     for (int i = 0; i < MAX_ARGS; i++) F->tv_next[i] = -1;
     if (tv_next) {
         int n_next = 0;
@@ -699,8 +704,13 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     for (int i = 0; i < F->n_ptr; i++) {
         PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
         int ok;
-        if (a == Py_None) { vals[F->ptr_pos[i]] = 0; nones |= 1ull << F->ptr_pos[i]; continue; }
+        if (a == Py_None) { vals[F->ptr_pos[i]] = 0; nones |= 1ull << F->ptr_pos[i]; k->ptypes[i] = Py_None; continue; }
         if (!is_tensor(F, a)) return 0;
+        /* the element type is compiled into the binary: part of the key (Kernel._state checks it on a miss) */
+        PyObject *dt = PyObject_GetAttr(a, str_dtype);
+        if (!dt) { PyErr_Clear(); return 0; }
+        k->ptypes[i] = dt;
+        Py_DECREF(dt);   /* torch.float16 and the like live as long as torch */
         long long d = call_int(F->get_device, a, &ok);
         if (!ok || d < 0) return 0;                    /* a CPU tensor: the Python path says so */
         if (device == -2) device = (long)d;
@@ -754,6 +764,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
 static int same_key(FastKernel *F, const CallKey *a, const CallKey *b) {
     if (a->hash != b->hash || a->device != b->device) return 0;
     for (int t = 0; t < F->n_tv; t++) if (a->dtypes[t] != b->dtypes[t]) return 0;
+    for (int i = 0; i < F->n_ptr; i++) if (a->ptypes[i] != b->ptypes[i]) return 0;
     for (int j = 0; j < F->n_key; j++) if (a->keys[j] != b->keys[j]) return 0;
     if (memcmp(a->spec, b->spec, (size_t)F->n_spec) != 0) return 0;
     for (int c = 0; c < F->n_call; c++) {
@@ -813,6 +824,7 @@ static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *me
     Entry *e = &F->table[i];
     e->key = *k;
     for (int t = 0; t < F->n_tv; t++) Py_INCREF(e->key.dtypes[t]);
+    for (int i = 0; i < F->n_ptr; i++) Py_INCREF(e->key.ptypes[i]);
     for (int c = 0; c < F->n_call; c++) Py_INCREF(e->key.calls[c]);
     Py_INCREF(launcher); e->launcher = launcher;
     Py_INCREF(call); e->call = call;
@@ -1228,7 +1240,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 4) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 5) < 0) {
         Py_DECREF(m);
         return NULL;
     }

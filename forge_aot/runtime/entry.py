@@ -220,7 +220,8 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     (the rule, schema.ResultRule as a tuple, where an argument selects the result's structure)."""
     def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
         ag, r = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op)
-        rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"])
+        rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],
+                      r.get("fill", False))
         return (ag and tuple(ag), rule) if rule else (tuple(ag),) if ag else ()
 
     return {op: (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))

@@ -9,15 +9,14 @@ from typing import Any
 
 from . import fastpath, tables
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError, listing
-from .packing import _INT_RANGES, DESC_PREFIX, dtype_name
+from .packing import _INT_RANGES, DESC_PREFIX, check_dtypes, dtype_name
 from .tables import LAUNCH_DEFAULTS, LAUNCH_FLAGS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
 
 
 class _LaunchState(threading.local):
-    """``LAUNCHES.skip`` set: kernel calls on this thread bind their arguments and return without launching (a
-    custom op's fake implementation runs the host code so, torch_ops.call_without_launches)."""
+    """``skip`` set: calls on this thread bind and return without launching (torch_ops.call_without_launches)."""
 
     skip = False  # a class default: reading it never raises, in Python or from the C path
 
@@ -242,7 +241,7 @@ class Kernel(KernelBase):
     def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
         device = self._device(runtime)
         values = self.axis_values(runtime, call)
-        state_key = (*values, device)
+        state_key = (*values, device, tuple(None if (a := runtime[i]) is None else a.dtype for i in self.device_pos))
         state = self._states.get(state_key)
         if state is None:
             state = self._make_state(values, device, state_key)
@@ -290,6 +289,7 @@ class Kernel(KernelBase):
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
         vid, assignment = self.find_variant(values)
+        check_dtypes(self.function, [self.runtime[i] for i in self.device_pos], state_key[-1], assignment)
         target, table = self.backend.resolve(self, self.variants[vid], assignment, device)
         state = _VariantState(vid, assignment, device, target, table)
         with self._lock:

@@ -147,7 +147,7 @@ class BinaryBackend:
                 except (TypeError, ValueError, OverflowError):  # raised before any launch: a grid or value it
                     launcher(grid, values)  # leaves to the ctypes launcher (NaN, numpy scalars, huge grids)
         except struct.error:
-            packing.out_of_range(kernel.function, kernel.int_checks, values)
+            packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime)
             raise
         if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
             fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)

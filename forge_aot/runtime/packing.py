@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -29,8 +30,14 @@ _INT_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1), "i32": (
                "u32": (0, 2**32 - 1), "u64": (0, 2**64 - 1)}
 
 
-def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]], values: list[Any]) -> None:
-    """Raise OverflowError naming the integer argument of a failed packing that its type cannot hold."""
+def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]], values: list[Any],
+                 runtime: Sequence[tuple[str, str]] = ()) -> None:
+    """Raise TypeError naming a scalar argument of a failed packing passed as None (no binary takes None there),
+    or OverflowError naming the integer argument that its type cannot hold."""
+    for (name, ty), value in zip(runtime, values):
+        if value is None and not ty.startswith("*"):
+            raise TypeError(f"{function}(): {name}=None, and this build has no binary taking None there (Triton "
+                            "compiles None as a constant: pass None there in the examples to build it)") from None
     for i, name, ty, lo, hi in int_checks:
         if not lo <= values[i] <= hi:
             wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
@@ -45,6 +52,8 @@ _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", 
                       "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
 
 
+_KNOWN = frozenset(_TORCH_DTYPE_NAMES.values())
+"""Element types a torch dtype maps to (a ``*T`` whose variable is not in the variant checks nothing)."""
 _DTYPE_CACHE: dict[Any, str] = {}
 
 
@@ -83,3 +92,20 @@ def block_struct(offsets: list[int], codes: list[str]) -> struct.Struct:
         fmt += "x" * (off - pos) + code
         pos = off + struct.calcsize("<" + code)
     return struct.Struct(fmt)
+
+
+def check_dtypes(function: str, params: Sequence[tuple[str, str]], dtypes: Sequence[Any],
+                 assignment: dict[str, Any]) -> None:
+    """Raise UnsupportedDtypeError for a tensor (or descriptor) argument whose dtype is not its parameter's in the
+    build variant ``assignment`` (``*fp32``, or ``*T`` with T from the variable's first tensor). Triton's JIT
+    compiles every pointer's element type into the binary: a packaged one given another dtype would read its
+    memory as the wrong type. ``dtypes``: each argument's dtype, None where it is None."""
+    from .errors import UnsupportedDtypeError
+
+    for (name, ty), dtype in zip(params, dtypes):
+        declared = ty[1:] if ty.startswith("*") else ty[len(DESC_PREFIX):-1]
+        expected = assignment.get(declared, declared)
+        if dtype is not None and expected in _KNOWN and dtype_name(dtype) != expected:
+            raise UnsupportedDtypeError(f"{function}(): argument '{name}' is {dtype_name(dtype)}, and its binaries "
+                                        f"take {expected} there ({name}: {ty} in the manifest; Triton's JIT would "
+                                        "compile the call anew)")

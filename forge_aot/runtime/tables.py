@@ -68,16 +68,15 @@ def spec_rank(spec: str) -> int:
 def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
     """A call's specialization with Triton's rules, over ``values`` (pointers already through ``pointer_value``):
     for each (position, is pointer) slot, ``D`` for an aligned pointer or an integer divisible by 16, ``1``
-    for an integer equal to 1, ``N`` for a pointer passed as None, ``T`` for a tensor descriptor, ``x``
-    otherwise."""
+    for an integer equal to 1, ``N`` for None (any argument: Liger passes ``softcap=None`` to a float, compiled as
+    the constant None like an absent pointer), ``T`` for a tensor descriptor, ``x`` otherwise (floats always)."""
     spec = ""
     for i, is_ptr in slots:
         v = values[i]
-        if is_ptr:
-            spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int \
-                else SPEC_DESC
+        if v is None or is_ptr:
+            spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int else SPEC_DESC
         else:
-            spec += SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
+            spec += SPEC_NONE if type(v) is float else SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
     return spec
 
 

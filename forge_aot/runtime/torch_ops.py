@@ -58,8 +58,8 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: di
 
 def unpad(rule: Any, out: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> Any:
     """A custom op's padded results as the host code returns them for this call: one value or an n-tuple, as the
-    rule's argument selects (schema.ResultRule: argument, position, default, (value, arity) pairs, width)."""
-    name, position, default, arities, _ = rule
+    rule's argument selects (schema.ResultRule: argument, position, default, (value, arity) pairs, width, fill)."""
+    name, position, default, arities = rule[:4]
     value = args[position] if 0 <= position < len(args) else kwargs.get(name, default)
     for seen, arity in arities:
         if seen == value:
@@ -77,7 +77,9 @@ def pad(rule: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     out = out if isinstance(out, tuple) else (out,)
     inputs = {storage_id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
     out = tuple(o.clone() if isinstance(o, torch.Tensor) and storage_id(o) in inputs else o for o in out)
-    return (*out, *(None,) * (rule[4] - len(out)))
+    # an op that writes an input pads with empty tensors (its schema's results are all Tensor, see schema.py)
+    filler = out[0].new_empty(0) if len(rule) > 5 and rule[5] else None
+    return (*out, *(filler,) * (rule[4] - len(out)))
 
 
 def storage_id(t: Any) -> int:
