@@ -37,7 +37,10 @@ FIXTURE = REPO / "tests" / "fixtures" / "realworld"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"_bench_jit_{name}", FIXTURE / "kernels" / f"{name}.py")
+    path = FIXTURE / "kernels" / f"{name}.py"
+    if not path.is_file():  # Liger's layout: the ops package holds its kernel files
+        path = FIXTURE / "ligerlike" / "ops" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_jit_{name}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -194,6 +197,25 @@ def _cases(torch, F, wheel, dev, jit):
             "jit-same": ce_fb(dev["liger_cross_entropy"], logits["jit-same"]),
             "jit": ce_fb(jit["liger_cross_entropy"].liger_cross_entropy, logits["jit"]),
             "torch": ce_fb(F.cross_entropy, logits["torch"])})
+    # Liger's fused linear cross entropy, forward + backward (its forward computes both gradients chunk by chunk):
+    # torch projects the whole batch and differentiates F.cross_entropy.
+    for rows, hidden, vocab in ((4096, 4096, 32000), (2048, 4096, 128256)):
+        x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16) * 0.05
+        weight = torch.randn(vocab, hidden, device="cuda", dtype=torch.bfloat16) * 0.05
+        target = torch.randint(0, vocab, (rows,), device="cuda")
+        xg, wg = x.clone().requires_grad_(), weight.clone().requires_grad_()
+
+        def flce_fb(fn, xg=xg, wg=wg, target=target):
+            def run():
+                xg.grad = wg.grad = None
+                fn(xg, wg, target).backward()
+            return run
+
+        cases[f"liger flce fwd+bwd {rows}x{hidden}x{vocab}"] = (None, None, {
+            "forge-aot": flce_fb(wheel.liger_fused_linear_cross_entropy),
+            "jit-same": flce_fb(dev["liger_fused_linear_cross_entropy"]),
+            "jit": flce_fb(jit["fused_linear_cross_entropy"].liger_fused_linear_cross_entropy),
+            "torch": flce_fb(lambda a, w, t: F.cross_entropy(a @ w.t(), t))})
     # FLA-style gated linear-attention recurrence: optional tensors passed as None, every argument by keyword.
     for b, t, hh, d in ((16, 2048, 4, 64), (8, 1024, 2, 128), (1, 64, 4, 64)):  # the built (H, K) pairs
         q, kk, v = (torch.randn(b, t, hh, d, device="cuda", dtype=h) for _ in range(3))
@@ -423,7 +445,7 @@ def main() -> None:
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
                                  "chunk_cumsum", "linear_scan", "add_norm", "decode_attention",
-                                 "liger_cross_entropy")}
+                                 "liger_cross_entropy", "fused_linear_cross_entropy")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -196,6 +196,19 @@ class KernelEntry:
 
 
 @dataclass(frozen=True)
+class OpEntry:
+    """An exported op whose file defines no kernel of the manifest: its host code launches kernels that other
+    kernel files define and it imports (Liger's fused linear cross entropy runs the cross-entropy module's kernels
+    between torch matmuls). The op is the file's host function of the entry's name."""
+
+    source: str
+    """``path/to/file.py``, relative to the manifest."""
+    examples: str | None = None
+    """A host function of the same file that calls the op on representative inputs (as ``kernels.NAME.examples``:
+    run on the CPU at build time; what its calls pass to the kernels is built; left out of the wheel)."""
+
+
+@dataclass(frozen=True)
 class ProjectSettings:
     """The generated package."""
 
@@ -245,6 +258,9 @@ class Manifest:
     """The generated package."""
     kernels: dict[str, KernelEntry]
     """Kernel entries by name (the name is used in tables, binaries and error messages)."""
+    ops: dict[str, OpEntry] = field(default_factory=dict)
+    """Ops of files that define no kernel of the manifest, by name (``package.NAME``); an op in a kernel's own
+    file is listed in that kernel's ``ops``."""
 
 
 @dataclass(frozen=True)
@@ -466,6 +482,17 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
             if op in seen_ops and m.kernels[seen_ops[op]].source.split(":")[0] != k.source.split(":")[0]:
                 raise r.error(f"kernels.{name}.ops", f"op '{op}' is also exported by kernels.{seen_ops[op]}")
             seen_ops[op] = name
+    kernel_files = {(root / k.source.rpartition(":")[0]).resolve() for k in m.kernels.values()}
+    for name, o in m.ops.items():
+        if not _is_identifier(name):
+            raise r.error(f"ops.{name}", f"'{name}' is not an identifier (it is the op's function name)")
+        if name in seen_ops:
+            raise r.error(f"ops.{name}", f"op '{name}' is also exported by kernels.{seen_ops[name]}")
+        if not o.source.endswith(".py") or not (root / o.source).is_file():
+            raise r.error(f"ops.{name}.source", f"'{o.source}' is not a Python file (relative to the manifest)")
+        if (root / o.source).resolve() in kernel_files:
+            raise r.error(f"ops.{name}.source", f"'{o.source}' defines kernels of this manifest: list '{name}' in "
+                          "the ops of one of them")
 
 
 def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:

@@ -964,6 +964,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     ops_by_file: dict[Path, set[str]] = {}
     for k in m.kernels.values():
         ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
+    for op_name, o in m.ops.items():
+        ops_by_file.setdefault((root / o.source).resolve(), set()).add(op_name)
     sources: dict[Path, SourceFile] = {}
     local: dict[Path, dict[str, LocalModule]] = {}
     packages: dict[Path, str | None] = {}
@@ -1018,6 +1020,28 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                              close_match(fn_name, src.host_functions))
             if field_name != "op" or fn_name not in k.ops:
                 mod["build_only"].add(fn_name)
+    for op_name, o in m.ops.items():  # ops of files with no kernel entry: they launch other files' kernels
+        path = (root / o.source).resolve()
+        if path not in sources:
+            sources[path] = parse_source(path, ops_by_file[path], wrappers=frozenset(m.project.launch_wrappers),
+                                         needs_kernels=False)
+            local[path] = local_imports(path, root)
+            for helper in local[path]:
+                sys.modules.pop(helper, None)
+            packages[path] = make_kernel_importable(path)
+        src = sources[path]
+        mod = modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
+                                             "build_only": set(), "source": src, "package": packages[path]})
+        if mod["path"] != str(path):
+            raise _error(loaded, f"ops.{op_name}.source", f"two files are named {path.name}; host modules are named "
+                         "after their file")
+        for field_name, fn_name in (("source", op_name), ("examples", o.examples)):
+            if fn_name is not None and fn_name not in src.host_functions:
+                raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
+                             close_match(fn_name, src.host_functions))
+        mod["ops"].append(op_name)
+        if o.examples is not None:
+            mod["examples"].add(o.examples)
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}

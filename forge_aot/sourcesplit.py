@@ -592,7 +592,7 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
 
 
 def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False,
-                 wrappers: frozenset[str] = frozenset()) -> SourceFile:
+                 wrappers: frozenset[str] = frozenset(), needs_kernels: bool = True) -> SourceFile:
     """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers.
 
     ``ops``: the host functions the package exports (they and what they reach must be free of Triton);
@@ -600,6 +600,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     the kernel files import (localmods.py), which may hold no kernel; ``ops`` are then the names host code takes
     from it (None: it is imported whole, so every definition), and one that needs Triton is an error, not blanked.
     ``wrappers``: the manifest's launch wrappers (decorators left out with the kernel they wrap).
+    ``needs_kernels`` False: the file of a manifest's ``[ops.NAME]``, whose ops launch other files' kernels.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -649,7 +650,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             blanked.append(stmt)
         else:
             rest.append(stmt)
-    if not kernels and not helper:
+    if not kernels and not helper and needs_kernels:
         raise SourceError(f"{path}: no @triton.jit function found")
     jit_functions = {k.name: k for k in kernel_stmts}
     flows: dict[str, tuple[set[int], set[int]]] = {}

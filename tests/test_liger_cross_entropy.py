@@ -1,4 +1,4 @@
-"""Liger-Kernel-style cross entropy (tests/fixtures/realworld/kernels/liger_cross_entropy.py): the forward kernel
+"""Liger-Kernel-style cross entropy (tests/fixtures/realworld/ligerlike/ops/liger_cross_entropy.py): the forward kernel
 writes the gradient into the logits in place, the host code reads ``(target != ignore_index).sum().item()``
 (a value of a tensor: none exists while torch.compile or torch.export trace), ``reduction`` is a string constexpr
 and the label smoothing and z-loss scale float constexprs, the backward scales the saved gradient in place
@@ -67,6 +67,40 @@ def test_a_none_no_binary_takes_is_named_before_packing_fails() -> None:
         out_of_range("k", [], [0, None], [("x", "*fp32"), ("eps", "fp32")])
 
 
+def test_an_op_file_without_kernels_launches_the_kernel_files_kernels(realworld_plan) -> None:
+    """``[ops.liger_fused_linear_cross_entropy]``: its file defines no kernel and imports the cross-entropy module's
+    (Liger's layout, ``ligerlike/ops/``); its op is a host module of its own, traced by its examples, whose
+    launches are the imported kernels' (the kernel file is bound under the name it is imported by)."""
+    flce = realworld_plan.modules["fused_linear_cross_entropy"]
+    assert flce["kernels"] == [] and flce["ops"] == ["liger_fused_linear_cross_entropy"]
+    assert flce["schemas"]["liger_fused_linear_cross_entropy"] == (
+        "(Tensor input, Tensor weight, Tensor target, int ignore_index=-100, str reduction='mean') -> Tensor")
+    assert "ligerlike.ops.liger_cross_entropy" in realworld_plan.modules["liger_cross_entropy"]["imported_as"]
+    assert "from ligerlike.ops.liger_cross_entropy import" in flce["host_source"]
+    built = {e.assignment["BLOCK_SIZE"] for e in realworld_plan.entries if e.kernel == "liger_element_mul"}
+    assert built == {256, 32768}  # the FLCE backward scales (hidden 256) beside the CE backward (32000 columns)
+
+
+def test_an_ops_entry_is_checked(tmp_path) -> None:
+    from forge_aot.errors import ManifestError
+    from forge_aot.manifest import load_manifest
+
+    (tmp_path / "k.py").write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n\n"
+                                   "def op(x):\n    k[(1,)](x)\n")
+    (tmp_path / "op.py").write_text("def op2(x):\n    return x\n")
+    head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+            'ops = ["op"]\nsignature = { x = "*fp32" }\n\n')
+    for ops, where, message in (
+            ('[ops.op]\nsource = "op.py"\n', "ops.op", "also exported by kernels.k"),
+            ('[ops.op2]\nsource = "k.py"\n', "ops.op2.source", "defines kernels of this manifest"),
+            ('[ops.op2]\nsource = "none.py"\n', "ops.op2.source", "is not a Python file"),
+            ('[ops.op2]\nsource = "op.py"\nexampels = "e"\n', "ops.op2", "exampels")):
+        (tmp_path / "kernel_manifest.toml").write_text(head + ops)
+        with pytest.raises(ManifestError) as info:
+            load_manifest(tmp_path / "kernel_manifest.toml")
+        assert where in str(info.value) and message in str(info.value), str(info.value)
+
+
 def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -82,6 +116,9 @@ def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
         assert loss.shape == () and loss.dtype == torch.float32 and z.shape == (0,)  # the padding
         loss, z = op(x, t, -100, 1e-4, 0.1, "none", 30.0, True)
         assert loss.shape == (6,) and z.shape == (6,)
+        # the op file without kernels, bound by the runtime: its import of the kernel file reaches the bound module
+        h, w = torch.empty(6, 256, device="cuda"), torch.empty(32000, 256, device="cuda")
+        assert torch.ops.forge_test_liger_ce.liger_fused_linear_cross_entropy(h, w, t).shape == ()
 
     class Loss(torch.nn.Module):
         def forward(self, x, t):
@@ -121,7 +158,7 @@ def test_a_mutating_op_pads_with_empty_tensors_and_refuses_an_optional_result() 
 
 @pytest.fixture(scope="module")
 def jit():
-    return import_fixture_file(REALWORLD / "kernels" / "liger_cross_entropy.py", "_liger_cross_entropy_jit")
+    return import_fixture_file(REALWORLD / "ligerlike" / "ops" / "liger_cross_entropy.py", "_liger_cross_entropy_jit")
 
 
 def _reference(logits, target, reduction, label_smoothing, softcap, lse_square_scale):
@@ -230,3 +267,40 @@ def test_compiled_inference_runs_the_custom_op_and_matches_eager(realworld) -> N
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
     assert torch.equal(compiled_x, eager_x)  # the in-place gradient write kept under functionalization
+
+
+@pytest.fixture(scope="module")
+def flce_jit():
+    return import_fixture_file(REALWORLD / "ligerlike" / "ops" / "fused_linear_cross_entropy.py", "_liger_flce_jit")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize(("rows", "scale"), [(1, 1.0), (7, 2.0), (333, 2.0), (4096, 1.0)])
+def test_fused_linear_cross_entropy_against_torch_and_the_jit(realworld, flce_jit, dtype, rows, scale) -> None:
+    """Chunks of rows through the imported kernel, torch's matmuls between; grad_output 2 runs the in-place
+    scaling of both saved gradients (hidden 256: the built block)."""
+    import torch
+
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 256, device="cuda", dtype=torch_dtype(dtype)) * 0.3
+    w = torch.randn(32000, 256, device="cuda", dtype=torch_dtype(dtype)) * 0.3
+    t = torch.randint(0, 32000, (rows,), device="cuda")
+    if rows > 1:
+        t[::5] = -100
+    grads = {}
+    for name, fn in (("wheel", realworld.liger_fused_linear_cross_entropy),
+                     ("jit", flce_jit.liger_fused_linear_cross_entropy)):
+        xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = fn(xg, wg, t)
+        (loss * scale).backward()
+        grads[name] = (loss, xg.grad, wg.grad)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(xr @ wr.t(), t, ignore_index=-100)
+    (ref * scale).backward()
+    torch.cuda.synchronize()
+    loss, gx, gw = grads["wheel"]
+    tol = 1e-4 if dtype == "fp32" else 2e-2
+    assert relative_error(loss.reshape(1), ref.reshape(1)) < tol
+    assert relative_error(gx, xr.grad) < tol and relative_error(gw, wr.grad) < tol
+    assert all(torch.equal(a, b) for a, b in zip(grads["wheel"], grads["jit"]))
