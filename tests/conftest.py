@@ -94,12 +94,12 @@ def torch_dtype(name: str):
 
 
 def import_fixture_file(path: Path, name: str):
-    """A fixture kernel file imported as its authors run it (under Triton's JIT), its project's root (the folder
-    above ``kernels/``) importable for its helper packages."""
+    """A fixture kernel file imported as its authors run it (under Triton's JIT), its project's root (the nearest
+    folder above it with a kernel_manifest.toml) importable for its helper packages."""
     import importlib.util
     import sys
 
-    root = str(path.parent.parent)
+    root = str(next((d for d in path.parents if (d / "kernel_manifest.toml").is_file()), path.parent.parent))
     if root not in sys.path:
         sys.path.insert(0, root)
     spec = importlib.util.spec_from_file_location(name, path)
