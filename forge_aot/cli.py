@@ -280,6 +280,9 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["axis_values_from"]:
             click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
                        + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))
+        if k["inferred"]:
+            typed = ", ".join(f'{n} = "{ty}"' for n, ty in k["inferred"].items())
+            click.echo(f"    signature from the traced calls (as Triton's JIT types them): {{ {typed} }}")
         if k["writes"]:
             click.echo(f"    writes through: {', '.join(k['writes'])}")
         if k["optional"]:

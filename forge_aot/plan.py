@@ -51,6 +51,8 @@ from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, pars
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+UNTYPED = "?"
+"""The type of a runtime parameter the manifest leaves out, until the traced calls type it (``infer_signature``)."""
 FLOAT_TYPES = ("fp16", "bf16", "fp32", "fp64")
 HEURISTIC_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 """Launch options a ``@triton.heuristics`` may compute instead of a constexpr parameter."""
@@ -273,6 +275,10 @@ class KernelPlan:
     hash)."""
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``KernelSource.writes``)."""
+    do_not_specialize: frozenset[str] = frozenset()
+    """Runtime parameters never specialized (the manifest's and the decorator's)."""
+    inferred: dict[str, str] = field(default_factory=dict)
+    """Runtime parameters the manifest left untyped, with the types the traced calls gave them."""
 
     def _passed(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` some launch in the host code passes as a keyword."""
@@ -509,6 +515,70 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
     return list(out.values())
 
 
+def infer_signature(loaded: mf.LoadedManifest, kp: KernelPlan, calls: list[TracedCall]) -> None:
+    """Type the runtime parameters the manifest left out (kernels with examples) as Triton's JIT types the values
+    the traced calls pass: a tensor ``*T`` where its dtype is always its type variable's, else its one dtype; an
+    integer ``i32`` where every value fits (a larger one at run time is refused, naming ``i64``), else ``i64``; a
+    bool ``i1``; a float ``fp32``. Then the specialized parameters and each call's specialization again."""
+    untyped = [n for n, ty in kp.params if ty == UNTYPED]
+    if not untyped:
+        return
+    at = f"kernels.{kp.name}.signature"
+    for n in untyped:
+        kp.inferred[n] = _type_of_values(loaded, kp, n, calls, at)
+    kp.params = [(n, kp.inferred.get(n, ty)) for n, ty in kp.params]
+    types = dict(kp.params)
+    kp.spec_params = [n for n, ty in kp.params if n in kp.spec_params or (
+        n in kp.inferred and n not in kp.do_not_specialize and (ty.startswith("*") or ty in INT_TYPES))]
+    for kn in kp.key:
+        if kn in kp.inferred and types[kn] not in INT_TYPES:
+            raise _error(loaded, f"kernels.{kp.name}.key", f"key argument '{kn}' is a {types[kn]} in the traced calls, "
+                         "not an integer")
+    for pname in (*kp.reset_to_zero, *kp.restore_value):
+        if not types[pname].startswith("*"):
+            raise _error(loaded, f"kernels.{kp.name}.tune", f"'{pname}' is not a pointer parameter of {kp.function}")
+    for c in calls:
+        respecialize(kp, c)
+
+
+def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls: list[TracedCall], at: str) -> str:
+    values = [(c, (c.named or {}).get(name)) for c in calls]
+    present = [v for _, v in values if v is not None]
+    why = ("no traced call launches it" if not values else "every traced call passes None" if not present else "")
+    if all(hasattr(v, "dtype") and hasattr(v, "data_ptr") for v in present) and not why:
+        for tv, source in kp.type_args.items():
+            if all(v is None or ((c.named or {}).get(source) is not None
+                                 and rt.dtype_name(v.dtype) == rt.dtype_name(c.named[source].dtype))
+                   for c, v in values):
+                return f"*{tv}"
+        dtypes = sorted({rt.dtype_name(v.dtype) for v in present})
+        if len(dtypes) == 1:
+            return f"*{dtypes[0]}"
+        why = f"its tensors are {', '.join(dtypes)}: give it a type variable of dtypes"
+    elif present and all(type(v) is bool for v in present):
+        return "i1"
+    elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return "i32" if all(-(2**31) <= v < 2**31 for v in present) else "i64" if all(
+            -(2**63) <= v < 2**63 for v in present) else "u64"
+    elif present and all(type(v) is float for v in present):
+        return "fp32"
+    elif not why:
+        why = f"the traced calls pass {sorted({type(v).__name__ for v in present})}"
+    raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the traced "
+                 f"calls do not give it one: {why}")
+
+
+def respecialize(kp: KernelPlan, call: TracedCall) -> TracedCall:
+    """``call``'s specialization over the kernel's specialized parameters, read again from its arguments by name
+    (as ``argument_spec`` reads a call), where a handle that knew fewer of them recorded it."""
+    if len(call.spec) != len(kp.spec_params) and call.named is not None:
+        types = dict(kp.params)
+        slots = [(i, types[n].startswith("*")) for i, n in enumerate(kp.spec_params)]
+        call.spec = rt.argument_spec(slots, [rt.pointer_value(call.named.get(n)) if types[n].startswith("*")
+                                             else call.named.get(n) for n in kp.spec_params])
+    return call
+
+
 def optional_scalars(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]]) -> None:
     """Float parameters some traced call passes as None (Liger's ``softcap=None``; Triton compiles any argument
     that is None as the constant None) join their kernel's specialized parameters, and each traced call's
@@ -620,8 +690,11 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         elif p.name in meta_names or p.name in call_names:
             raise _error(loaded, f"{at}.tune.meta" if p.name in meta_names else f"{at}.constexprs",
                          f"parameter '{p.name}' of {func} is not annotated tl.constexpr")
+        elif k.examples is not None:  # typed from the traced calls' values, as Triton's JIT types them
+            params.append((p.name, UNTYPED))
         else:
-            raise _error(loaded, f"{at}.signature", f"runtime parameter '{p.name}' of {func} has no type")
+            raise _error(loaded, f"{at}.signature", f"runtime parameter '{p.name}' of {func} has no type (give it "
+                         "one, or an examples function whose calls show it)")
     for n in k.signature:
         if n not in names:
             raise _error(loaded, f"{at}.signature.{n}", f"{func} has no parameter '{n}'", close_match(n, names))
@@ -642,7 +715,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
     spec_params = [n for n, ty in params if n not in dns and (ty.startswith("*") or ty in INT_TYPES)]
     key = list(k.key) or (autotune.key if autotune else [])
-    int_params = {n for n, ty in params if ty in INT_TYPES}
+    int_params = {n for n, ty in params if ty in INT_TYPES or ty == UNTYPED}  # untyped: checked once typed
     for i, kn in enumerate(key):
         if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
             raise _error(loaded, f"{at}.key[{i}]" if k.key else f"{at}.key",
@@ -687,11 +760,11 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     restore = list(t.restore_value if t.restore_value is not None else (autotune.restore_value if autotune else []))
     for field_name, listed in (("reset-to-zero", reset), ("restore-value", restore)):
         for pname in listed:
-            if not k.signature.get(pname, "").startswith("*"):
+            if not dict(params).get(pname, "").startswith(("*", UNTYPED)):
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches, writes=ks.writes)
+                      launches, writes=ks.writes, do_not_specialize=frozenset(dns))
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")
@@ -1083,6 +1156,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
             files_read |= other.files_read
+    for name, kp in kernels.items():
+        infer_signature(loaded, kp, traced.get(name, []))
     optional_scalars(kernels, traced)
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
@@ -1143,7 +1218,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 for key in rows:
                     for c in tracer.trace_inputs(kp, assignment, key,
                                                  functools.partial(resolve_unset_dtypes, kp, variants=variants)):
-                        c = with_scalar_codes(kp, c)
+                        c = with_scalar_codes(kp, respecialize(kp, c))
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}
@@ -1259,6 +1334,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "binaries": binaries,
             "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
             "tuning_inputs": kp.entry.tune.inputs,
+            "inferred": dict(kp.inferred),
             "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
                                 for i, code in enumerate(c.spec) if code == SPEC_ABSENT},
                                key=kp.spec_params.index),

@@ -35,6 +35,76 @@ def test_the_op_is_a_mutating_custom_op_despite_its_host_sync(realworld_plan) ->
                      ("mean", 0.1, True, True, 32), ("none", 0.1, True, True, 32)}
 
 
+def test_untyped_runtime_parameters_are_typed_from_the_traced_calls(realworld_plan) -> None:
+    """The manifest types only X_ptr: the others take the types Triton's JIT gives the examples' values."""
+    kp = realworld_plan.kernels["liger_cross_entropy"]
+    assert kp.inferred == {"X_stride": "i32", "Y_ptr": "*i64", "Y_stride": "i32", "loss_ptr": "*fp32",
+                           "z_loss_ptr": "*fp32", "loss_stride": "i32", "n_cols": "i32", "n_non_ignore": "i32",
+                           "ignore_index": "i32", "softcap": "fp32"}
+    assert dict(kp.params)["X_stride"] == "i32" and "X_stride" in kp.spec_params
+    for e in realworld_plan.entries:
+        for calls in e.calls.values():
+            assert all(len(c.spec) == len(realworld_plan.kernels[e.kernel].spec_params) for c in calls)
+
+
+INFER = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, y_ptr, out_ptr, n, big, scale, flag, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x_ptr + offs, mask=m) * scale + tl.load(y_ptr + offs, mask=m) + big
+    tl.store(out_ptr + offs, tl.where(flag, v, 0), mask=m)
+
+
+def op(x, y, big=2**40, mixed=False):
+    out = torch.empty_like(x)
+    if mixed:  # y's dtype the other one of x's: no type variable of the manifest follows it
+        y = y.float() if x.dtype == torch.float16 else y.half()
+    k[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), big, 0.5, True, BLOCK=256)
+    return out
+
+
+def examples(device="cpu"):
+    for dtype in (torch.float16, torch.float32):
+        op(torch.randn(1000, device=device, dtype=dtype), torch.randn(1000, device=device, dtype=dtype))
+"""
+
+
+@pytest.mark.parametrize(("edit", "error"), [
+    (None, None),
+    ("mixed=True", "its tensors are fp16, fp32: give it a type variable of dtypes"),
+    ("big=None", "every traced call passes None"),
+    ("big=1.5", "the traced calls pass ['float', 'int']"),
+])
+def test_untyped_parameters_take_triton_types_or_a_clear_error(tmp_path, edit, error) -> None:
+    from forge_aot.errors import ManifestError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    text = INFER if edit is None else INFER.replace("torch.randn(1000, device=device, dtype=dtype))",
+                                                    f"torch.randn(1000, device=device, dtype=dtype), {edit})", 1)
+    if edit == "big=1.5":
+        text = text.replace("    for dtype in", "    op(torch.randn(8, device=device), torch.randn(8, device=device))\n"
+                                               "    for dtype in")
+    (tmp_path / "k.py").write_text(text)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+        'ops = ["op"]\nsignature = { x_ptr = "*T" }\ndtypes = { T = ["fp16", "fp32"] }\nexamples = "examples"\n')
+    if error is None:
+        kp = make_plan(load_manifest(tmp_path / "kernel_manifest.toml")).kernels["k"]
+        assert kp.inferred == {"y_ptr": "*T", "out_ptr": "*T", "n": "i32", "big": "i64", "scale": "fp32", "flag": "i1"}
+        assert kp.spec_params == ["x_ptr", "y_ptr", "out_ptr", "n", "big"]
+        return
+    with pytest.raises(ManifestError) as info:
+        make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert "kernels.k.signature." in str(info.value) and error in str(info.value), str(info.value)
+
+
 def test_a_float_passed_as_none_is_compiled_as_the_constant_none(realworld_plan) -> None:
     """``softcap=None`` to a float parameter: Triton compiles any None as a constant, so the build specializes the
     parameter (``N`` or ``x``) and compiles both; the runtime reads a None scalar as ``N`` and a float as ``x``."""
