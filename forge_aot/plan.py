@@ -1044,21 +1044,27 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     packages: dict[Path, str | None] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
-    for name, k in m.kernels.items():
-        file, _, func = k.source.rpartition(":")
-        path = (root / file).resolve()
+
+    def host_module(path: Path, needs_kernels: bool = True) -> dict[str, Any]:
+        """The host module of a kernel (or op) file, its source parsed once."""
         if path not in sources:
-            sources[path] = parse_source(path, ops_by_file[path], wrappers=frozenset(m.project.launch_wrappers))
+            sources[path] = parse_source(path, ops_by_file[path], wrappers=frozenset(m.project.launch_wrappers),
+                                         needs_kernels=needs_kernels)
             local[path] = local_imports(path, root)
             for helper in local[path]:  # imported afresh: an earlier plan in this process may have read older text
                 sys.modules.pop(helper, None)
             packages[path] = make_kernel_importable(path)
+        return modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
+                                              "build_only": set(), "source": sources[path], "package": packages[path]})
+
+    for name, k in m.kernels.items():
+        file, _, func = k.source.rpartition(":")
+        path = (root / file).resolve()
+        mod = host_module(path)
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path)
         kp.local_modules = local[path]
         kernels[name] = kp
-        mod = modules.setdefault(kp.module, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "build_only": set(), "source": src, "package": packages[path]})
         if mod["path"] != str(path):
             raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
                          "are named after their file")
@@ -1095,16 +1101,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 mod["build_only"].add(fn_name)
     for op_name, o in m.ops.items():  # ops of files with no kernel entry: they launch other files' kernels
         path = (root / o.source).resolve()
-        if path not in sources:
-            sources[path] = parse_source(path, ops_by_file[path], wrappers=frozenset(m.project.launch_wrappers),
-                                         needs_kernels=False)
-            local[path] = local_imports(path, root)
-            for helper in local[path]:
-                sys.modules.pop(helper, None)
-            packages[path] = make_kernel_importable(path)
+        mod = host_module(path, needs_kernels=False)
         src = sources[path]
-        mod = modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
-                                             "build_only": set(), "source": src, "package": packages[path]})
         if mod["path"] != str(path):
             raise _error(loaded, f"ops.{op_name}.source", f"two files are named {path.name}; host modules are named "
                          "after their file")
