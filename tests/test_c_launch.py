@@ -857,6 +857,26 @@ def test_a_pointer_passed_as_none_takes_its_own_binary_and_is_not_passed(rt, fak
     assert {launcher.spec for launcher in state.launchers.values()} == {"DDDD" if h0_given else "DNDD"}
 
 
+@pytest.mark.parametrize("scale", [None, 2.0])
+def test_a_float_passed_as_none_takes_its_own_binary_on_both_paths(rt, fake, tmp_path, scale) -> None:
+    # Liger passes softcap=None to a float parameter: Triton compiles it as the constant None, so the build
+    # specializes such a float (N, else x); the C path reads it as the Python path does and drops it where compiled in.
+    params = [["x_ptr", "*fp16"], ["out_ptr", "*fp16"], ["n", "i32"], ["scale", "fp32"], ["BLOCK", "meta"]]
+    spec = cs.kernel_spec(tmp_path, "soft", params, specs=["DDDN", "DDDx"])
+    spec["spec_params"] = ["x_ptr", "out_ptr", "n", "scale"]
+    k = rt.Kernel("soft", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    x, o = _tensor(0), _tensor(0)
+    fake.block_size, fake.nparams = (32, 5) if scale is None else (32, 6)
+    records, fallbacks = _launch_both(rt, fake, k, (2,), (x, o, 4096, scale))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert k._fast.spec((x, o, 4096, scale)) == ("DDDN" if scale is None else "DDDx")
+    params_bytes, offsets = records[0][6], records[0][7]
+    if scale is None:  # x, out, n, then the scratch pointers: scale is compiled in
+        assert offsets == (0, 8, 16, 24, 32)
+    else:
+        assert offsets[:4] == (0, 8, 16, 20) and struct.unpack_from("<f", params_bytes, 20)[0] == 2.0
+
+
 def test_none_matches_only_binaries_built_for_it(rt, fake, tmp_path) -> None:
     assert rt.argument_spec([(0, True), (1, True), (2, False)], [None, 16, 1]) == "ND1"
     assert rt.spec_fits("Nx", "ND") and rt.spec_fits("xD", "DD")

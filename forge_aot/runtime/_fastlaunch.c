@@ -500,6 +500,7 @@ typedef struct {
     int n_ptr, ptr_pos[MAX_ARGS];
     int n_spec, spec_pos[MAX_ARGS];
     unsigned char spec_is_ptr[MAX_ARGS];
+    uint64_t spec_scalars;   /* bit per argument position: a specialized scalar, which a call may pass as None */
     int n_tv, tv_pos[MAX_TYPEVARS];
     int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
     int n_pos_call;          /* how many leading call-site constexprs a call may pass by position after the
@@ -600,9 +601,10 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     }
     for (int i = 0; i < F->n_spec; i++) {
         int k = F->kinds[F->spec_pos[i]];
-        if ((k == K_PTR) != F->spec_is_ptr[i] || k > K_U64) {
-            PyErr_SetString(PyExc_ValueError, "specialized arguments are pointers or integers"); goto fail;
+        if ((k == K_PTR) != F->spec_is_ptr[i]) {
+            PyErr_SetString(PyExc_ValueError, "specialized pointers are pointers"); goto fail;
         }
+        if (k != K_PTR) F->spec_scalars |= 1ull << F->spec_pos[i];
     }
     for (int i = 0; i < F->n_tv; i++)
         if (F->kinds[F->tv_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail; }
@@ -725,7 +727,10 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     k->device = device;
     for (int i = 0; i < F->n; i++) {
         if (F->kinds[i] == K_PTR) continue;
-        if (!convert_scalar(F->kinds[i], PyTuple_GetItem(args, i), &vals[i])) return 0;
+        PyObject *a = PyTuple_GetItem(args, i);
+        /* a specialized scalar passed as None (Liger's softcap=None): compiled in as the constant None */
+        if (a == Py_None && ((F->spec_scalars >> i) & 1)) { vals[i] = 0; nones |= 1ull << i; continue; }
+        if (!convert_scalar(F->kinds[i], a, &vals[i])) return 0;
     }
     for (int t = 0; t < F->n_tv; t++) {
         /* Kernel.axis_values: the type variable's first tensor given; None where all are None (the variant the
@@ -738,12 +743,13 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
         if (!k->dtypes[t]) { PyErr_Clear(); release_key(F, k); return 0; }
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
-    /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N pointer passed
-     * as None, x otherwise */
+    /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N passed as None,
+     * x otherwise (a float always) */
     for (int s = 0; s < F->n_spec; s++) {
-        uint64_t v = vals[F->spec_pos[s]];
-        k->spec[s] = F->spec_is_ptr[s] ? ((nones >> F->spec_pos[s]) & 1 ? 'N' : ((v & 15) ? 'x' : 'D'))
-                                       : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
+        int p = F->spec_pos[s], kind = F->kinds[p];
+        uint64_t v = vals[p];
+        k->spec[s] = (nones >> p) & 1 ? 'N' : F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D')
+                   : kind >= K_FP16 ? 'x' : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
     }
     uint64_t h = 1469598103934665603ULL;
 #define MIX(x) do { h ^= (uint64_t)(x); h *= 1099511628211ULL; h ^= h >> 29; } while (0)
@@ -1240,7 +1246,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 5) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 6) < 0) {
         Py_DECREF(m);
         return NULL;
     }

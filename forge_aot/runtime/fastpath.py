@@ -28,7 +28,7 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 5
+ABI = 6
 
 
 def _load() -> Any:
