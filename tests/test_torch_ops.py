@@ -746,9 +746,19 @@ VALUE_READS = DYNAMIC_KERNEL.split("def examples")[0] + textwrap.dedent('''\
         return out
 
 
+    def varlen_double(x, cu_seqlens):
+        """FLA's varlen chunking: chunk indices from ``cu_seqlens.tolist()`` (a host sync), an output of x's shape."""
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        chunks = torch.cat([torch.arange(triton.cdiv(n, 64)) for n in lens]).to(x.device)
+        out = torch.empty_like(x)
+        double_kernel[(max(len(chunks), 1),)](x, out, x.numel(), BLOCK=1024)
+        return out
+
+
     def examples(device="cpu"):
         x = torch.randn(1000, device=device, dtype=torch.float16)
         doubled_if_any(x), positives(x)
+        varlen_double(x, torch.tensor([0, 300, 1000], device=device))
     ''')
 
 
@@ -760,16 +770,20 @@ def test_host_code_that_reads_tensor_values_is_a_custom_op_unless_a_result_size_
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     (tmp_path / "p").mkdir()
-    ops = _dynamic_ops(tmp_path / "p", "forge_test_reads", VALUE_READS, ["doubled_if_any", "positives"])
+    ops = _dynamic_ops(tmp_path / "p", "forge_test_reads", VALUE_READS, ["doubled_if_any", "positives",
+                                                                         "varlen_double"])
     plan = make_plan(load_manifest(tmp_path / "p" / "kernel_manifest.toml"), ["sm_90"])
     schemas, notes = plan.modules["double"]["schemas"], plan.modules["double"]["schema_notes"]
     assert schemas["doubled_if_any"] == "(Tensor x) -> Tensor", notes
+    assert schemas["varlen_double"] == "(Tensor x, Tensor cu_seqlens) -> Tensor", notes
     assert schemas["positives"] is None
     assert "follow tensor values its host code reads" in notes["positives"], notes["positives"]
     assert not hasattr(ops, "positives")
     with FakeTensorMode():
         y = ops.doubled_if_any(torch.empty(77, device="cuda", dtype=torch.float16))
         assert y.shape == (77,) and y.device.type == "cuda"
+        cu = torch.empty(4, device="cuda", dtype=torch.int64)
+        assert ops.varlen_double(torch.empty(77, device="cuda", dtype=torch.float16), cu).shape == (77,)
     exported = _export(ops.doubled_if_any, (torch.randn(300, dtype=torch.float16),), None)
     assert [str(n.target) for n in exported.graph.nodes if n.op == "call_function"] == [
         "forge_test_reads.doubled_if_any.default"]

@@ -123,6 +123,8 @@ def _stand_in_class() -> Any:
 
     reads = frozenset((torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
                        torch.Tensor.__float__, torch.Tensor.__index__, torch.equal))
+    factories = frozenset((torch.arange, torch.zeros, torch.ones, torch.empty, torch.full, torch.tensor,
+                           torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.eye))
 
     def without_data(a: Any) -> bool:
         fake = sys.modules.get("torch._subclasses.fake_tensor")
@@ -146,6 +148,16 @@ def _stand_in_class() -> Any:
                     without_data(a) for a in args if isinstance(a, torch.Tensor)):
                 self.used = True
                 return self.value(name, args[0])
+            if func in factories and torch._C._meta_in_tls_dispatch_include() and (kwargs or {}).get(
+                    "device") is None and not any(isinstance(a, torch.Tensor) for a in args):
+                # FakeTensorMode runs a Meta kernel with Meta in the thread's dispatch keys, where a factory with
+                # no device (FLA's torch.arange per sequence, then .to(x.device)) recurses through torch's
+                # references: made on the CPU, as eagerly
+                torch._C._set_meta_in_tls_dispatch_include(False)
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    torch._C._set_meta_in_tls_dispatch_include(True)
             return func(*args, **(kwargs or {}))
 
         def value(self, name: str, t: Any) -> Any:
