@@ -582,7 +582,8 @@ def respecialize(kp: KernelPlan, call: TracedCall) -> TracedCall:
 def optional_scalars(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]]) -> None:
     """Float parameters some traced call passes as None (Liger's ``softcap=None``; Triton compiles any argument
     that is None as the constant None) join their kernel's specialized parameters, and each traced call's
-    specialization gains their codes (``N``, else ``x``): a binary for each, as for an optional pointer."""
+    specialization is read again with their codes (``N``, else ``x``): a binary for each, as for an optional
+    pointer."""
     for name, kp in kernels.items():
         calls = traced.get(name, [])
         nones = {n for n, ty in kp.params if ty in FLOAT_TYPES and n not in kp.spec_params
@@ -590,18 +591,7 @@ def optional_scalars(kernels: dict[str, KernelPlan], traced: dict[str, list[Trac
         if nones:
             kp.spec_params = [n for n, _ in kp.params if n in kp.spec_params or n in nones]
             for c in calls:
-                with_scalar_codes(kp, c)
-
-
-def with_scalar_codes(kp: KernelPlan, call: TracedCall) -> TracedCall:
-    """``call`` (recorded by a handle that specializes pointers and integers only) with the codes of the kernel's
-    optional float parameters in its specialization (see ``optional_scalars``)."""
-    if len(call.spec) != len(kp.spec_params):
-        types = dict(kp.params)
-        codes = dict(zip([n for n in kp.spec_params if types[n] not in FLOAT_TYPES], call.spec))
-        call.spec = "".join(codes.get(n) or (SPEC_ABSENT if (call.named or {}).get(n) is None else SPEC_NONE)
-                            for n in kp.spec_params)
-    return call
+                respecialize(kp, c)
 
 
 def _concrete(ty: str, assignment: dict[str, Any]) -> str:
@@ -1216,7 +1206,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 for key in rows:
                     for c in tracer.trace_inputs(kp, assignment, key,
                                                  functools.partial(resolve_unset_dtypes, kp, variants=variants)):
-                        c = with_scalar_codes(kp, respecialize(kp, c))
+                        c = respecialize(kp, c)
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}

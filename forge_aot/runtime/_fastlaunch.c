@@ -498,6 +498,7 @@ typedef struct {
     int n;
     unsigned char kinds[MAX_ARGS];
     int n_ptr, ptr_pos[MAX_ARGS];
+    int ptr_index[MAX_ARGS];   /* argument position -> its index among the pointers (ptypes), -1 for others */
     int n_spec, spec_pos[MAX_ARGS];
     unsigned char spec_is_ptr[MAX_ARGS];
     uint64_t spec_scalars;   /* bit per argument position: a specialized scalar, which a call may pass as None */
@@ -593,8 +594,11 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     CHECK_POS(F->ptr_pos, F->n_ptr) CHECK_POS(F->spec_pos, F->n_spec) CHECK_POS(F->tv_pos, F->n_tv)
     CHECK_POS(F->key_pos, F->n_key)
 #undef CHECK_POS
-    for (int i = 0; i < F->n_ptr; i++)
+    for (int i = 0; i < MAX_ARGS; i++) F->ptr_index[i] = -1;
+    for (int i = 0; i < F->n_ptr; i++) {
         if (F->kinds[F->ptr_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "pointer kind"); goto fail; }
+        F->ptr_index[F->ptr_pos[i]] = i;
+    }
     for (int i = 0; i < F->n_key; i++) {
         int k = F->kinds[F->key_pos[i]];
         if (k < K_I8 || k > K_U64) { PyErr_SetString(PyExc_ValueError, "key arguments must be integers"); goto fail; }
@@ -738,9 +742,9 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
         int p = F->tv_pos[t];
         PyObject *a = PyTuple_GetItem(args, p);
         while (a == Py_None && F->tv_next[p] >= 0) { p = F->tv_next[p]; a = PyTuple_GetItem(args, p); }
-        if (a == Py_None) { Py_INCREF(Py_None); k->dtypes[t] = Py_None; continue; }
-        k->dtypes[t] = PyObject_GetAttr(a, str_dtype);
-        if (!k->dtypes[t]) { PyErr_Clear(); release_key(F, k); return 0; }
+        /* the dtype the pointer loop read (ptypes), not read again */
+        k->dtypes[t] = a == Py_None ? Py_None : k->ptypes[F->ptr_index[p]];
+        Py_INCREF(k->dtypes[t]);
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
     /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N passed as None,

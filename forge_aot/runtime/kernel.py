@@ -239,12 +239,12 @@ class Kernel(KernelBase):
                     None)
 
     def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
-        device = self._device(runtime)
-        values = self.axis_values(runtime, call)
-        state_key = (*values, device, tuple(None if (a := runtime[i]) is None else a.dtype for i in self.device_pos))
+        device = self._device(runtime)  # key: every tensor's dtype (which gives the type variables), call values
+        state_key = (device, tuple(None if (a := runtime[i]) is None else a.dtype for i in self.device_pos),
+                     *[call[src] for is_rt, src in self.axis_sources if not is_rt])
         state = self._states.get(state_key)
         if state is None:
-            state = self._make_state(values, device, state_key)
+            state = self._make_state(self.axis_values(runtime, call), device, state_key)
         return state
 
     def find_variant(self, values: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
@@ -289,7 +289,7 @@ class Kernel(KernelBase):
 
     def _make_state(self, values: tuple[Any, ...], device: int, state_key: tuple[Any, ...]) -> _VariantState:
         vid, assignment = self.find_variant(values)
-        check_dtypes(self.function, [self.runtime[i] for i in self.device_pos], state_key[-1], assignment)
+        check_dtypes(self.function, [self.runtime[i] for i in self.device_pos], state_key[1], assignment)
         target, table = self.backend.resolve(self, self.variants[vid], assignment, device)
         state = _VariantState(vid, assignment, device, target, table)
         with self._lock:
