@@ -177,8 +177,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     if written and "Tensor?" in returns:
         # torch.compile functionalizes a mutating custom op only where every result is a Tensor: padding becomes
         # empty tensors (the exported function drops them by the rule); a result None in its own right cannot be
-        if rule is None or any(k in ("None", "Tensor?") for _, kinds in keyed for k in kinds[1:] if kinds[0] == ""
-                               ) or any(k == "None" for _, kinds in keyed if kinds[0] != "" for k in kinds):
+        if rule is None or any("None" in (kinds[1:] if kinds[0] == "" else kinds) for _, kinds in keyed):
             return None, ("it writes an input and returns a tensor or None (torch.compile cannot functionalize a "
                           "mutating custom op with an optional result)"), None
         returns, rule = "(" + ", ".join(["Tensor"] * rule["width"]) + ")", {**rule, "fill": True}
@@ -188,8 +187,8 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     if written:
         how += f"; writes {', '.join(written)}"
     if rule is not None:
-        how += (f"; returns {rule['width']} results padded with None, the exported function giving each call the "
-                f"structure {rule['argument']} selects")
+        how += (f"; returns {rule['width']} results padded with {'empty tensors' if rule.get('fill') else 'None'}, "
+                f"the exported function giving each call the structure {rule['argument']} selects")
     return f"({', '.join(params)}) -> {returns}", how, rule
 
 
