@@ -957,7 +957,7 @@ def test_call_site_constexprs_passed_by_position_take_the_c_path(rt, fake, tmp_p
     that passes one twice."""
     k = _kernel(rt, tmp_path, "posc", POSITIONAL, dtypes={"T": ["fp16"]},
                 call_site={"IS_RMS": [True, False], "BLOCK": [1024]})
-    assert rt.fastpath._positional_calls(k) == 2
+    assert rt.fastpath._param_slots(k, ("IS_RMS", "BLOCK")) == (0, 1, 2, 3, 4)
     x, o = _tensor(0), _tensor(0)
     fake.block_size, fake.nparams = 32, 5
     by_position, fallbacks = _launch_both(rt, fake, k, (4,), (x, o, 4096, True, 1024))
@@ -970,4 +970,45 @@ def test_call_site_constexprs_passed_by_position_take_the_c_path(rt, fake, tmp_p
         k[(4,)](x, o, 4096, True, 1024, IS_RMS=True)
     k2 = _kernel(rt, tmp_path, "posc2", [["x_ptr", "*T"], ["BLOCK", "meta"], ["FLAG", "constexpr"]],
                  dtypes={"T": ["fp16"]}, call_site={"FLAG": [True]})
-    assert rt.fastpath._positional_calls(k2) == 0  # a tuned meta-parameter comes first: by keyword only
+    assert rt.fastpath._param_slots(k2, ("FLAG",)) == (0, -1, 1)  # a tuned meta-parameter: never by position
+
+
+# Liger's cross entropy: constexprs between the runtime parameters (reduction, then softcap, then flags).
+INTERLEAVED = [["x_ptr", "*T"], ["REDUCTION", "constexpr"], ["out_ptr", "*T"], ["scale", "fp32"],
+               ["BLOCK", "meta"], ["n", "i32"], ["HAS_W", "constexpr"]]
+
+
+@pytest.mark.parametrize("form", ["positional up to the tuned one", "all keywords", "leading positional",
+                                  "keywords out of order"])
+def test_constexprs_between_runtime_parameters_take_the_c_path(rt, fake, tmp_path, form) -> None:
+    """A kernel whose constexprs come between its runtime parameters (Liger's cross entropy) launches from C however
+    the call passes them, with the bytes the Python path launches; what it cannot bind goes to the Python path."""
+    k = _kernel(rt, tmp_path, "inter", INTERLEAVED, dtypes={"T": ["fp16"]},
+                call_site={"REDUCTION": ["mean", "sum"], "HAS_W": [True, False]})
+    assert rt.fastpath._param_slots(k, ("REDUCTION", "HAS_W")) == (0, 4, 1, 2, -1, 3, 5)
+    x, o = _tensor(0), _tensor(0)
+    call = {"positional up to the tuned one": lambda: k[(4,)](x, "sum", o, 0.5, n=4096, HAS_W=True),
+            "all keywords": lambda: k[(4,)](x_ptr=x, REDUCTION="sum", out_ptr=o, scale=0.5, n=4096, HAS_W=True),
+            "leading positional": lambda: k[(4,)](x, REDUCTION="sum", out_ptr=o, scale=0.5, n=4096, HAS_W=True),
+            "keywords out of order": lambda: k[(4,)](HAS_W=True, n=4096, scale=0.5, out_ptr=o, REDUCTION="sum",
+                                                     x_ptr=x)}[form]
+    rt.fastpath.use_c_launch(k, False)
+    call()
+    expected = fake.launch_record()
+    assert rt.fastpath.use_c_launch(k, True)
+    fallbacks = []
+    k.run = lambda g, a, kw: (fallbacks.append(1), type(k).run(k, g, a, kw))[1]
+    try:
+        for _ in range(3):
+            call()
+            assert fake.launch_record() == expected
+    finally:
+        del k.run
+    assert len(fallbacks) == 1  # the first call only: the Python path resolves it and the C path remembers
+    # what the C path cannot bind goes to the Python path, which binds or refuses as before
+    with pytest.raises(TypeError, match="tuned by forge-aot"):
+        k[(4,)](x, "sum", o, 0.5, 256, 4096, True)
+    with pytest.raises(TypeError, match="multiple values for argument 'REDUCTION'"):
+        k[(4,)](x, "sum", o, 0.5, REDUCTION="sum", n=4096, HAS_W=True)
+    with pytest.raises(TypeError, match=r"missing arguments \['n'\]"):
+        k[(4,)](x, "sum", o, 0.5, HAS_W=True)

@@ -374,3 +374,47 @@ def test_fused_linear_cross_entropy_against_torch_and_the_jit(realworld, flce_ji
     assert relative_error(loss.reshape(1), ref.reshape(1)) < tol
     assert relative_error(gx, xr.grad) < tol and relative_error(gw, wr.grad) < tol
     assert all(torch.equal(a, b) for a, b in zip(grads["wheel"], grads["jit"]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("softcap", [None, 30.0])
+def test_the_c_path_serves_ligers_kernels_despite_their_parameter_order(realworld, softcap) -> None:
+    """Liger's kernel declares constexprs between its runtime parameters (``reduction`` before ``softcap``) and is
+    called by keyword; from its second call on the C path launches it (Kernel.run, the Python path, is not called)
+    with the Python path's results."""
+    import importlib
+
+    import torch
+
+    fastpath = importlib.import_module("forge_realworld._runtime.fastpath")
+    if fastpath.c is None:
+        pytest.skip("the installed wheel has no C launch path")
+    module = importlib.import_module("forge_realworld._ops.liger_cross_entropy")
+    handles = [module.liger_cross_entropy_kernel, module.element_mul_kernel]
+    base = torch.randn(45, 32000, device="cuda", dtype=torch.bfloat16) * 4
+    target = torch.randint(0, 32000, (45,), device="cuda")
+    target[::5] = -100
+
+    def step():
+        logits = base.clone().requires_grad_()
+        loss = realworld.liger_cross_entropy(logits, target, softcap=softcap, label_smoothing=0.05)
+        (loss * 3).backward()  # grad_output 3: the element-wise scaling kernel runs too
+        return loss.detach(), logits.grad
+
+    for h in handles:
+        fastpath.use_c_launch(h, False)
+    python_path = step()
+    runs = []
+    try:
+        for h in handles:
+            assert fastpath.use_c_launch(h, True)
+            h.run = lambda g, a, k, h=h: (runs.append(h.function), type(h).run(h, g, a, k))[1]
+        step()  # the first call of each (dtypes, call-site values) is the Python path's: the C path remembers it
+        first = len(runs)
+        c_path = step()
+    finally:
+        for h in handles:
+            h.__dict__.pop("run", None)
+    torch.cuda.synchronize()
+    assert first == 2 and len(runs) == first  # the third step: every launch from C
+    assert torch.equal(c_path[0], python_path[0]) and torch.equal(c_path[1], python_path[1])

@@ -31,6 +31,7 @@
 #define MAX_TYPEVARS 8
 #define MAX_KEYS 8
 #define MAX_CALLS 16
+#define MAX_PARAMS (MAX_ARGS + MAX_CALLS)
 #define MAX_BLOCK 4096
 #define MAX_CACHED 4096
 #define MAX_PTRS 24
@@ -504,8 +505,10 @@ typedef struct {
     uint64_t spec_scalars;   /* bit per argument position: a specialized scalar, which a call may pass as None */
     int n_tv, tv_pos[MAX_TYPEVARS];
     int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
-    int n_pos_call;          /* how many leading call-site constexprs a call may pass by position after the
-                              * runtime arguments (their parameters follow the runtime ones: mamba's layer norm) */
+    int n_param;             /* the kernel's parameters, in order: what a call's positional arguments stand for */
+    int param_slot[MAX_PARAMS];   /* runtime index (< n), n + call-site name index, or -1 (tuned or heuristic:
+                                   * never passed, the Python path says so) */
+    int n_lead;              /* how many leading parameters are the runtime arguments in order (n: runtime first) */
     int n_key, key_pos[MAX_KEYS];
     int n_call;
     PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
@@ -552,16 +555,15 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
                             "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
-                            "positional_calls", NULL};
+                            "param_slots", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
         *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
-        *tv_next = NULL;
-    int n_pos_call = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!i", names, &kinds, &ptr_pos, &spec_pos,
+        *tv_next = NULL, *param_slots = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
-                                     &heuristic_names, &PyTuple_Type, &tv_next, &n_pos_call))
+                                     &heuristic_names, &PyTuple_Type, &tv_next, &PyTuple_Type, &param_slots))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -621,10 +623,17 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
             PyErr_SetString(PyExc_TypeError, "call-site names are strings"); goto fail;
         }
     F->n_call = (int)PyTuple_Size(call_names);
-    if (n_pos_call < 0 || n_pos_call > F->n_call) {
-        PyErr_SetString(PyExc_ValueError, "positional_calls beyond the call-site names"); goto fail;
+    if (param_slots) {   /* default: the runtime parameters alone, in order */
+        if (read_int_tuple(param_slots, F->param_slot, MAX_PARAMS, &F->n_param) < 0) goto fail;
+        for (int i = 0; i < F->n_param; i++)
+            if (F->param_slot[i] < -1 || F->param_slot[i] >= F->n + F->n_call) {
+                PyErr_SetString(PyExc_ValueError, "param_slots beyond the runtime and call-site names"); goto fail;
+            }
+    } else {
+        F->n_param = F->n;
+        for (int i = 0; i < F->n; i++) F->param_slot[i] = i;
     }
-    F->n_pos_call = n_pos_call;
+    while (F->n_lead < F->n && F->n_lead < F->n_param && F->param_slot[F->n_lead] == F->n_lead) F->n_lead++;
     Py_INCREF(call_names); F->call_names = call_names;
     Py_INCREF(call_defaults); F->call_defaults = call_defaults;
     Py_INCREF(missing); F->missing = missing;
@@ -1057,25 +1066,46 @@ static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObj
 
 static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
 
-/* Call-site constexprs passed by position after the runtime arguments (mamba's layer norm passes its flags and
- * BLOCK_N so): read as the keywords they stand for, as Kernel._bind binds them. 1 launched, 0 left to the Python
- * path (more than may come by position, or one also passed by keyword: Python binds or refuses), -1 error. */
-static int positional_calls(Launch *l, PyObject *args, PyObject *kwargs) {
+/* A call passing parameters by position beyond the leading runtime arguments: call-site constexprs after them
+ * (mamba's layer norm passes its flags and BLOCK_N so), or a kernel whose constexprs come between its runtime
+ * parameters (Liger's cross entropy). Bound as Kernel._bind binds: each positional argument as the parameter it
+ * stands for (a call-site one as its keyword), then the runtime arguments not given by position from the keywords.
+ * 1 launched, 0 left to the Python path (a parameter passed twice or missing, one never passed: Python binds or
+ * refuses), -1 error. */
+static int bind_positional(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
-    Py_ssize_t extra = PyTuple_Size(args) - F->n;
-    if (extra > F->n_pos_call) return 0;
+    Py_ssize_t given = PyTuple_Size(args), taken = 0;
+    if (given > F->n_param || !F->runtime_names) return 0;
     PyObject *kw = kwargs ? PyDict_Copy(kwargs) : PyDict_New();
     if (!kw) return -1;
-    PyObject *head = NULL;
+    PyObject *head = PyTuple_New(F->n);
+    char filled[MAX_ARGS] = {0};
     int r = -1;
-    for (Py_ssize_t i = 0; i < extra; i++) {
-        PyObject *name = PyTuple_GetItem(F->call_names, i);
+    if (!head) goto done;
+    for (Py_ssize_t i = 0; i < given; i++) {
+        int s = F->param_slot[i];
+        if (s < 0) { r = 0; goto done; }
+        PyObject *name = s < F->n ? PyTuple_GetItem(F->runtime_names, s) : PyTuple_GetItem(F->call_names, s - F->n);
+        PyObject *v = PyTuple_GetItem(args, i);
         int has = PyDict_Contains(kw, name);
         if (has) { r = has < 0 ? -1 : 0; goto done; }
-        if (PyDict_SetItem(kw, name, PyTuple_GetItem(args, F->n + i)) < 0) goto done;
+        if (s >= F->n) {
+            if (PyDict_SetItem(kw, name, v) < 0) goto done;
+            continue;
+        }
+        Py_INCREF(v);
+        PyTuple_SetItem(head, s, v);   /* steals the reference */
+        filled[s] = 1;
     }
-    if (!(head = PyTuple_GetSlice(args, 0, F->n))) goto done;
-    r = fast_call_read(l, head, kw, 0);
+    for (int j = 0; j < F->n; j++) {
+        if (filled[j]) continue;
+        PyObject *v = PyDict_GetItem(kw, PyTuple_GetItem(F->runtime_names, j));   /* borrowed */
+        if (!v) { r = 0; goto done; }
+        Py_INCREF(v);
+        PyTuple_SetItem(head, j, v);
+        taken++;
+    }
+    r = fast_call_read(l, head, kw, taken);
 done:
     Py_XDECREF(head);
     Py_DECREF(kw);
@@ -1085,8 +1115,9 @@ done:
 /* 1 launched, 0 left to the Python path, -1 error. */
 static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
     FastKernel *F = (FastKernel *)l->fast;
-    if (PyTuple_Size(args) == F->n) return fast_call_read(l, args, kwargs, 0);
-    if (PyTuple_Size(args) > F->n) return positional_calls(l, args, kwargs);
+    Py_ssize_t given = PyTuple_Size(args);
+    if (given == F->n && F->n_lead == F->n) return fast_call_read(l, args, kwargs, 0);
+    if (given > F->n_lead) return bind_positional(l, args, kwargs);
     PyObject *merged;
     Py_ssize_t taken;
     int m = merge_keywords(F, args, kwargs, &merged, &taken);
@@ -1250,7 +1281,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 6) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 7) < 0) {
         Py_DECREF(m);
         return NULL;
     }

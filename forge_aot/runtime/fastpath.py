@@ -1,9 +1,9 @@
 """The C launch path: the optional ``_fastlaunch`` extension and what the Python path hands it.
 
 ``forge-aot build`` compiles ``_fastlaunch.c`` into the wheel (``_fastlaunch.abi3.so``, CPython's limited API:
-one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **kwargs)`` is one C call (runtime arguments
-by position or by name, call-site constexprs and launch options as keywords) when the kernel has no config
-pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
+one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **kwargs)`` is one C call (parameters by
+position or by name, in whatever order the kernel declares them; launch options as keywords) when the kernel has
+no config pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
 specialization) once before. The C code reads the arguments as the Python path does (devices, dtypes, pointers,
 integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch the Python path remembered for
 them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` for a call
@@ -28,7 +28,7 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 6
+ABI = 7
 
 
 def _load() -> Any:
@@ -56,7 +56,7 @@ _MISSING = object()
 
 def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
-    if c is None or not kernel._runtime_first or kernel.spec.get("pre_hooks"):
+    if c is None or kernel.spec.get("pre_hooks"):
         return None
     from .kernel import LAUNCHES
     from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
@@ -82,7 +82,7 @@ def plan(kernel: Any) -> Any:
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
                             (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
                             LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
-                            _type_next(kernel), _positional_calls(kernel))
+                            _type_next(kernel), _param_slots(kernel, names))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 
@@ -96,12 +96,14 @@ def _type_next(kernel: Any) -> tuple[int, ...]:
                  for i, ty in enumerate(types))
 
 
-def _positional_calls(kernel: Any) -> int:
-    """How many of the kernel's call-site constexprs a call may pass by position after its runtime arguments: those
-    whose parameters come right after the runtime ones, in order (mamba passes ``IS_RMS_NORM, BLOCK_N, ...`` so)."""
-    after = kernel.param_names[kernel.n_runtime:]
-    return next((i for i, (p, c) in enumerate(zip(after, kernel.call_constexprs)) if p != c),
-                min(len(after), len(kernel.call_constexprs)))
+def _param_slots(kernel: Any, names: tuple[str, ...]) -> tuple[int, ...]:
+    """What each parameter, in order, is to the C path when a call passes it by position: its runtime index, or
+    the number of runtime arguments plus its index in ``names`` (call-site constexprs: mamba passes ``IS_RMS_NORM,
+    BLOCK_N, ...`` after its runtime arguments, Liger's cross entropy has constexprs between them), or -1 (tuned or
+    heuristic: the Python path binds or refuses it)."""
+    n = kernel.n_runtime
+    return tuple(kernel.runtime_names.index(p) if p in kernel.runtime_names else n + names.index(p) if p in names
+                 else -1 for p in kernel.param_names)
 
 
 def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
