@@ -377,8 +377,9 @@ def test_fused_linear_cross_entropy_against_torch_and_the_jit(realworld, flce_ji
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("softcap", [None, 30.0])
-def test_the_c_path_serves_ligers_kernels_despite_their_parameter_order(realworld, softcap) -> None:
+@pytest.mark.parametrize("kw", [{}, dict(label_smoothing=0.1, softcap=30.0, return_z_loss=True, lse_square_scale=1e-4)],
+                         ids=["plain", "softcap-z-loss"])
+def test_the_c_path_serves_ligers_kernels_despite_their_parameter_order(realworld, kw) -> None:
     """Liger's kernel declares constexprs between its runtime parameters (``reduction`` before ``softcap``) and is
     called by keyword; from its second call on the C path launches it (Kernel.run, the Python path, is not called)
     with the Python path's results."""
@@ -397,7 +398,8 @@ def test_the_c_path_serves_ligers_kernels_despite_their_parameter_order(realworl
 
     def step():
         logits = base.clone().requires_grad_()
-        loss = realworld.liger_cross_entropy(logits, target, softcap=softcap, label_smoothing=0.05)
+        loss = realworld.liger_cross_entropy(logits, target, **kw)
+        loss = loss[0] + loss[1] if isinstance(loss, tuple) else loss
         (loss * 3).backward()  # grad_output 3: the element-wise scaling kernel runs too
         return loss.detach(), logits.grad
 
