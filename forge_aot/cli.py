@@ -302,6 +302,12 @@ def check(manifest: Path, show_plan: bool) -> None:
             click.echo(f"    {op}: torch.ops.{package}.{op}{schema} ({note})")
         else:
             click.echo(f"    {op}: Python calls only, no custom op ({note}): torch.compile breaks its graph there")
+    exports = sorted((name, os.path.relpath(mod["path"], plan.loaded.root.resolve()))
+                     for mod in plan.modules.values() for name in mod.get("exports", ()))
+    if exports:
+        click.echo(f"  exported as they are ({len(exports)}; {package}.NAME binds its file on first access):")
+        for name, file in exports:
+            click.echo(f"    {name} <- {file}")
     if plan.data_files:
         click.echo(f"  data files host code reads, shipped with it ({len(plan.data_files)}):")
         for shipped, source in sorted(plan.data_files.items()):

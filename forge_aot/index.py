@@ -88,6 +88,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
         "modules": {mod: {"path": module_paths[mod], "kernels": spec["kernels"], "ops": spec["ops"],
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
                           **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
+                          **({"exports": spec["exports"]} if spec.get("exports") else {}),
                           **({"results": spec["results"]} if spec.get("results") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
                           **({"package": spec["package"]} if spec.get("package") else {}),

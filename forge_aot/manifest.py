@@ -261,6 +261,11 @@ class Manifest:
     ops: dict[str, OpEntry] = field(default_factory=dict)
     """Ops of files that define no kernel of the manifest, by name (``package.NAME``); an op in a kernel's own
     file is listed in that kernel's ``ops``."""
+    exports: dict[str, str] = field(default_factory=dict)
+    """Classes and functions of host files the package exports as they are, by name: ``NAME = "path/file.py"``
+    (relative to the manifest; a kernel file, an op file or a file of its own). A library's public API beside its
+    ops: Liger-Kernel's ``LigerCrossEntropyLoss`` and mamba's ``RMSNorm`` modules (each a ``torch.nn.Module`` whose
+    ``forward`` runs the packaged kernels). ``package.NAME`` binds its file on first access; no custom op."""
 
 
 @dataclass(frozen=True)
@@ -493,6 +498,15 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
         if (root / o.source).resolve() in kernel_files:
             raise r.error(f"ops.{name}.source", f"'{o.source}' defines kernels of this manifest: list '{name}' in "
                           "the ops of one of them")
+    for name, file in m.exports.items():
+        if not _is_identifier(name):
+            raise r.error(f"exports.{name}", f"'{name}' is not an identifier (it is the exported name)")
+        if name in seen_ops or name in m.ops:
+            raise r.error(f"exports.{name}", f"'{name}' is an op of this manifest (exported already)")
+        if name == "preload":
+            raise r.error(f"exports.{name}", "'preload' is the package's own function")
+        if not file.endswith(".py") or not (root / file).is_file():
+            raise r.error(f"exports.{name}", f"'{file}' is not a Python file (relative to the manifest)")
 
 
 def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:

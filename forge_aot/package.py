@@ -152,6 +152,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
                     stage_dir / "_forge_build_backend.py")
     ops = [op for spec in plan.modules.values() for op in spec["ops"]]
+    exports = {name: mod for mod, spec in sorted(plan.modules.items()) for name in spec.get("exports", ())}
     description = m.project.description or f"Triton kernels packaged ahead of time by forge-aot: {name}"
     values = {
         "runtime_sha256": runtime_digest.hexdigest(),
@@ -161,7 +162,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "dependencies": ", ".join(json.dumps(d) for d in m.project.dependencies),
         "triton_version": triton_version, "targets": ", ".join(plan.targets),
         "exports": "".join(f'{op} = _exported["{op}"]\n' for op in ops),
-        "all": ", ".join(json.dumps(op) for op in [*ops, "preload"]),
+        "exports_table": ", ".join(f"{n!r}: {mod!r}" for n, mod in exports.items()),
+        "lazy_exports": _lazy_exports(exports),
+        "all": ", ".join(json.dumps(op) for op in [*ops, *exports, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
         "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),
     }
@@ -172,6 +175,24 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "__init__.py").write_text(string.Template(_template("package_init.py.in")).substitute(
         {**values, "description": description}), encoding="utf-8")
     return stage_dir
+
+
+def _lazy_exports(exports: dict[str, str]) -> str:
+    """The generated ``__init__``'s exported classes and functions (manifest ``[exports]``): a module
+    ``__getattr__`` (PEP 562) binds each one's host module on first access, so import stays lazy."""
+    if not exports:
+        return ""
+    return """
+# Classes and functions of the host files, exported as they are: each binds its host module on first access.
+from ._runtime.entry import exported as _exported_attribute  # noqa: E402
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = globals()[name] = _exported_attribute(__name__, _EXPORTS[name], name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+"""
 
 
 def build_wheel(stage_dir: Path, out_dir: Path) -> Path:

@@ -1029,6 +1029,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
     for op_name, o in m.ops.items():
         ops_by_file.setdefault((root / o.source).resolve(), set()).add(op_name)
+    for file in m.exports.values():
+        ops_by_file.setdefault((root / file).resolve(), set())
     sources: dict[Path, SourceFile] = {}
     local: dict[Path, dict[str, LocalModule]] = {}
     packages: dict[Path, str | None] = {}
@@ -1103,9 +1105,21 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod["ops"].append(op_name)
         if o.examples is not None:
             mod["examples"].add(o.examples)
+    kernel_files = {kp.source for kp in kernels.values()}
+    for name, file in m.exports.items():  # classes and functions exported as they are (a library's nn.Modules)
+        path = (root / file).resolve()
+        mod = host_module(path, needs_kernels=path in kernel_files)
+        if mod["path"] != str(path):
+            raise _error(loaded, f"exports.{name}", f"two files are named {path.name}; host modules are named after "
+                         "their file")
+        if name not in sources[path].host_functions:
+            raise _error(loaded, f"exports.{name}", f"no host class or function '{name}' in {file}",
+                         close_match(name, sources[path].host_functions))
+        mod.setdefault("exports", []).append(name)
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
-        exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops}
+        exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops} \
+            | set(modules[path.stem].get("exports", ()))
         shipped = src.reachable(exported)  # the ops and the helpers they call
         for fn, refs in sorted(src.kernel_refs.items()):
             if fn not in shipped:

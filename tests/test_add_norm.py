@@ -211,3 +211,41 @@ def test_a_block_compiles_fullgraph_through_both_result_structures_and_trains_th
         for g, e in zip(got, want):
             assert g is not None and g.dtype == e.dtype
             assert torch.equal(g, e) if exact else relative_error(g, e) < 1e-2, backend
+
+
+@pytest.mark.gpu
+def test_the_exported_rms_norm_module_runs_the_op_and_compiles_whole(realworld) -> None:
+    """mamba's ``RMSNorm`` module, exported as it is (``[exports]``): its forward calls the file's ``rms_norm_fn``,
+    which in the bound host module is the custom op's route, so the module gives the op's results eagerly,
+    compiles with torch.compile(fullgraph=True) as one custom op, and trains through the manifest's backward."""
+    import torch
+
+    norm = realworld.RMSNorm(2560, eps=1e-5, device="cuda", dtype=torch.bfloat16)
+    assert isinstance(norm, torch.nn.Module) and type(norm).__module__ == "forge_realworld._ops.add_norm"
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(2560, device="cuda"))
+    x = torch.randn(37, 2560, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(37, 2560, device="cuda", dtype=torch.float32)
+    with torch.no_grad():
+        eager = norm(x)
+        want = realworld.rms_norm_fn(x, norm.weight, None, eps=1e-5)
+        h, r = norm(x, residual=res, prenorm=True, residual_in_fp32=True)
+    assert torch.equal(eager, want)
+    ref, summed = _reference(x, norm.weight, None, res, 1e-5, True)
+    assert relative_error(h, ref) < 1e-2 and relative_error(r, summed) < 1e-6
+    graphs = []
+
+    def recording(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm.forward
+
+    with torch.no_grad():
+        compiled = torch.compile(norm, fullgraph=True, backend=recording)(x)
+    assert torch.equal(compiled, eager) and graphs[0].count("forge_realworld.rms_norm_fn") == 1
+    leaves = [x.detach().clone().requires_grad_(True) for _ in range(2)]
+    for i, module in enumerate((norm, torch.compile(norm, fullgraph=True, backend="aot_eager"))):
+        norm.weight.grad = None
+        module(leaves[i]).float().square().sum().backward()
+        if i == 0:
+            grads = (leaves[0].grad, norm.weight.grad)
+    assert torch.equal(leaves[1].grad, grads[0]) and torch.equal(norm.weight.grad, grads[1])

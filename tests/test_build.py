@@ -248,3 +248,74 @@ def test_generated_backend_builds_identical_sdists(tiny_build, tmp_path: Path) -
     with tarfile.open(outs[0]) as tf:
         names = tf.getnames()
     assert "tiny_pkg-0.1.0/PKG-INFO" in names and "tiny_pkg-0.1.0/tiny_pkg/_forge/index.json" in names
+
+
+EXPORTS = FIXTURES / "projects" / "exports" / "kernel_manifest.toml"
+
+
+def test_exports_are_checked(tmp_path: Path) -> None:
+    """``[exports]``: each name a class or function of a Python file, not an op, with the key path and a close
+    match where the name is not in the file."""
+    from forge_aot.errors import ManifestError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text("import torch\nimport triton\n\n@triton.jit\ndef k(x):\n    pass\n\n\n"
+                                   "def op(x):\n    k[(1,)](x)\n\n\nclass Layer(torch.nn.Module):\n    pass\n")
+    head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+            'ops = ["op"]\nsignature = { x = "*fp32" }\n\n[exports]\n')
+    for exports, where, message in (('op = "k.py"\n', "exports.op", "is an op of this manifest"),
+                                    ('preload = "k.py"\n', "exports.preload", "the package's own function"),
+                                    ('Layer = "none.py"\n', "exports.Layer", "is not a Python file"),
+                                    ('"2x" = "k.py"\n', "exports.2x", "is not an identifier")):
+        (tmp_path / "kernel_manifest.toml").write_text(head + exports)
+        with pytest.raises(ManifestError) as info:
+            load_manifest(tmp_path / "kernel_manifest.toml")
+        assert where in str(info.value) and message in str(info.value), str(info.value)
+    (tmp_path / "kernel_manifest.toml").write_text(head + 'Layr = "k.py"\n')
+    with pytest.raises(ManifestError) as info:
+        make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert "exports.Layr" in str(info.value) and "no host class or function 'Layr'" in str(info.value)
+    assert "Layer" in str(info.value)  # did you mean
+    (tmp_path / "kernel_manifest.toml").write_text(head + 'Layer = "k.py"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert plan.modules["k"]["exports"] == ["Layer"] and "class Layer" in plan.modules["k"]["host_source"]
+
+
+def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp_path: Path) -> None:
+    """A library's nn.Modules exported as they are (``[exports]``), from a kernel file and from a file of its own
+    that imports the kernel file by its project name: import binds nothing; the first access binds the file (its
+    kernel handles the packaged ones, the kernel file bound once for both); an unknown name is an AttributeError."""
+    wheel = build(EXPORTS, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True)
+    code = (
+        "import json, sys, torch, exports_pkg\n"
+        "res = {'bound_at_import': sorted(m for m in sys.modules if m.startswith('exports_pkg._ops.')),\n"
+        "       'all': sorted(exports_pkg.__all__)}\n"
+        "from exports_pkg import DoubleScale, double_scale\n"
+        "res['bound'] = sorted(m for m in sys.modules if m.startswith('exports_pkg._ops.'))\n"
+        "res['modules'] = [exports_pkg.Scale.__module__, DoubleScale.__module__, double_scale.__module__]\n"
+        "layer = DoubleScale(3.0)\n"
+        "res['same_class'] = type(layer.inner[0]) is exports_pkg.Scale\n"
+        "res['handle'] = type(sys.modules['exports_pkg._ops.scale'].scale_kernel).__name__\n"
+        "try:\n"
+        "    layer(torch.randn(8))\n"
+        "except Exception as e:\n"
+        "    res['cpu_error'] = type(e).__name__\n"
+        "try:\n"
+        "    exports_pkg.Scal\n"
+        "except AttributeError as e:\n"
+        "    res['unknown'] = str(e)\n"
+        "print(json.dumps(res))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    res = json.loads(out.stdout)
+    assert res["bound_at_import"] == [] and res["all"] == ["DoubleScale", "Scale", "double_scale", "preload", "scale"]
+    # the two files, and the kernel file under the project name layers.py imports it by (the same module)
+    assert res["bound"] == ["exports_pkg._ops._local", "exports_pkg._ops._local.mylib",
+                            "exports_pkg._ops._local.mylib.scale", "exports_pkg._ops.layers", "exports_pkg._ops.scale"]
+    assert res["modules"] == ["exports_pkg._ops.scale", "exports_pkg._ops.layers", "exports_pkg._ops.layers"]
+    assert res["same_class"] is True and res["handle"] == "Kernel"
+    assert res["cpu_error"] == "UnsupportedDeviceError"  # the packaged kernel's launch path refused a CPU tensor
+    assert res["unknown"] == "module 'exports_pkg' has no attribute 'Scal'"

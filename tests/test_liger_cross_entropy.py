@@ -420,3 +420,45 @@ def test_the_c_path_serves_ligers_kernels_despite_their_parameter_order(realworl
     torch.cuda.synchronize()
     assert first == 2 and len(runs) == first  # the third step: every launch from C
     assert torch.equal(c_path[0], python_path[0]) and torch.equal(c_path[1], python_path[1])
+
+
+@pytest.mark.gpu
+def test_the_exported_loss_modules_give_the_functional_ops_results(realworld) -> None:
+    """Liger's public loss modules, exported as they are from a file of their own (``[exports]``): the module and
+    the functional op give the same losses and gradients, bit for bit; the z-loss comes as Liger's named tuple."""
+    import torch
+
+    loss_module = realworld.LigerCrossEntropyLoss(reduction="sum")
+    assert isinstance(loss_module, torch.nn.Module) and type(loss_module).__module__ == "forge_realworld._ops.loss"
+    base = torch.randn(61, 32000, device="cuda", dtype=torch.bfloat16) * 3
+    target = torch.randint(0, 32000, (61,), device="cuda")
+    target[::4] = -100
+    by_module, by_op = base.clone().requires_grad_(), base.clone().requires_grad_()
+    a = loss_module(by_module, target)
+    b = realworld.liger_cross_entropy(by_op, target, reduction="sum")
+    (a * 2).backward()
+    (b * 2).backward()
+    assert torch.equal(a, b) and torch.equal(by_module.grad, by_op.grad)
+    ref, _ = _reference(base, target, "sum", 0.0, None, 0.0)
+    assert relative_error(a.reshape(1), ref.reshape(1)) < 1e-5
+    kw = dict(label_smoothing=0.1, softcap=30.0, return_z_loss=True, lse_square_scale=1e-4)
+    out = realworld.LigerCrossEntropyLoss(**kw)(base.clone(), target)
+    loss, z_loss = realworld.liger_cross_entropy(base.clone(), target, **kw)
+    assert type(out).__name__ == "CrossEntropyOutput"
+    assert torch.equal(out.loss, loss) and torch.equal(out.z_loss, z_loss)
+    with pytest.raises(AssertionError, match="label_smoothing must be between"):
+        realworld.LigerCrossEntropyLoss(label_smoothing=2.0)
+
+    x = torch.randn(333, 512, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(32000, 512, device="cuda", dtype=torch.bfloat16) * 0.05
+    target = torch.randint(0, 32000, (333,), device="cuda")
+    flce = realworld.LigerFusedLinearCrossEntropyLoss()
+    results = []
+    for call in (lambda x, w: flce(w, x, target),
+                 lambda x, w: realworld.liger_fused_linear_cross_entropy(x, w, target)):
+        xl, wl = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        loss = call(xl, wl)
+        (loss * 2).backward()
+        results.append((loss.detach(), xl.grad, wl.grad))
+    for got, want in zip(*results):
+        assert torch.equal(got, want)

@@ -3,10 +3,9 @@
 At import, a generated package hands over its ops table (op → host module, torch.library schema), written into
 its ``__init__.py`` at build time, so import parses no index and runs no host code: it defines the ops that have
 a schema as torch custom ops (``torch.ops.<package>.<op>`` exists from then on) and returns the exported
-callables. The first call of an op (or its custom op, or ``preload``, or importing ``<package>._ops.<module>``)
-loads the rest of the runtime, the index and that op's host module with its kernel handles, once, under a lock.
-This module imports only the standard library (and torch when the package has custom ops).
-"""
+callables. The first call of an op (or its custom op, ``preload``, an exported class, importing
+``<package>._ops.<module>``) loads the rest of the runtime, the index and that host module with its kernel
+handles, once, under a lock. This module imports only the standard library (and torch for custom ops)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,13 @@ LIBRARIES: list[Any] = []
 """torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
 
 
+def exported(package: str, module: str, name: str) -> Any:
+    """``package.NAME``, a class or function exported as it is: its host module bound on first access."""
+    return getattr(PACKAGES[package].module(module), name)
+
+
 class Package:
-    """One generated package's host modules, bound on first use."""
+    """One generated package's host modules, bound on first use (``PACKAGES``: by package name)."""
 
     def __init__(self, package: str, root: str, ops: dict[str, tuple[Any, ...]]) -> None:
         self.package = package
@@ -317,17 +321,21 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
     return custom
 
 
+PACKAGES: dict[str, Package] = {}
+
+
 def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None = None,
-                 ) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
+                 exports: dict[str, str] | None = None) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
     """Entry point of a generated package: its exported ops (custom ops where they have a schema) and its
     ``preload``. ``ops``: op → (host module, schema or None[, (setup_context, backward)]), as the build wrote
-    them; without it they are read from the index (packages generated before the table existed)."""
+    them; without it they are read from the index (packages generated before the table existed). ``exports``:
+    name → host module of the classes and functions it exports as they are (see ``exported``)."""
     if ops is None:
         from .host_modules import load_index
 
         ops = op_table(load_index(root)["modules"])
-    state = Package(package, root, ops)
-    modules = {spec[0] for spec in ops.values()}
+    state = PACKAGES[package] = Package(package, root, ops)
+    modules = {spec[0] for spec in ops.values()} | set((exports or {}).values())
     if not any(isinstance(f, _HostModuleFinder) and f.prefix == f"{package}._ops." for f in sys.meta_path):
         sys.meta_path.insert(0, _HostModuleFinder(state, modules))
 
