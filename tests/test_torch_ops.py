@@ -182,6 +182,28 @@ def test_backward_routing_reaches_custom_ops_and_names_an_op_without_schema() ->
     assert torch.equal(module.scaled(x), x * 2)
 
 
+def test_compiled_host_code_calling_an_op_by_name_takes_its_custom_op() -> None:
+    """An exported class's ``forward`` (host code) calling its file's op by name: under torch.compile the routed
+    name takes the custom op, as the exported op does (Dynamo sees one opaque op, never the runtime's launch);
+    eagerly, and where the call needs gradients the op has no backward for, the host code runs."""
+    import types
+
+    import torch
+
+    from forge_aot.runtime import torch_ops
+
+    lib = torch.library.Library("forge_test_route_compiled", "FRAGMENT")
+    lib.define("scaled(Tensor x) -> Tensor")
+    lib.impl("scaled", lambda x: x * 3, "CompositeExplicitAutograd")
+    module = types.ModuleType("forge_test_route_compiled_host")
+    module.scaled = lambda x: x * 2  # the host code
+    torch_ops.route_in_module(module, "forge_test_route_compiled", {"scaled": True}, {"scaled": ("m", "(...)")})
+    compiled = torch.compile(lambda x: module.scaled(x) + 1, fullgraph=True, backend="eager")
+    x = torch.ones(3)
+    assert torch.equal(compiled(x), x * 3 + 1) and torch.equal(module.scaled(x), x * 2)
+    assert torch.equal(compiled(x.clone().requires_grad_()), x * 2 + 1)  # no backward in the manifest: host code
+
+
 @pytest.mark.gpu
 def test_compiled_training_step_through_custom_op_autograd_matches_eager() -> None:
     """torch.compile(fullgraph=True) trains through forge_realworld.rms_norm: the forward and the backward are

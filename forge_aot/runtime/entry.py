@@ -89,8 +89,7 @@ class Package:
                     if self.routed:
                         from .torch_ops import route_in_module
 
-                        route_in_module(module, self.package, self.routed,
-                                        {op: rule_of(spec) for op, spec in self.ops.items()})
+                        route_in_module(module, self.package, self.routed, self.ops)
                     self.modules[mod] = module
                     runtime = sys.modules[__package__]
                     if runtime.BUNDLE_WANTED:
@@ -174,11 +173,9 @@ class _HostModuleFinder:
 def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
            custom: bool, spec: tuple[Any, ...] = ()) -> Callable[..., Any]:
     """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
-    code; for a custom op (``spec``: its op table entry), the registered ``torch.ops.<namespace>.<op>`` while
-    torch.compile or torch.export trace, so they see one opaque op instead of the host code (padded results
-    unpadded by its rule). Not where torch.compile traces a call that needs gradients through an op with no
-    backward in the manifest (the custom op would return results autograd cannot differentiate, silently): there
-    the host code runs, with its own autograd (a graph break; under fullgraph=True, Dynamo's error)."""
+    code; for a custom op (``spec``: its op table entry), ``torch.ops.<namespace>.<op>`` while torch.compile or
+    torch.export trace (padded results unpadded by its rule), except a call needing gradients through an op with
+    no backward in the manifest (its results would not differentiate, silently): the host code runs there."""
     loaded: list[Callable[..., Any]] = []
 
     def load() -> Callable[..., Any]:
@@ -195,12 +192,8 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         if rule is not None:
             from .torch_ops import unpad
 
-        def without_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-            return differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
-
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling() and without_grad(args, kwargs):
+            if is_compiling() and without_grad(differentiable, args, kwargs):
                 out = getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
                 return out if rule is None else unpad(rule, out, args, kwargs, f"{namespace}.{op}")
             return (loaded[0] if loaded else load())(*args, **kwargs)
@@ -211,6 +204,13 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     exported.__name__ = exported.__qualname__ = op
     exported.__module__ = namespace
     return exported
+
+
+def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients."""
+    torch = sys.modules["torch"]  # imported: the package has custom ops
+    return differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
 
 
 def rule_of(spec: tuple[Any, ...]) -> Any:
@@ -343,7 +343,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
         return getattr(state.module(ops[op][0]), name)
 
     custom = register_custom_ops(package, ops, state.function, host_attr)
-    if any(len(spec) > 2 and spec[2] for spec in ops.values()):
+    if exports or any(len(spec) > 2 and spec[2] for spec in ops.values()):  # host code may call ops by name
         state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom, ops[op]) for op in sorted(ops)}
     return exported, state.preload

@@ -14,7 +14,7 @@ import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .entry import export, op_table, rule_of
+from .entry import export, op_table
 from .errors import ForgeRuntimeError
 from .host_triton import host_triton
 from .kernel import Kernel
@@ -325,7 +325,7 @@ def register_torch_ops(package: str, index: dict[str, Any],
     if any(len(spec) > 2 and spec[2] for spec in table.values()):
         for mod_name in sorted({spec[0] for spec in table.values()}):
             route_in_module(sys.modules[f"{package}._ops.{mod_name}"], package, {op: op in custom for op in table},
-                            {op: rule_of(spec) for op, spec in table.items()})
+                            table)
     return {op: export(ops.__getitem__, package, op, True, table[op]) if op in custom else fn
             for op, fn in ops.items()}
 

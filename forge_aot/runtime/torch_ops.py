@@ -27,26 +27,31 @@ calls go through their custom ops, as while torch.compile traces, because under 
 fake tensors, which only a custom op's fake implementation can take."""
 
 
-def route_in_module(module: Any, namespace: str, ops: dict[str, bool], rules: dict[str, Any] | None = None) -> None:
-    """Let host code that calls an op by name (a backward calling a backward op) reach its custom op while
-    ``ROUTING.custom`` is set; an op without a custom op then raises a clear error instead of running host code
-    on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is the host function. Only
-    packages with autograd route: other packages' calls never pay for the check. ``rules``: op → its result
-    rule or None (the custom op's padded results are unpadded, see ``unpad``)."""
-    rules = rules or {}
+def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
+                    table: dict[str, tuple[Any, ...]] | None = None) -> None:
+    """Let host code that calls an op by name reach its custom op where the exported op would: while
+    ``ROUTING.custom`` is set (a backward calling a backward op), and while torch.compile traces (a library's
+    ``nn.Module`` calling its file's op, see ``entry.export``); an op without a custom op then raises a clear error
+    instead of running host code on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is
+    the host function. Only packages with autograd or exported classes route: other packages' calls never pay for
+    the check. ``table``: the op table (op → its entry: the result rule, whether it has a backward)."""
+    import torch
+
+    from .entry import rule_of, without_grad
+
+    is_compiling = torch.compiler.is_compiling
     for op in sorted(ops.keys() & vars(module).keys()):
-        fn, rule = module.__dict__[op], rules.get(op)
+        fn, spec = module.__dict__[op], (table or {}).get(op, ())
         if getattr(fn, "__forge_host__", None) is not None:
             continue
+        rule, grad = rule_of(spec), len(spec) > 2 and bool(spec[2])
 
         def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
-                   _rule: Any = rule, **kwargs: Any) -> Any:
-            if ROUTING.custom:
+                   _rule: Any = rule, _grad: bool = grad, **kwargs: Any) -> Any:
+            if ROUTING.custom or (_custom and is_compiling() and without_grad(_grad, args, kwargs)):
                 if not _custom:
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
                                             "custom op itself (it has no schema): give it type annotations")
-                import torch
-
                 out = getattr(getattr(torch.ops, namespace), _op)(*args, **kwargs)
                 return out if _rule is None else unpad(_rule, out, args, kwargs, f"{namespace}.{_op}")
             return _fn(*args, **kwargs)
