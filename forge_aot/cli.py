@@ -276,7 +276,8 @@ def check(manifest: Path, show_plan: bool) -> None:
         for site in k["launches"]:
             passed = ", ".join(site["keywords"]) or "no keywords"
             more = " (and *args/**kwargs forge-aot cannot see)" if site["unknown"] else ""
-            click.echo(f"    launched in {site['function']}() line {site['line']}: passes {passed}{more}")
+            where = f" in {site['file']}" if "file" in site else ""
+            click.echo(f"    launched in {site['function']}(){where} line {site['line']}: passes {passed}{more}")
         if k["axis_values_from"]:
             click.echo(f"    call-site values from: {', '.join(k['axis_values_from'])}"
                        + (f" ({k['traced_calls']} traced calls)" if k["traced_calls"] else ""))

@@ -47,7 +47,7 @@ from .runtime import (
     rank_rows,
     variant_id,
 )
-from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, parse_source
+from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, imported_launch_sites, parse_source
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
@@ -605,7 +605,7 @@ def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str |
 
 
 def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: SourceFile, func: str,
-                 path: Path) -> KernelPlan:
+                 path: Path, imported_launches: list[LaunchSite] = ()) -> KernelPlan:  # type: ignore[assignment]
     at = f"kernels.{name}"
     if func not in src.kernels:
         raise _error(loaded, f"{at}.source", f"no @triton.jit function '{func}' in {src.path.name} (found: "
@@ -655,7 +655,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         if n in heuristic_names:
             raise _error(loaded, f"{at}.constexprs.{n}", f"'{n}' is computed by the kernel's @triton.heuristics")
     # Launch options the host code passes select binaries, like call-site constexprs.
-    launches = [s for s in src.launches if s.kernel == func]
+    launches = [*(s for s in src.launches if s.kernel == func), *imported_launches]
     passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages",
                                                                           *rt.COMPILE_OPTIONS)}
     if any(s.star_args for s in launches):  # ``**config`` (vLLM's tuned-config dicts) may carry either
@@ -797,7 +797,7 @@ def _check_launch_sites(loaded: mf.LoadedManifest, kp: KernelPlan, src: SourceFi
     """Refuse, before anything is built, launches the wheel could not serve."""
     names = {n for n, _ in kp.params}
     for s in kp.launches:
-        where = f"{src.path}:{s.line}"
+        where = f"{s.path or src.path}:{s.line}"
         for kw in s.keywords:
             if kw in kp.meta_names:
                 raise SourceError(f"{where}: {s.function}() passes {kw} to {kp.function}, but {kw} is tuned "
@@ -873,7 +873,8 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan, traced: list[TracedCall
         if a in kp.constexpr_defaults:
             defaults[a] = kp.constexpr_defaults[a]
         elif a not in traced_names:
-            sites = [f"{s.function}() line {s.line}" for s in kp.launches if a in s.keywords]
+            sites = [f"{s.function}() {'in ' + Path(s.path).name + ' ' if s.path else ''}line {s.line}"
+                     for s in kp.launches if a in s.keywords]
             raise _error(loaded, f"{at}.constexprs",
                          f"{'launch option' if a in LAUNCH_OPTIONS else 'constexpr parameter'} '{a}' of "
                          f"{kp.function} is chosen at the call site{' (' + ', '.join(sites) + ')' if sites else ''}: "
@@ -994,6 +995,29 @@ def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, 
                 mod["imports_host"] = sorted(deps)
 
 
+def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFile],
+                       local: dict[Path, dict[str, LocalModule]]) -> dict[tuple[Path, str], list[LaunchSite]]:
+    """Launches of each kernel in host files other than its own (an op file importing the kernel file's kernels,
+    as Liger's fused linear cross entropy does): by (kernel file, kernel function). They choose call-site options
+    (``num_warps=``, ``launch_pdl=``) and are checked, as the kernel file's own launches are."""
+    functions: dict[Path, set[str]] = {}
+    for k in m.kernels.values():
+        file, _, func = k.source.rpartition(":")
+        functions.setdefault((root / file).resolve(), set()).add(func)
+    out: dict[tuple[Path, str], list[LaunchSite]] = {}
+    for path, src in sources.items():
+        def imported(module: str, name: str, path: Path = path) -> str | None:
+            lm = local[path].get(module)
+            target = lm.path.resolve() if lm is not None and not lm.package else None
+            ok = target is not None and target != path and name in functions.get(target, ())
+            return f"{target}\0{name}" if ok else None  # the kernel file and function, split below
+
+        for site in imported_launch_sites(path, src.host_source, imported):
+            kernel_file, _, func = site.kernel.partition("\0")
+            out.setdefault((Path(kernel_file), func), []).append(dataclasses.replace(site, kernel=func))
+    return out
+
+
 def _helpers_ask_device(found: dict[str, LocalModule]) -> bool:
     """Whether a project module a kernel file imports asks about the device (as FLA's ``utils`` does at import:
     ``is_nvidia_hopper = ... torch.cuda.get_device_capability()[0] >= 9``)."""
@@ -1049,12 +1073,16 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         return modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
                                               "build_only": set(), "source": sources[path], "package": packages[path]})
 
+    kernel_paths = {(root / k.source.rpartition(":")[0]).resolve() for k in m.kernels.values()}
+    for path in ops_by_file:  # every host file parsed first: launches of imported kernels count for them too
+        host_module(path, needs_kernels=path in kernel_paths)
+    foreign = _imported_launches(m, root, sources, local)
     for name, k in m.kernels.items():
         file, _, func = k.source.rpartition(":")
         path = (root / file).resolve()
         mod = host_module(path)
         src = sources[path]
-        kp = _kernel_plan(loaded, name, k, src, func, path)
+        kp = _kernel_plan(loaded, name, k, src, func, path, foreign.get((path, func), []))
         kp.local_modules = local[path]
         kernels[name] = kp
         if mod["path"] != str(path):
@@ -1332,7 +1360,9 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "traced_calls": sum(len(v) for e in entries for v in e.calls.values())
             // max(1, len({e.target for e in entries})),  # each target's entries share the variant's calls
             "launches": [{"function": s.function, "line": s.line, "keywords": list(s.keywords),
-                          "unknown": s.star_args} for s in kp.launches],
+                          "unknown": s.star_args,
+                          **({"file": os.path.relpath(s.path, plan.loaded.root)} if s.path else {})}
+                         for s in kp.launches],
             "binaries": binaries,
             "unkeyed_ints": [n for n, ty in kp.params if ty in INT_TYPES and n in kp.spec_params and n not in kp.key],
             "tuning_inputs": kp.entry.tune.inputs,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,8 @@ class LaunchSite:
     keywords: tuple[str, ...]
     star_args: bool
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
+    path: str = ""
+    """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
 
 
 @dataclass(frozen=True)
@@ -878,6 +881,38 @@ def code_sha256(path: Path, roots: set[str]) -> str:
             digest.update("\n".join(lines[_first_line(stmt) - 1:stmt.end_lineno or stmt.lineno]).encode())
             digest.update(b"\n\x00\n")
     return digest.hexdigest()
+
+
+def imported_launch_sites(path: Path, text: str,
+                          imported: Callable[[str, str], str | None]) -> list[LaunchSite]:
+    """The launches of kernels that host code ``text`` (of ``path``) imports from other files (``from
+    pkg.ops.cross_entropy import element_mul_kernel``, relative imports resolved against the file's package):
+    ``imported(module, name)`` says which kernel a module's name is (the site's ``kernel``), or None. Each site
+    names the file."""
+    from .localmods import package_of
+
+    tree = ast.parse(text, filename=str(path))
+    package = package_of(path)
+    local: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = node.module or ""
+        if node.level:
+            if package is None:
+                continue
+            parts = package[0].split(".")
+            base = parts[:len(parts) - node.level + 1]
+            module = ".".join([*base, *([module] if module else [])])
+        for alias in node.names:
+            fn = imported(module, alias.name)
+            if fn is not None:
+                local[alias.asname or alias.name] = fn
+    if not local:
+        return []
+    return [dataclasses.replace(site, kernel=local[site.kernel], path=str(path))
+            for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            for site in _launch_sites(stmt, set(local))]
 
 
 def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:

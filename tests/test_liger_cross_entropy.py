@@ -462,3 +462,44 @@ def test_the_exported_loss_modules_give_the_functional_ops_results(realworld) ->
         results.append((loss.detach(), xl.grad, wl.grad))
     for got, want in zip(*results):
         assert torch.equal(got, want)
+
+
+def test_launches_in_an_op_file_choose_and_are_checked_like_the_kernel_files_own(tmp_path) -> None:
+    """An op file launching a kernel it imports (Liger's fused linear cross entropy runs element_mul_kernel): its
+    launches count for the kernel as the kernel file's own do. A ``num_warps=`` there makes num_warps a call-site
+    option (it had been left out, and the wheel refused the call at run time with NotBuiltError); a keyword the
+    kernel has not is refused at build time, naming the op file; ``check`` lists the site with its file."""
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+    from forge_aot.errors import ForgeError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan, plan_summary
+
+    (tmp_path / "k.py").write_text("import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                   "def scale_kernel(x_ptr, n, BLOCK: tl.constexpr):\n    pass\n\n\n"
+                                   "def scale(x: torch.Tensor) -> torch.Tensor:\n"
+                                   "    scale_kernel[(1,)](x, x.numel(), BLOCK=1024)\n    return x\n")
+    op_file = ("import torch\n\nfrom k import scale_kernel as kern\n\n\n"
+               "def scale_wide(x: torch.Tensor) -> torch.Tensor:\n"
+               "    kern[(1,)](x, x.numel(), BLOCK=1024, {launch})\n    return x\n")
+    head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
+            'source = "k.py:scale_kernel"\nops = ["scale"]\nsignature = {{ x_ptr = "*fp32", n = "i32" }}\n'
+            'constexprs = {{ BLOCK = [1024]{warps} }}\n\n[ops.scale_wide]\nsource = "o.py"\n')
+    manifest = tmp_path / "kernel_manifest.toml"
+    manifest.write_text(head.format(warps=""))
+    (tmp_path / "o.py").write_text(op_file.format(launch="num_warps=8"))
+    with pytest.raises(ForgeError) as info:
+        make_plan(load_manifest(manifest))
+    assert "num_warps" in str(info.value) and "scale_wide() in o.py line 7" in str(info.value), str(info.value)
+    manifest.write_text(head.format(warps=", num_warps = [4, 8]"))
+    plan = make_plan(load_manifest(manifest))
+    assert "num_warps" in plan.kernels["scale"].axes
+    sites = plan_summary(plan)["scale"]["launches"]
+    assert [(s["function"], s.get("file")) for s in sites] == [("scale", None), ("scale_wide", "o.py")]
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert "launched in scale_wide() in o.py line 7: passes BLOCK, num_warps" in result.output, result.output
+    (tmp_path / "o.py").write_text(op_file.format(launch="nmu_warps=8"))
+    with pytest.raises(ForgeError) as info:
+        make_plan(load_manifest(manifest))
+    assert f"{tmp_path / 'o.py'}:7: scale_wide() passes nmu_warps= to scale_kernel" in str(info.value)
