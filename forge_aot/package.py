@@ -192,6 +192,10 @@ def __getattr__(name):
         value = globals()[name] = _exported_attribute(__name__, _EXPORTS[name], name)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *_EXPORTS})
 """
 
 

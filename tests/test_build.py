@@ -292,7 +292,7 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     code = (
         "import json, sys, torch, exports_pkg\n"
         "res = {'bound_at_import': sorted(m for m in sys.modules if m.startswith('exports_pkg._ops.')),\n"
-        "       'all': sorted(exports_pkg.__all__)}\n"
+        "       'all': sorted(exports_pkg.__all__), 'dir': 'DoubleScale' in dir(exports_pkg)}\n"
         "from exports_pkg import DoubleScale, double_scale\n"
         "res['bound'] = sorted(m for m in sys.modules if m.startswith('exports_pkg._ops.'))\n"
         "res['modules'] = [exports_pkg.Scale.__module__, DoubleScale.__module__, double_scale.__module__]\n"
@@ -312,6 +312,7 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     out = subprocess.run([str(fresh_venv), "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
     res = json.loads(out.stdout)
     assert res["bound_at_import"] == [] and res["all"] == ["DoubleScale", "Scale", "double_scale", "preload", "scale"]
+    assert res["dir"] is True  # dir() lists them before their first access (completion in a REPL)
     # the two files, and the kernel file under the project name layers.py imports it by (the same module)
     assert res["bound"] == ["exports_pkg._ops._local", "exports_pkg._ops._local.mylib",
                             "exports_pkg._ops._local.mylib.scale", "exports_pkg._ops.layers", "exports_pkg._ops.scale"]
