@@ -109,6 +109,19 @@ def import_fixture_file(path: Path, name: str):
     return module
 
 
+def assert_manifest_errors(root: Path, head: str, cases) -> None:
+    """Each (manifest text after ``head``, key path, message) written to ``root/kernel_manifest.toml`` fails to
+    load with a ManifestError naming the key path and saying the message."""
+    from forge_aot.errors import ManifestError
+    from forge_aot.manifest import load_manifest
+
+    for tail, where, message in cases:
+        (root / "kernel_manifest.toml").write_text(head + tail)
+        with pytest.raises(ManifestError) as info:
+            load_manifest(root / "kernel_manifest.toml")
+        assert where in str(info.value) and message in str(info.value), str(info.value)
+
+
 def poison_allocator(nbytes: int) -> None:
     """Fill a block of torch's caching allocator with NaN and free it, so a later torch.empty of that size
     hands back poisoned memory: an output element the kernel fails to write then shows up as NaN."""

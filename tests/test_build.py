@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from forge_aot.cli import main
 from forge_aot.pipeline import BuildFailed, build
-from tests.conftest import FIXTURES, REPO
+from tests.conftest import FIXTURES, REPO, assert_manifest_errors
 
 pytestmark = pytest.mark.slow
 TINY = FIXTURES / "projects" / "tiny" / "kernel_manifest.toml"
@@ -168,11 +168,15 @@ def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return py
 
 
+def _install(venv_python: Path, wheel: Path) -> None:
+    subprocess.run([str(venv_python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True)
+
+
 def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh_venv: Path) -> None:
     # The C launch path makes it a platform wheel (abi3: one wheel for every CPython >= 3.9).
     assert repo_wheel.name.startswith("forge_kernels-0.1.0-cp39-abi3-linux_"), repo_wheel.name
-    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
-                    str(repo_wheel)], check=True)
+    _install(fresh_venv, repo_wheel)
     code = (
         "import importlib.util, json, sys, torch, forge_kernels\n"
         "res = {'triton': importlib.util.find_spec('triton') is not None,\n"
@@ -264,14 +268,10 @@ def test_exports_are_checked(tmp_path: Path) -> None:
                                    "def op(x):\n    k[(1,)](x)\n\n\nclass Layer(torch.nn.Module):\n    pass\n")
     head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
             'ops = ["op"]\nsignature = { x = "*fp32" }\n\n[exports]\n')
-    for exports, where, message in (('op = "k.py"\n', "exports.op", "is an op of this manifest"),
-                                    ('preload = "k.py"\n', "exports.preload", "the package's own function"),
-                                    ('Layer = "none.py"\n', "exports.Layer", "is not a Python file"),
-                                    ('"2x" = "k.py"\n', "exports.2x", "is not an identifier")):
-        (tmp_path / "kernel_manifest.toml").write_text(head + exports)
-        with pytest.raises(ManifestError) as info:
-            load_manifest(tmp_path / "kernel_manifest.toml")
-        assert where in str(info.value) and message in str(info.value), str(info.value)
+    assert_manifest_errors(tmp_path, head, (('op = "k.py"\n', "exports.op", "is an op of this manifest"),
+                                            ('preload = "k.py"\n', "exports.preload", "the package's own function"),
+                                            ('Layer = "none.py"\n', "exports.Layer", "is not a Python file"),
+                                            ('"2x" = "k.py"\n', "exports.2x", "is not an identifier")))
     (tmp_path / "kernel_manifest.toml").write_text(head + 'Layr = "k.py"\n')
     with pytest.raises(ManifestError) as info:
         make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
@@ -287,8 +287,7 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     that imports the kernel file by its project name: import binds nothing; the first access binds the file (its
     kernel handles the packaged ones, the kernel file bound once for both); an unknown name is an AttributeError."""
     wheel = build(EXPORTS, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
-    subprocess.run([str(fresh_venv), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--force-reinstall",
-                    str(wheel)], check=True)
+    _install(fresh_venv, wheel)
     code = (
         "import json, sys, torch, exports_pkg\n"
         "res = {'bound_at_import': sorted(m for m in sys.modules if m.startswith('exports_pkg._ops.')),\n"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import REALWORLD, import_fixture_file, relative_error, torch_dtype
+from tests.conftest import REALWORLD, assert_manifest_errors, import_fixture_file, relative_error, torch_dtype
 
 SCHEMA = ("(Tensor(a!) input, Tensor target, int ignore_index=-100, float lse_square_scale=0.0, "
           "float label_smoothing=0.0, str reduction='mean', float? softcap=None, bool return_z_loss=False) "
@@ -152,23 +152,16 @@ def test_an_op_file_without_kernels_launches_the_kernel_files_kernels(realworld_
 
 
 def test_an_ops_entry_is_checked(tmp_path) -> None:
-    from forge_aot.errors import ManifestError
-    from forge_aot.manifest import load_manifest
-
     (tmp_path / "k.py").write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\n\n"
                                    "def op(x):\n    k[(1,)](x)\n")
     (tmp_path / "op.py").write_text("def op2(x):\n    return x\n")
     head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
             'ops = ["op"]\nsignature = { x = "*fp32" }\n\n')
-    for ops, where, message in (
-            ('[ops.op]\nsource = "op.py"\n', "ops.op", "also exported by kernels.k"),
-            ('[ops.op2]\nsource = "k.py"\n', "ops.op2.source", "defines kernels of this manifest"),
-            ('[ops.op2]\nsource = "none.py"\n', "ops.op2.source", "is not a Python file"),
-            ('[ops.op2]\nsource = "op.py"\nexampels = "e"\n', "ops.op2", "exampels")):
-        (tmp_path / "kernel_manifest.toml").write_text(head + ops)
-        with pytest.raises(ManifestError) as info:
-            load_manifest(tmp_path / "kernel_manifest.toml")
-        assert where in str(info.value) and message in str(info.value), str(info.value)
+    assert_manifest_errors(tmp_path, head, (
+        ('[ops.op]\nsource = "op.py"\n', "ops.op", "also exported by kernels.k"),
+        ('[ops.op2]\nsource = "k.py"\n', "ops.op2.source", "defines kernels of this manifest"),
+        ('[ops.op2]\nsource = "none.py"\n', "ops.op2.source", "is not a Python file"),
+        ('[ops.op2]\nsource = "op.py"\nexampels = "e"\n', "ops.op2", "exampels")))
 
 
 def test_fake_tensors_export_and_compile_take_the_op_whole() -> None:
