@@ -605,7 +605,7 @@ def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str |
 
 
 def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: SourceFile, func: str,
-                 path: Path, imported_launches: list[LaunchSite] = ()) -> KernelPlan:  # type: ignore[assignment]
+                 path: Path, imported_launches: Sequence[LaunchSite] = ()) -> KernelPlan:
     at = f"kernels.{name}"
     if func not in src.kernels:
         raise _error(loaded, f"{at}.source", f"no @triton.jit function '{func}' in {src.path.name} (found: "
@@ -1133,10 +1133,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod["ops"].append(op_name)
         if o.examples is not None:
             mod["examples"].add(o.examples)
-    kernel_files = {kp.source for kp in kernels.values()}
     for name, file in m.exports.items():  # classes and functions exported as they are (a library's nn.Modules)
         path = (root / file).resolve()
-        mod = host_module(path, needs_kernels=path in kernel_files)
+        mod = host_module(path, needs_kernels=path in kernel_paths)
         if mod["path"] != str(path):
             raise _error(loaded, f"exports.{name}", f"two files are named {path.name}; host modules are named after "
                          "their file")
