@@ -344,6 +344,8 @@ def inspect_cmd(wheel: Path, as_json: bool) -> None:
     click.echo(f"built by forge-aot {bi['forge_aot_version']} with triton {bi['triton_version']}; manifest "
                f"sha256 {bi['manifest_sha256'][:16]}…; targets {', '.join(bi['targets'])}")
     click.echo(f"ops: {', '.join(info['ops'])}")
+    if info.get("exports"):
+        click.echo(f"exported as they are: {', '.join(info['exports'])}")
     for target, t in sorted(info["tuning"].items()):
         click.echo(f"{target}: {t['tuned']} rows tuned ({', '.join(t['devices']) or 'no GPU model'}), "
                    f"{t['aliased']} aliased, {t['untuned']} untuned")

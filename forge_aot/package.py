@@ -262,4 +262,5 @@ def read_wheel(path: Path) -> dict[str, Any]:
             "binary_bytes": sum(v for k, v in sizes.items() if k.startswith("_forge/bin/")),
             "binary_bytes_compressed": sum(v for k, v in compressed.items() if k.startswith("_forge/bin/")),
             "build_info": build_info, "ops": [op for m in index["modules"].values() for op in m["ops"]],
+            "exports": [n for m in index["modules"].values() for n in m.get("exports", ())],
             "rows": rows}

@@ -287,6 +287,8 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     that imports the kernel file by its project name: import binds nothing; the first access binds the file (its
     kernel handles the packaged ones, the kernel file bound once for both); an unknown name is an AttributeError."""
     wheel = build(EXPORTS, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    listed = CliRunner().invoke(main, ["inspect", str(wheel)])
+    assert "ops: scale\nexported as they are: DoubleScale, double_scale, Scale\n" in listed.output, listed.output
     _install(fresh_venv, wheel)
     code = (
         "import json, sys, torch, exports_pkg\n"
