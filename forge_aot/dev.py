@@ -97,7 +97,8 @@ class _JitCompiled(rt.CompiledBase):
 
 
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:
-    """The manifest's ops bound to Triton JIT kernels (for development and for benchmarks against JIT)."""
+    """The manifest's ops (and ``[exports]``) bound to Triton JIT kernels (for development and for benchmarks
+    against JIT)."""
     loaded = load_manifest(manifest_path)
     plan = make_plan(loaded, targets)
     apply_tuning(plan, load_database(loaded), triton_version())

@@ -321,3 +321,14 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     assert res["same_class"] is True and res["handle"] == "Kernel"
     assert res["cpu_error"] == "UnsupportedDeviceError"  # the packaged kernel's launch path refused a CPU tensor
     assert res["unknown"] == "module 'exports_pkg' has no attribute 'Scal'"
+
+
+def test_development_mode_binds_the_exports_too() -> None:
+    """``forge_aot.dev.load_dev_ops`` (the same host code under Triton's JIT) gives the exports beside the ops, the
+    layers' class built on the kernel file's own (one bound module)."""
+    from forge_aot.dev import load_dev_ops
+
+    ops = load_dev_ops(EXPORTS)
+    assert sorted(ops) == ["DoubleScale", "Scale", "double_scale", "scale"]
+    layer = ops["DoubleScale"](2.0)
+    assert type(layer.inner[0]) is ops["Scale"] and ops["Scale"].forward.__globals__["scale"] is ops["scale"]

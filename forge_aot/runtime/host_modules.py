@@ -261,7 +261,7 @@ def imports_first(modules: Mapping[str, Any]) -> list[str]:
 
 def bind_ops(package: str, index: dict[str, Any], backend: Any,
              sources: dict[str, tuple[str, str | None]]) -> dict[str, Callable[..., Any]]:
-    """Run every host module with its kernel handles; returns the exported ops by name.
+    """Run every host module with its kernel handles; returns the exported ops (and ``[exports]``) by name.
 
     ``sources`` maps each host module to (filename, source or None to read the file).
     """
@@ -271,7 +271,7 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
             mod = index["modules"][mod_name]
             module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, Kernel, sources[mod_name],
                                  aliases=aliases(mod))
-            for op in mod["ops"]:
+            for op in (*mod["ops"], *mod.get("exports", ())):
                 ops[op] = getattr(module, op)
     return ops
 
