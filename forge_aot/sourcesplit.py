@@ -886,7 +886,8 @@ def code_sha256(path: Path, roots: set[str]) -> str:
 def imported_launch_sites(path: Path, text: str,
                           imported: Callable[[str, str], str | None]) -> list[LaunchSite]:
     """The launches of kernels that host code ``text`` (of ``path``) imports from other files (``from
-    pkg.ops.cross_entropy import element_mul_kernel``, relative imports resolved against the file's package):
+    pkg.ops.cross_entropy import element_mul_kernel``, or the module: ``from pkg.ops import cross_entropy as ce``
+    then ``ce.element_mul_kernel[grid](...)``; relative imports resolved against the file's package):
     ``imported(module, name)`` says which kernel a module's name is (the site's ``kernel``), or None. Each site
     names the file."""
     from .localmods import package_of
@@ -894,7 +895,10 @@ def imported_launch_sites(path: Path, text: str,
     tree = ast.parse(text, filename=str(path))
     package = package_of(path)
     local: dict[str, str] = {}
+    bound_modules: dict[str, str] = {}  # a name host code reaches a module by (dotted where imported so) → module
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound_modules.update({a.asname or a.name: a.name for a in node.names})
         if not isinstance(node, ast.ImportFrom):
             continue
         module = node.module or ""
@@ -908,6 +912,12 @@ def imported_launch_sites(path: Path, text: str,
             fn = imported(module, alias.name)
             if fn is not None:
                 local[alias.asname or alias.name] = fn
+            bound_modules[alias.asname or alias.name] = f"{module}.{alias.name}"
+    for node in ast.walk(tree):  # module.kernel
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in bound_modules:
+            fn = imported(bound_modules[ast.unparse(node.value)], node.attr)
+            if fn is not None:
+                local[ast.unparse(node)] = fn
     if not local:
         return []
     return [dataclasses.replace(site, kernel=local[site.kernel], path=str(path))
@@ -924,8 +934,9 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             continue
         f = node.func
         kernel = None
-        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in kernels:
-            kernel = f.value.id
+        if isinstance(f, ast.Subscript) and isinstance(f.value, (ast.Name, ast.Attribute)) \
+                and ast.unparse(f.value) in kernels:
+            kernel = ast.unparse(f.value)  # a name, or module.kernel where the kernel is another file's
         elif isinstance(f, ast.Subscript) and isinstance(f.value, ast.Call) and f.value.args \
                 and ast.unparse(f.value.func).rpartition(".")[2] in ("wrap_triton", "capture_triton") \
                 and isinstance(f.value.args[0], ast.Name) and f.value.args[0].id in kernels:

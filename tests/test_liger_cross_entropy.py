@@ -496,3 +496,9 @@ def test_launches_in_an_op_file_choose_and_are_checked_like_the_kernel_files_own
     with pytest.raises(ForgeError) as info:
         make_plan(load_manifest(manifest))
     assert f"{tmp_path / 'o.py'}:7: scale_wide() passes nmu_warps= to scale_kernel" in str(info.value)
+    # through the module: ``import k as kmod`` then ``kmod.scale_kernel[grid](...)``
+    (tmp_path / "o.py").write_text(op_file.replace("from k import scale_kernel as kern", "import k as kmod")
+                                   .replace("kern[(1,)]", "kmod.scale_kernel[(1,)]").format(launch="nmu_warps=8"))
+    with pytest.raises(ForgeError) as info:
+        make_plan(load_manifest(manifest))
+    assert f"{tmp_path / 'o.py'}:7: scale_wide() passes nmu_warps= to scale_kernel" in str(info.value)
