@@ -106,21 +106,31 @@ def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[tuple[str
         if isinstance(node, ast.Import):
             out += [(a.name, None) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if module is None:
-                    continue  # a kernel file runs as a script: it has no package to be relative to
-                package = module.name.split(".") if module.package else module.name.split(".")[:-1]
-                if node.level - 1 > len(package) or (node.level - 1 == len(package) and not node.module):
-                    continue
-                base = package[:len(package) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = import_from_target(node, module)
             if target:
                 names = [a.name for a in node.names]
                 out.append((target, None if "*" in names else frozenset(names)))
                 out += [(f"{target}.{n}", None) for n in names if n != "*"]  # submodules, if files
     return out
+
+
+def import_from_target(node: ast.ImportFrom, module: LocalModule | None) -> str | None:
+    """The module ``from ... import`` names, relative imports resolved against ``module``'s package; None for a
+    relative import with no package to be relative to (a kernel file run as a script) or beyond its top."""
+    if not node.level:
+        return node.module or None
+    if module is None:
+        return None
+    package = module.name.split(".") if module.package else module.name.split(".")[:-1]
+    if node.level - 1 > len(package) or (node.level - 1 == len(package) and not node.module):
+        return None
+    return ".".join(package[:len(package) - (node.level - 1)] + ([node.module] if node.module else []))
+
+
+def file_module(path: Path) -> LocalModule | None:
+    """A file as the module its package makes it (``pkg.ops.cross_entropy``), None outside any package."""
+    package = package_of(path)
+    return LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
 
 
 def package_of(path: Path) -> tuple[str, Path] | None:
@@ -139,9 +149,7 @@ def package_of(path: Path) -> tuple[str, Path] | None:
 def direct_imports(path: Path, text: str) -> set[str]:
     """The module names a kernel file's code ``text`` imports itself (not through other modules), relative imports
     resolved against its package; with the submodule each ``from m import x`` may mean."""
-    package = package_of(path)
-    own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
-    return {name for name, _ in _imported_names(ast.parse(text, filename=str(path)), own)}
+    return {name for name, _ in _imported_names(ast.parse(text, filename=str(path)), file_module(path))}
 
 
 def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, LocalModule]:
@@ -157,8 +165,7 @@ def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, 
     found: dict[str, LocalModule] = {}
     used: dict[str, set[str] | None] = {}
     external: dict[str, bool] = {}
-    own = LocalModule(f"{package[0]}.{path.stem}", path, False) if package else None
-    todo: list[tuple[Path, LocalModule | None]] = [(path, own)]
+    todo: list[tuple[Path, LocalModule | None]] = [(path, file_module(path))]
     seen: set[Path] = set()
     while todo:
         file, module = todo.pop()

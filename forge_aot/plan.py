@@ -1006,15 +1006,15 @@ def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFil
         functions.setdefault((root / file).resolve(), set()).add(func)
     out: dict[tuple[Path, str], list[LaunchSite]] = {}
     for path, src in sources.items():
-        def imported(module: str, name: str, path: Path = path) -> str | None:
+        def imported(module: str, name: str, path: Path = path) -> tuple[Path, str] | None:
             lm = local[path].get(module)
-            target = lm.path.resolve() if lm is not None and not lm.package else None
-            ok = target is not None and target != path and name in functions.get(target, ())
-            return f"{target}\0{name}" if ok else None  # the kernel file and function, split below
+            if lm is None or lm.package:
+                return None
+            target = lm.path.resolve()
+            return (target, name) if target != path and name in functions.get(target, ()) else None
 
-        for site in imported_launch_sites(path, src.host_source, imported):
-            kernel_file, _, func = site.kernel.partition("\0")
-            out.setdefault((Path(kernel_file), func), []).append(dataclasses.replace(site, kernel=func))
+        for (kernel_file, func), site in imported_launch_sites(path, src.host_source, imported):
+            out.setdefault((kernel_file, func), []).append(dataclasses.replace(site, kernel=func))
     return out
 
 

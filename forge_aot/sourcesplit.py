@@ -884,30 +884,24 @@ def code_sha256(path: Path, roots: set[str]) -> str:
 
 
 def imported_launch_sites(path: Path, text: str,
-                          imported: Callable[[str, str], str | None]) -> list[LaunchSite]:
+                          imported: Callable[[str, str], Any]) -> list[tuple[Any, LaunchSite]]:
     """The launches of kernels that host code ``text`` (of ``path``) imports from other files (``from
     pkg.ops.cross_entropy import element_mul_kernel``, or the module: ``from pkg.ops import cross_entropy as ce``
     then ``ce.element_mul_kernel[grid](...)``; relative imports resolved against the file's package):
-    ``imported(module, name)`` says which kernel a module's name is (the site's ``kernel``), or None. Each site
-    names the file."""
-    from .localmods import package_of
+    ``imported(module, name)`` says which kernel a module's name is, or None. Each site comes with what
+    ``imported`` said of it, and names the file."""
+    from .localmods import file_module, import_from_target
 
     tree = ast.parse(text, filename=str(path))
-    package = package_of(path)
-    local: dict[str, str] = {}
+    own = file_module(path)
+    local: dict[str, Any] = {}
     bound_modules: dict[str, str] = {}  # a name host code reaches a module by (dotted where imported so) → module
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             bound_modules.update({a.asname or a.name: a.name for a in node.names})
-        if not isinstance(node, ast.ImportFrom):
+        module = import_from_target(node, own) if isinstance(node, ast.ImportFrom) else None
+        if module is None:
             continue
-        module = node.module or ""
-        if node.level:
-            if package is None:
-                continue
-            parts = package[0].split(".")
-            base = parts[:len(parts) - node.level + 1]
-            module = ".".join([*base, *([module] if module else [])])
         for alias in node.names:
             fn = imported(module, alias.name)
             if fn is not None:
@@ -920,7 +914,7 @@ def imported_launch_sites(path: Path, text: str,
                 local[ast.unparse(node)] = fn
     if not local:
         return []
-    return [dataclasses.replace(site, kernel=local[site.kernel], path=str(path))
+    return [(local[site.kernel], dataclasses.replace(site, path=str(path)))
             for stmt in tree.body if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
             for site in _launch_sites(stmt, set(local))]
 
