@@ -108,13 +108,17 @@ def build_wheel(wheel_directory: str, config_settings: dict | None = None,
     dist_info = f"{dist}-{p['version']}.dist-info"
     entries = [(name, _read(full)) for name, full in _package_files(p["package"])]
     build_info = os.path.join(_HERE, p["package"], "_forge", "build_info.json")
-    # py3-none-any, or cp39-abi3-<platform> when the package carries the runtime's compiled C launch path.
+    # py3-none-any, or cp39-abi3-<platform> when the package carries the runtime's compiled C launch path; a
+    # compressed tag set (manylinux_2_17_x86_64.manylinux2014_x86_64) is one Tag line per tag in WHEEL.
     tag = p["wheel-tag"]
     purelib = "true" if tag == "py3-none-any" else "false"
+    python, abi, platforms = tag.split("-")
+    tags = "".join(f"Tag: {py}-{ab}-{pl}\n" for py in python.split(".") for ab in abi.split(".")
+                   for pl in platforms.split("."))
     meta = [
         (f"{dist_info}/METADATA", _metadata(p).encode()),
-        (f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nGenerator: forge-aot\nRoot-Is-Purelib: {purelib}\n"
-                               f"Tag: {tag}\n".encode()),
+        (f"{dist_info}/WHEEL",
+         f"Wheel-Version: 1.0\nGenerator: forge-aot\nRoot-Is-Purelib: {purelib}\n{tags}".encode()),
         (f"{dist_info}/top_level.txt", f"{p['package']}\n".encode()),
     ]
     if os.path.exists(build_info):
@@ -125,10 +129,21 @@ def build_wheel(wheel_directory: str, config_settings: dict | None = None,
     return filename
 
 
+def _platform_free(name: str, data: bytes) -> bytes:
+    """A file as the sdist carries it: without the compiled C launch path (which serves one CPU architecture; the
+    sdist must build a wheel right for any machine, with no compiler), so its pyproject builds the pure wheel and its
+    build info records no C launch path."""
+    if name == "pyproject.toml":
+        return re.sub(rb'(?m)^wheel-tag = "[^"]*"$', b'wheel-tag = "py3-none-any"', data)
+    if name.endswith("/_forge/build_info.json"):
+        return re.sub(rb'"c_launch": (?:null|\{[^{}]*\})', b'"c_launch": null', data)
+    return data
+
+
 def build_sdist(sdist_directory: str, config_settings: dict | None = None) -> str:
     p = _project()
     base = f"{_dist_name(p['name'])}-{p['version']}"
-    files = [(name, full) for name, full in _package_files(p["package"])]
+    files = [(name, full) for name, full in _package_files(p["package"]) if not name.endswith(".so")]
     for extra in ("pyproject.toml", "_forge_build_backend.py", "README.md"):
         if os.path.exists(os.path.join(_HERE, extra)):
             files.append((extra, os.path.join(_HERE, extra)))
@@ -136,7 +151,7 @@ def build_sdist(sdist_directory: str, config_settings: dict | None = None) -> st
     mtime = int(os.environ.get("SOURCE_DATE_EPOCH", "315532800"))
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in sorted([(n, _read(f)) for n, f in files] + [("PKG-INFO", pkg_info)]):
+        for name, data in sorted([(n, _platform_free(n, _read(f))) for n, f in files] + [("PKG-INFO", pkg_info)]):
             info = tarfile.TarInfo(f"{base}/{name}")
             info.size, info.mtime, info.mode = len(data), mtime, 0o644
             info.uid = info.gid = 0

@@ -16,6 +16,7 @@ import click
 
 from . import __version__
 from .errors import ForgeError
+from .manifest import WHEEL_PLATFORMS
 
 DEFAULT_MANIFEST = "kernel_manifest.toml"
 
@@ -182,9 +183,11 @@ def report_cmd(run_json: Path, out: Path | None) -> None:
               help="Work directory [default: build/forge-aot/ beside the manifest].")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Parallel compile processes [default: CPUs].")
 @click.option("--tune", "tune_first", is_flag=True, help="Tune on the local GPUs first (forge-aot tune).")
+@click.option("--wheel-platform", "platforms", multiple=True, type=click.Choice(WHEEL_PLATFORMS),
+              help="Write this platform's wheel (repeatable) [default: project.wheel-platforms].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress lines.")
 def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, build_dir: Path | None,
-              jobs: int | None, tune_first: bool, quiet: bool) -> None:
+              jobs: int | None, tune_first: bool, platforms: tuple[str, ...], quiet: bool) -> None:
     """Compile every kernel entry for every target and package the wheel."""
     from .pipeline import BuildFailed, build
 
@@ -194,7 +197,7 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
 
             _run_tune(manifest, TuneOptions(jobs=jobs, build_dir=build_dir), quiet)
         result = build(manifest, targets=list(targets) or None, out_dir=out_dir, build_dir=build_dir, jobs=jobs,
-                       progress=_Progress(quiet))
+                       progress=_Progress(quiet), platforms=list(dict.fromkeys(platforms)) or None)
     except BuildFailed as exc:
         click.echo("error: the build failed; configs that did not compile:", err=True)
         for line in exc.failures:
@@ -223,7 +226,8 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
                 kp, [e for e in result.plan.entries if e.kernel == name])}):
             click.echo(f"warning: {line}", err=True)
     ok = sum(1 for r in report.results if r.ok)
-    click.echo(f"built {result.wheel} ({ok} binaries, {result.wheel.stat().st_size / 1e6:.2f} MB)")
+    for wheel in result.wheels:
+        click.echo(f"built {wheel} ({ok} binaries, {wheel.stat().st_size / 1e6:.2f} MB)")
     for target in result.plan.targets:
         rows = tuning.rows.get(target, {})
         models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
@@ -343,6 +347,9 @@ def inspect_cmd(wheel: Path, as_json: bool) -> None:
                "compressed)")
     click.echo(f"built by forge-aot {bi['forge_aot_version']} with triton {bi['triton_version']}; manifest "
                f"sha256 {bi['manifest_sha256'][:16]}…; targets {', '.join(bi['targets'])}")
+    c_launch = bi.get("c_launch")
+    click.echo(f"C launch path: {c_launch['file']} ({c_launch['wheel_tag']})" if c_launch else
+               "C launch path: none (pure Python: launches through ctypes)")
     click.echo(f"ops: {', '.join(info['ops'])}")
     if info.get("exports"):
         click.echo(f"exported as they are: {', '.join(info['exports'])}")

@@ -1,17 +1,29 @@
 """The runtime's optional C launch path (``runtime/_fastlaunch.c``), compiled for a wheel at build time.
 
 The extension uses CPython's limited API (``Py_LIMITED_API`` 0x03090000), so one ``_fastlaunch.abi3.so`` serves
-every CPython >= 3.9 on the build machine's platform, and no CUDA or torch headers: it needs a C compiler and
-Python.h on the build machine only. Compiled reproducibly (no build id, no debug info, symbols stripped, relative
-paths in a scratch directory): the same compiler and source give the same bytes. When anything is missing the
-build goes on without it: the wheel stays pure Python (``py3-none-any``) and launches through ctypes.
+every CPython >= 3.9 of one CPU architecture, and no CUDA or torch headers: it needs a C compiler and Python.h on
+the build machine only. Compiled reproducibly (no build id, no debug info, symbols stripped, relative paths in a
+scratch directory): the same compiler and source give the same bytes. When anything is missing the native build
+goes on without it: the wheel stays pure Python (``py3-none-any``) and launches through ctypes.
+
+The wheel's platform tag is read from the compiled file itself (``read_elf``): its machine, the libraries it
+needs and the newest glibc symbol version it asks for. A file that needs only glibc (≤ 2.17 here) is
+``manylinux_2_17_<arch>.manylinux2014_<arch>`` (PEP 600; what PyPI accepts and pip on any glibc ≥ 2.17 Linux
+installs), one that needs a newer glibc ``manylinux_2_<minor>_<arch>``, anything else ``linux_<arch>``.
+Other architectures than the build machine's (``project.wheel-platforms``, e.g. ``aarch64`` for Grace Hopper
+servers) are compiled with a cross compiler (``compiler_for``); those files cannot be loaded here, so their
+check is the ELF reading alone.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import platform
+import re
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -56,13 +68,110 @@ def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
+ARCHES = ("x86_64", "aarch64")
+"""CPU architectures the extension can be built for (``project.wheel-platforms``)."""
+_ELF_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i686", 21: "ppc64le", 22: "s390x", 243: "riscv64"}
+_MANYLINUX_LIBS = frozenset({"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+                             "libgcc_s.so.1"})
+"""Libraries every manylinux policy lets a wheel's extension need from the system (PEP 599's list, the part a C
+file without C++ can touch)."""
+_MANYLINUX_FLOOR = 17
+"""manylinux_2_17 (manylinux2014): the oldest policy pip still installs on both architectures here."""
+
+
+def native_arch() -> str:
+    """The build machine's CPU architecture, as wheel platform tags spell it."""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+
+
+@dataclass(frozen=True)
+class ElfInfo:
+    """What a shared object says about where it can load."""
+
+    machine: str
+    """CPU architecture (``x86_64``, ``aarch64``), or ``em<number>`` for one this table does not name."""
+    needed: tuple[str, ...]
+    """Its ``DT_NEEDED`` libraries."""
+    versions: tuple[str, ...]
+    """The symbol versions it needs (``GLIBC_2.14``...), from ``.gnu.version_r``."""
+
+    def glibc(self) -> tuple[int, int]:
+        """The newest glibc version it needs ((2, 0) where it asks for none)."""
+        found = [(int(m.group(1)), int(m.group(2))) for v in self.versions
+                 if (m := re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v))]
+        return max(found, default=(2, 0))
+
+
+def read_elf(data: bytes) -> ElfInfo:
+    """Read a 64-bit little-endian ELF shared object's machine, needed libraries and needed symbol versions
+    (the parts of ``readelf -d -V`` a wheel tag depends on). Raises ValueError for anything else."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    (machine,) = struct.unpack_from("<H", data, 18)
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+
+    def string(section: int, offset: int) -> str:
+        start = sections[section][4] + offset
+        return data[start:data.index(b"\0", start)].decode()
+
+    needed: list[str] = []
+    versions: list[str] = []
+    for _name, kind, _flags, _addr, offset, size, link, info, _align, entsize in sections:
+        if kind == 6:  # SHT_DYNAMIC: (tag, value) pairs; DT_NEEDED (1) names a library in the linked strings
+            for pos in range(offset, offset + size, entsize or 16):
+                tag, value = struct.unpack_from("<qQ", data, pos)
+                if tag == 1:
+                    needed.append(string(link, value))
+        elif kind == 0x6FFFFFFE:  # SHT_GNU_verneed: `info` Verneed entries, each with its Vernaux list
+            pos = offset
+            for _ in range(info):
+                _version, count, _file, aux, following = struct.unpack_from("<HHIII", data, pos)
+                at = pos + aux
+                for _ in range(count):
+                    _hash, _vflags, _other, name, next_aux = struct.unpack_from("<IHHII", data, at)
+                    versions.append(string(link, name))
+                    at += next_aux
+                pos += following
+    return ElfInfo(_ELF_MACHINES.get(machine, f"em{machine}"), tuple(needed), tuple(sorted(set(versions))))
+
+
+def wheel_platform(info: ElfInfo) -> str:
+    """The wheel platform tag an extension with this ELF information earns (see the module's docstring)."""
+    arch = info.machine
+    foreign = [lib for lib in info.needed if lib not in _MANYLINUX_LIBS]
+    other = [v for v in info.versions if not v.startswith(("GLIBC_", "GCC_"))]
+    if foreign or other:
+        return f"linux_{arch}"
+    minor = max(info.glibc()[1], _MANYLINUX_FLOOR)
+    tag = f"manylinux_2_{minor}_{arch}"
+    return f"{tag}.manylinux2014_{arch}" if minor == 17 else tag
+
+
 def source_text() -> bytes:
     return resources.files("forge_aot.runtime").joinpath(SOURCE).read_bytes()
 
 
-def build_extension(dest_dir: Path) -> Extension:
-    """Compile ``_fastlaunch.c`` into ``dest_dir``; never raises for a missing compiler or a failed compile."""
+def compiler_for(arch: str) -> list[str] | None:
+    """The C compiler command for ``arch``: the build machine's own (``compiler()``) for its architecture; for
+    another, ``$CC_<ARCH>`` (``CC_AARCH64="aarch64-linux-gnu-gcc"``), else zig's (``pip install ziglang``: a
+    cross compiler from PyPI, pinned to glibc 2.17), else ``<arch>-linux-gnu-gcc`` on PATH."""
+    if arch == native_arch():
+        return compiler()
+    if os.environ.get(f"CC_{arch.upper()}"):
+        return shlex.split(os.environ[f"CC_{arch.upper()}"])
+    if importlib.util.find_spec("ziglang") is not None:
+        return [sys.executable, "-m", "ziglang", "cc", "-target", f"{arch}-linux-gnu.2.17"]
+    found = shutil.which(f"{arch}-linux-gnu-gcc")
+    return [found] if found else None
+
+
+def build_extension(dest_dir: Path, arch: str | None = None) -> Extension:
+    """Compile ``_fastlaunch.c`` for ``arch`` (default: this machine's) into ``dest_dir``; never raises for a
+    missing compiler or a failed compile (``Extension.path`` is then None and ``note`` says why)."""
     pure = "py3-none-any"
+    arch = arch or native_arch()
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return Extension(None, pure, f"C launch path not built ({DISABLE_ENV} is set): the wheel is pure Python")
     if not sys.platform.startswith("linux"):
@@ -71,9 +180,11 @@ def build_extension(dest_dir: Path) -> Extension:
     if not os.path.exists(os.path.join(include, "Python.h")):
         return Extension(None, pure, f"C launch path not built: no Python.h in {include!r} (install the Python "
                                      "development headers): the wheel is pure Python")
-    cc = compiler()
+    cc = compiler_for(arch)
     if cc is None:
-        return Extension(None, pure, "C launch path not built: no C compiler (cc, gcc, clang or $CC) found: the "
+        how = ("cc, gcc, clang or $CC" if arch == native_arch()
+               else f"$CC_{arch.upper()}, zig from `pip install ziglang`, or {arch}-linux-gnu-gcc")
+        return Extension(None, pure, f"C launch path not built for {arch}: no C compiler ({how}) found: the "
                                      "wheel is pure Python")
     with tempfile.TemporaryDirectory() as tmp:
         # Relative names in a scratch directory: no path of this machine ends up in the binary.
@@ -87,15 +198,28 @@ def build_extension(dest_dir: Path) -> Extension:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
             return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} failed:\n  "
                                          + "\n  ".join(tail) + "\nthe wheel is pure Python")
-        # It must load into this machine's Python (it is abi3: the same binary loads into 3.9 and later).
-        probe = ("import importlib.machinery as m, importlib.util as u; "
-                 f"s = u.spec_from_file_location('_fastlaunch', {FILENAME!r}, loader=m.ExtensionFileLoader("
-                 f"'_fastlaunch', {FILENAME!r})); mod = u.module_from_spec(s); assert mod.ABI == {ABI}")
-        check = subprocess.run([sys.executable, "-c", probe], cwd=tmp, capture_output=True, text=True, timeout=120)
-        if check.returncode != 0:
-            return Extension(None, pure, "C launch path not built: the compiled extension does not load:\n  "
-                                         + check.stderr.strip()[-500:] + "\nthe wheel is pure Python")
+        built = Path(tmp, FILENAME).read_bytes()
+        try:
+            info = read_elf(built)
+        except (ValueError, struct.error, IndexError) as exc:
+            return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} wrote no readable ELF file "
+                                         f"({exc}): the wheel is pure Python")
+        if info.machine != arch:
+            return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} compiled for {info.machine}, "
+                                         f"not {arch}: the wheel is pure Python")
+        if arch == native_arch():
+            # It must load into this machine's Python (it is abi3: the same binary loads into 3.9 and later).
+            probe = ("import importlib.machinery as m, importlib.util as u; "
+                     f"s = u.spec_from_file_location('_fastlaunch', {FILENAME!r}, loader=m.ExtensionFileLoader("
+                     f"'_fastlaunch', {FILENAME!r})); mod = u.module_from_spec(s); assert mod.ABI == {ABI}")
+            check = subprocess.run([sys.executable, "-c", probe], cwd=tmp, capture_output=True, text=True,
+                                   timeout=120)
+            if check.returncode != 0:
+                return Extension(None, pure, "C launch path not built: the compiled extension does not load:\n  "
+                                             + check.stderr.strip()[-500:] + "\nthe wheel is pure Python")
         dest_dir.mkdir(parents=True, exist_ok=True)
         target = dest_dir / FILENAME
-        shutil.copyfile(Path(tmp, FILENAME), target)
-    return Extension(target, f"cp39-abi3-{platform_tag()}", f"C launch path built with {cc[0]}")
+        target.write_bytes(built)
+    tag = f"cp39-abi3-{wheel_platform(info)}"
+    loaded = "" if arch == native_arch() else f" (cross-compiled: not loaded on this {native_arch()} machine)"
+    return Extension(target, tag, f"C launch path built for {arch} with {' '.join(cc[:4])}{loaded}: {tag}")

@@ -15,12 +15,13 @@ import re
 import sys
 import types
 import typing
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Union
 
 from . import runtime as rt
-from .errors import ManifestError, close_match
+from .errors import ForgeError, ManifestError, close_match
 from .targets import GPU_MODELS, TARGETS
 
 if sys.version_info >= (3, 11):
@@ -244,10 +245,35 @@ class ProjectSettings:
     such as FlagGems' ``@libentry()`` launch cache: the build looks through them (their object's ``fn``) and the
     wheel leaves them out, its kernel handle taking their place. Named as the decorator is called (``libentry``
     or ``utils.libentry``)."""
+    wheel_platforms: tuple[str, ...] = ("native",)
+    """The wheels ``forge-aot build`` writes, one per entry, each with the same binaries and tables: ``native``
+    (the build machine's CPU architecture, with the runtime's C launch path where a C compiler is found, else
+    pure Python), ``x86_64`` or ``aarch64`` (with the C launch path compiled for that architecture, cross-compiled
+    where it is not the build machine's: ``$CC_AARCH64``, zig from ``pip install ziglang``, or
+    ``aarch64-linux-gnu-gcc``; the build fails where it cannot be compiled), ``any`` (pure Python,
+    ``py3-none-any``: installs anywhere, launches through ctypes). pip takes the most specific wheel a machine
+    accepts, so ``["x86_64", "aarch64", "any"]`` serves x86 and Grace (GH200, GB200) servers with the C launch
+    path and anything else with the pure-Python one."""
     line_info: bool = True
     """Keep source line info in binaries (profilers map SASS to source). It records the path of Triton's own
     library sources, so wheels built with it are byte-identical only where Triton is installed at the same
     path; set false for wheels that are byte-identical across machines."""
+
+
+WHEEL_PLATFORMS = ("native", "any", "x86_64", "aarch64")
+"""What ``project.wheel-platforms`` accepts."""
+
+
+def check_wheel_platforms(platforms: Sequence[str], error: Callable[..., ForgeError]) -> None:
+    """Raise ``error(message, suggestion)`` for an empty list, an unknown platform or one listed twice."""
+    if not platforms:
+        raise error(f"list at least one wheel platform (accepted: {', '.join(WHEEL_PLATFORMS)})")
+    for platform in platforms:
+        if platform not in WHEEL_PLATFORMS:
+            raise error(f"unknown wheel platform '{platform}' (accepted: {', '.join(WHEEL_PLATFORMS)})",
+                        close_match(platform, WHEEL_PLATFORMS))
+    if len(set(platforms)) != len(platforms):
+        raise error("a wheel platform is listed twice")
 
 
 @dataclass(frozen=True)
@@ -303,8 +329,8 @@ def _toml_name(name: str) -> str:
 
 
 _DASHED = ("requires_python", "compile_timeout", "tuning_data", "line_info", "trace_gpus", "package_data",
-           "launch_wrappers", "optional_targets", "do_not_specialize", "reset_to_zero", "restore_value",
-           "setup_context")
+           "launch_wrappers", "optional_targets", "wheel_platforms", "do_not_specialize", "reset_to_zero",
+           "restore_value", "setup_context")
 """Field names the TOML spells with dashes."""
 
 
@@ -448,6 +474,8 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
                           f"project.targets ({', '.join(p.targets)})")
     if len(set(p.trace_gpus)) != len(p.trace_gpus):
         raise r.error("project.trace-gpus", "a GPU is listed twice")
+    check_wheel_platforms(p.wheel_platforms, lambda message, suggestion=None: r.error(
+        "project.wheel-platforms", message, suggestion))
     for i, pattern in enumerate(p.package_data):
         if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
             raise r.error(f"project.package-data[{i}]", f"'{pattern}' must be relative to the manifest, inside "

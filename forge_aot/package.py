@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import string
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from typing import Any
 from . import __version__
 from .compiler import CompileReport
 from .errors import PackageError
-from .extension import build_extension
+from .extension import FILENAME as EXTENSION_FILENAME
+from .extension import Extension, build_extension, native_arch
 from .index import build_index, variant_dirname
 from .plan import BuildPlan
 from .runtime.entry import op_table
@@ -45,11 +47,9 @@ def _toml_str(value: str) -> str:
 
 
 def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, stage_dir: Path,
-                  triton_version: str, note: Callable[[str], None] | None = None) -> Path:
-    """Write the generated project (pyproject, backend, package with binaries and index) into stage_dir.
-
-    The runtime's C launch path is compiled into it when this machine can (see extension.py); ``note`` hears
-    what happened."""
+                  triton_version: str) -> Path:
+    """Write the generated project (pyproject, backend, package with binaries and index) into stage_dir, pure
+    Python (``stage_platform`` then makes it a platform's)."""
     m = plan.loaded.manifest
     name = m.project.name
     if stage_dir.exists():
@@ -139,15 +139,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
             text = module.read_bytes()
             (pkg / "_runtime" / module.name).write_bytes(text)
             runtime_digest.update(module.name.encode() + b"\0" + hashlib.sha256(text).digest())
-    ext = build_extension(pkg / "_runtime")
-    if note is not None:
-        note(ext.note)
     build_info = {"name": name, "version": m.project.version, "forge_aot_version": __version__,
                   "triton_version": triton_version, "manifest_sha256": plan.loaded.sha256,
-                  "targets": plan.targets, "binaries": dict(sorted(binaries.items())),
-                  "c_launch": None if ext.path is None else {
-                      "file": f"_runtime/{ext.path.name}", "sha256": hashlib.sha256(ext.path.read_bytes()).hexdigest(),
-                      "wheel_tag": ext.tag}}
+                  "targets": plan.targets, "binaries": dict(sorted(binaries.items())), "c_launch": None}
     (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
     shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
                     stage_dir / "_forge_build_backend.py")
@@ -165,7 +159,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "exports_table": ", ".join(f"{n!r}: {mod!r}" for n, mod in exports.items()),
         "lazy_exports": _lazy_exports(exports),
         "all": ", ".join(json.dumps(op) for op in [*ops, *exports, "preload"]),
-        "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": ext.tag,
+        "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": "py3-none-any",
         "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
@@ -175,6 +169,44 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "__init__.py").write_text(string.Template(_template("package_init.py.in")).substitute(
         {**values, "description": description}), encoding="utf-8")
     return stage_dir
+
+
+def wheel_platforms(requested: Sequence[str]) -> list[tuple[str, bool]]:
+    """``project.wheel-platforms`` resolved on this machine: (``any`` or an architecture, whether its C launch path
+    must be built), in order, each once (``native``, best effort, is this machine's architecture)."""
+    out: dict[str, bool] = {}
+    for platform in requested:
+        arch = native_arch() if platform == "native" else platform
+        out[arch] = out.get(arch, False) or platform not in ("native", "any")
+    return list(out.items())
+
+
+def stage_platform(stage_dir: Path, platform: str, required: bool) -> Extension:
+    """Make the staged project the wheel of one platform (``any``, or an architecture): its runtime's C launch path
+    compiled for it (or none), the build info's record of it, the wheel tag. Raises PackageError where a required
+    C launch path cannot be built."""
+    pyproject = stage_dir / "pyproject.toml"
+    text = pyproject.read_text(encoding="utf-8")
+    package = re.search(r'^package = "([^"]+)"$', text, re.M)
+    assert package is not None, "a staged project names its package"
+    runtime = stage_dir / package.group(1) / "_runtime"
+    (runtime / EXTENSION_FILENAME).unlink(missing_ok=True)
+    if platform == "any":
+        ext = Extension(None, "py3-none-any", "pure Python wheel (wheel-platforms: any): launches through ctypes")
+    else:
+        ext = build_extension(runtime, platform)
+        if ext.path is None and required:
+            raise PackageError(f"project.wheel-platforms lists {platform}, but its C launch path cannot be built: "
+                               f"{ext.note}")
+    info_path = stage_dir / package.group(1) / "_forge" / "build_info.json"
+    info = json.loads(info_path.read_bytes())
+    info["c_launch"] = None if ext.path is None else {
+        "file": f"_runtime/{ext.path.name}", "sha256": hashlib.sha256(ext.path.read_bytes()).hexdigest(),
+        "wheel_tag": ext.tag}
+    info_path.write_bytes(_json_bytes(info))
+    pyproject.write_text(re.sub(r'^wheel-tag = "[^"]*"$', f'wheel-tag = "{ext.tag}"', text, count=1, flags=re.M),
+                         encoding="utf-8")
+    return ext
 
 
 def _lazy_exports(exports: dict[str, str]) -> str:

@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .compiler import CompilePool, CompileReport, ProgressFn, compile_plan, triton_version
-from .errors import CompileError, ForgeError
-from .manifest import load_manifest
-from .package import build_wheel, stage_package
+from .errors import CompileError, ForgeError, ManifestError
+from .manifest import check_wheel_platforms, load_manifest
+from .package import build_wheel, stage_package, stage_platform, wheel_platforms
 from .plan import BuildPlan, make_plan
 from .tune.apply import apply_tuning, load_database, row_counts
 
@@ -23,9 +24,12 @@ from .tune.apply import apply_tuning, load_database, row_counts
 @dataclass(frozen=True)
 class BuildResult:
     wheel: Path
+    """The first wheel written (``project.wheel-platforms``' first entry)."""
     plan: BuildPlan
     report: CompileReport
     build_dir: Path
+    wheels: tuple[Path, ...] = ()
+    """Every wheel written, one per wheel platform, in the manifest's order."""
 
 
 def _atomic_json(path: Path, data: Any) -> None:
@@ -36,10 +40,14 @@ def _atomic_json(path: Path, data: Any) -> None:
 
 
 def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_dir: str | Path | None = None,
-          build_dir: str | Path | None = None, jobs: int | None = None,
-          progress: ProgressFn | None = None) -> BuildResult:
-    """Build the wheel of a manifest. Raises ForgeError subclasses; prints nothing."""
+          build_dir: str | Path | None = None, jobs: int | None = None, progress: ProgressFn | None = None,
+          platforms: Sequence[str] | None = None) -> BuildResult:
+    """Build the wheels of a manifest (one per wheel platform: ``platforms``, else ``project.wheel-platforms``).
+    Raises ForgeError subclasses; prints nothing."""
     loaded = load_manifest(manifest_path)
+    if platforms:
+        check_wheel_platforms(platforms, lambda message, suggestion=None: ManifestError(
+            message, key_path="--wheel-platform", suggestion=suggestion))
     root = loaded.root
     out = Path(out_dir) if out_dir else root / "dist"
     work = Path(build_dir) if build_dir else root / "build" / "forge-aot"
@@ -71,12 +79,18 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
     tuning.rows = row_counts(e for e in plan.entries if (e.kernel, e.variant, e.target) not in left_out)
     if progress:
         progress("package", 0, 1, "writing the package")
-    stage = stage_package(plan, report, binaries, work / "package", triton_version(),
-                          note=(lambda message: progress("package", 0, 1, message)) if progress else None)
-    wheel = build_wheel(stage, out)
-    if progress:
-        progress("package", 1, 1, str(wheel))
-    return BuildResult(wheel, plan, report, work)
+    stage = stage_package(plan, report, binaries, work / "package", triton_version())
+    wheels: list[Path] = []
+    for platform, required in wheel_platforms(platforms or loaded.manifest.project.wheel_platforms):
+        ext = stage_platform(stage, platform, required)
+        if progress:
+            progress("package", 0, 1, ext.note)
+        wheel = build_wheel(stage, out)
+        if wheel not in wheels:  # a native build without a C compiler is the pure wheel `any` also asks for
+            wheels.append(wheel)
+        if progress:
+            progress("package", 1, 1, str(wheel))
+    return BuildResult(wheels[0], plan, report, work, tuple(wheels))
 
 
 class BuildFailed(ForgeError):

@@ -175,7 +175,7 @@ def _install(venv_python: Path, wheel: Path) -> None:
 
 def test_wheel_installs_offline_into_venv_without_triton(repo_wheel: Path, fresh_venv: Path) -> None:
     # The C launch path makes it a platform wheel (abi3: one wheel for every CPython >= 3.9).
-    assert repo_wheel.name.startswith("forge_kernels-0.1.0-cp39-abi3-linux_"), repo_wheel.name
+    assert repo_wheel.name.startswith("forge_kernels-0.1.0-cp39-abi3-manylinux_2_17_"), repo_wheel.name
     _install(fresh_venv, repo_wheel)
     code = (
         "import importlib.util, json, sys, torch, forge_kernels\n"
@@ -223,7 +223,7 @@ def test_pure_python_wheel_when_the_extension_is_not_built(tiny_build, tmp_path:
     (stage / "tiny_pkg" / "_runtime" / "_fastlaunch.abi3.so").unlink()
     pyproject = stage / "pyproject.toml"
     text = pyproject.read_text()
-    assert 'wheel-tag = "cp39-abi3-linux_' in text
+    assert 'wheel-tag = "cp39-abi3-manylinux_2_17_' in text
     pyproject.write_text(text.replace(text[text.index('wheel-tag = "'):].splitlines()[0],
                                       'wheel-tag = "py3-none-any"'))
     builder = pypa_build.ProjectBuilder(str(stage), runner=pyproject_hooks.quiet_subprocess_runner)
@@ -233,7 +233,7 @@ def test_pure_python_wheel_when_the_extension_is_not_built(tiny_build, tmp_path:
         assert b"Root-Is-Purelib: true\nTag: py3-none-any\n" in zf.read("tiny_pkg-0.1.0.dist-info/WHEEL")
     with zipfile.ZipFile(tiny_build.wheel) as zf:
         wheel_file = zf.read("tiny_pkg-0.1.0.dist-info/WHEEL").decode()
-        assert "Root-Is-Purelib: false" in wheel_file and "Tag: cp39-abi3-linux_" in wheel_file
+        assert "Root-Is-Purelib: false" in wheel_file and "Tag: cp39-abi3-manylinux_2_17_" in wheel_file
         assert "tiny_pkg/_runtime/_fastlaunch.abi3.so" in zf.namelist()
 
 
@@ -252,6 +252,18 @@ def test_generated_backend_builds_identical_sdists(tiny_build, tmp_path: Path) -
     with tarfile.open(outs[0]) as tf:
         names = tf.getnames()
     assert "tiny_pkg-0.1.0/PKG-INFO" in names and "tiny_pkg-0.1.0/tiny_pkg/_forge/index.json" in names
+    # The compiled C launch path serves one CPU architecture: the sdist leaves it out and builds the pure wheel
+    # (on any machine, with no compiler), its build info recording no C launch path.
+    assert not [n for n in names if n.endswith(".so")]
+    with tarfile.open(outs[0]) as tf:
+        tf.extractall(tmp_path / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    unpacked = tmp_path / "unpacked" / "tiny_pkg-0.1.0"
+    assert json.loads((unpacked / "tiny_pkg" / "_forge" / "build_info.json").read_text())["c_launch"] is None
+    builder = pypa_build.ProjectBuilder(str(unpacked), runner=pyproject_hooks.quiet_subprocess_runner)
+    wheel = Path(builder.build("wheel", tmp_path / "from-sdist"))
+    assert wheel.name == "tiny_pkg-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf, zipfile.ZipFile(tiny_build.wheel) as platform_wheel:
+        assert sorted(zf.namelist()) == sorted(n for n in platform_wheel.namelist() if not n.endswith(".so"))
 
 
 EXPORTS = FIXTURES / "projects" / "exports" / "kernel_manifest.toml"
