@@ -18,24 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from forge_aot.extension import build_extension, compiler
+from tests.launcher_bytes import FakeState
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RUNTIME = Path(__file__).resolve().parent.parent / "forge_aot" / "runtime"
-
-
-class FakeState(ctypes.Structure):
-    _fields_ = [("calls", ctypes.c_int), ("function", ctypes.c_void_p), ("grid", ctypes.c_uint * 3),
-                ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                ("ctx_at_launch", ctypes.c_void_p), ("nparams", ctypes.c_int), ("block_size", ctypes.c_int),
-                ("offsets", ctypes.c_longlong * 80), ("params", ctypes.c_ubyte * 4096), ("current", ctypes.c_void_p),
-                ("pushes", ctypes.c_int), ("pops", ctypes.c_int), ("depth", ctypes.c_int),
-                ("stack", ctypes.c_void_p * 16), ("launch_result", ctypes.c_int), ("push_result", ctypes.c_int),
-                ("pop_result", ctypes.c_int), ("loads", ctypes.c_int)]
-
-    def launch_record(self) -> tuple[Any, ...]:
-        """Everything the last launch received."""
-        return (self.function, tuple(self.grid), tuple(self.block), self.shared, self.stream, self.ctx_at_launch,
-                bytes(self.params[: self.block_size]), tuple(self.offsets[: self.nparams]))
 
 
 def build_c_runtime(tmp: Path, name: str) -> Any:

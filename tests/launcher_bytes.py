@@ -39,6 +39,8 @@ OUT_OF_RANGE = [("i16", 2, 2, 32768), ("i32", 3, 4, 2**31), ("u8", 5, 1, -1), ("
 
 
 class FakeState(ctypes.Structure):
+    """``struct fake_state`` of fixtures/fake_cuda/fake_cuda.c (the C launch path tests read it too)."""
+
     _fields_ = [("calls", ctypes.c_int), ("function", ctypes.c_void_p), ("grid", ctypes.c_uint * 3),
                 ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p),
                 ("ctx_at_launch", ctypes.c_void_p), ("nparams", ctypes.c_int), ("block_size", ctypes.c_int),
@@ -46,6 +48,11 @@ class FakeState(ctypes.Structure):
                 ("pushes", ctypes.c_int), ("pops", ctypes.c_int), ("depth", ctypes.c_int),
                 ("stack", ctypes.c_void_p * 16), ("launch_result", ctypes.c_int), ("push_result", ctypes.c_int),
                 ("pop_result", ctypes.c_int), ("loads", ctypes.c_int)]
+
+    def launch_record(self) -> tuple:
+        """Everything the last launch received."""
+        return (self.function, tuple(self.grid), tuple(self.block), self.shared, self.stream, self.ctx_at_launch,
+                bytes(self.params[: self.block_size]), tuple(self.offsets[: self.nparams]))
 
 
 def main(ext_dir: str, libfake: str) -> dict:
