@@ -132,7 +132,9 @@ def load_kernel_module(path: str) -> types.ModuleType:
             module.__package__ = package  # its relative imports, as when its library imports it
         sys.modules[name] = module
         with open(path, encoding="utf-8") as f:
-            code = compile(f.read(), path, "exec")
+            # dont_inherit: this module's own `from __future__ import annotations` must not reach the user's file
+            # (its annotations would become strings: torch.library.infer_schema then refuses them).
+            code = compile(f.read(), path, "exec", dont_inherit=True)
         try:
             # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
             with torch_answers_as(target) if target is not None else contextlib.nullcontext():

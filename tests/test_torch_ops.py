@@ -525,6 +525,57 @@ def test_a_torch_library_custom_op_keeps_its_schema_and_gets_the_packages_meta(t
     assert torch.ops.forge_test_customop.scale_.default._schema.arguments[0].alias_info.is_write
 
 
+def test_the_kernel_files_annotations_stay_objects_at_build_time_and_in_development(tmp_path) -> None:
+    """forge-aot's own modules use ``from __future__ import annotations``; compiling the user's file inside them must
+    not hand it that flag. vLLM's ``direct_register_custom_op`` calls ``torch.library.infer_schema`` at import, on an
+    ``@torch.inference_mode()`` function: with its annotations turned into strings it fails ("Unsupported type
+    annotation torch.Tensor. It is not a type")."""
+    import torch
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "scale.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(X, Y, n, s, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * s, mask=offs < n)
+
+
+        @torch.inference_mode()
+        def scale(x: torch.Tensor, y: torch.Tensor, s: float) -> None:
+            scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), s, BLOCK=1024)
+
+
+        SCHEMA = torch.library.infer_schema(scale, mutates_args=["y"])
+        assert scale.__wrapped__.__annotations__["s"] is float
+
+
+        def examples(device="cpu"):
+            x = torch.empty(4096, dtype=torch.float16, device=device)
+            scale(x, torch.empty_like(x), 2.0)
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(textwrap.dedent('''\
+        [project]
+        name = "forge_test_annotations"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.scale]
+        source = "kernels/scale.py:scale_kernel"
+        ops = ["scale"]
+        signature = { X = "*fp16" }
+        examples = "examples"
+    '''))
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))  # the decorators' reading and the trace
+    assert plan.modules["scale"]["schemas"] == {"scale": "(Tensor x, Tensor(a!) y, float s) -> ()"}
+    _ops(tmp_path / "kernel_manifest.toml", "forge_test_annotations")  # the host module run as development does
+    assert torch.ops.forge_test_annotations.scale.default._schema.arguments[2].type.kind() == "FloatType"
+
+
 def test_an_op_that_writes_its_out_argument_is_a_mutating_custom_op() -> None:
     """vLLM's calling convention, ``silu_and_mul_out(out, x)`` writing ``out`` and returning None: the traced
     launches pass ``out`` where the kernel stores, so its schema marks ``out`` written (``Tensor(a!)``) and returns

@@ -133,7 +133,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
         if source is None:
             spec.loader.exec_module(module)  # type: ignore[union-attr]
         else:
-            exec(compile(source, filename, "exec"), module.__dict__)
+            # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
+            exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
     except BaseException:
         for name in names:
             if sys.modules.get(name) is module:
