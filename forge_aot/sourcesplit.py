@@ -196,7 +196,8 @@ def _driver_attributes(node: ast.AST) -> set[int]:
 
 def asks_device(node: ast.AST) -> bool:
     """Whether code asks about the device: Triton's ``driver`` (imported from ``triton.runtime`` or reached as
-    ``triton.runtime.driver``) or ``torch.cuda``'s device queries (``get_device_capability``...). Its launches
+    ``triton.runtime.driver``), ``torch.cuda``'s device queries (``get_device_capability``, ``is_available``...)
+    or ``torch.version.cuda`` / ``hip``. Its launches
     may then differ per target, so the build traces it once per target."""
     from .targets import TORCH_DEVICE_QUERIES
 
@@ -206,6 +207,10 @@ def asks_device(node: ast.AST) -> bool:
         if isinstance(n, ast.Attribute) and n.attr in TORCH_DEVICE_QUERIES and (
                 (isinstance(n.value, ast.Attribute) and n.value.attr == "cuda")
                 or (isinstance(n.value, ast.Name) and n.value.id == "cuda")):
+            return True
+        # torch.version.hip / .cuda: which backend (SGLang's is_hip(), Unsloth's device type) is the target's too
+        if isinstance(n, ast.Attribute) and n.attr in ("hip", "cuda") and isinstance(n.value, ast.Attribute) \
+                and n.value.attr == "version":
             return True
     return bool(_driver_attributes(node))
 

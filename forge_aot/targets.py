@@ -171,23 +171,33 @@ class RepresentativeProperties:
 
 
 TORCH_DEVICE_QUERIES = ("get_device_capability", "get_device_properties", "get_device_name", "current_device",
-                        "device_count")
+                        "device_count", "is_available")
 """The ``torch.cuda`` functions the build answers as a target's representative GPU while it traces host code."""
+
+
+STAND_IN_VERSIONS = {"cuda": "12.8", "hip": "6.4.0"}
+"""``torch.version.cuda`` / ``hip`` while the build traces for a backend the machine's torch was not built for."""
 
 
 @contextlib.contextmanager
 def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     """``torch.cuda``'s device queries (``TORCH_DEVICE_QUERIES``) answer as the target's representative GPU: host
     code that reads the capability, the SM count or the name at import or per call (``is_hopper =
-    torch.cuda.get_device_capability()[0] >= 9``) traces on a machine without a GPU, per target. Nothing else
-    of torch changes (``is_available`` stays the truth: host code that picks its device from it keeps the CPU)."""
+    torch.cuda.get_device_capability()[0] >= 9``) traces on a machine without a GPU, per target.
+
+    ``is_available()`` answers True and ``torch.version.cuda`` / ``torch.version.hip`` say the target's backend, as
+    on the GPU the wheel serves: libraries gate their device queries on them (SGLang's ``is_cuda()`` is
+    ``is_available() and torch.version.cuda``, its prefill attention picks ``BLOCK = 128`` on sm_80 and newer
+    behind it; Unsloth refuses to import without an accelerator; Triton's own ``CudaDriver.is_active()``, which
+    vLLM's ``triton_utils`` counts, reads both), and answering as a machine without a GPU built another branch's
+    variants, silently. The trace's tensors stay on the meta device or the CPU."""
     import torch
 
     props = RepresentativeProperties(target, model)
     stand_ins: dict[str, Any] = {"get_device_capability": lambda device=None: (props.major, props.minor),
                  "get_device_properties": lambda device=None: props,
                  "get_device_name": lambda device=None: props.name,
-                 "current_device": lambda: 0, "device_count": lambda: 1}
+                 "current_device": lambda: 0, "device_count": lambda: 1, "is_available": lambda: True}
     # ``with torch.cuda.device(x.device):`` around a launch (flash-attn's rotary, every FlagGems op): the trace's
     # tensors are on the CPU, so there is no device to switch to (torch refuses a CPU device, and torch without
     # CUDA any); a CUDA device, on a machine that has one, switches as usual.
@@ -198,13 +208,18 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     stand_ins["device_of"] = lambda obj: real_device_of(obj) if cuda and getattr(obj, "is_cuda", False) \
         else _NoDeviceSwitch(obj)
     saved = {name: getattr(torch.cuda, name) for name in stand_ins}
+    versions = {"cuda": torch.version.cuda, "hip": torch.version.hip}
     try:
         for name, fn in stand_ins.items():
             setattr(torch.cuda, name, fn)
+        hip = TARGETS[target].backend == "hip"
+        torch.version.cuda = None if hip else (versions["cuda"] or STAND_IN_VERSIONS["cuda"])
+        torch.version.hip = (versions["hip"] or STAND_IN_VERSIONS["hip"]) if hip else None
         yield
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
+        torch.version.cuda, torch.version.hip = versions["cuda"], versions["hip"]
 
 
 def _names_cuda(device: Any) -> bool:

@@ -54,7 +54,60 @@ def test_torch_device_queries_answer_as_the_target_only_inside() -> None:
     with torch_answers_as("gfx942"):
         assert torch.cuda.get_device_properties().gcnArchName == "gfx942"
         assert torch.cuda.get_device_properties().warp_size == 64
-    assert torch.cuda.get_device_capability is real
+        assert torch.cuda.is_available() and torch.version.hip and torch.version.cuda is None
+    versions = torch.version.cuda, torch.version.hip
+    with torch_answers_as("sm_80"):  # as on the GPU the wheel serves (libraries gate their queries on these)
+        assert torch.cuda.is_available() and torch.version.cuda and torch.version.hip is None
+    assert torch.cuda.get_device_capability is real and (torch.version.cuda, torch.version.hip) == versions
+
+
+def test_host_code_gated_on_is_available_and_the_backend_traces_as_the_target(tmp_path) -> None:
+    """SGLang's attention files ask ``torch.cuda.is_available()`` before the capability, and ``is_hip()``
+    (``torch.version.hip``) for AMD's blocks: each target builds what that GPU's process would launch (on a
+    machine without a GPU the build had taken the "no GPU" branch for every target, with no warning)."""
+    import textwrap
+
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        is_cuda_available = torch.cuda.is_available()
+        if is_cuda_available:
+            CUDA_CAPABILITY = torch.cuda.get_device_capability()
+        _is_hip = torch.version.hip is not None
+
+
+        @triton.jit
+        def copy_kernel(X, Y, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+
+        def copy(x, y):
+            if _is_hip:
+                block = 256
+            elif is_cuda_available and CUDA_CAPABILITY[0] > 8:
+                block = 128
+            else:
+                block = 64
+            copy_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), BLOCK=block)
+
+
+        def examples(device):
+            x = torch.empty(1000, device=device)
+            copy(x, torch.empty_like(x))
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "gated"\nversion = "0.1"\ntargets = ["sm_80", "sm_90", "gfx942"]\n\n'
+        '[kernels.copy]\nsource = "k.py:copy_kernel"\nops = ["copy"]\nsignature = { X = "*fp32" }\n'
+        'examples = "examples"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert {e.target: e.variant for e in plan.entries} == {"sm_80": "BLOCK=64", "sm_90": "BLOCK=128",
+                                                         "gfx942": "BLOCK=256"}
 
 
 def test_a_helper_that_asks_the_device_makes_its_kernel_files_trace_per_target(tmp_path) -> None:
