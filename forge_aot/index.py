@@ -10,7 +10,7 @@ from typing import Any
 
 from . import __version__
 from .compiler import CompileReport
-from .plan import BuildPlan
+from .plan import BuildPlan, path_component
 from .runtime import INDEX_FORMAT
 from .targets import TARGETS
 
@@ -20,15 +20,9 @@ DESCRIPTOR_FIELDS = ("descs", "tensordesc_meta")
 """Binaries of kernels that take host-side tensor descriptors: their block shapes and TMA metadata."""
 
 
-def variant_dirname(variant_id: str) -> str:
-    """A variant id as a directory name: no commas, which file lists such as a wheel's RECORD (CSV) would
-    have to quote (``T=fp16,BLOCK_SIZE=1024`` → ``T=fp16_BLOCK_SIZE=1024``)."""
-    return variant_id.replace(",", "_")
-
-
 def binary_path(sidecar: dict[str, Any], config_id: str, binary_id: str) -> str:
-    variant = variant_dirname(sidecar["variant"])
-    return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config_id}/{binary_id}.{sidecar['format']}"
+    variant, config = path_component(sidecar["variant"]), path_component(config_id)
+    return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config}/{binary_id}.{sidecar['format']}"
 
 
 def compile_reason(failures: list[str]) -> str:

@@ -25,7 +25,7 @@ from .compiler import CompileReport
 from .errors import PackageError
 from .extension import FILENAME as EXTENSION_FILENAME
 from .extension import Extension, build_extension, native_arch
-from .index import build_index, variant_dirname
+from .index import build_index, path_component
 from .plan import BuildPlan
 from .runtime.entry import op_table
 
@@ -112,7 +112,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                 continue
             variants = {}
             for vid, variant in sorted(kspec["variants"].items()):
-                files = f"{k}/{variant_dirname(vid)}"
+                files = f"{k}/{path_component(vid)}"
                 base = pkg / "_forge" / "modules" / mod / files
                 for target, tentry in sorted(variant["targets"].items()):
                     # the target's configs and tables; each config's binaries a file of their own, read when
@@ -121,9 +121,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                     configs = {}
                     for cid, cfg in sorted(tentry["configs"].items()):
                         bins = cfg.get("binaries", {})
-                        (base / target / f"{cid}.json").write_bytes(_compact_json(bins))
+                        (base / target / f"{path_component(cid)}.json").write_bytes(_compact_json(bins))
                         configs[cid] = {**{f: v for f, v in cfg.items() if f != "binaries"},
-                                        "binaries_file": f"{target}/{cid}.json",
+                                        "binaries_file": f"{target}/{path_component(cid)}.json",
                                         "max_shared": max((b["shared"] for b in bins.values()), default=0)}
                     (base / f"{target}.json").write_bytes(_compact_json({**tentry, "configs": configs}))
                 variants[vid] = {**variant, "targets": sorted(variant["targets"]), "target_files": files}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import hashlib
 import itertools
 import math
 import os
@@ -151,6 +152,22 @@ class BinarySpec:
         return self.relaxed(list(range(len(self.spec))))
 
 
+PATH_COMPONENT_MAX = 96
+"""Longest variant or config id used as a path component as it is; longer ones are shortened (``path_component``)."""
+
+
+def path_component(name: str) -> str:
+    """A variant or config id as a file or directory name: no commas, which file lists such as a wheel's RECORD
+    (CSV) would have to quote (``T=fp16,BLOCK_SIZE=1024`` → ``T=fp16_BLOCK_SIZE=1024``), and, past
+    ``PATH_COMPONENT_MAX`` characters, its first 64 characters and a hash of the whole id: a kernel with many
+    call-site constexprs (SGLang's extend attention passes a dozen, some with long names) has variant ids longer
+    than the 255 bytes a file name may have."""
+    flat = name.replace(",", "_")
+    if len(flat) <= PATH_COMPONENT_MAX:
+        return flat
+    return f"{flat[:64]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
 @dataclass(frozen=True)
 class CompileJob:
     """One binary: kernel × variant × config × target × specialization."""
@@ -173,7 +190,8 @@ class CompileJob:
 
     @property
     def binary_stem(self) -> str:
-        return f"{self.kernel}/{self.target}/{self.variant.replace(',', '_')}/{self.config.id}/{self.binary.id}"
+        return (f"{self.kernel}/{self.target}/{path_component(self.variant)}/{path_component(self.config.id)}/"
+                f"{self.binary.id}")
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"descriptors": {n: list(s) for n, s in self.binary.descs}} if self.binary.descs \

@@ -344,3 +344,45 @@ def test_development_mode_binds_the_exports_too() -> None:
     assert sorted(ops) == ["DoubleScale", "Scale", "double_scale", "scale"]
     layer = ops["DoubleScale"](2.0)
     assert type(layer.inner[0]) is ops["Scale"] and ops["Scale"].forward.__globals__["scale"] is ops["scale"]
+
+
+def test_long_variant_and_config_ids_get_short_file_names(tmp_path: Path) -> None:
+    """SGLang's extend attention passes a dozen call-site constexprs, some with long names: its variant ids are
+    longer than the 255 bytes a file name may have, and every binary failed to write ("File name too long"). Such
+    ids are shortened to 64 characters and a hash of the whole id, in the build directory and in the wheel, and
+    the runtime reads every part of the index the build wrote."""
+    import zipfile
+
+    from forge_aot.runtime.host_modules import load_index
+
+    long_names = [f"A_VERY_LONG_CONSTEXPR_NAME_NUMBER_{i}" for i in ("ONE", "TWO", "THREE", "FOUR", "FIVE", "SIX")]
+    (tmp_path / "k.py").write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        f"def k(X, Y, n, {', '.join(f'{n}: tl.constexpr' for n in long_names)}, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)\n\n\n"
+        "def copy(x, flag: bool):\n    y = torch.empty_like(x)\n"
+        "    k[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), "
+        f"{', '.join(f'{n}=flag' for n in long_names)}, BLOCK=1024)\n    return y\n\n\n"
+        "def examples(device):\n    for flag in (True, False):\n"
+        "        copy(torch.empty(4096, dtype=torch.float16, device=device), flag)\n")
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "longnames"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\n'
+        'source = "k.py:k"\nops = ["copy"]\nsignature = { X = "*fp16" }\nexamples = "examples"\n')
+    result = build(tmp_path / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work",
+                   platforms=["any"])
+    assert len({e.variant for e in result.plan.entries}) == 2
+    assert all(len(e.variant) > 255 for e in result.plan.entries)
+    with zipfile.ZipFile(result.wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "site")
+    assert max(len(part) for n in names for part in n.split("/")) <= 97 + len(".cubin")
+    root = str(tmp_path / "site" / "longnames")
+    whole = load_index(root)
+    paths = {b["path"] for spec in whole["kernels"].values() for v in spec["variants"].values()
+             for t in v["targets"].values() for c in t["configs"].values() for b in c["binaries"].values()}
+    assert len(paths) >= 2 and all(f"longnames/{p}" in names for p in paths)
+    part = load_index(root, "k")  # what an op's first call reads: each target entry, then each config's binaries
+    read = [b["path"] for spec in part["kernels"].values() for v in spec["variants"].values()
+            for t in v["targets"].values() for c in t["configs"].values() for b in c["binaries"].values()]
+    assert set(read) == paths
