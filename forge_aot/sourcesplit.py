@@ -599,6 +599,41 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
     lines[first:last + 1] = [ln + "\n" for ln in new]
 
 
+def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
+    """Kernels wrapped by assignment instead of decoration, as Unsloth writes them (``def _rope_embedding(...)``,
+    then ``_rope_embedding = triton.jit(_rope_embedding)`` and ``_rope_embedding = triton.heuristics({...})(
+    _rope_embedding)``): each top-level ``NAME = W(NAME)`` / ``NAME = W(...)(NAME)`` after ``def NAME`` whose ``W`` is
+    ``triton.jit``, ``triton.heuristics`` or ``triton.autotune`` becomes that def's decorator (the last one
+    outermost, as Python applies them), in the tree this parse reads. Returns the ids of those assignments: the
+    kernel side of the file, as decorators are (a heuristics' values still become host code on their lines)."""
+    functions: dict[str, ast.FunctionDef] = {}
+    rebinding: set[int] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef):
+            functions[stmt.name] = stmt
+            continue
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        call = stmt.value if isinstance(stmt, ast.Assign) else None
+        if not isinstance(target, ast.Name) or target.id not in functions or not isinstance(call, ast.Call):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.ClassDef, ast.Import, ast.ImportFrom)):
+                for name in _defined_names(stmt):  # the name now means something else
+                    functions.pop(name, None)
+            continue
+        wrapped = [a for a in call.args if isinstance(a, ast.Name) and a.id == target.id]
+        dec: ast.expr | None = None
+        if isinstance(call.func, ast.Call) and len(call.args) == 1 and wrapped and not call.keywords:
+            dec = call.func  # triton.heuristics({...})(f), triton.autotune(configs=..., key=...)(f)
+        elif call.args and call.args[0] is (wrapped[0] if wrapped else None) and len(call.args) == 1:
+            dec = ast.copy_location(ast.Call(func=call.func, args=[], keywords=call.keywords), call) \
+                if call.keywords else call.func  # triton.jit(f), triton.jit(f, do_not_specialize=[...])
+        if dec is None or _decorator_kind(dec) is None:
+            functions.pop(target.id, None)
+            continue
+        functions[target.id].decorator_list.insert(0, dec)
+        rebinding.add(id(stmt))
+    return rebinding
+
+
 def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False,
                  wrappers: frozenset[str] = frozenset(), needs_kernels: bool = True) -> SourceFile:
     """Parse a kernel file and check that its host code needs nothing from Triton but the host helpers.
@@ -622,6 +657,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                           and _DESCRIPTOR_MODULE in {getattr(stmt, "module", None), *(a.name for a in stmt.names)}
                           for a in stmt.names}
     element_types = _element_type_nodes(tree, language_aliases)
+    rebinding = _decorate_rebound_kernels(tree)
     kernels: dict[str, KernelSource] = {}
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
@@ -630,6 +666,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     rest: list[ast.stmt] = []
     constants: dict[str, Any] = {}  # top-level ``NAME = literal`` (or ``tl.constexpr(literal)``) bound so far
     for stmt in tree.body:
+        if id(stmt) in rebinding:  # ``kernel = triton.jit(kernel)``: now the def's decorator, its line kernel side
+            blanked.append(stmt)
+            continue
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             found = _constexpr_value(stmt, triton_names)

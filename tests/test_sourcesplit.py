@@ -96,6 +96,66 @@ def test_autotuned_kernel_heuristics_become_host_registrations(tmp_path: Path) -
     assert "op" in src.host_functions
 
 
+REBOUND = """\
+import torch
+import triton
+import triton.language as tl
+
+
+def _rope(Q, n, BACKWARD_PASS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    q = tl.load(Q + offs, mask=offs < n)
+    tl.store(Q + offs, -q if BACKWARD_PASS else q, mask=offs < n)
+
+
+_rope = triton.jit(_rope)
+_rope = triton.heuristics(
+    {
+        "BACKWARD_PASS": lambda args: bool(args["BACKWARD_PASS"]),
+    }
+)(_rope)
+
+
+def _plain(X, n, BLOCK: tl.constexpr):
+    pass
+
+
+_plain = triton.jit(_plain, do_not_specialize=["n"])
+not_a_kernel = triton.cdiv(7, 2)
+
+
+def op(q):
+    _rope[(1,)](q, q.numel(), BACKWARD_PASS=0, BLOCK_SIZE=1024)
+    _plain[(1,)](q, q.numel(), BLOCK=64)
+    return q
+"""
+
+
+def test_kernels_wrapped_by_assignment_are_kernels_as_decorated_ones(tmp_path: Path) -> None:
+    """Unsloth wraps its kernels after the def (``_rope = triton.jit(_rope)``, then ``_rope =
+    triton.heuristics({...})(_rope)``): the same kernel, decorators and host code as the decorated form."""
+    f = tmp_path / "k.py"
+    f.write_text(REBOUND)
+    src = parse_source(f, {"op"})
+    assert src.kernels["_rope"].decorators == ("heuristics", "jit")
+    assert src.kernels["_plain"].decorators == ("jit",) and src.kernels["_plain"].do_not_specialize == ("n",)
+    host, original = src.host_source.splitlines(), REBOUND.splitlines()
+    assert len(host) == len(original)
+    for line in ("def _rope", "def _plain", "= triton.jit(", "= triton.heuristics("):
+        assert line not in src.host_source
+    first = original.index("_rope = triton.heuristics(")
+    assert host[first].rstrip() == "__forge_heuristics__('_rope',"
+    assert host[first + 1:first + 5] == ["{", original[first + 2], "    })", ""]  # the values, on their lines
+    assert host[original.index("not_a_kernel = triton.cdiv(7, 2)")] == "not_a_kernel = triton.cdiv(7, 2)"
+    assert [site.kernel for site in src.launches] == ["_rope", "_plain"]
+    compile(src.host_source, str(f), "exec")
+    # a rebinding that is not Triton's leaves the function a function (which host code may then not launch)
+    f.write_text(REBOUND.replace("_plain = triton.jit(_plain, do_not_specialize=[\"n\"])",
+                                 "_plain = functools.wraps(_plain)(_plain)"))
+    with pytest.raises(SourceError, match="host code uses '_plain', defined with Triton"):
+        parse_source(f, {"op"})
+
+
 def test_host_op_reaching_a_triton_helper_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
     f.write_text(AUTOTUNED.replace("    return x\n", "    return len(get_configs())\n"))
