@@ -57,6 +57,19 @@ def _torch_rotary(x, cos, sin):
     return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c, x[..., 2 * half:]], dim=-1)
 
 
+def _torch_rope(q, k, cos, sin):
+    """Rotary embedding of (batch, heads, seq, head_dim) q and k in eager torch, in their dtype (rotate_half)."""
+    import torch
+
+    c, s = torch.cat([cos, cos], -1)[None, None], torch.cat([sin, sin], -1)[None, None]
+
+    def rotate(x):
+        half = x.shape[-1] // 2
+        return x * c + torch.cat([-x[..., half:], x[..., :half]], -1) * s
+
+    return rotate(q), rotate(k)
+
+
 def _torch_group_quant(x, group_size: int):
     """Per-token-group FP8 (e4m3) quantization in eager torch: scales and values."""
     import torch
@@ -411,6 +424,27 @@ def _cases(torch, F, wheel, dev, jit):
             "forge-aot": lambda a=args: wheel.decode_attention_fwd(*a, sm_scale=0.088),
             "jit-same": lambda a=args: dev["decode_attention_fwd"](*a, sm_scale=0.088),
             "jit": lambda a=args: jit["decode_attention"].decode_attention_fwd(*a, sm_scale=0.088)})
+    # Unsloth-style RoPE (kernels wrapped after their def, strides as constexprs): Llama-3-8B's heads (32 query, 8
+    # key/value, 128 wide), bf16, forward and forward + backward; torch is the rotate_half form in bf16
+    rope = jit["unsloth_rope"]
+    for batch, seq in ((4, 2048), (1, 512)):
+        q, kk = (torch.randn(batch, heads, seq, 128, device="cuda", dtype=torch.bfloat16) for heads in (32, 8))
+        angle = torch.randn(seq, 64, device="cuda")
+        cos, sin = angle.cos().bfloat16(), angle.sin().bfloat16()
+        cases[f"unsloth_rope fwd {batch}x{seq} 32/8x128"] = (2 * 2 * (q.numel() + kk.numel()), "B", {
+            "forge-aot": lambda q=q, k=kk, c=cos, s=sin: wheel.fast_rope_embedding(q, k, c, s),
+            "jit-same": lambda q=q, k=kk, c=cos, s=sin: dev["fast_rope_embedding"](q, k, c, s),
+            "jit": lambda q=q, k=kk, c=cos, s=sin: rope.fast_rope_embedding(q, k, c, s),
+            "torch": lambda q=q, k=kk, c=cos, s=sin: _torch_rope(q, k, c, s)})
+        qg, kg = q.clone().requires_grad_(), kk.clone().requires_grad_()
+        dq, dk = torch.randn_like(q), torch.randn_like(kk)
+
+        def rope_fb(fn, qg=qg, kg=kg, c=cos, s=sin, dq=dq, dk=dk):
+            return lambda: torch.autograd.backward(fn(qg, kg, c, s), (dq, dk))
+
+        cases[f"unsloth_rope fwd+bwd {batch}x{seq} 32/8x128"] = (None, None, {
+            "forge-aot": rope_fb(wheel.fast_rope_embedding), "jit-same": rope_fb(dev["fast_rope_embedding"]),
+            "jit": rope_fb(rope.fast_rope_embedding), "torch": rope_fb(_torch_rope)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -450,6 +484,8 @@ def main() -> None:
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it
     jit["rotary"] = load_kernel_module(str(FIXTURE / "kernels" / "rotary.py"))
+    # a package (its relative imports), imported as its users import it
+    jit["unsloth_rope"] = importlib.import_module("unslothlike.kernels.rope_embedding")
     results = {}
     names = ["forge-aot", "jit-same", "jit", "torch"]
     print(f"{'case':32s} " + " ".join(f"{n + ' ms':>12s}" for n in names)
