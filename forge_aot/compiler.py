@@ -200,7 +200,10 @@ class CompilePool:
                     payload = {**job.to_json(), "binary_stem": job.binary_stem, "out_dir": str(out_dir),
                                "target_info": {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}}
                     start = time.perf_counter()
-                    reply = worker.request(payload, job.timeout)
+                    try:
+                        reply = worker.request(payload, job.timeout)
+                    except Exception as exc:  # a job this process cannot even send: failed, never resubmitted
+                        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
                     if reply.get("dead"):
                         worker = None
                     results[i] = _check_result(job, reply, time.perf_counter() - start, out_dir)
@@ -319,6 +322,10 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
         if not jobs:
             break
         results = pool.run(list(jobs.values()), out_dir, progress)
+        answered = {id(r.job) for r in results}
+        for job in jobs.values():  # every job gets an outcome, so each round makes progress and the loop ends
+            if id(job) not in answered:
+                results.append(CompileResult(job, False, error="the compile pool returned no result for it"))
         all_results += results
         for r in results:
             status[(r.job.kernel, r.job.variant, r.job.target, r.job.config.id, r.job.binary)] = r

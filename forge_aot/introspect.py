@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import SourceError
 from .runtime.host_triton import HOST_DTYPES, HostDtype
+from .sourcesplit import TRITON_REEXPORTS
 from .targets import torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
@@ -141,9 +142,24 @@ def load_kernel_module(path: str) -> types.ModuleType:
                 exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(name, None)
+            _check_reexported_triton(path, module)  # a placeholder Triton: say so, rather than how it then failed
             raise
+        _check_reexported_triton(path, module)
         _modules[path] = module
     return module
+
+
+def _check_reexported_triton(path: str, module: types.ModuleType) -> None:
+    """``triton`` and ``tl`` in a kernel file are Triton's own modules, also where the file takes them from another
+    module (``from vllm.triton_utils import tl, triton``, which hands out a placeholder where it finds no active
+    Triton driver): anything else would compile nothing the file means."""
+    import importlib
+
+    for name, real in TRITON_REEXPORTS.items():
+        value = module.__dict__.get(name)
+        if isinstance(value, types.ModuleType) and value is not importlib.import_module(real):
+            raise SourceError(f"{path}: '{name}' is not {real} but {value!r} (a placeholder a re-exporting module "
+                              "hands out where it finds no active Triton driver?)")
 
 
 def base_jit_function(obj: Any) -> Any:

@@ -618,6 +618,14 @@ def _concrete(ty: str, assignment: dict[str, Any]) -> str:
     return ty
 
 
+def _no_class_op(loaded: mf.LoadedManifest, at: str, src: SourceFile, op: str) -> None:
+    """An op is a function the package calls and registers; a class (an ``autograd.Function``, an ``nn.Module``)
+    is exported as it is instead."""
+    if op in src.host_classes:
+        raise _error(loaded, at, f"'{op}' is a class in {src.path.name}: an op must be a function (export a class, "
+                     f"such as a torch.autograd.Function or an nn.Module, as it is: [exports] {op} = \"<file>\")")
+
+
 def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str | None = None) -> ManifestError:
     return ManifestError(message, file=str(loaded.path), key_path=path, suggestion=suggestion)
 
@@ -1111,6 +1119,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             if op not in src.host_functions:
                 raise _error(loaded, f"kernels.{name}.ops[{i}]", f"no host function '{op}' in {file}",
                              close_match(op, src.host_functions))
+            _no_class_op(loaded, f"kernels.{name}.ops[{i}]", src, op)
             if op not in mod["ops"]:
                 mod["ops"].append(op)
         if k.examples is not None:
@@ -1148,6 +1157,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             if fn_name is not None and fn_name not in src.host_functions:
                 raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
                              close_match(fn_name, src.host_functions))
+        _no_class_op(loaded, f"ops.{op_name}", src, op_name)
         mod["ops"].append(op_name)
         if o.examples is not None:
             mod["examples"].add(o.examples)

@@ -132,9 +132,11 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             keyed.append(({}, ("()",)))
             continue
         flat = result if isinstance(result, tuple) else (result,)
-        inputs = [id(v) for v in bound.arguments.values() if v is not None]
-        if any(r is not None and id(r) in inputs for r in flat):
-            return None, "it returns one of its inputs (a custom op's outputs may not alias its inputs)", None
+        # an input, or a view of one (Liger's swiglu returns a.view(-1, n)): the same storage
+        inputs = {storage_id(v) for v in bound.arguments.values() if isinstance(v, torch.Tensor)}
+        if any(isinstance(r, torch.Tensor) and storage_id(r) in inputs for r in flat):
+            return None, ("it returns one of its inputs or a view of one (a custom op's outputs may not alias its "
+                          "inputs)"), None
         kinds = tuple(_type_of(r) for r in flat)
         if any(k not in ("Tensor", "None") for k in kinds) or (result is None and not written):
             return None, f"it returns {type(result).__name__}, not tensors", None

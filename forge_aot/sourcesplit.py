@@ -100,6 +100,8 @@ class SourceFile:
     """Whether host code asks about the device (see ``asks_device``)."""
     mutating_ops: dict[str, str] = field(default_factory=dict)
     """Host functions decorated ``@triton_op(..., mutates_args=...)`` that write arguments: the names given."""
+    host_classes: frozenset[str] = frozenset()
+    """The classes among ``host_functions`` (an op must be a function: a class goes to ``[exports]``)."""
 
     def reachable(self, roots: set[str]) -> set[str]:
         """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
@@ -124,11 +126,26 @@ class SourceFile:
         return "".join(lines)
 
 
+TRITON_REEXPORTS = {"triton": "triton", "tl": "triton.language"}
+"""Names a module may re-export Triton under (vLLM's kernel files all start ``from vllm.triton_utils import tl,
+triton``, a module that hands out Triton or a placeholder), and what each must be."""
+
+
+def _is_triton_reexport(stmt: ast.stmt) -> bool:
+    """``from <any module> import tl, triton``: Triton itself, re-exported (the build checks that they are)."""
+    return isinstance(stmt, ast.ImportFrom) and not _is_triton_module(stmt.module) \
+        and all(a.name in TRITON_REEXPORTS and (a.asname or a.name) == a.name for a in stmt.names)
+
+
+def _is_triton_module(module: str | None) -> bool:
+    return module is not None and (module == "triton" or module.startswith("triton."))
+
+
 def _is_triton_import(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.Import):
         return all(a.name == "triton" or a.name.startswith("triton.") for a in stmt.names)
     if isinstance(stmt, ast.ImportFrom):
-        return stmt.module is not None and (stmt.module == "triton" or stmt.module.startswith("triton."))
+        return _is_triton_module(stmt.module) or _is_triton_reexport(stmt)
     return False
 
 
@@ -501,24 +518,31 @@ def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
     return False
 
 
-def _constexpr_value(stmt: ast.stmt, triton_names: set[str]) -> tuple[str, ast.expr] | None:
-    """``NAME = tl.constexpr(value)`` (how Triton lets kernels read a global) or ``NAME: tl.constexpr = value``
-    at the top level: (NAME, value)."""
+def _constexpr_value(stmt: ast.stmt, triton_names: set[str]) -> tuple[str, ast.expr, bool] | None:
+    """``NAME = tl.constexpr(value)`` (how Triton lets kernels read a global), ``NAME: tl.constexpr = value`` or
+    both (Liger: ``_REDUCTION_MODE_MEAN: tl.constexpr = tl.constexpr(1)``) at the top level: (NAME, value, whether
+    the value is a ``tl.constexpr`` object, whose ``.value`` host code may read)."""
     def is_constexpr(e: ast.expr) -> bool:
         return ast.unparse(e).rpartition(".")[2] == "constexpr" and _uses_triton(e, triton_names)
 
+    def unwrapped(e: ast.expr) -> ast.expr | None:
+        if isinstance(e, ast.Call) and is_constexpr(e.func) and len(e.args) == 1 and not e.keywords:
+            return e.args[0]
+        return None
+
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None \
             and is_constexpr(stmt.annotation):
-        return stmt.target.id, stmt.value
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and isinstance(stmt.value, ast.Call) and is_constexpr(stmt.value.func) \
-            and len(stmt.value.args) == 1 and not stmt.value.keywords:
-        return stmt.targets[0].id, stmt.value.args[0]
+        inner = unwrapped(stmt.value)
+        return stmt.target.id, inner or stmt.value, inner is not None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        inner = unwrapped(stmt.value)
+        if inner is not None:
+            return stmt.targets[0].id, inner, True
     return None
 
 
 def _constexpr_globals(rest: list[ast.stmt], triton_names: set[str],
-                       element_types: frozenset[int]) -> dict[int, tuple[str, ast.expr]]:
+                       element_types: frozenset[int]) -> dict[int, tuple[str, ast.expr, bool]]:
     """The top-level constexpr globals (``_constexpr_value``) whose value needs no Triton, by statement id: kernels
     read them as constexprs, host code as plain values (vLLM-style block sizes shared by a kernel and its grid),
     so the host module keeps them as ``NAME = value`` and needs no Triton for them."""
@@ -539,6 +563,8 @@ def _language_aliases(tree: ast.Module) -> set[str]:
             out.update(a.asname for a in stmt.names if a.name == "triton.language" and a.asname)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and not stmt.level:
             out.update(a.asname or a.name for a in stmt.names if a.name == "language")
+        elif _is_triton_reexport(stmt):
+            out.update(a.name for a in stmt.names if a.name == "tl")  # type: ignore[union-attr]
     return out
 
 
@@ -818,15 +844,19 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     _torch_library_rewrites(host, lines)
     for stmt in host:  # ``NAME: tl.constexpr = value`` → ``NAME = value``: no Triton where the host module runs
         if id(stmt) in constexpr_globals:
-            name, value = constexpr_globals[id(stmt)]
-            _replace_statement(lines, stmt, f"{name} = {ast.unparse(value)}")
+            name, value, wrapped = constexpr_globals[id(stmt)]
+            # a tl.constexpr object: the same value with the ``.value`` host code reads (Liger's mode tables)
+            text = f"triton._host_constexpr({ast.unparse(value)})" if wrapped else ast.unparse(value)
+            _replace_statement(lines, stmt, f"{name} = {text}")
     # ``import triton.language as tl`` where host code reads ``tl.bfloat16``: the runtime's element types.
     host_aliases = {n.id for stmt in host for n in ast.walk(stmt) if isinstance(n, ast.Name) and id(n) in element_types}
     for stmt in blanked:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _is_triton_import(stmt):
             from_triton = getattr(stmt, "module", None) == "triton"
+            reexport = _is_triton_reexport(stmt)
             bound = [a.asname or a.name for a in stmt.names
-                     if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")]
+                     if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")
+                     or (reexport and a.name == "tl")]
             if set(bound) & host_aliases:  # a top-level statement, blanked above
                 lines[stmt.lineno - 1] = "; ".join(f"{n} = triton.language" for n in bound if n in host_aliases) + "\n"
     # Host-provided imports bind the runtime's (``driver = triton.runtime.driver``), at module level and inside host
@@ -837,6 +867,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         _replace_statement(lines, stmt, "; ".join(f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()))
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
+                      host_classes=frozenset(s.name for s in host if isinstance(s, ast.ClassDef)),
                       function_lines=function_lines, names_used=names_used,
                       mutating_ops={n: m for stmt in host if isinstance(stmt, ast.FunctionDef)
                                     for n, m in [(stmt.name, _triton_op_mutates(stmt, triton_op_names))]

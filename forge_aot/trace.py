@@ -18,6 +18,7 @@ from typing import Any
 
 from . import runtime as rt
 from .errors import SourceError
+from .introspect import as_host_value
 from .plan import KernelPlan, TracedCall
 from .runtime.kernel import LAUNCHES
 
@@ -136,6 +137,9 @@ class TraceKernel(rt.Kernel):
         runtime, call = self._bind(args, kwargs)
         if LAUNCHES.skip:  # the build's run of a Meta implementation (schema.meta_mismatch): nothing to record
             return
+        # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
+        # Triton itself at build time) is recorded as the runtime's stand-in, as the wheel's host code passes it.
+        call = {k: as_host_value(v) for k, v in call.items()}
         values = list(runtime)
         for i in self.ptr_pos:
             try:

@@ -479,3 +479,166 @@ def test_a_kernel_file_imported_inside_a_function_reaches_the_traced_op(tmp_path
     # neg_scale's examples ran through the traced scale op: its launches were recorded as scale's
     scale_calls = [c for e in plan.entries if e.kernel == "scale" for cs in e.calls.values() for c in cs]
     assert {c.key for c in scale_calls} >= {(1000,), (4096,)}
+
+
+TRITON_UTILS = '''\
+"""vLLM's vllm/triton_utils (importing.py and __init__.py, abridged to the lines that decide): Triton where exactly one
+of its drivers is active, else a placeholder module."""
+import types
+from importlib.util import find_spec
+
+HAS_TRITON = find_spec("triton") is not None
+if HAS_TRITON:
+    from triton.backends import backends
+
+    active_drivers = [x.driver for x in backends.values() if x.driver and x.driver.is_active()]
+    if len(active_drivers) != 1:
+        HAS_TRITON = False
+
+
+class TritonPlaceholder(types.ModuleType):
+    def __init__(self):
+        super().__init__("triton")
+        self.jit = lambda *a, **k: (a[0] if a and callable(a[0]) else (lambda f: f))
+        self.cdiv = lambda a, b: -(-a // b)
+
+
+if HAS_TRITON{force}:
+    import triton
+    import triton.language as tl
+else:
+    triton = TritonPlaceholder()
+    tl = types.ModuleType("triton.language")
+'''
+
+VLLM_STYLE_KERNEL = '''\
+import torch
+
+from mylib.triton_utils import tl, triton
+
+
+@triton.jit
+def scale_kernel(X, Y, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x, dtype=tl.float16):
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.empty(4096, dtype=torch.float16, device=device))
+'''
+
+
+def test_triton_taken_from_a_reexporting_module_is_triton(tmp_path: Path) -> None:
+    """vLLM's kernel files import Triton as ``from vllm.triton_utils import tl, triton``: that line is a Triton import
+    (kernel side; host code gets the runtime's triton and its element types), the re-exporting module is not shipped,
+    and the build checks that what it handed out is Triton (vLLM's placeholder, where no Triton driver is active, is
+    named instead of compiling nothing)."""
+    from forge_aot.errors import SourceError
+    from forge_aot.pipeline import build
+    from forge_aot.sourcesplit import parse_source
+
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (tmp_path / "mylib" / "triton_utils.py").write_text(TRITON_UTILS.format(force=""))
+    (tmp_path / "k.py").write_text(VLLM_STYLE_KERNEL)
+    src = parse_source(tmp_path / "k.py", {"scale"})
+    assert list(src.kernels) == ["scale_kernel"]
+    assert src.host_source.splitlines()[2] == "tl = triton.language"  # host code reads tl.float16
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "vllm_style"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
+        'source = "k.py:scale_kernel"\nops = ["scale"]\nsignature = { X = "*fp16" }\nexamples = "examples"\n')
+    result = build(tmp_path / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work",
+                   platforms=["any"])
+    assert result.report.results and all(r.ok for r in result.report.results)
+    import zipfile
+
+    with zipfile.ZipFile(result.wheel) as zf:
+        assert not [n for n in zf.namelist() if "triton_utils" in n]
+    # Where it hands out its placeholder, the build says so instead of compiling nothing.
+    (tmp_path / "mylib" / "triton_utils.py").write_text(TRITON_UTILS.format(force=" and False"))
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); from forge_aot.introspect import load_kernel_module; "
+            f"load_kernel_module({str(tmp_path / 'k.py')!r})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "'triton' is not triton but" in proc.stderr
+    assert SourceError.__name__ in proc.stderr
+
+
+def test_a_triton_element_type_from_a_helper_module_is_a_constexpr_like_one_from_the_file(tmp_path: Path) -> None:
+    """Liger-Kernel's ``torch_to_triton_dtype`` lives in ``liger_kernel/ops/utils.py``: at build time that helper
+    runs with Triton itself, so the trace saw a real ``tl.bfloat16``, which no compile job could carry (the job's
+    JSON failed in the pool's thread, and the build resubmitted it forever). The trace records it as the runtime's
+    stand-in, as the wheel's host code passes it; the binary is compiled with the element type."""
+    import zipfile
+
+    from forge_aot.pipeline import build
+
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (tmp_path / "mylib" / "utils.py").write_text(
+        "import torch\nimport triton.language as tl\n\n"
+        "torch_to_triton_dtype = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}\n")
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from mylib.utils import torch_to_triton_dtype
+
+
+        @triton.jit
+        def cast_kernel(x_ptr, y_ptr, n, OUT: tl.constexpr, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n).to(OUT), mask=offs < n)
+
+
+        def cast(x, dtype):
+            y = torch.empty_like(x, dtype=dtype)
+            cast_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), torch_to_triton_dtype[dtype], BLOCK=256)
+            return y
+
+
+        def examples(device="cpu"):
+            for dtype in (torch.bfloat16, torch.float16):
+                cast(torch.randn(1000, device=device), dtype)
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "helper_dtype"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.cast]\n'
+        'source = "k.py:cast_kernel"\nops = ["cast"]\nsignature = { x_ptr = "*fp32", y_ptr = "*T" }\n'
+        'dtypes = { T = ["bf16", "fp16"] }\nexamples = "examples"\n')
+    result = build(tmp_path / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work",
+                   platforms=["any"])
+    assert sorted(e.variant for e in result.plan.entries) == ["T=bf16,OUT=tl.bfloat16,BLOCK=256",
+                                                             "T=fp16,OUT=tl.float16,BLOCK=256"]
+    assert result.report.results and all(r.ok for r in result.report.results)
+    with zipfile.ZipFile(result.wheel) as zf:
+        assert "helper_dtype/_ops/_local/mylib/utils.py" in zf.namelist()  # shipped: the wheel's host code needs it
+
+
+def test_a_job_the_pool_cannot_send_fails_instead_of_hanging_the_build(tmp_path: Path) -> None:
+    """A compile job whose values cannot be written to the worker failed in the pool's thread, which died without
+    an answer, and the build resubmitted the job forever: it is now a failed binary with the reason."""
+    import dataclasses
+
+    from forge_aot.compiler import CompilePool
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import job_for, make_plan
+    from tests.test_build import TINY
+
+    plan = make_plan(load_manifest(TINY), ["sm_90"])
+    e = plan.entries[0]
+    row = next(r for rows in e.tables.values() for r in rows)
+    c = row.preferences[0]
+    job = job_for(plan, e, c, next(iter(plan.binaries_for(e, row.key, c))))
+    bad = dataclasses.replace(job, constexprs={**job.constexprs, "BLOCK_SIZE": object()})
+    pool = CompilePool(1, cache_dir=tmp_path / "cache", root=TINY.parent)
+    try:
+        (result,) = pool.run([bad], tmp_path / "out")
+    finally:
+        pool.close()
+    assert not result.ok and "TypeError" in result.error and "JSON serializable" in result.error

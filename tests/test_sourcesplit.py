@@ -274,25 +274,33 @@ def test_constexpr_annotations_as_triton_reads_them(tmp_path: Path, annotation: 
 
 
 @pytest.mark.parametrize("definition", ["BLOCK = tl.constexpr(1024)", "BLOCK = triton.language.constexpr(1024)",
-                                        "BLOCK: tl.constexpr = 1024"])
+                                        "BLOCK: tl.constexpr = 1024", "BLOCK: tl.constexpr = tl.constexpr(1024)"])
 def test_host_code_reads_a_constexpr_global_as_its_value(tmp_path: Path, definition: str) -> None:
     """A block size defined once for the kernel's default and the host grid (``tl.constexpr(...)`` is how Triton
-    3.6 lets kernels read a global): the host module binds the plain value, with no Triton, on the same line;
-    the kernel's default is that value; a global whose value needs Triton stays refused."""
+    3.6 lets kernels read a global): the host module binds the value, with no Triton, on the same line (a
+    ``tl.constexpr`` object with its ``.value``, which Liger-Kernel reads to map its reduction names); the kernel's
+    default is that value; a global whose value needs Triton stays refused."""
+    from forge_aot.runtime.host_triton import host_triton
+
     path = tmp_path / "k.py"
-    path.write_text("import triton\nimport triton.language as tl\n\n" + definition + "\nSCALE = tl.constexpr(0.5)\n\n\n"
+    path.write_text("import triton\nimport triton.language as tl\n\n" + definition + "\nSCALE = tl.constexpr(0.5)\n"
+                    "MODES = {'mean': BLOCK.value if hasattr(BLOCK, 'value') else BLOCK, 'scale': SCALE.value}\n\n"
                     "@triton.jit\ndef k(x, n, BLOCK_SIZE: tl.constexpr = BLOCK):\n"
                     "    offs = tl.arange(0, BLOCK_SIZE)\n    tl.store(x + offs, tl.load(x + offs) * SCALE)\n\n\n"
                     "def op(x):\n    k[(triton.cdiv(x.numel(), BLOCK),)](x, x.numel())\n    return x\n")
     src = parse_source(path, {"op"})
     host = src.host_source.splitlines()
-    assert host[3] == "BLOCK = 1024" and "constexpr" not in src.host_source
-    assert host[4] == "SCALE = 0.5"  # one only kernels read is a harmless plain value there too
+    wrapped = "tl.constexpr(" in definition or "language.constexpr(" in definition
+    assert host[3] == ("BLOCK = triton._host_constexpr(1024)" if wrapped else "BLOCK = 1024")
+    assert host[4] == "SCALE = triton._host_constexpr(0.5)"  # one only kernels read is harmless there too
+    assert "tl." not in src.host_source
     (param,) = [p for p in src.kernels["k"].params if p.name == "BLOCK_SIZE"]
     assert param.constexpr and param.has_default and param.default == 1024
-    namespace: dict = {"triton": type("T", (), {"cdiv": staticmethod(lambda a, b: -(-a // b))})}
+    namespace: dict = {"triton": host_triton}
     exec(compile(src.host_source, str(path), "exec"), namespace)
-    assert namespace["BLOCK"] == 1024
+    assert namespace["BLOCK"] == 1024 and namespace["MODES"] == {"mean": 1024, "scale": 0.5}
+    assert type(namespace["MODES"]["mean"]) is int and hash(namespace["BLOCK"]) == hash(1024)
+    assert str(namespace["BLOCK"]) == repr(namespace["BLOCK"]) == "1024"
     path.write_text(path.read_text().replace("(1024)", "(tl.arange(0, 4))").replace("= 1024", "= tl.arange(0, 4)"))
     with pytest.raises(SourceError, match="defined with Triton"):
         parse_source(path, {"op"})

@@ -881,3 +881,57 @@ def test_stand_ins_answer_every_value_read_of_meta_tensors_and_leave_real_ones_a
         fake_call(lambda x: x.new_empty(int(x.sum())), (torch.empty(8, device="meta"),), {})
     out = fake_call(lambda x: x.new_empty(8 if x.sum().item() else 9), (torch.empty(8, device="meta"),), {})
     assert out.shape == (8,)
+
+
+def test_an_op_returning_a_view_of_an_input_is_no_custom_op_and_a_class_is_no_op(tmp_path) -> None:
+    """Liger's swiglu forward returns ``a.view(-1, n_cols)``: its output shares the input's memory, which a custom
+    op's schema may not say (torch's own custom_op refuses it), so the op stays Python calls, with the reason (before,
+    only ``return a`` itself was caught). An ``autograd.Function`` listed as an op is refused, naming [exports]."""
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def double_kernel(a, c, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + offs, tl.load(a + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        def double_forward(a):
+            a = a.view(-1, a.shape[-1])
+            c = torch.empty_like(a)
+            double_kernel[(triton.cdiv(a.numel(), 256),)](a, c, a.numel(), BLOCK=256)
+            return a, c
+
+
+        def double(a):
+            c = torch.empty_like(a)
+            double_kernel[(triton.cdiv(a.numel(), 256),)](a, c, a.numel(), BLOCK=256)
+            return c
+
+
+        class DoubleFunction(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                return double(a)
+
+
+        def examples(device="cpu"):
+            double_forward(torch.empty(4, 8, 32, device=device))
+            double(torch.empty(4, 8, 32, device=device))
+    '''))
+    manifest = tmp_path / "kernel_manifest.toml"
+    head = ('[project]\nname = "forge_test_views"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.double]\n'
+            'source = "k.py:double_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n')
+    manifest.write_text(head + 'ops = ["double_forward", "double"]\n')
+    plan = make_plan(load_manifest(manifest))
+    assert plan.modules["k"]["schemas"] == {"double": "(Tensor a) -> Tensor", "double_forward": None}
+    assert "a view of one" in plan.modules["k"]["schema_notes"]["double_forward"]
+    manifest.write_text(head + 'ops = ["double", "DoubleFunction"]\n')
+    from forge_aot.errors import ManifestError
+
+    with pytest.raises(ManifestError, match=r"kernels.double.ops\[1\]: 'DoubleFunction' is a class in k.py: an op "
+                                            r"must be a function .*\[exports\] DoubleFunction"):
+        make_plan(load_manifest(manifest))

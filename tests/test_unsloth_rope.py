@@ -50,9 +50,11 @@ def test_the_package_refuses_to_import_without_a_gpu_but_the_build_traces_it_as_
     assert variants == {(t, dt, h, d, h * d, d // 2) for t in ("sm_80", "sm_90") for dt in ("fp16", "bf16")
                         for h, d in heads}
     # A decode step (seq 1): Q.transpose(1, 2).contiguous() is Q itself, so the kernel rotates the caller's Q in
-    # place (as the file does under the JIT); the traced writes make the op a mutating custom op
-    assert realworld_plan.modules["rope_embedding"]["schemas"]["fast_rope_embedding"] == \
-        "(Tensor(a!) Q, Tensor(b!) K, Tensor cos, Tensor sin) -> (Tensor, Tensor)"
+    # place (as the file does under the JIT) and returns a view of it: no custom op may say that, so the op stays
+    # Python calls (torch.compile breaks its graph there, as Unsloth's own @torch.compiler.disable does)
+    module = realworld_plan.modules["rope_embedding"]
+    assert module["schemas"]["fast_rope_embedding"] is None
+    assert "a view of one" in module["schema_notes"]["fast_rope_embedding"]
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------

@@ -123,6 +123,40 @@ class _HostLanguage(types.ModuleType):
                              f"only, not tl.{name}")
 
 
+class _ConstexprInt(int):
+    """A module-level ``tl.constexpr(int)`` in host code: the value itself, with the ``.value`` Triton's object has
+    (Liger-Kernel reads ``_REDUCTION_MODE_MEAN.value`` to map its reduction names)."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> int:
+        return int(self)
+
+
+class _ConstexprFloat(float):
+    __slots__ = ()
+
+    @property
+    def value(self) -> float:
+        return float(self)
+
+
+class _ConstexprStr(str):
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+def host_constexpr(value: Any) -> Any:
+    """What ``NAME = tl.constexpr(value)`` binds in packaged host code (sourcesplit rewrites it to this): the value,
+    with ``.value`` where its type allows (a bool or None stays itself)."""
+    kind = {int: _ConstexprInt, float: _ConstexprFloat, str: _ConstexprStr}.get(type(value))
+    return kind(value) if kind is not None else value
+
+
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
@@ -137,6 +171,7 @@ class _HostTriton(types.ModuleType):
         self.cdiv = cdiv
         self.next_power_of_2 = next_power_of_2
         self.set_allocator = set_allocator
+        self._host_constexpr = host_constexpr
 
     def __getattr__(self, name: str) -> Any:
         if name == "language":  # tl.<type> in host code (rare: made where first read)
