@@ -26,7 +26,7 @@ for step in $STEPS; do
       sha256sum dist/*.whl "$OUT"/dist-device/*.whl | tee -a "$OUT/build.txt" ;;
     tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
-    bench-realworld) python3 benchmarks/bench_realworld.py --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
+    bench-realworld) python3 benchmarks/bench_realworld.py --only "${ONLY:-}" --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-realworld-graph) python3 benchmarks/bench_realworld.py --mode graph --only "${ONLY:-}" --rounds ${ROUNDS:-5} \
         --json "$OUT/realworld_graph.json" 2>&1 | tee "$OUT/bench_realworld_graph.txt" ;;
     bench-kernels) python3 benchmarks/bench_kernels.py --json "$OUT/kernels.json" 2>&1 | tee "$OUT/bench_kernels.txt" ;;
