@@ -143,7 +143,8 @@ def _platform_free(name: str, data: bytes) -> bytes:
 def build_sdist(sdist_directory: str, config_settings: dict | None = None) -> str:
     p = _project()
     base = f"{_dist_name(p['name'])}-{p['version']}"
-    files = [(name, full) for name, full in _package_files(p["package"]) if not name.endswith(".so")]
+    extension = f"{p['package']}/_runtime/_fastlaunch.abi3.so"  # the package's own data files stay
+    files = [(name, full) for name, full in _package_files(p["package"]) if name != extension]
     for extra in ("pyproject.toml", "_forge_build_backend.py", "README.md"):
         if os.path.exists(os.path.join(_HERE, extra)):
             files.append((extra, os.path.join(_HERE, extra)))

@@ -202,8 +202,9 @@ class CompilePool:
                     start = time.perf_counter()
                     try:
                         reply = worker.request(payload, job.timeout)
-                    except Exception as exc:  # a job this process cannot even send: failed, never resubmitted
-                        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                    except Exception as exc:  # a job this process cannot send (or read back): failed, never
+                        worker.kill()        # resubmitted; the worker's state is unknown, so a fresh one follows
+                        reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "dead": True}
                     if reply.get("dead"):
                         worker = None
                     results[i] = _check_result(job, reply, time.perf_counter() - start, out_dir)

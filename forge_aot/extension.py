@@ -68,13 +68,13 @@ def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-ARCHES = ("x86_64", "aarch64")
-"""CPU architectures the extension can be built for (``project.wheel-platforms``)."""
 _ELF_MACHINES = {62: "x86_64", 183: "aarch64", 3: "i686", 21: "ppc64le", 22: "s390x", 243: "riscv64"}
 _MANYLINUX_LIBS = frozenset({"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
                              "libgcc_s.so.1"})
 """Libraries every manylinux policy lets a wheel's extension need from the system (PEP 599's list, the part a C
 file without C++ can touch)."""
+_GLIBC_ABI_VERSIONS = {"GLIBC_ABI_DT_RELR": (2, 36)}
+"""glibc's named ABI versions and the release that brought each (``-z pack-relative-relocs`` asks for DT_RELR)."""
 _MANYLINUX_FLOOR = 17
 """manylinux_2_17 (manylinux2014): the oldest policy pip still installs on both architectures here."""
 
@@ -95,10 +95,20 @@ class ElfInfo:
     versions: tuple[str, ...]
     """The symbol versions it needs (``GLIBC_2.14``...), from ``.gnu.version_r``."""
 
-    def glibc(self) -> tuple[int, int]:
-        """The newest glibc version it needs ((2, 0) where it asks for none)."""
-        found = [(int(m.group(1)), int(m.group(2))) for v in self.versions
-                 if (m := re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v))]
+    def glibc(self) -> tuple[int, int] | None:
+        """The newest glibc version it needs ((2, 0) where it asks for none); None for a ``GLIBC_*`` version this
+        cannot place (``GLIBC_PRIVATE``: no manylinux policy allows it)."""
+        found = []
+        for v in self.versions:
+            if not v.startswith("GLIBC_"):
+                continue
+            m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", v)
+            if m:
+                found.append((int(m.group(1)), int(m.group(2))))
+            elif v in _GLIBC_ABI_VERSIONS:
+                found.append(_GLIBC_ABI_VERSIONS[v])
+            else:
+                return None
         return max(found, default=(2, 0))
 
 
@@ -116,6 +126,8 @@ def read_elf(data: bytes) -> ElfInfo:
         start = sections[section][4] + offset
         return data[start:data.index(b"\0", start)].decode()
 
+    if not any(section[1] == 6 for section in sections):
+        raise ValueError("no dynamic section: not a shared object this reader can check")
     needed: list[str] = []
     versions: list[str] = []
     for _name, kind, _flags, _addr, offset, size, link, info, _align, entsize in sections:
@@ -142,9 +154,10 @@ def wheel_platform(info: ElfInfo) -> str:
     arch = info.machine
     foreign = [lib for lib in info.needed if lib not in _MANYLINUX_LIBS]
     other = [v for v in info.versions if not v.startswith(("GLIBC_", "GCC_"))]
-    if foreign or other:
+    glibc = info.glibc()
+    if foreign or other or glibc is None or glibc[0] != 2:
         return f"linux_{arch}"
-    minor = max(info.glibc()[1], _MANYLINUX_FLOOR)
+    minor = max(glibc[1], _MANYLINUX_FLOOR)
     tag = f"manylinux_2_{minor}_{arch}"
     return f"{tag}.manylinux2014_{arch}" if minor == 17 else tag
 
@@ -199,12 +212,15 @@ def build_extension(dest_dir: Path, arch: str | None = None) -> Extension:
             return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} failed:\n  "
                                          + "\n  ".join(tail) + "\nthe wheel is pure Python")
         built = Path(tmp, FILENAME).read_bytes()
+        info: ElfInfo | None
         try:
             info = read_elf(built)
         except (ValueError, struct.error, IndexError) as exc:
-            return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} wrote no readable ELF file "
-                                         f"({exc}): the wheel is pure Python")
-        if info.machine != arch:
+            if arch != native_arch():
+                return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} wrote no ELF file this "
+                                             f"reader can check ({exc}): the wheel is pure Python")
+            info = None  # a 32-bit or big-endian machine's own build: its load check below decides, linux_ tag
+        if info is not None and info.machine != arch:
             return Extension(None, pure, f"C launch path not built: {shlex.join(cmd)} compiled for {info.machine}, "
                                          f"not {arch}: the wheel is pure Python")
         if arch == native_arch():
@@ -220,6 +236,6 @@ def build_extension(dest_dir: Path, arch: str | None = None) -> Extension:
         dest_dir.mkdir(parents=True, exist_ok=True)
         target = dest_dir / FILENAME
         target.write_bytes(built)
-    tag = f"cp39-abi3-{wheel_platform(info)}"
+    tag = f"cp39-abi3-{wheel_platform(info) if info is not None else platform_tag()}"
     loaded = "" if arch == native_arch() else f" (cross-compiled: not loaded on this {native_arch()} machine)"
     return Extension(target, tag, f"C launch path built for {arch} with {' '.join(cc[:4])}{loaded}: {tag}")

@@ -181,32 +181,45 @@ def wheel_platforms(requested: Sequence[str]) -> list[tuple[str, bool]]:
     return list(out.items())
 
 
-def stage_platform(stage_dir: Path, platform: str, required: bool) -> Extension:
-    """Make the staged project the wheel of one platform (``any``, or an architecture): its runtime's C launch path
-    compiled for it (or none), the build info's record of it, the wheel tag. Raises PackageError where a required
-    C launch path cannot be built."""
+def platform_extensions(platforms: list[tuple[str, bool]], work_dir: Path) -> dict[str, Extension]:
+    """The runtime's C launch path compiled for each wheel platform (``any``: none), into ``work_dir``, before any
+    kernel compiles: a required one that cannot be built fails the build at once (PackageError), not after
+    minutes of kernel compiles."""
+    out: dict[str, Extension] = {}
+    for platform, required in platforms:
+        if platform == "any":
+            out[platform] = Extension(None, "py3-none-any",
+                                      "pure Python wheel (wheel-platforms: any): launches through ctypes")
+            continue
+        target = work_dir / platform
+        shutil.rmtree(target, ignore_errors=True)
+        ext = build_extension(target, platform)
+        if ext.path is None and required:
+            raise PackageError(f"project.wheel-platforms lists {platform}, but its C launch path cannot be built: "
+                               f"{ext.note}")
+        out[platform] = ext
+    return out
+
+
+def stage_platform(stage_dir: Path, ext: Extension) -> None:
+    """Make the staged project one platform's wheel: the runtime's C launch path ``ext`` (or none), the build
+    info's record of it, the wheel tag."""
     pyproject = stage_dir / "pyproject.toml"
     text = pyproject.read_text(encoding="utf-8")
     package = re.search(r'^package = "([^"]+)"$', text, re.M)
     assert package is not None, "a staged project names its package"
     runtime = stage_dir / package.group(1) / "_runtime"
     (runtime / EXTENSION_FILENAME).unlink(missing_ok=True)
-    if platform == "any":
-        ext = Extension(None, "py3-none-any", "pure Python wheel (wheel-platforms: any): launches through ctypes")
-    else:
-        ext = build_extension(runtime, platform)
-        if ext.path is None and required:
-            raise PackageError(f"project.wheel-platforms lists {platform}, but its C launch path cannot be built: "
-                               f"{ext.note}")
+    if ext.path is not None:
+        shutil.copyfile(ext.path, runtime / EXTENSION_FILENAME)
     info_path = stage_dir / package.group(1) / "_forge" / "build_info.json"
     info = json.loads(info_path.read_bytes())
     info["c_launch"] = None if ext.path is None else {
-        "file": f"_runtime/{ext.path.name}", "sha256": hashlib.sha256(ext.path.read_bytes()).hexdigest(),
+        "file": f"_runtime/{EXTENSION_FILENAME}", "sha256": hashlib.sha256(ext.path.read_bytes()).hexdigest(),
         "wheel_tag": ext.tag}
     info_path.write_bytes(_json_bytes(info))
     pyproject.write_text(re.sub(r'^wheel-tag = "[^"]*"$', f'wheel-tag = "{ext.tag}"', text, count=1, flags=re.M),
                          encoding="utf-8")
-    return ext
 
 
 def _lazy_exports(exports: dict[str, str]) -> str:

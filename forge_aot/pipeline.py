@@ -16,7 +16,7 @@ from typing import Any
 from .compiler import CompilePool, CompileReport, ProgressFn, compile_plan, triton_version
 from .errors import CompileError, ForgeError, ManifestError
 from .manifest import check_wheel_platforms, load_manifest
-from .package import build_wheel, stage_package, stage_platform, wheel_platforms
+from .package import build_wheel, platform_extensions, stage_package, stage_platform, wheel_platforms
 from .plan import BuildPlan, make_plan
 from .tune.apply import apply_tuning, load_database, row_counts
 
@@ -52,6 +52,9 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
     out = Path(out_dir) if out_dir else root / "dist"
     work = Path(build_dir) if build_dir else root / "build" / "forge-aot"
     plan = make_plan(loaded, targets)
+    # the C launch path of every wheel platform first: one that cannot be built fails before any kernel compiles
+    extensions = platform_extensions(wheel_platforms(platforms or loaded.manifest.project.wheel_platforms),
+                                     work / "extensions")
     tuning = apply_tuning(plan, load_database(loaded), triton_version())
     _atomic_json(work / "plan.json", plan.to_json())
     if progress:
@@ -81,8 +84,8 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
         progress("package", 0, 1, "writing the package")
     stage = stage_package(plan, report, binaries, work / "package", triton_version())
     wheels: list[Path] = []
-    for platform, required in wheel_platforms(platforms or loaded.manifest.project.wheel_platforms):
-        ext = stage_platform(stage, platform, required)
+    for ext in extensions.values():
+        stage_platform(stage, ext)
         if progress:
             progress("package", 0, 1, ext.note)
         wheel = build_wheel(stage, out)

@@ -18,6 +18,7 @@ import hashlib
 import itertools
 import math
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -163,9 +164,11 @@ def path_component(name: str) -> str:
     call-site constexprs (SGLang's extend attention passes a dozen, some with long names) has variant ids longer
     than the 255 bytes a file name may have."""
     flat = name.replace(",", "_")
-    if len(flat) <= PATH_COMPONENT_MAX:
+    # a string constexpr may hold anything ("../x", a slash, non-ASCII): such ids are spelt safely and hashed too
+    safe = re.sub(r"[^A-Za-z0-9_=.+\-]", "_", flat)
+    if len(flat) <= PATH_COMPONENT_MAX and safe == flat and flat not in (".", ".."):
         return flat
-    return f"{flat[:64]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return f"{safe[:64]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True)
@@ -578,7 +581,7 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
     elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
         return "i32" if all(-(2**31) <= v < 2**31 for v in present) else "i64" if all(
             -(2**63) <= v < 2**63 for v in present) else "u64"
-    elif present and all(type(v) is float for v in present):
+    elif present and all(isinstance(v, float) for v in present):  # a tl.constexpr(float) global included
         return "fp32"
     elif not why:
         why = f"the traced calls pass {sorted({type(v).__name__ for v in present})}"

@@ -641,9 +641,11 @@ def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
         call = stmt.value if isinstance(stmt, ast.Assign) else None
         if not isinstance(target, ast.Name) or target.id not in functions or not isinstance(call, ast.Call):
-            if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.ClassDef, ast.Import, ast.ImportFrom)):
-                for name in _defined_names(stmt):  # the name now means something else
-                    functions.pop(name, None)
+            # the name may now mean something else: whatever binds it (an import, an assignment, any name bound
+            # inside an if / try / with / for) forgets the def
+            bound = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            for name in bound | _bound_names(stmt) | _defined_names(stmt):
+                functions.pop(name, None)
             continue
         wrapped = [a for a in call.args if isinstance(a, ast.Name) and a.id == target.id]
         dec: ast.expr | None = None

@@ -197,12 +197,20 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     stand_ins: dict[str, Any] = {"get_device_capability": lambda device=None: (props.major, props.minor),
                  "get_device_properties": lambda device=None: props,
                  "get_device_name": lambda device=None: props.name,
-                 "current_device": lambda: 0, "device_count": lambda: 1, "is_available": lambda: True}
+                 "current_device": lambda: 0, "device_count": lambda: 1}
     # ``with torch.cuda.device(x.device):`` around a launch (flash-attn's rotary, every FlagGems op): the trace's
     # tensors are on the CPU, so there is no device to switch to (torch refuses a CPU device, and torch without
     # CUDA any); a CUDA device, on a machine that has one, switches as usual.
     real_device, real_device_of = torch.cuda.device, torch.cuda.device_of
-    cuda = torch.cuda.is_available()
+    # the machine's own answer, also inside another target's stand-ins (a nested trace)
+    real_is_available = getattr(torch.cuda.is_available, "real", torch.cuda.is_available)
+    cuda = real_is_available()
+
+    def is_available() -> bool:
+        return True
+
+    is_available.real = real_is_available  # type: ignore[attr-defined]
+    stand_ins["is_available"] = is_available
     stand_ins["device"] = lambda device=None: real_device(device) if cuda and _names_cuda(device) \
         else _NoDeviceSwitch(device)
     stand_ins["device_of"] = lambda obj: real_device_of(obj) if cuda and getattr(obj, "is_cuda", False) \

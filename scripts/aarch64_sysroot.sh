@@ -7,8 +7,16 @@ set -euo pipefail
 root=${1:?usage: aarch64_sysroot.sh DIR}
 command -v apt-get > /dev/null || { echo "aarch64 sysroot: no apt-get" >&2; exit 1; }
 export DEBIAN_FRONTEND=noninteractive
-command -v qemu-aarch64 > /dev/null || apt-get install -y -q qemu-user > /dev/null
-dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+if ! command -v qemu-aarch64 > /dev/null; then
+  apt-get update -q > /dev/null
+  apt-get install -y -q qemu-user > /dev/null
+fi
+# arm64 package lists only while downloading: left on, a mirror without arm64 (Ubuntu's amd64 archive) would fail
+# every later apt-get update of this machine
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+  trap 'dpkg --remove-architecture arm64 2> /dev/null; apt-get update -q > /dev/null 2>&1' EXIT
+fi
 apt-get update -q > /dev/null
 mkdir -p "$root/.debs"
 python=$(apt-cache depends python3:arm64 2>/dev/null | sed -n 's/.*Depends: \(python3\.[0-9]*\):arm64.*/\1/p' | head -1)

@@ -255,6 +255,16 @@ def test_generated_backend_builds_identical_sdists(tiny_build, tmp_path: Path) -
     # The compiled C launch path serves one CPU architecture: the sdist leaves it out and builds the pure wheel
     # (on any machine, with no compiler), its build info recording no C launch path.
     assert not [n for n in names if n.endswith(".so")]
+    # (the package's own data files stay, a .so among them: only the runtime's extension is left out)
+    stage = tmp_path / "with-data"
+    import shutil
+
+    shutil.copytree(tiny_build.build_dir / "package", stage)
+    (stage / "tiny_pkg" / "_ops" / "libdata.so").write_bytes(b"data")
+    builder = pypa_build.ProjectBuilder(str(stage), runner=pyproject_hooks.quiet_subprocess_runner)
+    with tarfile.open(builder.build("sdist", tmp_path / "s-data")) as tf:
+        kept = [n for n in tf.getnames() if n.endswith(".so")]
+    assert kept == ["tiny_pkg-0.1.0/tiny_pkg/_ops/libdata.so"]
     with tarfile.open(outs[0]) as tf:
         tf.extractall(tmp_path / "unpacked", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     unpacked = tmp_path / "unpacked" / "tiny_pkg-0.1.0"
@@ -377,6 +387,12 @@ def test_long_variant_and_config_ids_get_short_file_names(tmp_path: Path) -> Non
         names = zf.namelist()
         zf.extractall(tmp_path / "site")
     assert max(len(part) for n in names for part in n.split("/")) <= 97 + len(".cubin")
+    # a string constexpr may hold a slash or "..": such ids are spelt safely (and hashed), never a path
+    from forge_aot.plan import path_component
+
+    assert path_component("MODE=../x") == path_component("MODE=../x") != path_component("MODE=..\\x")
+    assert "/" not in path_component("MODE=../x") and path_component("..") not in (".", "..")
+    assert path_component("T=fp16,BLOCK=64") == "T=fp16_BLOCK=64"
     root = str(tmp_path / "site" / "longnames")
     whole = load_index(root)
     paths = {b["path"] for spec in whole["kernels"].values() for v in spec["variants"].values()

@@ -149,6 +149,11 @@ def test_kernels_wrapped_by_assignment_are_kernels_as_decorated_ones(tmp_path: P
     assert host[original.index("not_a_kernel = triton.cdiv(7, 2)")] == "not_a_kernel = triton.cdiv(7, 2)"
     assert [site.kernel for site in src.launches] == ["_rope", "_plain"]
     compile(src.host_source, str(f), "exec")
+    # a name bound again in between (an import, an if/try block) is no longer the def: not a kernel
+    for between in ("from fastlib import _plain", "try:\n    _plain = fastlib._plain\nexcept ImportError:\n    pass"):
+        f.write_text(REBOUND.replace("_plain = triton.jit(_plain,", between + "\n_plain = triton.jit(_plain,"))
+        with pytest.raises(SourceError, match="host code uses '_plain', defined with Triton"):
+            parse_source(f, {"op"})
     # a rebinding that is not Triton's leaves the function a function (which host code may then not launch)
     f.write_text(REBOUND.replace("_plain = triton.jit(_plain, do_not_specialize=[\"n\"])",
                                  "_plain = functools.wraps(_plain)(_plain)"))
@@ -347,3 +352,14 @@ def test_the_parameters_a_kernel_writes_through(tmp_path: Path) -> None:
     pointers = {"out", "x", "acc", "desc", "lock", "blk", "other"}
     assert set(src.kernels["k"].writes) & pointers == {"out", "acc", "desc", "lock", "blk", "other"}
     assert src.kernels["_store_through"].writes == ("ptr",) and src.kernels["_read"].writes == ()
+
+
+def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float() -> None:
+    """``LOG2E = tl.constexpr(1.44...)`` is a float with ``.value`` in host code; passed as a runtime argument it is
+    a float to the specialization (never ``1`` or divisible-by-16, which only integers are)."""
+    from forge_aot.runtime.host_triton import host_constexpr
+    from forge_aot.runtime.tables import argument_spec
+
+    assert argument_spec([(0, False)], [host_constexpr(1.0)]) == argument_spec([(0, False)], [1.0]) == "x"
+    assert argument_spec([(0, False)], [host_constexpr(32.0)]) == "x"
+    assert argument_spec([(0, False)], [host_constexpr(32)]) == argument_spec([(0, False)], [32]) == "D"

@@ -56,8 +56,23 @@ def test_manylinux_policy() -> None:
     assert wheel_platform(ElfInfo("aarch64", ("libc.so.6", "libcuda.so.1"), ())) == "linux_aarch64"
     assert wheel_platform(ElfInfo("x86_64", ("libc.so.6",), ("GLIBC_2.3.4", "GLIBCXX_3.4.21"))) == "linux_x86_64"
     assert ElfInfo("x86_64", (), ("GLIBC_2.3.4", "GLIBC_2.14", "GLIBC_2.2.5")).glibc() == (2, 14)
+    # glibc's named ABI versions: DT_RELR (-z pack-relative-relocs) came with 2.36; a private one is no policy's
+    relr = ElfInfo("x86_64", ("libc.so.6",), ("GLIBC_2.14", "GLIBC_2.2.5", "GLIBC_ABI_DT_RELR"))
+    assert wheel_platform(relr) == "manylinux_2_36_x86_64"
+    assert wheel_platform(ElfInfo("x86_64", ("libc.so.6",), ("GLIBC_2.2.5", "GLIBC_PRIVATE"))) == "linux_x86_64"
     with pytest.raises(ValueError, match="ELF"):
         read_elf(b"#!/bin/sh\n")
+
+
+def test_an_elf_file_without_a_dynamic_section_is_not_read_as_needing_nothing(tmp_path) -> None:
+    import struct
+
+    ext = build_extension(tmp_path)
+    assert ext.path is not None
+    data = bytearray(ext.path.read_bytes())
+    struct.pack_into("<H", data, 60, 0)  # e_shnum = 0: no section headers, so no dynamic section to read
+    with pytest.raises(ValueError, match="no dynamic section"):
+        read_elf(bytes(data))
 
 
 @needs_cross

@@ -76,7 +76,7 @@ def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> s
         if v is None or is_ptr:
             spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int else SPEC_DESC
         else:
-            spec += SPEC_NONE if type(v) is float else SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
+            spec += SPEC_NONE if isinstance(v, float) else SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
     return spec
 
 
