@@ -180,6 +180,29 @@ def compiler_for(arch: str) -> list[str] | None:
     return [found] if found else None
 
 
+def _multiarch_config(include: str, arch: str, scratch: Path) -> list[str]:
+    """Compiler flags that let a cross compile read a Debian/Ubuntu system Python's headers: their ``pyconfig.h``
+    only dispatches to ``<triplet>/python3.X/pyconfig.h`` of the architecture being compiled, which the build machine
+    lacks for another one. The build machine's own is given under the target's triplet: the limited API reads
+    nothing from it that differs between two 64-bit little-endian Linux machines (sizes, endianness), as the
+    aarch64 build from a self-contained Python's headers, checked under qemu, shows. Empty where the headers are
+    self-contained (pyenv, python.org, uv, the official Docker images)."""
+    dispatcher = Path(include, "pyconfig.h")
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    try:
+        text = dispatcher.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = re.search(rf"#\s*include <({re.escape(multiarch)}/([^>/]+)/pyconfig\.h)>", text) if multiarch else None
+    native = Path(include).parent / found.group(1) if found else None
+    if native is None or not native.is_file():
+        return []
+    shim = scratch / "multiarch" / f"{arch}-linux-gnu" / found.group(2) / "pyconfig.h"  # type: ignore[union-attr]
+    shim.parent.mkdir(parents=True)
+    shim.write_bytes(native.read_bytes())
+    return ["-I", "multiarch"]
+
+
 def build_extension(dest_dir: Path, arch: str | None = None) -> Extension:
     """Compile ``_fastlaunch.c`` for ``arch`` (default: this machine's) into ``dest_dir``; never raises for a
     missing compiler or a failed compile (``Extension.path`` is then None and ``note`` says why)."""
@@ -202,7 +225,8 @@ def build_extension(dest_dir: Path, arch: str | None = None) -> Extension:
     with tempfile.TemporaryDirectory() as tmp:
         # Relative names in a scratch directory: no path of this machine ends up in the binary.
         Path(tmp, SOURCE).write_bytes(source_text())
-        cmd = [*cc, *FLAGS, "-I", include, "-o", FILENAME, SOURCE]
+        extra = [] if arch == native_arch() else _multiarch_config(include, arch, Path(tmp))
+        cmd = [*cc, *FLAGS, *extra, "-I", include, "-o", FILENAME, SOURCE]
         try:
             proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -246,3 +246,53 @@ def test_the_aarch64_extension_launches_as_the_native_one_does(tmp_path) -> None
     assert arm["launches"]["pushed"]["pushes"] == 1 and arm["launches"]["pushed"]["pops"] == 1
     assert all(v.startswith("ValueError") for v in arm["left_to_python"].values())
     assert arm["errors"] == [[700, "launch of probe (grid 1x1x1, block 128)"]]
+
+
+def _system_python_with_multiarch_headers() -> str | None:
+    """A Debian/Ubuntu system Python whose pyconfig.h dispatches on the target's triplet (python3-dev)."""
+    for python in sorted(Path("/usr/bin").glob("python3.[0-9]*")):
+        if not python.name.replace("python3.", "").isdigit():
+            continue
+        out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                             capture_output=True, text=True)
+        header = Path(out.stdout.strip(), "pyconfig.h")
+        if out.returncode == 0 and header.is_file() and "aarch64-linux-gnu/" in header.read_text(errors="replace"):
+            return str(python)
+    return None
+
+
+@needs_cross
+@pytest.mark.skipif(_system_python_with_multiarch_headers() is None,
+                    reason="no Debian/Ubuntu system Python with multiarch headers (python3-dev)")
+def test_a_cross_compile_reads_a_system_pythons_multiarch_headers(tmp_path) -> None:
+    """A release pipeline on Debian/Ubuntu's own Python: its pyconfig.h includes <aarch64-linux-gnu/python3.X/
+    pyconfig.h> when compiling for aarch64, which an x86_64 machine lacks; the build gives it its own under that
+    name (the same file the self-contained Pythons' builds use), and the result runs as the native one does."""
+    python = _system_python_with_multiarch_headers()
+    assert python is not None and native_arch() == "x86_64"
+    cc = " ".join(compiler_for("aarch64") or [])
+    code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(TESTS.parent)!r}); "
+            "from forge_aot.extension import build_extension; "
+            f"x = build_extension(Path({str(tmp_path / 'out')!r}), 'aarch64'); print(x.tag); print(x.note)")
+    run = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "CC_AARCH64": cc})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0] == f"cp39-abi3-{_manylinux('aarch64')}", run.stdout
+    so = tmp_path / "out" / "_fastlaunch.abi3.so"
+    assert read_elf(so.read_bytes()).machine == "aarch64"
+    arm = _aarch64_python()
+    if arm is None:
+        return
+    subprocess.run([*compiler_for("aarch64"), "-O1", "-fPIC", "-shared", "-o", str(tmp_path / "out" / "libfake.so"),
+                    str(TESTS / "fixtures" / "fake_cuda" / "fake_cuda.c")], check=True)
+    native = tmp_path / "native"
+    build_extension(native)
+    subprocess.run([*compiler(), "-O1", "-fPIC", "-shared", "-o", str(native / "libfake.so"),
+                    str(TESTS / "fixtures" / "fake_cuda" / "fake_cuda.c")], check=True)
+    script = str(TESTS / "launcher_bytes.py")
+    on_arm = subprocess.run([*arm, script, str(tmp_path / "out"), str(tmp_path / "out" / "libfake.so")],
+                            capture_output=True, text=True, timeout=300, env={"PATH": os.environ.get("PATH", "")})
+    here = subprocess.run([sys.executable, script, str(native), str(native / "libfake.so")], capture_output=True,
+                          text=True, timeout=300)
+    assert on_arm.returncode == 0, on_arm.stderr
+    assert json.loads(on_arm.stdout) == json.loads(here.stdout)
