@@ -131,10 +131,18 @@ TRITON_REEXPORTS = {"triton": "triton", "tl": "triton.language"}
 triton``, a module that hands out Triton or a placeholder), and what each must be."""
 
 
+def _reexported_aliases(stmt: ast.stmt) -> list[ast.alias]:
+    """The ``tl`` / ``triton`` a ``from <module other than Triton> import ...`` binds: Triton itself, re-exported
+    (vLLM: ``from vllm.triton_utils import HAS_TRITON, tl, triton``; the build checks that they are)."""
+    if not isinstance(stmt, ast.ImportFrom) or _is_triton_module(stmt.module):
+        return []
+    return [a for a in stmt.names if a.name in TRITON_REEXPORTS and a.asname is None]
+
+
 def _is_triton_reexport(stmt: ast.stmt) -> bool:
-    """``from <any module> import tl, triton``: Triton itself, re-exported (the build checks that they are)."""
-    return isinstance(stmt, ast.ImportFrom) and not _is_triton_module(stmt.module) \
-        and all(a.name in TRITON_REEXPORTS and (a.asname or a.name) == a.name for a in stmt.names)
+    """``from <any module> import tl, triton`` and nothing else: a Triton import."""
+    aliases = _reexported_aliases(stmt)
+    return bool(aliases) and len(aliases) == len(stmt.names)  # type: ignore[attr-defined]
 
 
 def _is_triton_module(module: str | None) -> bool:
@@ -306,6 +314,8 @@ def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
             continue
         bound = {(a.asname or a.name.split(".")[0]): a for a in stmt.names if a.name != "*"}
         only_kernels = {n for n in bound if n in kernel_uses and n not in host_uses}
+        # Triton re-exported next to host names: never the host's (it has the runtime's triton, and its tl types)
+        only_kernels |= {a.name for a in _reexported_aliases(stmt)}
         if not only_kernels or (isinstance(stmt, ast.Import) and len(only_kernels) < len(bound)):
             continue  # a plain ``import a, b`` is left whole where host code uses one of its names
         out[stmt] = [a for n, a in bound.items() if n not in only_kernels]
@@ -324,6 +334,8 @@ def _triton_names(tree: ast.Module) -> set[str]:
                     names.add(a.asname or a.name.split(".")[0])
         elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt) and _host_import(stmt) is None:
             names.update(a.asname or a.name for a in stmt.names)
+        else:  # ``from vllm.triton_utils import HAS_TRITON, tl, triton``: its tl and triton
+            names.update(a.name for a in _reexported_aliases(stmt))
     return names
 
 
@@ -563,8 +575,8 @@ def _language_aliases(tree: ast.Module) -> set[str]:
             out.update(a.asname for a in stmt.names if a.name == "triton.language" and a.asname)
         elif isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and not stmt.level:
             out.update(a.asname or a.name for a in stmt.names if a.name == "language")
-        elif _is_triton_reexport(stmt):
-            out.update(a.name for a in stmt.names if a.name == "tl")  # type: ignore[union-attr]
+        else:
+            out.update(a.name for a in _reexported_aliases(stmt) if a.name == "tl")
     return out
 
 
@@ -837,9 +849,12 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)
+    host_tl = any(isinstance(n, ast.Name) and n.id == "tl" and id(n) in element_types
+                  for stmt in host for n in ast.walk(stmt))
     for stmt, kept in narrowed.items():
-        if kept:  # the names host code uses
-            _replace_statement(lines, stmt, _import_from(stmt, kept))  # type: ignore[arg-type]
+        if kept:  # the names host code uses (and tl's element types, where a re-exported tl left with Triton)
+            tl = "; tl = triton.language" if host_tl and any(a.name == "tl" for a in _reexported_aliases(stmt)) else ""
+            _replace_statement(lines, stmt, _import_from(stmt, kept) + tl)  # type: ignore[arg-type]
     triton_op_names = {"triton_op"} | {a.asname for stmt in host if isinstance(stmt, ast.ImportFrom)
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}
@@ -853,9 +868,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # ``import triton.language as tl`` where host code reads ``tl.bfloat16``: the runtime's element types.
     host_aliases = {n.id for stmt in host for n in ast.walk(stmt) if isinstance(n, ast.Name) and id(n) in element_types}
     for stmt in blanked:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _is_triton_import(stmt):
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and (_is_triton_import(stmt) or _reexported_aliases(stmt)):
             from_triton = getattr(stmt, "module", None) == "triton"
-            reexport = _is_triton_reexport(stmt)
+            reexport = bool(_reexported_aliases(stmt))
             bound = [a.asname or a.name for a in stmt.names
                      if (a.name == "triton.language" and a.asname) or (from_triton and a.name == "language")
                      or (reexport and a.name == "tl")]

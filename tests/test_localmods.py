@@ -642,3 +642,25 @@ def test_a_job_the_pool_cannot_send_fails_instead_of_hanging_the_build(tmp_path:
     finally:
         pool.close()
     assert not result.ok and "TypeError" in result.error and "JSON serializable" in result.error
+
+
+@pytest.mark.parametrize("host_names", ["HAS_TRITON", ""])
+def test_triton_re_exported_beside_host_names_leaves_the_host_import_without_it(tmp_path: Path, host_names) -> None:
+    """``from vllm.triton_utils import HAS_TRITON, tl, triton``: tl and triton are Triton (kernel side); the host keeps
+    the rest of the import, its tl's element types bound to the runtime's."""
+    from forge_aot.sourcesplit import parse_source
+
+    (tmp_path / "mylib").mkdir()
+    (tmp_path / "mylib" / "__init__.py").write_text("")
+    (tmp_path / "mylib" / "triton_utils.py").write_text(TRITON_UTILS.format(force=""))
+    uses = "    assert HAS_TRITON\n" if host_names else ""
+    text = (VLLM_STYLE_KERNEL.replace("from mylib.triton_utils import tl, triton",
+                                      "from mylib.triton_utils import HAS_TRITON, tl, triton")
+            .replace("    y = torch.empty_like(x)\n", "    y = torch.empty_like(x)\n" + uses))
+    (tmp_path / "k.py").write_text(text)
+    src = parse_source(tmp_path / "k.py", {"scale"})
+    line = src.host_source.splitlines()[2]
+    # (a name nothing uses stays imported, as the author wrote it; only what kernels alone use leaves)
+    assert line == "from mylib.triton_utils import HAS_TRITON; tl = triton.language", line
+    assert list(src.kernels) == ["scale_kernel"]
+    compile(src.host_source, "k.py", "exec")
