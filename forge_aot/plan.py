@@ -1404,6 +1404,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "writes": [n for n in kp.writes
                        if dict(kp.params).get(n, "").startswith("*") or rt.desc_dtype(dict(kp.params).get(n, ""))],
             "data_like_constexprs": data_like_constexprs(kp, entries),
+            "device_branches": device_branches(kp),
         }
     return out
 
@@ -1411,6 +1412,12 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
 DATA_LIKE_VALUES = 5
 """A call-site constexpr that the traced calls pass this many integer values or more, not all powers of two, reads
 like per-call data (a length, a stride): ``forge-aot check`` and ``build`` say so."""
+
+
+def device_branches(kp: KernelPlan) -> list[tuple[str, int, int]]:
+    """(host function, launch line, branch line) of each launch in host code that branches on a tensor's device
+    (``LaunchSite.device_branch``): the trace took the meta / CPU branch there."""
+    return sorted({(s.function, s.line, s.device_branch) for s in kp.launches if s.device_branch})
 
 
 def data_like_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, list[int]]:

@@ -51,6 +51,9 @@ class LaunchSite:
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
+    device_branch: int = 0
+    """A line of the same host function (or class) that branches on a tensor's device (``x.device.type ==
+    "cuda"``, ``x.is_cuda``), else 0: the build's trace takes the branch meta and CPU tensors take."""
 
 
 @dataclass(frozen=True)
@@ -1015,6 +1018,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     """``kernel[grid](...)`` and ``kernel.warmup(..., grid=...)`` calls (a warmup binds its arguments as the
     launch of the compiled kernel it returns)."""
     out = []
+    branch = _device_branch(fn)
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call):
             continue
@@ -1037,8 +1041,22 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
-                                    and not (warmup and k.arg == "grid")), star))
+                                    and not (warmup and k.arg == "grid")), star, device_branch=branch))
     return out
+
+
+def _device_branch(fn: ast.stmt) -> int:
+    """The first line of ``fn`` that tests a tensor's device: ``<x>.device.type`` compared with something, or
+    ``<x>.is_cuda`` (Liger's fused add-RMSNorm sizes its grid from the SM count only ``if S.device.type ==
+    "cuda"``); 0 where there is none."""
+    def device_type(e: ast.expr) -> bool:
+        return isinstance(e, ast.Attribute) and e.attr == "type" and isinstance(e.value, ast.Attribute) \
+            and e.value.attr == "device"
+
+    lines = [node.lineno for node in ast.walk(fn)
+             if (isinstance(node, ast.Compare) and any(device_type(e) for e in (node.left, *node.comparators)))
+             or (isinstance(node, ast.Attribute) and node.attr == "is_cuda" and isinstance(node.ctx, ast.Load))]
+    return min(lines, default=0)
 
 
 __all__ = ["LAUNCH_OPTIONS", "KernelParam", "KernelSource", "LaunchSite", "SourceFile", "parse_source"]

@@ -238,6 +238,10 @@ def test_check_lists_launches_values_and_binary_count() -> None:
     # in a decode step (seq 1); mamba's layer_norm_fn returns y or (y, residual) as prenorm says: the union, padded
     # Liger's GeGLU passes the row width as a tl.constexpr: one binary per model width, named
     assert "note: _geglu_tanh_forward_kernel: constexpr n_cols takes 5 values in the traced calls (1000, 4096" in out
+    # the cooperative sum sizes its grid from the SM count only for a CUDA tensor: the note says the trace took the
+    # other branch
+    assert ("note: grid_sum() (launching _grid_sum_kernel at line 44) branches on a tensor's device at line 40: "
+            "the build traces the examples on meta and CPU tensors") in out
     plain = [line.split(":")[0].strip() for line in out.splitlines() if "Python calls only" in line]
     assert plain == ["fast_rope_embedding"], plain
     assert ("bool is_rms_norm=False) -> (Tensor, Tensor?) (from the traced examples; returns 2 results padded with "

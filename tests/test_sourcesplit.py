@@ -363,3 +363,20 @@ def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float(
     assert argument_spec([(0, False)], [host_constexpr(1.0)]) == argument_spec([(0, False)], [1.0]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32.0)]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32)]) == argument_spec([(0, False)], [32]) == "D"
+
+
+def test_a_launch_in_host_code_that_branches_on_the_tensors_device_is_marked(tmp_path: Path) -> None:
+    """Liger's fused add-RMSNorm: ``sm_count = 1; if S.device.type == "cuda": sm_count = <the SM count>`` before the
+    launch. The trace's tensors are meta or CPU ones, so the build takes the other branch: ``forge-aot check`` and
+    ``build`` say so (the launch site carries the branch's line)."""
+    f = tmp_path / "k.py"
+    f.write_text("import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                 "def k(x, n, ROWS: tl.constexpr):\n    pass\n\n\n"
+                 "def op(x):\n    sm_count = 1\n    if x.device.type == 'cuda':\n"
+                 "        sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count\n"
+                 "    k[(sm_count,)](x, x.numel(), ROWS=triton.cdiv(x.shape[0], sm_count))\n\n\n"
+                 "def plain(x):\n    k[(1,)](x, x.numel(), ROWS=1)\n\n\n"
+                 "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
+                 "        n = 132 if x.is_cuda else 1\n        k[(n,)](x, x.numel(), ROWS=n)\n")
+    sites = {s.function: s.device_branch for s in parse_source(f, {"op", "plain"}).launches}
+    assert sites == {"op": 13, "plain": 0, "Fn": 25}
