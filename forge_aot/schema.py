@@ -106,7 +106,8 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         except Exception:  # annotations missing or not schema types: try the traced calls
             pass
     if not calls:
-        return None, "no type annotations and no examples call it", None
+        return None, ("no type annotations, and no examples call it directly (a call from inside another op does "
+                      "not count)"), None
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}
     # per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise

@@ -935,3 +935,40 @@ def test_an_op_returning_a_view_of_an_input_is_no_custom_op_and_a_class_is_no_op
     with pytest.raises(ManifestError, match=r"kernels.double.ops\[1\]: 'DoubleFunction' is a class in k.py: an op "
                                             r"must be a function .*\[exports\] DoubleFunction"):
         make_plan(load_manifest(manifest))
+
+
+def test_an_op_only_other_ops_call_says_so(tmp_path) -> None:
+    """SGLang's extend attention calls the prefill file's op from inside its own: the inner op's schema comes from
+    the calls examples make themselves, and the note says why there is none."""
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def copy_kernel(a, c, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + offs, tl.load(a + offs, mask=offs < n), mask=offs < n)
+
+
+        def inner(a):
+            c = torch.empty_like(a)
+            copy_kernel[(triton.cdiv(a.numel(), 256),)](a, c, a.numel(), BLOCK=256)
+            return c
+
+
+        def outer(a):
+            return inner(a)
+
+
+        def examples(device="cpu"):
+            outer(torch.empty(1000, device=device))
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_inner"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "k.py:copy_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\nops = ["outer", "inner"]\n')
+    module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml")).modules["k"]
+    assert module["schemas"] == {"outer": "(Tensor a) -> Tensor", "inner": None}
+    assert "no examples call it directly (a call from inside another op does not count)" in \
+        module["schema_notes"]["inner"]
