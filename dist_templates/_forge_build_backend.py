@@ -12,6 +12,7 @@ import csv
 import gzip
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -135,8 +136,8 @@ def _platform_free(name: str, data: bytes) -> bytes:
     build info records no C launch path."""
     if name == "pyproject.toml":
         return re.sub(rb'(?m)^wheel-tag = "[^"]*"$', b'wheel-tag = "py3-none-any"', data)
-    if name.endswith("/_forge/build_info.json"):
-        return re.sub(rb'"c_launch": (?:null|\{[^{}]*\})', b'"c_launch": null', data)
+    if name.endswith("/_forge/build_info.json"):  # written as forge-aot writes it (package._json_bytes)
+        return (json.dumps({**json.loads(data), "c_launch": None}, indent=1, sort_keys=True) + "\n").encode()
     return data
 
 

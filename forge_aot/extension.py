@@ -80,8 +80,9 @@ _MANYLINUX_FLOOR = 17
 
 
 def native_arch() -> str:
-    """The build machine's CPU architecture, as wheel platform tags spell it."""
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    """The build machine's CPU architecture, as wheel platform tags spell it (``platform_tag``'s, on Linux)."""
+    tag = platform_tag()
+    return tag.removeprefix("linux_") if tag.startswith("linux_") else platform.machine().lower()
 
 
 @dataclass(frozen=True)

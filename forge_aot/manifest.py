@@ -515,7 +515,7 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
             if op in seen_ops and m.kernels[seen_ops[op]].source.split(":")[0] != k.source.split(":")[0]:
                 raise r.error(f"kernels.{name}.ops", f"op '{op}' is also exported by kernels.{seen_ops[op]}")
             seen_ops[op] = name
-    kernel_files = {(root / k.source.rpartition(":")[0]).resolve() for k in m.kernels.values()}
+    kernel_files = {kernel_source(root, k)[0] for k in m.kernels.values()}
     for name, o in m.ops.items():
         if not _is_identifier(name):
             raise r.error(f"ops.{name}", f"'{name}' is not an identifier (it is the op's function name)")
@@ -535,6 +535,12 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
             raise r.error(f"exports.{name}", "'preload' is the package's own function")
         if not file.endswith(".py") or not (root / file).is_file():
             raise r.error(f"exports.{name}", f"'{file}' is not a Python file (relative to the manifest)")
+
+
+def kernel_source(root: Path, k: KernelEntry) -> tuple[Path, str]:
+    """The kernel file (resolved, relative to the manifest's folder ``root``) and function of ``k.source``."""
+    file, _, func = k.source.rpartition(":")
+    return (root / file).resolve(), func
 
 
 def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:

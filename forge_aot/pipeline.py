@@ -84,13 +84,16 @@ def build(manifest_path: str | Path, *, targets: list[str] | None = None, out_di
         progress("package", 0, 1, "writing the package")
     stage = stage_package(plan, report, binaries, work / "package", triton_version())
     wheels: list[Path] = []
+    built: set[str] = set()
     for ext in extensions.values():
+        if ext.tag in built:  # a native build without a C compiler is the pure wheel `any` also asks for
+            continue
+        built.add(ext.tag)
         stage_platform(stage, ext)
         if progress:
             progress("package", 0, 1, ext.note)
         wheel = build_wheel(stage, out)
-        if wheel not in wheels:  # a native build without a C compiler is the pure wheel `any` also asks for
-            wheels.append(wheel)
+        wheels.append(wheel)
         if progress:
             progress("package", 1, 1, str(wheel))
     return BuildResult(wheels[0], plan, report, work, tuple(wheels))

@@ -1031,8 +1031,8 @@ def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFil
     (``num_warps=``, ``launch_pdl=``) and are checked, as the kernel file's own launches are."""
     functions: dict[Path, set[str]] = {}
     for k in m.kernels.values():
-        file, _, func = k.source.rpartition(":")
-        functions.setdefault((root / file).resolve(), set()).add(func)
+        path, func = mf.kernel_source(root, k)
+        functions.setdefault(path, set()).add(func)
     out: dict[tuple[Path, str], list[LaunchSite]] = {}
     for path, src in sources.items():
         def imported(module: str, name: str, path: Path = path) -> tuple[Path, str] | None:
@@ -1079,7 +1079,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     make_importable(root)
     ops_by_file: dict[Path, set[str]] = {}
     for k in m.kernels.values():
-        ops_by_file.setdefault((root / k.source.rpartition(":")[0]).resolve(), set()).update(k.ops)
+        ops_by_file.setdefault(mf.kernel_source(root, k)[0], set()).update(k.ops)
     for op_name, o in m.ops.items():
         ops_by_file.setdefault((root / o.source).resolve(), set()).add(op_name)
     for file in m.exports.values():
@@ -1102,13 +1102,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         return modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
                                               "build_only": set(), "source": sources[path], "package": packages[path]})
 
-    kernel_paths = {(root / k.source.rpartition(":")[0]).resolve() for k in m.kernels.values()}
+    kernel_paths = {mf.kernel_source(root, k)[0] for k in m.kernels.values()}
     for path in ops_by_file:  # every host file parsed first: launches of imported kernels count for them too
         host_module(path, needs_kernels=path in kernel_paths)
     foreign = _imported_launches(m, root, sources, local)
     for name, k in m.kernels.items():
-        file, _, func = k.source.rpartition(":")
-        path = (root / file).resolve()
+        path, func = mf.kernel_source(root, k)
+        file = k.source.rpartition(":")[0]
         mod = host_module(path)
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path, foreign.get((path, func), []))

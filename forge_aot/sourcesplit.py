@@ -656,10 +656,9 @@ def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
         call = stmt.value if isinstance(stmt, ast.Assign) else None
         if not isinstance(target, ast.Name) or target.id not in functions or not isinstance(call, ast.Call):
-            # the name may now mean something else: whatever binds it (an import, an assignment, any name bound
-            # inside an if / try / with / for) forgets the def
-            bound = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-            for name in bound | _bound_names(stmt) | _defined_names(stmt):
+            # the name may now mean something else: whatever binds it at module level (an import, an assignment,
+            # a name bound inside an if / try / with / for) forgets the def
+            for name in _module_level_stores(stmt) | _bound_names(stmt):
                 functions.pop(name, None)
             continue
         wrapped = [a for a in call.args if isinstance(a, ast.Name) and a.id == target.id]
@@ -675,6 +674,24 @@ def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
         functions[target.id].decorator_list.insert(0, dec)
         rebinding.add(id(stmt))
     return rebinding
+
+
+def _module_level_stores(stmt: ast.stmt) -> set[str]:
+    """The names a top-level statement assigns at module level: inside if / try / with / for blocks too, not inside
+    the functions, classes and lambdas it defines (their own scopes; a def or class binds its name)."""
+    out: set[str] = set()
+    todo: list[ast.AST] = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = False,
@@ -1003,10 +1020,11 @@ def imported_launch_sites(path: Path, text: str,
                 local[alias.asname or alias.name] = fn
             bound_modules[alias.asname or alias.name] = f"{module}.{alias.name}"
     for node in ast.walk(tree):  # module.kernel
-        if isinstance(node, ast.Attribute) and ast.unparse(node.value) in bound_modules:
-            fn = imported(bound_modules[ast.unparse(node.value)], node.attr)
+        base = ast.unparse(node.value) if isinstance(node, ast.Attribute) else None
+        if base in bound_modules:
+            fn = imported(bound_modules[base], node.attr)  # type: ignore[attr-defined]
             if fn is not None:
-                local[ast.unparse(node)] = fn
+                local[f"{base}.{node.attr}"] = fn  # type: ignore[attr-defined]
     if not local:
         return []
     return [(local[site.kernel], dataclasses.replace(site, path=str(path)))
@@ -1018,7 +1036,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     """``kernel[grid](...)`` and ``kernel.warmup(..., grid=...)`` calls (a warmup binds its arguments as the
     launch of the compiled kernel it returns)."""
     out = []
-    branch = _device_branch(fn)
+    branch: int | None = None  # read once, where the function launches something
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call):
             continue
@@ -1038,6 +1056,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         if kernel is None:
             continue
         star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+        if branch is None:
+            branch = _device_branch(fn)
         out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 
-from forge_aot.extension import FILENAME, build_extension, compiler, platform_tag
+from forge_aot.extension import FILENAME, build_extension, compiler, native_arch
 from tests import c_launch_support as cs
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler: the C launch path cannot be built")
@@ -67,7 +67,7 @@ def test_extension_is_abi3_reproducible_and_needs_only_old_glibc(tmp_path) -> No
     b = build_extension(tmp_path / "b")
     assert a.path is not None and b.path is not None, a.note
     assert a.path.name == FILENAME and a.tag == b.tag
-    arch = platform_tag().removeprefix("linux_")
+    arch = native_arch()
     assert a.tag == f"cp39-abi3-manylinux_2_17_{arch}.manylinux2014_{arch}"
     assert a.path.read_bytes() == b.path.read_bytes()  # no build id, no paths, no timestamps
     assert str(tmp_path).encode() not in a.path.read_bytes()

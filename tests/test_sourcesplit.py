@@ -149,6 +149,11 @@ def test_kernels_wrapped_by_assignment_are_kernels_as_decorated_ones(tmp_path: P
     assert host[original.index("not_a_kernel = triton.cdiv(7, 2)")] == "not_a_kernel = triton.cdiv(7, 2)"
     assert [site.kernel for site in src.launches] == ["_rope", "_plain"]
     compile(src.host_source, str(f), "exec")
+    # a function or class in between binding the name locally (its own scope) leaves the def the def
+    f.write_text(REBOUND.replace("_plain = triton.jit(_plain,",
+                                 "class Other:\n    def method(self):\n        _plain = 1\n        return _plain\n\n\n"
+                                 "_plain = triton.jit(_plain,"))
+    assert parse_source(f, {"op"}).kernels["_plain"].decorators == ("jit",)
     # a name bound again in between (an import, an if/try block) is no longer the def: not a kernel
     for between in ("from fastlib import _plain", "try:\n    _plain = fastlib._plain\nexcept ImportError:\n    pass"):
         f.write_text(REBOUND.replace("_plain = triton.jit(_plain,", between + "\n_plain = triton.jit(_plain,"))
