@@ -445,6 +445,40 @@ def _cases(torch, F, wheel, dev, jit):
         cases[f"unsloth_rope fwd+bwd {batch}x{seq} 32/8x128"] = (None, None, {
             "forge-aot": rope_fb(wheel.fast_rope_embedding), "jit-same": rope_fb(dev["fast_rope_embedding"]),
             "jit": rope_fb(rope.fast_rope_embedding), "torch": rope_fb(_torch_rope)})
+    # Liger's fused residual add + RMSNorm (its backward's rows_per_program from the SM count), Llama-3-8B's hidden
+    # size, 8 x 512 tokens, bf16; torch: the add, then F.rms_norm
+    farn = jit["fused_add_rms_norm"]
+    x, r = (torch.randn(8, 512, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+
+    def torch_add_rms(x, r, w):
+        s = x + r
+        return F.rms_norm(s, (s.shape[-1],), w, 1e-6), s
+
+    cases["liger_fused_add_rms_norm fwd 4096x4096"] = (x.numel() * 2 * 4, "B", {  # reads x, r; writes y, s
+        "forge-aot": lambda: wheel.liger_fused_add_rms_norm(x, r, w),
+        "jit-same": lambda: dev["liger_fused_add_rms_norm"](x, r, w),
+        "jit": lambda: farn.liger_fused_add_rms_norm(x, r, w),
+        "torch": lambda: torch_add_rms(x, r, w)})
+    xg, rg, wg = (t.clone().requires_grad_() for t in (x, r, w))
+    dy, ds = torch.randn_like(x), torch.randn_like(x)
+
+    def add_rms_fb(fn):
+        return lambda: torch.autograd.backward(fn(xg, rg, wg), (dy, ds))
+
+    cases["liger_fused_add_rms_norm fwd+bwd 4096x4096"] = (None, None, {
+        "forge-aot": add_rms_fb(wheel.liger_fused_add_rms_norm),
+        "jit-same": add_rms_fb(dev["liger_fused_add_rms_norm"]),
+        "jit": add_rms_fb(farn.liger_fused_add_rms_norm), "torch": add_rms_fb(torch_add_rms)})
+    # flash-linear-attention's chunk-local cumsum (its own caching autotuner, keyed on IS_VARLEN): gates of 2 x 256K
+    # steps x 4 heads in fp32 (batch and heads are constexprs, one binary each: the examples' 2 and 4), chunks of 64;
+    # torch: the same sums of the chunks viewed as a dimension
+    g = torch.randn(2, 1 << 18, 4, device="cuda")
+    cases["chunk_local_cumsum 2x256Kx4"] = (g.numel() * 4 * 2, "B", {
+        "forge-aot": lambda: wheel.chunk_local_cumsum(g, 64),
+        "jit-same": lambda: dev["chunk_local_cumsum"](g, 64),
+        "jit": lambda: jit["chunk_local_cumsum"].chunk_local_cumsum(g, 64),
+        "torch": lambda: g.view(2, (1 << 18) // 64, 64, 4).cumsum(2).view(2, 1 << 18, 4)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):
@@ -479,7 +513,8 @@ def main() -> None:
                                  "fused_recurrent", "fused_moe", "matmul_tma_host", "attention_tutorial", "pdl_add",
                                  "grid_sum", "sh_to_color", "gems_mean", "cross_entropy", "giou", "dropout",
                                  "chunk_cumsum", "linear_scan", "add_norm", "decode_attention",
-                                 "liger_cross_entropy", "fused_linear_cross_entropy")}
+                                 "liger_cross_entropy", "fused_linear_cross_entropy", "fused_add_rms_norm",
+                                 "chunk_local_cumsum")}
     from forge_aot.introspect import load_kernel_module
 
     # imported once per process: its @triton_op registered forge_fixture::rotary when the plan read it

@@ -219,13 +219,11 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
     tuning = result.plan.tuning
     for line in tuning.stale + tuning.warnings:
         click.echo(f"warning: tuning database: {line}", err=True)
-    from .plan import data_like_constexprs, device_branches
+    from .plan import data_like_constexprs
 
     for name, kp in result.plan.kernels.items():
-        summary = {"function": kp.function, "data_like_constexprs": data_like_constexprs(
-            kp, [e for e in result.plan.entries if e.kernel == name]),
-            "device_branches": device_branches(kp)}
-        for line in [*_data_like_notes(summary), *_device_branch_notes(summary)]:
+        for line in _data_like_notes({"function": kp.function, "data_like_constexprs": data_like_constexprs(
+                kp, [e for e in result.plan.entries if e.kernel == name])}):
             click.echo(f"warning: {line}", err=True)
     ok = sum(1 for r in report.results if r.ok)
     for wheel in result.wheels:
@@ -235,15 +233,6 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
         models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
         click.echo(f"  {target}: {rows.get('tuned', 0)} table rows tuned ({models}), {rows.get('aliased', 0)} "
                    f"aliased, {rows.get('untuned', 0)} untuned")
-
-
-def _device_branch_notes(summary: dict[str, Any]) -> list[str]:
-    """Launches in host code that branches on a tensor's device, as lines a person reads."""
-    return [f"{function}() (launching {summary['function']} at line {line}) branches on a tensor's device at line "
-            f"{branch}: the build traces the examples on meta and CPU tensors, so it builds what the non-GPU branch "
-            "passes; what only the GPU branch passes (a grid sized by the SM count, say) is built only where the "
-            "manifest lists it (constexprs, combinations) or as a runtime argument"
-            for function, line, branch in summary.get("device_branches", ())]
 
 
 def _data_like_notes(summary: dict[str, Any]) -> list[str]:
@@ -304,7 +293,7 @@ def check(manifest: Path, show_plan: bool) -> None:
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
                        "values other calls pass there is built)")
-        for line in [*_data_like_notes(k), *_device_branch_notes(k)]:
+        for line in [*_data_like_notes(k), *k["notes"]]:
             click.echo(f"    note: {line}")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "

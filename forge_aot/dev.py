@@ -13,7 +13,7 @@ from typing import Any
 
 from . import runtime as rt
 from .index import build_index
-from .introspect import base_jit_function, host_dtype, load_kernel_module
+from .introspect import as_host_value, base_jit_function, host_dtype, load_kernel_module
 from .manifest import load_manifest
 from .pipeline import triton_version
 from .plan import make_plan
@@ -96,6 +96,15 @@ class _JitCompiled(rt.CompiledBase):
         self.function = compiled.function
 
 
+class _DevKernel(rt.Kernel):
+    """A kernel handle of development mode. The project's helper modules run with Triton itself here, so a call may
+    pass one of ``triton.language``'s element types (Liger's ``torch_to_triton_dtype[x.dtype]`` as a constexpr);
+    the index, as the wheel's host code, has the runtime's."""
+
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().run(grid, tuple(map(as_host_value, args)), {k: as_host_value(v) for k, v in kwargs.items()})
+
+
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:
     """The manifest's ops (and ``[exports]``) bound to Triton JIT kernels (for development and for benchmarks
     against JIT)."""
@@ -107,4 +116,5 @@ def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) ->
     functions = {name: base_jit_function(getattr(load_kernel_module(str(kp.source)), kp.function))
                  for name, kp in plan.kernels.items()}
     sources = {m: (spec["path"], spec["host_source"]) for m, spec in plan.modules.items()}
-    return rt.bind_ops(f"_forge_dev_{loaded.manifest.project.name}", index, JitBackend(functions), sources)
+    return rt.bind_ops(f"_forge_dev_{loaded.manifest.project.name}", index, JitBackend(functions), sources,
+                       _DevKernel)

@@ -20,7 +20,7 @@ from typing import Any
 from .errors import SourceError
 from .runtime.host_triton import HOST_DTYPES, HostDtype
 from .sourcesplit import TRITON_REEXPORTS
-from .targets import torch_answers_as
+from .targets import tensors_on_gpu, torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
 IMPORT_TARGET_ENV = "FORGE_AOT_IMPORT_TARGET"
@@ -138,7 +138,8 @@ def load_kernel_module(path: str) -> types.ModuleType:
             code = compile(f.read(), path, "exec", dont_inherit=True)
         try:
             # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
-            with torch_answers_as(target) if target is not None else contextlib.nullcontext():
+            with torch_answers_as(target) if target is not None else contextlib.nullcontext(), \
+                    tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext():
                 exec(code, module.__dict__)
         except BaseException:
             sys.modules.pop(name, None)
@@ -203,15 +204,18 @@ def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list
         module = load_kernel_module(path)
     except Exception as exc:
         raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
     obj = getattr(module, function)
     tuner = None
     heuristics: list[str] = []
-    while type(obj).__name__ not in ("JITFunction", "Autotuner", "Heuristics") and hasattr(obj, "fn"):
+    while not isinstance(obj, (JITFunction, Autotuner, Heuristics)) and hasattr(obj, "fn"):
         obj = obj.fn  # a launch wrapper (project.launch-wrappers): looked through
-    while type(obj).__name__ in ("Autotuner", "Heuristics"):
-        if type(obj).__name__ == "Heuristics":
+    while isinstance(obj, (Autotuner, Heuristics)):  # subclasses too (flash-linear-attention's caching autotuner)
+        if isinstance(obj, Heuristics):
             heuristics += [n for n in obj.values if n not in heuristics]
-        elif type(obj).__name__ == "Autotuner":
+        else:
             if tuner is not None:
                 raise SourceError(f"{path}: {function} is autotuned twice")
             tuner = obj

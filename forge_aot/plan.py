@@ -412,13 +412,15 @@ class KernelPlan:
         return tuple((n, tuple(int(d) for d in nargs[n].block_shape)) for n in names)
 
     def presence_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> set[str]:
-        """The heuristics whose value follows from which pointer arguments a call passes as None (FLA's
-        ``USE_INITIAL_STATE: args['h0'] is not None``): the build never flips those (a binary for ``h0=None`` with
-        ``USE_INITIAL_STATE=True`` would read a None pointer; one for a passed ``h0`` with it False is never
-        launched). Found by evaluating them with every pointer's presence inverted."""
+        """The heuristics whose value follows from which pointer (or optional float) arguments a call passes as
+        None (FLA's ``USE_INITIAL_STATE: args['h0'] is not None``): the build never flips those (a binary for
+        ``h0=None`` with ``USE_INITIAL_STATE=True`` would read a None pointer; one for a passed ``h0`` with it False
+        is never launched). Found by evaluating them with every pointer's presence inverted."""
         if not self.heuristics:
             return set()
-        pointers = [n for n, ty in self.params if ty.startswith("*") and n in named]
+        # and floats some call passes as None (``optional_scalars``: FLA's ``HAS_SCALE: args['scale'] is not None``)
+        pointers = [n for n, ty in self.params if n in named
+                    and (ty.startswith("*") or (ty in FLOAT_TYPES and n in self.spec_params))]
         before = dict(self.evaluate_heuristics(named, config))
         try:
             after = dict(self.evaluate_heuristics(
@@ -643,6 +645,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     names = [p.name for p in ks.params]
     autotune, heuristic_names = (read_decorators(str(path), func) if (ks.autotuned or ks.has_heuristics)
                                  else (None, []))
+    if ks.autotuned and autotune is None:  # a decorator read as an autotuner for its configs= and key= only
+        raise SourceError(f"{path}:{ks.line}: {func} has a decorator with configs= and key= that does not make a "
+                          "Triton Autotuner (triton.runtime.autotuner.Autotuner or a subclass): forge-aot cannot "
+                          "package it")
     t = k.tune
     # The tuning space: the manifest's, else the decorator's configs, else Triton's defaults.
     if t.configs:
@@ -734,6 +740,11 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
     spec_params = [n for n, ty in params if n not in dns and (ty.startswith("*") or ty in INT_TYPES)]
     key = list(k.key) or (autotune.key if autotune else [])
+    # A decorator key naming what a heuristic computes (FLA keys on ``IS_VARLEN``, set by ``@triton.heuristics``,
+    # which runs outside the autotuner): each row's binaries carry the heuristics' values already, so the rows are
+    # keyed by the rest (one config for both values, where Triton's autotuner would tune each).
+    by_heuristic = [kn for kn in key if not k.key and kn in heuristic_names]
+    key = [kn for kn in key if kn not in by_heuristic]
     int_params = {n for n, ty in params if ty in INT_TYPES or ty == UNTYPED}  # untyped: checked once typed
     for i, kn in enumerate(key):
         if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
@@ -784,6 +795,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
                       launches, writes=ks.writes, do_not_specialize=frozenset(dns))
+    if by_heuristic:
+        plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(by_heuristic)}, which @triton.heuristics "
+                          "computes: rows are keyed by the rest, each row has a binary per value, one config serves "
+                          "them (Triton's autotuner would tune each value)")
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")
@@ -1404,7 +1419,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "writes": [n for n in kp.writes
                        if dict(kp.params).get(n, "").startswith("*") or rt.desc_dtype(dict(kp.params).get(n, ""))],
             "data_like_constexprs": data_like_constexprs(kp, entries),
-            "device_branches": device_branches(kp),
+            "notes": list(kp.notes),
         }
     return out
 
@@ -1412,12 +1427,6 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
 DATA_LIKE_VALUES = 5
 """A call-site constexpr that the traced calls pass this many integer values or more, not all powers of two, reads
 like per-call data (a length, a stride): ``forge-aot check`` and ``build`` say so."""
-
-
-def device_branches(kp: KernelPlan) -> list[tuple[str, int, int]]:
-    """(host function, launch line, branch line) of each launch in host code that branches on a tensor's device
-    (``LaunchSite.device_branch``): the trace took the meta / CPU branch there."""
-    return sorted({(s.function, s.line, s.device_branch) for s in kp.launches if s.device_branch})
 
 
 def data_like_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, list[int]]:

@@ -18,6 +18,7 @@ default None, which the registered implementations turn back into the host funct
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -102,9 +103,16 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     written = _written_arguments(sig, calls)
     if not written:
         try:
-            return torch.library.infer_schema(fn, mutates_args=()), "from the type annotations", None
+            schema = torch.library.infer_schema(fn, mutates_args=())
         except Exception:  # annotations missing or not schema types: try the traced calls
             pass
+        else:
+            # ``scale: float = None`` (flash-linear-attention writes it so) infers ``float scale=None``, which refuses
+            # the None its own default is: optional, as the default says
+            for name, p in sig.parameters.items():
+                if p.default is None:
+                    schema = re.sub(rf"(?<![\w?\]])([\w\[\]]+) {name}=None", rf"\1? {name}=None", schema)
+            return schema, "from the type annotations", None
     if not calls:
         return None, ("no type annotations, and no examples call it directly (a call from inside another op does "
                       "not count)"), None
@@ -275,10 +283,14 @@ def meta_mismatch(fn: Callable[..., Any], calls: list[Call]) -> str | None:
             return found[0], tuple(seen(o) for o in out)
         return found
 
+    from .targets import tensors_on_gpu
+
     fn = getattr(fn, "_init_fn", fn)  # a @torch.library.custom_op's own function, as the runtime's Meta runs it
     for args, kwargs, result, *_ in calls:
         try:
-            out = fake_call(fn, meta(args), {k: meta(v) for k, v in kwargs.items()})
+            # torch.compile's fake tensors say they are on the GPU (``assert x.is_cuda`` holds): so do these
+            with tensors_on_gpu("meta"):
+                out = fake_call(fn, meta(args), {k: meta(v) for k, v in kwargs.items()})
         except Exception as exc:
             return f"its Meta implementation (the host code on meta tensors) fails: {type(exc).__name__}: {exc}"
         if seen(out) != seen(result):

@@ -51,9 +51,6 @@ class LaunchSite:
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
-    device_branch: int = 0
-    """A line of the same host function (or class) that branches on a tensor's device (``x.device.type ==
-    "cuda"``, ``x.is_cuda``), else 0: the build's trace takes the branch meta and CPU tensors take."""
 
 
 @dataclass(frozen=True)
@@ -203,15 +200,24 @@ _DESCRIPTOR_MODULE = "triton.tools.tensor_descriptor"
 
 def _host_import(stmt: ast.stmt) -> dict[str, str] | None:
     """A Triton import host code may keep, as the names it binds and what each is on the runtime's ``triton``:
-    ``from triton.runtime import driver`` and ``from triton.tools.tensor_descriptor import TensorDescriptor``
-    (the runtime has its own host-side tensor descriptor); None for any other statement."""
+    ``from triton.runtime import driver``, ``from triton.tools.tensor_descriptor import TensorDescriptor`` (the
+    runtime has its own host-side tensor descriptor) and ``from triton import cdiv, next_power_of_2``; None for any
+    other statement."""
     driver = _host_driver_import(stmt)
     if driver is not None:
         return dict.fromkeys(driver, "triton.runtime.driver")
     if isinstance(stmt, ast.ImportFrom) and stmt.module == _DESCRIPTOR_MODULE and stmt.level == 0 \
             and all(a.name == "TensorDescriptor" for a in stmt.names):
         return {a.asname or a.name: f"{_DESCRIPTOR_MODULE}.TensorDescriptor" for a in stmt.names}
+    # ``from triton import cdiv, next_power_of_2`` (attorch's every kernel file): the runtime's own helpers
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and stmt.level == 0 \
+            and all(a.name in _HOST_HELPERS for a in stmt.names):
+        return {a.asname or a.name: f"triton.{a.name}" for a in stmt.names}
     return None
+
+
+_HOST_HELPERS = ("cdiv", "next_power_of_2")
+"""What ``from triton import ...`` may bring into host code: the helpers the runtime's ``triton`` has."""
 
 
 def _driver_attributes(node: ast.AST) -> set[int]:
@@ -345,7 +351,13 @@ def _triton_names(tree: ast.Module) -> set[str]:
 def _decorator_kind(dec: ast.expr) -> str | None:
     target = dec.func if isinstance(dec, ast.Call) else dec
     text = ast.unparse(target)
-    return _DECORATORS.get(text.removeprefix("triton.").removeprefix("runtime."))
+    kind = _DECORATORS.get(text.removeprefix("triton.").removeprefix("runtime."))
+    if kind is None and isinstance(dec, ast.Call) and {"configs", "key"} <= {k.arg for k in dec.keywords}:
+        # A library's own autotuner with triton.autotune's arguments (flash-linear-attention's fla_cache_autotune,
+        # an Autotuner subclass that caches its picks): read as one, once introspect.read_decorators has seen that
+        # the object it makes is a Triton Autotuner.
+        return "autotune"
+    return kind
 
 
 def _kernel_decorators(fn: ast.FunctionDef,
@@ -758,6 +770,16 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         else:
             rest.append(stmt)
     if not kernels and not helper and needs_kernels:
+        # bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao in a function
+        nested = [(n, stmt) for stmt in tree.body for n in ast.walk(stmt)
+                  if n is not stmt and isinstance(n, ast.FunctionDef) and _kernel_decorators(n) is not None]
+        if nested:
+            kernel, stmt = nested[0]
+            where = f"function {stmt.name}" if isinstance(stmt, ast.FunctionDef) else \
+                f"{type(stmt).__name__.lower()} block"
+            raise SourceError(f"{path}:{kernel.lineno}: {kernel.name} is a @triton.jit function inside the {where} at "
+                              f"line {stmt.lineno}: forge-aot reads kernels (and the host code around them) defined at "
+                              "module level; move them out")
         raise SourceError(f"{path}: no @triton.jit function found")
     jit_functions = {k.name: k for k in kernel_stmts}
     flows: dict[str, tuple[set[int], set[int]]] = {}
@@ -1036,7 +1058,6 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     """``kernel[grid](...)`` and ``kernel.warmup(..., grid=...)`` calls (a warmup binds its arguments as the
     launch of the compiled kernel it returns)."""
     out = []
-    branch: int | None = None  # read once, where the function launches something
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call):
             continue
@@ -1056,27 +1077,11 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         if kernel is None:
             continue
         star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-        if branch is None:
-            branch = _device_branch(fn)
         out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
-                                    and not (warmup and k.arg == "grid")), star, device_branch=branch))
+                                    and not (warmup and k.arg == "grid")), star))
     return out
-
-
-def _device_branch(fn: ast.stmt) -> int:
-    """The first line of ``fn`` that tests a tensor's device: ``<x>.device.type`` compared with something, or
-    ``<x>.is_cuda`` (Liger's fused add-RMSNorm sizes its grid from the SM count only ``if S.device.type ==
-    "cuda"``); 0 where there is none."""
-    def device_type(e: ast.expr) -> bool:
-        return isinstance(e, ast.Attribute) and e.attr == "type" and isinstance(e.value, ast.Attribute) \
-            and e.value.attr == "device"
-
-    lines = [node.lineno for node in ast.walk(fn)
-             if (isinstance(node, ast.Compare) and any(device_type(e) for e in (node.left, *node.comparators)))
-             or (isinstance(node, ast.Attribute) and node.attr == "is_cuda" and isinstance(node.ctx, ast.Load))]
-    return min(lines, default=0)
 
 
 __all__ = ["LAUNCH_OPTIONS", "KernelParam", "KernelSource", "LaunchSite", "SourceFile", "parse_source"]

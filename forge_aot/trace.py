@@ -21,6 +21,7 @@ from .errors import SourceError
 from .introspect import as_host_value
 from .plan import KernelPlan, TracedCall
 from .runtime.kernel import LAUNCHES
+from .targets import tensors_on_gpu
 
 TRACED_TARGET: list[str | None] = [None]
 """The target recorded with each traced call: the one whose GPU host code saw, where the build traces per target
@@ -174,7 +175,9 @@ class Tracer:
         self.files_read: set[str] = set()
         """Files host code opened for reading while binding and running examples (see ``recording_reads``)."""
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
-        with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read):
+        # module-level code of the kernel files and their helpers runs here: on tensors that answer as CUDA ones
+        with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read), \
+                tensors_on_gpu("cpu"):
             self._bind_all(kernels, modules)
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
@@ -257,7 +260,11 @@ class Tracer:
             try:
                 for fn_name in sorted(mod["examples"]):
                     try:
-                        getattr(module, fn_name)("cpu")
+                        with tensors_on_gpu("cpu"), no_triton_launches():
+                            getattr(module, fn_name)("cpu")
+                    except TritonLaunch as exc:
+                        raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached {exc}"
+                                          ) from None
                     except Exception as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') failed "
                                           f"(kernels are recorded, not run, on the CPU):\n{_trace(exc)}") from None
@@ -319,7 +326,8 @@ class Tracer:
         for device in ("meta", "cpu"):
             handle.records = []
             try:
-                with meta_random_factories() if device == "meta" else contextlib.nullcontext():
+                with meta_random_factories() if device == "meta" else contextlib.nullcontext(), \
+                        tensors_on_gpu(device):
                     args = call_inputs(getattr(module, t.inputs), key_dict, variant, device)  # type: ignore[arg-type]
                     call_op(getattr(module, op_name), args)
             except Exception as exc:
@@ -593,6 +601,42 @@ def meta_random_factories() -> Iterator[None]:
 
     with MetaRandom():
         yield
+
+
+class TritonLaunch(Exception):
+    """Host code the build runs launched a kernel through Triton itself (see ``no_triton_launches``)."""
+
+
+@contextlib.contextmanager
+def no_triton_launches() -> Iterator[None]:
+    """A launch through Triton itself while the build runs host code (``kernel[grid](...)`` or ``.warmup`` of a
+    ``JITFunction``, an ``Autotuner``, ``Heuristics``) raises ``TritonLaunch`` naming the kernel and the line: host
+    code the build binds launches recording handles, so such a launch comes from a module it did not bind (attorch
+    launches in its layer files, which import the kernel files), which the wheel would not launch either. Without
+    this the launch ran Triton's autotuner on the build's stand-in driver and failed deep inside it."""
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:  # no Triton: nothing to launch through
+        yield
+        return
+
+    def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        caller = sys._getframe(1)
+        fn = getattr(self, "fn", self)
+        while hasattr(fn, "fn"):  # an Autotuner over Heuristics over the JITFunction
+            fn = fn.fn
+        raise TritonLaunch(f"{caller.f_code.co_filename}:{caller.f_lineno}, which launches "
+                           f"{getattr(fn, '__name__', fn)} through Triton itself: that module is not one the build "
+                           "binds to its kernel handles (a kernel file, or an [ops.NAME] file with a function that "
+                           "launches it); launch it from one of those, as the wheel runs only their host code")
+
+    saved = KernelInterface.__getitem__, KernelInterface.warmup
+    KernelInterface.__getitem__ = refused  # type: ignore[method-assign, assignment]
+    KernelInterface.warmup = refused  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__, KernelInterface.warmup = saved  # type: ignore[method-assign]
 
 
 def call_inputs(fn: Any, key: dict[str, int], variant: dict[str, Any], device: str) -> Any:

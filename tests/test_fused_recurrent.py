@@ -193,3 +193,62 @@ def test_an_untraced_combination_that_cannot_compile_costs_only_itself(tmp_path)
     shipped = {b["spec"] for b in config["binaries"].values()}
     # the traced combinations and the untraced one that compiles, each aligned, on any size and generic
     assert shipped == {"DNNDD", "DNNDx", "xNNxx", "DDDDD", "DDDDx", "xxxxx", "DNDDD", "DNDDx", "xNxxx"}, shipped
+
+
+VARLEN_KEY = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})
+@triton.autotune(configs=[triton.Config({}, num_warps=w) for w in [2, 4]], key=["H", "BT", "IS_VARLEN"])
+@triton.jit
+def copy_kernel(x, y, cu_seqlens, T, H: tl.constexpr, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    o = tl.program_id(0) * BT + tl.arange(0, BT)
+    bos = 0
+    if IS_VARLEN:
+        bos = tl.load(cu_seqlens).to(tl.int32)
+    tl.store(y + bos + o, tl.load(x + bos + o, mask=o < T * H, other=0.0), mask=o < T * H)
+
+
+def copy(x, cu_seqlens=None):
+    T, H = x.shape
+    y = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(T * H, 64),)](x, y, cu_seqlens, T, H=H, BT=64)
+    return y
+
+
+def examples(device="cpu"):
+    x = torch.randn(4096, 16, device=device)
+    copy(x)
+    copy(x, torch.tensor([0, 4096], dtype=torch.int32, device=device))
+"""
+
+
+def test_an_autotune_key_naming_a_heuristic_keys_rows_by_the_rest(tmp_path) -> None:
+    """flash-linear-attention keys its autotuners on ``IS_VARLEN``, which ``@triton.heuristics`` computes from
+    ``cu_seqlens`` (valid Triton: the heuristics run outside the autotuner). It had been refused as "not an integer
+    parameter"; the rows are keyed by the rest, each with both values' binaries, and check says so."""
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(VARLEN_KEY)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "k.py:copy_kernel"\nops = ["copy"]\nsignature = { x = "*fp32", y = "*fp32", cu_seqlens = "*i32", '
+        'T = "i32" }\nexamples = "examples"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert plan.kernels["copy"].key == ["H", "BT"]
+    (entry,) = plan.entries
+    (row,) = entry.tables["default"]
+    assert row.key == (16, 64)
+    at = plan.kernels["copy"].spec_params.index("cu_seqlens")
+    built = {(b.spec[at] == "N", dict(b.heur)["IS_VARLEN"]) for c in row.preferences
+             for b in plan.binaries_for(entry, row.key, c)}
+    assert built == {(True, False), (False, True)}
+    out = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")]).output
+    assert "note: kernels.copy: @triton.autotune's key names IS_VARLEN, which @triton.heuristics computes" in out

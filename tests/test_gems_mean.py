@@ -63,35 +63,49 @@ def test_gems_mean_against_torch(realworld, dtype, shape, dim) -> None:
 
 
 def test_device_switches_of_traced_calls_on_a_machine_with_a_gpu(monkeypatch) -> None:
-    """The examples run on CPU tensors even where the build machine has a GPU (dev mode, ``build --tune``): FlagGems'
-    ``with torch_device_fn.device(x.device)`` then switches nothing, while a real CUDA device still switches."""
+    """The examples run on CPU tensors even where the build machine has a GPU (dev mode, ``build --tune``), and the
+    tensors answer as ``cuda:0`` (``tensors_on_gpu``): FlagGems' ``with torch_device_fn.device(x.device)`` switches
+    nothing, on a machine with a GPU too, and the stand-in is a class, as torch's own ``__init__`` asks
+    ``isinstance(device, torch.cuda.device)`` (a function there had failed the dev-mode plan on the H100)."""
+    import torch
+
+    from forge_aot.targets import tensors_on_gpu, torch_answers_as
+
+    real = torch.cuda.device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    cpu = torch.zeros(1)
+    with torch_answers_as("sm_90"), tensors_on_gpu("cpu"):
+        assert cpu.device == torch.device("cuda", 0)
+        for device in (cpu.device, cpu.device.index, None, "cpu", "cuda:1", torch.device("cuda", 0), 0):
+            with torch.cuda.device(device) as switched:
+                assert isinstance(switched, torch.cuda.device) and switched.idx == -1
+        with torch.cuda.device_of(cpu):
+            pass
+    assert torch.cuda.device is real  # restored
+
+
+def test_flaggems_philox_seed_and_offset_trace_without_a_gpu() -> None:
+    """FlagGems' random ops take the Philox seed and offset from ``torch.cuda.default_generators[device]`` (its
+    state viewed as two int64) and advance the offset: while the build traces on a machine without a GPU that is a
+    stand-in generator with CUDA's default seed (torch without CUDA has none: the examples had failed)."""
     import torch
 
     from forge_aot.targets import torch_answers_as
 
-    switched = []
+    def philox_backend_seed_offset(increment):  # as flag_gems/utils/random_utils.py writes it
+        gen = torch.cuda.default_generators[torch.cuda.current_device()]
+        state_copy = gen.get_state()
+        c0, c1 = state_copy.view(torch.int64)
+        seed, offset = int(c0), int(c1)
+        c1 += (increment + 3) // 4 * 4
+        gen.set_state(state_copy)
+        return seed, offset
 
-    class Recorder:
-        def __init__(self, device):
-            switched.append(device)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device", Recorder)
-    monkeypatch.setattr(torch.cuda, "device_of", Recorder)
-    cpu = torch.zeros(1)
+    real = torch.cuda.default_generators
+    if torch.cuda.is_available():
+        pytest.skip("the machine's own generators serve the trace")
     with torch_answers_as("sm_90"):
-        for device in (cpu.device, cpu.device.index, None, "cpu"):
-            with torch.cuda.device(device):
-                pass
-        with torch.cuda.device_of(cpu):
-            pass
-        with torch.cuda.device("cuda:1"), torch.cuda.device(torch.device("cuda", 0)), torch.cuda.device(0):
-            pass
-    assert switched == ["cuda:1", torch.device("cuda", 0), 0]
-    assert torch.cuda.device is Recorder  # restored
+        assert philox_backend_seed_offset(10) == (67280421310721, 0)
+        assert philox_backend_seed_offset(10) == (67280421310721, 12)
+        assert torch.cuda.default_generators[0].manual_seed(5).initial_seed() == 5
+    assert torch.cuda.default_generators is real

@@ -130,6 +130,53 @@ def test_a_float_passed_as_none_is_compiled_as_the_constant_none(realworld_plan)
     assert rt.argument_spec([(0, False), (1, False), (2, False), (3, False)], [None, 16.0, 1, 7]) == "Nx1x"
 
 
+SCALE_NONE = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"HAS_SCALE": lambda args: args["scale"] is not None})
+@triton.jit
+def k(x, y, scale, n, BLOCK: tl.constexpr, HAS_SCALE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    v = tl.load(x + offs, mask=offs < n, other=0.0)
+    if HAS_SCALE:
+        v *= scale
+    tl.store(y + offs, v, mask=offs < n)
+
+
+def op(x, scale=None):
+    y = torch.empty_like(x)
+    k[(triton.cdiv(x.numel(), 1024),)](x, y, scale, x.numel(), BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    op(torch.randn(4096, device=device))
+    op(torch.randn(4096, device=device), 0.5)
+"""
+
+
+def test_a_heuristic_on_whether_a_float_is_none_is_never_flipped(tmp_path) -> None:
+    """flash-linear-attention's cumsum: ``HAS_SCALE: args['scale'] is not None`` over a float that calls pass as None
+    or not. A binary with ``scale`` None and ``HAS_SCALE`` True reads the constant None and does not compile: the
+    build had planned one, and its failure took the config, and the build, down."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(SCALE_NONE)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+        'ops = ["op"]\nsignature = { x = "*fp32", y = "*fp32", scale = "fp32", n = "i32" }\nexamples = "examples"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    kp = plan.kernels["k"]
+    at = kp.spec_params.index("scale")
+    pairs = {(b.spec[at] == "N", dict(b.heur)["HAS_SCALE"]) for e in plan.entries for rows in e.tables.values()
+             for row in rows for c in row.preferences for b in plan.binaries_for(e, row.key, c)}
+    assert pairs == {(True, False), (False, True)}
+
+
 def test_a_none_no_binary_takes_is_named_before_packing_fails() -> None:
     from forge_aot.runtime.packing import out_of_range
 

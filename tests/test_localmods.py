@@ -332,8 +332,9 @@ def test_a_helper_that_host_code_takes_must_be_host_code(tmp_path: Path) -> None
     from forge_aot.plan import make_plan
 
     manifest = _project(tmp_path)
+    # triton.language's cdiv is a @triton.jit function (``from triton import cdiv``, the host helper, is host code)
     (tmp_path / "mylib" / "ops" / "utils.py").write_text(textwrap.dedent('''\
-        from triton import cdiv
+        from triton.language import cdiv
 
         def block_for(n):
             return min(cdiv(n, 128) * 128, 2048), 4

@@ -238,6 +238,41 @@ def test_host_provided_imports_anywhere_in_host_code_bind_the_runtimes(tmp_path:
         parse_source(f, {"op"})
 
 
+def test_tritons_host_helpers_imported_by_name_are_the_runtimes(tmp_path: Path) -> None:
+    """attorch's kernel files start ``from triton import cdiv, next_power_of_2`` and size grids and blocks with them
+    in host code: the names bind the runtime's helpers, on the same line; anything else imported so stays refused."""
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nimport triton.language as tl\nfrom triton import cdiv, next_power_of_2 as np2\n\n"
+                 "@triton.jit\ndef k(x, n, BLOCK: tl.constexpr):\n    pass\n\n"
+                 "def op(x):\n    BLOCK = min(np2(x.numel()), 1024)\n"
+                 "    k[(cdiv(x.numel(), BLOCK),)](x, x.numel(), BLOCK=BLOCK)\n")
+    src = parse_source(f, {"op"})
+    assert src.host_source.splitlines()[2] == "cdiv = triton.cdiv; np2 = triton.next_power_of_2"
+    from forge_aot.runtime.host_triton import host_triton
+
+    namespace = {"triton": host_triton}
+    exec(src.host_source.splitlines()[2], namespace)
+    assert namespace["cdiv"](10, 3) == 4 and namespace["np2"](1000) == 1024
+    f.write_text(f.read_text().replace("next_power_of_2 as np2", "next_power_of_2 as np2, Config"))
+    with pytest.raises(SourceError, match="np2"):
+        parse_source(f, {"op"})
+
+
+@pytest.mark.parametrize(("block", "where"), [
+    ("if triton is None:\n    def op(x):\n        return None\nelse:\n", "the if block at line 5"),
+    ("def _lazy_init():\n", "the function _lazy_init at line 5"),
+])
+def test_a_kernel_inside_a_block_is_named_with_where_it_is(tmp_path: Path, block: str, where: str) -> None:
+    """bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao inside a lazy-init
+    function: forge-aot reads module-level kernels, and says where these are instead of finding none."""
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nimport triton.language as tl\n\n\n" + block
+                 + "    @triton.jit\n    def k(x):\n        pass\n")
+    with pytest.raises(SourceError, match=f"k.py:{block.count(chr(10)) + 6}: k is a @triton.jit function inside "
+                                          f"{where}: forge-aot reads kernels"):
+        parse_source(f, {"op"})
+
+
 def test_build_only_helpers_are_left_out_unless_shipped_code_calls_them(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
     f.write_text(
@@ -368,20 +403,3 @@ def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float(
     assert argument_spec([(0, False)], [host_constexpr(1.0)]) == argument_spec([(0, False)], [1.0]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32.0)]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32)]) == argument_spec([(0, False)], [32]) == "D"
-
-
-def test_a_launch_in_host_code_that_branches_on_the_tensors_device_is_marked(tmp_path: Path) -> None:
-    """Liger's fused add-RMSNorm: ``sm_count = 1; if S.device.type == "cuda": sm_count = <the SM count>`` before the
-    launch. The trace's tensors are meta or CPU ones, so the build takes the other branch: ``forge-aot check`` and
-    ``build`` say so (the launch site carries the branch's line)."""
-    f = tmp_path / "k.py"
-    f.write_text("import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-                 "def k(x, n, ROWS: tl.constexpr):\n    pass\n\n\n"
-                 "def op(x):\n    sm_count = 1\n    if x.device.type == 'cuda':\n"
-                 "        sm_count = torch.cuda.get_device_properties(x.device).multi_processor_count\n"
-                 "    k[(sm_count,)](x, x.numel(), ROWS=triton.cdiv(x.shape[0], sm_count))\n\n\n"
-                 "def plain(x):\n    k[(1,)](x, x.numel(), ROWS=1)\n\n\n"
-                 "class Fn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
-                 "        n = 132 if x.is_cuda else 1\n        k[(n,)](x, x.numel(), ROWS=n)\n")
-    sites = {s.function: s.device_branch for s in parse_source(f, {"op", "plain"}).launches}
-    assert sites == {"op": 13, "plain": 0, "Fn": 25}

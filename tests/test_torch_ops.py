@@ -36,6 +36,25 @@ def test_schemas_from_annotations_and_from_traced_examples() -> None:
     assert "float? sm_scale=None" in real.modules["flash_attention"]["schemas"]["attention"]
 
 
+def test_an_annotated_parameter_defaulting_to_none_is_optional_in_the_schema() -> None:
+    """``scale: float = None`` (flash-linear-attention's ops): torch infers ``float scale=None``, whose op then refuses
+    an explicit None; the schema says ``float?``, and stays as it was where the annotation says Optional."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("def op(x: torch.Tensor, scale: float = None, w: torch.Tensor | None = None, sizes: list[int] = None,\n"
+         "       n: int = 3) -> torch.Tensor:\n    return x\n", namespace)  # annotations as objects, as written
+    schema, why, _ = op_schema(namespace["op"], [])
+    assert why == "from the type annotations"
+    assert schema == "(Tensor x, float? scale=None, Tensor? w=None, SymInt[]? sizes=None, SymInt n=3) -> Tensor", schema
+    lib = torch.library.Library("forge_test_none_default", "DEF")
+    lib.define("op" + schema)
+    lib.impl("op", lambda x, scale=None, w=None, sizes=None, n=3: x.clone(), "CPU")
+    assert torch.ops.forge_test_none_default.op(torch.ones(2), None, None, None).tolist() == [1.0, 1.0]
+
+
 def test_fake_implementation_gives_the_host_codes_shapes_without_launching() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode

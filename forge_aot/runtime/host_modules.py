@@ -260,8 +260,8 @@ def imports_first(modules: Mapping[str, Any]) -> list[str]:
     return order
 
 
-def bind_ops(package: str, index: dict[str, Any], backend: Any,
-             sources: dict[str, tuple[str, str | None]]) -> dict[str, Callable[..., Any]]:
+def bind_ops(package: str, index: dict[str, Any], backend: Any, sources: dict[str, tuple[str, str | None]],
+             kernel_class: type = Kernel) -> dict[str, Callable[..., Any]]:
     """Run every host module with its kernel handles; returns the exported ops (and ``[exports]``) by name.
 
     ``sources`` maps each host module to (filename, source or None to read the file).
@@ -270,8 +270,8 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any,
     with project_names_bound() as aliases:
         for mod_name in imports_first(index["modules"]):
             mod = index["modules"][mod_name]
-            module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, Kernel, sources[mod_name],
-                                 aliases=aliases(mod))
+            module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, kernel_class,
+                                 sources[mod_name], aliases=aliases(mod))
             for op in (*mod["ops"], *mod.get("exports", ())):
                 ops[op] = getattr(module, op)
     return ops
