@@ -186,6 +186,44 @@ def _is_triton_import_block(stmt: ast.stmt) -> bool:
     return bool(leaves) and all(_is_triton_import(s) and _host_import(s) is None for s in leaves or [])
 
 
+def _kernel_side_block(stmt: ast.stmt, triton_names: set[str]) -> set[str]:
+    """The names an ``if`` / ``try`` binds where every branch binds only what kernels use: Triton imports, names
+    taken from Triton (``x = tl.f``) and ``@triton.jit`` functions, at least one of the latter two (FlagGems'
+    ``random_utils.py``: ``try: uint_to_uniform_float = tl.uint_to_uniform_float`` ``except AttributeError:`` a
+    ``@triton.jit`` fallback); else none. Such a block is kernel-side, like a Triton import: left out of host code,
+    its names Triton's."""
+    def leaves(block: ast.stmt) -> list[ast.stmt] | None:
+        if isinstance(block, ast.If):
+            bodies = [block.body, block.orelse]
+        elif isinstance(block, ast.Try):
+            bodies = [block.body, block.orelse, block.finalbody, *(h.body for h in block.handlers)]
+        else:
+            return None
+        out: list[ast.stmt] = []
+        for inner in (s for body in bodies for s in body):
+            nested = leaves(inner) if isinstance(inner, (ast.If, ast.Try)) else [inner]
+            if nested is None:
+                return None
+            out += nested
+        return out
+
+    def from_triton(e: ast.expr) -> bool:
+        while isinstance(e, ast.Attribute):
+            e = e.value
+        return isinstance(e, ast.Name) and e.id in triton_names
+
+    bound: set[str] = set()
+    for s in leaves(stmt) or []:
+        if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) and from_triton(s.value):
+            bound |= _defined_names(s)
+        elif isinstance(s, ast.FunctionDef) and _kernel_decorators(s) is not None:
+            bound.add(s.name)
+        elif not (isinstance(s, ast.Pass) or (isinstance(s, (ast.Import, ast.ImportFrom))
+                  and _is_triton_import(s) and _host_import(s) is None)):
+            return set()
+    return bound
+
+
 def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
     """``from triton.runtime import driver [as d]``: the names it binds to Triton's driver, which host code may
     use (the runtime's ``triton.runtime.driver`` answers for it); None for any other statement."""
@@ -723,6 +761,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     triton_names = _triton_names(tree)
+    kernel_blocks = {id(s): names for s in tree.body if (names := _kernel_side_block(s, triton_names))}
+    triton_names |= {n for names in kernel_blocks.values() for n in names}
     language_aliases = _language_aliases(tree)
     descriptor_aliases = {a.asname or a.name.split(".")[0] for stmt in tree.body
                           if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _host_import(stmt) is None
@@ -765,7 +805,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _host_import(stmt) is not None:
             host_imports.append(stmt)
-        elif _is_triton_import(stmt) or _is_triton_import_block(stmt):
+        elif _is_triton_import(stmt) or _is_triton_import_block(stmt) or id(stmt) in kernel_blocks:
             blanked.append(stmt)
         else:
             rest.append(stmt)

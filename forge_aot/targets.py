@@ -268,8 +268,8 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
                 return args[0].to(home)
             if "device" in kwargs:
                 kwargs = {**kwargs, "device": placed(kwargs["device"])}
-            if func is torch.Tensor.to:
-                args = tuple(placed(a) if not isinstance(a, int) else a for a in args)
+            if func is torch.Tensor.to:  # x.to("cuda"), x.to(x.device, dtype), x.to(0)
+                args = tuple(map(placed, args))
             return func(*args, **kwargs)
 
     # The autograd engine runs a Function's backward without the caller's torch-function modes: its Python entry

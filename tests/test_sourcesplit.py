@@ -273,6 +273,49 @@ def test_a_kernel_inside_a_block_is_named_with_where_it_is(tmp_path: Path, block
         parse_source(f, {"op"})
 
 
+TRY_FALLBACK = """\
+import triton
+import triton.language as tl
+
+try:
+    uint_to_uniform_float = tl.uint_to_uniform_float
+except AttributeError:
+    @triton.jit
+    def uint_to_uniform_float(x):
+        x = x.to(tl.int32, bitcast=True)
+        return tl.where(x < 0, -x - 1, x) * 4.6566127342e-10
+
+
+@triton.jit
+def k(y, seed, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    tl.store(y + o, uint_to_uniform_float(tl.randint(seed, o)))
+
+
+def op(y, x=0):
+    k[(1,)](y, 7, BLOCK=128)
+    return y
+"""
+
+
+def test_a_block_that_binds_only_kernel_side_names_is_kernel_side(tmp_path: Path) -> None:
+    """FlagGems' ``random_utils.py``: ``try: uint_to_uniform_float = tl.uint_to_uniform_float`` with a
+    ``@triton.jit`` fallback under ``except AttributeError``. The block is left out of host code like a Triton
+    import (it had been host code using ``tl``), its names are Triton's: host code using one is refused."""
+    f = tmp_path / "k.py"
+    f.write_text(TRY_FALLBACK)
+    src = parse_source(f, {"op"})
+    assert "uint_to_uniform_float" not in src.host_source and "def op(y, x=0):" in src.host_source
+    assert len(src.host_source.splitlines()) == len(TRY_FALLBACK.splitlines())  # lines kept
+    f.write_text(TRY_FALLBACK.replace("def op(y, x=0):", "def op(y, x=uint_to_uniform_float):"))
+    with pytest.raises(SourceError, match="uint_to_uniform_float"):
+        parse_source(f, {"op"})
+    # a block that also does host work stays host code (and is refused for its Triton use)
+    f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    HOST = 1\nexcept AttributeError:"))
+    with pytest.raises(SourceError, match="tl"):
+        parse_source(f, {"op"})
+
+
 def test_build_only_helpers_are_left_out_unless_shipped_code_calls_them(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
     f.write_text(
