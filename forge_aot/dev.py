@@ -96,13 +96,24 @@ class _JitCompiled(rt.CompiledBase):
         self.function = compiled.function
 
 
+try:
+    from triton.language import dtype as _TritonDtype
+except ImportError:  # development mode needs Triton; importing this module does not
+    _TritonDtype = None
+
+
 class _DevKernel(rt.Kernel):
     """A kernel handle of development mode. The project's helper modules run with Triton itself here, so a call may
     pass one of ``triton.language``'s element types (Liger's ``torch_to_triton_dtype[x.dtype]`` as a constexpr);
     the index, as the wheel's host code, has the runtime's."""
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        super().run(grid, tuple(map(as_host_value, args)), {k: as_host_value(v) for k, v in kwargs.items()})
+        if _TritonDtype in map(type, (*args, *kwargs.values())):  # rare: a type check per argument otherwise
+            args, kwargs = tuple(map(as_host_value, args)), {k: as_host_value(v) for k, v in kwargs.items()}
+        super().run(grid, args, kwargs)
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
+        return super().warmup(*map(as_host_value, args), grid=grid, **{k: as_host_value(v) for k, v in kwargs.items()})
 
 
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:

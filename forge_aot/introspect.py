@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
+from .ongpu import tensors_on_gpu
 from .runtime.host_triton import HOST_DTYPES, HostDtype
 from .sourcesplit import TRITON_REEXPORTS
-from .targets import tensors_on_gpu, torch_answers_as
+from .targets import torch_answers_as
 
 _modules: dict[str, types.ModuleType] = {}
 IMPORT_TARGET_ENV = "FORGE_AOT_IMPORT_TARGET"

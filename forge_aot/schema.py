@@ -283,7 +283,7 @@ def meta_mismatch(fn: Callable[..., Any], calls: list[Call]) -> str | None:
             return found[0], tuple(seen(o) for o in out)
         return found
 
-    from .targets import tensors_on_gpu
+    from .ongpu import tensors_on_gpu
 
     fn = getattr(fn, "_init_fn", fn)  # a @torch.library.custom_op's own function, as the runtime's Meta runs it
     for args, kwargs, result, *_ in calls:

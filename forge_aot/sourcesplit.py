@@ -157,27 +157,31 @@ def _is_triton_import(stmt: ast.stmt) -> bool:
     return False
 
 
-def _import_block(stmt: ast.stmt) -> list[ast.Import | ast.ImportFrom] | None:
-    """The imports of an ``if`` / ``try`` made of nothing but imports (and ``pass``) in every branch, as libraries
-    pick an import path by Triton version (Liger-Kernel: libdevice's ``tanh`` under ``compare_version`` with an NGC
-    fallback); None for any other statement."""
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return [stmt]
-    if isinstance(stmt, ast.Pass):
-        return []
+def _block_leaves(stmt: ast.stmt) -> list[ast.stmt] | None:
+    """Every statement of every branch of an ``if`` / ``try`` (those of nested ones in their place), or None for
+    any other statement."""
     if isinstance(stmt, ast.If):
         bodies = [stmt.body, stmt.orelse]
     elif isinstance(stmt, ast.Try):
         bodies = [stmt.body, stmt.orelse, stmt.finalbody, *(h.body for h in stmt.handlers)]
     else:
         return None
-    found: list[ast.Import | ast.ImportFrom] = []
+    out: list[ast.stmt] = []
     for inner in (s for body in bodies for s in body):
-        leaves = _import_block(inner)
-        if leaves is None:
-            return None
-        found += leaves
-    return found
+        out += _block_leaves(inner) or [] if isinstance(inner, (ast.If, ast.Try)) else [inner]
+    return out
+
+
+def _import_block(stmt: ast.stmt) -> list[ast.Import | ast.ImportFrom] | None:
+    """The imports of an ``if`` / ``try`` made of nothing but imports (and ``pass``) in every branch, as libraries
+    pick an import path by Triton version (Liger-Kernel: libdevice's ``tanh`` under ``compare_version`` with an NGC
+    fallback); None for any other statement."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [stmt]
+    leaves = _block_leaves(stmt)
+    if leaves is None or not all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in leaves):
+        return None
+    return [s for s in leaves if isinstance(s, (ast.Import, ast.ImportFrom))]
 
 
 def _is_triton_import_block(stmt: ast.stmt) -> bool:
@@ -192,28 +196,13 @@ def _kernel_side_block(stmt: ast.stmt, triton_names: set[str]) -> set[str]:
     ``random_utils.py``: ``try: uint_to_uniform_float = tl.uint_to_uniform_float`` ``except AttributeError:`` a
     ``@triton.jit`` fallback); else none. Such a block is kernel-side, like a Triton import: left out of host code,
     its names Triton's."""
-    def leaves(block: ast.stmt) -> list[ast.stmt] | None:
-        if isinstance(block, ast.If):
-            bodies = [block.body, block.orelse]
-        elif isinstance(block, ast.Try):
-            bodies = [block.body, block.orelse, block.finalbody, *(h.body for h in block.handlers)]
-        else:
-            return None
-        out: list[ast.stmt] = []
-        for inner in (s for body in bodies for s in body):
-            nested = leaves(inner) if isinstance(inner, (ast.If, ast.Try)) else [inner]
-            if nested is None:
-                return None
-            out += nested
-        return out
-
     def from_triton(e: ast.expr) -> bool:
         while isinstance(e, ast.Attribute):
             e = e.value
         return isinstance(e, ast.Name) and e.id in triton_names
 
     bound: set[str] = set()
-    for s in leaves(stmt) or []:
+    for s in _block_leaves(stmt) or []:
         if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) and from_triton(s.value):
             bound |= _defined_names(s)
         elif isinstance(s, ast.FunctionDef) and _kernel_decorators(s) is not None:
@@ -247,10 +236,11 @@ def _host_import(stmt: ast.stmt) -> dict[str, str] | None:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == _DESCRIPTOR_MODULE and stmt.level == 0 \
             and all(a.name == "TensorDescriptor" for a in stmt.names):
         return {a.asname or a.name: f"{_DESCRIPTOR_MODULE}.TensorDescriptor" for a in stmt.names}
-    # ``from triton import cdiv, next_power_of_2`` (attorch's every kernel file): the runtime's own helpers
+    # ``from triton import cdiv, next_power_of_2`` (attorch's every kernel file): the runtime's own helpers; the
+    # statement's other names (``from triton import jit, cdiv``) are kernel side (see _triton_names)
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and stmt.level == 0 \
-            and all(a.name in _HOST_HELPERS for a in stmt.names):
-        return {a.asname or a.name: f"triton.{a.name}" for a in stmt.names}
+            and any(a.name in _HOST_HELPERS for a in stmt.names):
+        return {a.asname or a.name: f"triton.{a.name}" for a in stmt.names if a.name in _HOST_HELPERS}
     return None
 
 
@@ -379,18 +369,20 @@ def _triton_names(tree: ast.Module) -> set[str]:
             for a in stmt.names:
                 if a.name == "triton" or a.name.startswith("triton."):
                     names.add(a.asname or a.name.split(".")[0])
-        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt) and _host_import(stmt) is None:
-            names.update(a.asname or a.name for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt):  # all but the host helpers it may bind
+            host = _host_import(stmt) or {}
+            names.update(n for n in (a.asname or a.name for a in stmt.names) if n not in host)
         else:  # ``from vllm.triton_utils import HAS_TRITON, tl, triton``: its tl and triton
             names.update(a.name for a in _reexported_aliases(stmt))
     return names
 
 
-def _decorator_kind(dec: ast.expr) -> str | None:
+def _decorator_kind(dec: ast.expr, library: bool = True) -> str | None:
     target = dec.func if isinstance(dec, ast.Call) else dec
     text = ast.unparse(target)
     kind = _DECORATORS.get(text.removeprefix("triton.").removeprefix("runtime."))
-    if kind is None and isinstance(dec, ast.Call) and {"configs", "key"} <= {k.arg for k in dec.keywords}:
+    if kind is None and library and isinstance(dec, ast.Call) \
+            and {"configs", "key"} <= {k.arg for k in dec.keywords}:
         # A library's own autotuner with triton.autotune's arguments (flash-linear-attention's fla_cache_autotune,
         # an Autotuner subclass that caches its picks): read as one, once introspect.read_decorators has seen that
         # the object it makes is a Triton Autotuner.
@@ -409,7 +401,7 @@ def _kernel_decorators(fn: ast.FunctionDef,
     found = found[outer:]
     kinds = [k for k, _ in found]
     if "jit" not in kinds:
-        if any(kinds):
+        if any(_decorator_kind(d, library=False) for _, d in found):  # not a library's autotuner: no jit, no kernel
             raise SourceError(f"line {fn.lineno}: {fn.name} is decorated with @triton.autotune or "
                               "@triton.heuristics but not @triton.jit")
         return None
@@ -812,7 +804,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     if not kernels and not helper and needs_kernels:
         # bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao in a function
         nested = [(n, stmt) for stmt in tree.body for n in ast.walk(stmt)
-                  if n is not stmt and isinstance(n, ast.FunctionDef) and _kernel_decorators(n) is not None]
+                  if n is not stmt and isinstance(n, ast.FunctionDef) and _kernel_decorators(n, wrappers) is not None]
         if nested:
             kernel, stmt = nested[0]
             where = f"function {stmt.name}" if isinstance(stmt, ast.FunctionDef) else \

@@ -199,9 +199,9 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
                  "get_device_name": lambda device=None: props.name,
                  "current_device": lambda: 0, "device_count": lambda: 1}
     # ``with torch.cuda.device(x.device):`` around a launch (flash-attn's rotary, every FlagGems op): the trace's
-    # tensors are on the meta device or the CPU, whatever they answer (``tensors_on_gpu``), so there is no device to
-    # switch to, also on a machine with a GPU. Classes, as torch's are: ``torch.cuda.device.__init__`` itself asks
-    # ``isinstance(device, torch.cuda.device)``.
+    # tensors are on the meta device or the CPU, whatever they answer (``ongpu.tensors_on_gpu``), so there is no
+    # device to switch to, also on a machine with a GPU. Classes, as torch's are: ``torch.cuda.device.__init__``
+    # itself asks ``isinstance(device, torch.cuda.device)``.
     # the machine's own answer, also inside another target's stand-ins (a nested trace)
     real_is_available = getattr(torch.cuda.is_available, "real", torch.cuda.is_available)
 
@@ -228,72 +228,6 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
         torch.version.cuda, torch.version.hip = versions["cuda"], versions["hip"]
-
-
-@contextlib.contextmanager
-def tensors_on_gpu(home: str) -> Iterator[None]:
-    """Tensors on the trace's device ``home`` ("meta" or "cpu") say they are on CUDA device 0 (``.device``,
-    ``.is_cuda``, ``.get_device()``), and a GPU asked of torch (``torch.empty(n, device=x.device)``,
-    ``x.to("cuda")``, ``x.cuda()``, ``device=0``) is ``home``: host code that branches on its tensors' device takes
-    the GPU's branch, as in the process the wheel serves (Liger's fused add-RMSNorm sizes its grid from the SM
-    count only ``if S.device.type == "cuda"``; the build had traced the other branch and built its values), and
-    its tensors stay where the trace keeps them; so does module-level code that allocates on "cuda" because
-    ``is_available()`` says so. ROCm's torch names its devices "cuda" too. Entered inside the trace's
-    ``meta_random_factories`` (this mode sees a call first, so that one sees ``device="meta"``)."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-
-    gpu = torch.device("cuda", 0)
-    device_attr, is_cuda_attr = torch._C.TensorBase.device, torch._C.TensorBase.is_cuda
-
-    def mine(t: Any) -> bool:
-        return isinstance(t, torch.Tensor) and t.device.type == home
-
-    def placed(value: Any) -> Any:
-        return home if isinstance(value, (str, torch.device, int)) and not isinstance(value, bool) \
-            and _names_cuda(value) else value
-
-    class OnGpu(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                               kwargs: dict[str, Any] | None = None) -> Any:
-            kwargs = kwargs or {}
-            owner = getattr(func, "__self__", None)
-            if owner is device_attr:
-                return gpu if mine(args[0]) else func(*args)
-            if owner is is_cuda_attr:
-                return mine(args[0]) or func(*args)
-            if func is torch.Tensor.get_device:
-                return 0 if mine(args[0]) else func(*args, **kwargs)
-            if func is torch.Tensor.cuda:
-                return args[0].to(home)
-            if "device" in kwargs:
-                kwargs = {**kwargs, "device": placed(kwargs["device"])}
-            if func is torch.Tensor.to:  # x.to("cuda"), x.to(x.device, dtype), x.to(0)
-                args = tuple(map(placed, args))
-            return func(*args, **kwargs)
-
-    # The autograd engine runs a Function's backward without the caller's torch-function modes: its Python entry
-    # (what the engine calls for every autograd.Function) enters this one again.
-    backward_cls = torch.autograd.function.BackwardCFunction
-    real_apply = backward_cls.apply
-
-    def apply(ctx: Any, *args: Any) -> Any:
-        with OnGpu():
-            return real_apply(ctx, *args)
-
-    backward_cls.apply = apply  # type: ignore[method-assign]
-    try:
-        with OnGpu():
-            yield
-    finally:
-        backward_cls.apply = real_apply  # type: ignore[method-assign]
-
-
-def _names_cuda(device: Any) -> bool:
-    """Whether ``torch.cuda.device(device)`` would name a GPU: a CUDA ``torch.device`` or string, an index >= 0."""
-    if isinstance(device, int):
-        return device >= 0
-    return str(device).startswith("cuda") if device is not None else False
 
 
 class _TraceGenerator:

@@ -19,9 +19,9 @@ from typing import Any
 from . import runtime as rt
 from .errors import SourceError
 from .introspect import as_host_value
+from .ongpu import machine_has_gpu, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
 from .runtime.kernel import LAUNCHES
-from .targets import tensors_on_gpu
 
 TRACED_TARGET: list[str | None] = [None]
 """The target recorded with each traced call: the one whose GPU host code saw, where the build traces per target
@@ -175,9 +175,11 @@ class Tracer:
         self.files_read: set[str] = set()
         """Files host code opened for reading while binding and running examples (see ``recording_reads``)."""
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
-        # module-level code of the kernel files and their helpers runs here: on tensors that answer as CUDA ones
+        # Module-level code of the kernel files and their helpers runs here: allocations on "cuda" stay on the CPU
+        # where the machine has no GPU (on one with a GPU they are real: helper modules stay imported for the
+        # process, dev mode's and the benchmarks' kernels then get real GPU tensors from them).
         with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read), \
-                tensors_on_gpu("cpu"):
+                (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches():
             self._bind_all(kernels, modules)
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
@@ -327,9 +329,12 @@ class Tracer:
             handle.records = []
             try:
                 with meta_random_factories() if device == "meta" else contextlib.nullcontext(), \
-                        tensors_on_gpu(device):
+                        tensors_on_gpu(device), no_triton_launches():
                     args = call_inputs(getattr(module, t.inputs), key_dict, variant, device)  # type: ignore[arg-type]
                     call_op(getattr(module, op_name), args)
+            except TritonLaunch as exc:
+                raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() reached {exc}"
+                                  ) from None
             except Exception as exc:
                 last = exc
                 continue
@@ -603,40 +608,51 @@ def meta_random_factories() -> Iterator[None]:
         yield
 
 
-class TritonLaunch(Exception):
-    """Host code the build runs launched a kernel through Triton itself (see ``no_triton_launches``)."""
+class TritonLaunch(BaseException):
+    """Host code the build runs launched a kernel through Triton itself (see ``no_triton_launches``). A
+    BaseException, so host code's ``except Exception:`` fallback cannot hide it."""
 
 
 @contextlib.contextmanager
 def no_triton_launches() -> Iterator[None]:
-    """A launch through Triton itself while the build runs host code (``kernel[grid](...)`` or ``.warmup`` of a
-    ``JITFunction``, an ``Autotuner``, ``Heuristics``) raises ``TritonLaunch`` naming the kernel and the line: host
-    code the build binds launches recording handles, so such a launch comes from a module it did not bind (attorch
-    launches in its layer files, which import the kernel files), which the wheel would not launch either. Without
-    this the launch ran Triton's autotuner on the build's stand-in driver and failed deep inside it."""
+    """A launch through Triton itself while the build runs host code (``kernel[grid](...)``, ``.warmup``, ``.run``
+    of a ``JITFunction``, an ``Autotuner``, ``Heuristics``) raises ``TritonLaunch`` naming the kernel and the line of
+    host code: host code the build binds launches recording handles, so such a launch comes from a module it did
+    not bind (attorch launches in its layer files, which import the kernel files), which the wheel would not launch
+    either. Without this the launch ran Triton's autotuner on the build's stand-in driver and failed deep inside
+    it. Nests (the build binds modules, whose import may trace)."""
     try:
-        from triton.runtime.jit import KernelInterface
+        from triton.runtime.autotuner import Autotuner, Heuristics
+        from triton.runtime.jit import JITFunction
     except ImportError:  # no Triton: nothing to launch through
         yield
         return
 
     def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1)
-        fn = getattr(self, "fn", self)
+        frame = sys._getframe(1)
+        while frame.f_back is not None and _library_frame(frame.f_code.co_filename):
+            frame = frame.f_back  # Triton's own layers (an Autotuner's warmup calls its fn's), torch's wrap_triton
+        fn = self
         while hasattr(fn, "fn"):  # an Autotuner over Heuristics over the JITFunction
             fn = fn.fn
-        raise TritonLaunch(f"{caller.f_code.co_filename}:{caller.f_lineno}, which launches "
+        raise TritonLaunch(f"{frame.f_code.co_filename}:{frame.f_lineno}, which launches "
                            f"{getattr(fn, '__name__', fn)} through Triton itself: that module is not one the build "
                            "binds to its kernel handles (a kernel file, or an [ops.NAME] file with a function that "
                            "launches it); launch it from one of those, as the wheel runs only their host code")
 
-    saved = KernelInterface.__getitem__, KernelInterface.warmup
-    KernelInterface.__getitem__ = refused  # type: ignore[method-assign, assignment]
-    KernelInterface.warmup = refused  # type: ignore[method-assign, assignment]
+    saved = [(cls, cls.__dict__["run"]) for cls in (JITFunction, Autotuner, Heuristics) if "run" in cls.__dict__]
+    for cls, _ in saved:
+        cls.run = refused  # type: ignore[method-assign]
     try:
         yield
     finally:
-        KernelInterface.__getitem__, KernelInterface.warmup = saved  # type: ignore[method-assign]
+        for cls, run in saved:
+            cls.run = run  # type: ignore[method-assign]
+
+
+def _library_frame(filename: str) -> bool:
+    parts = filename.replace("\\", "/").split("/")
+    return any(p in ("triton", "torch") for p in parts[:-1])
 
 
 def call_inputs(fn: Any, key: dict[str, int], variant: dict[str, Any], device: str) -> Any:

@@ -87,3 +87,44 @@ def test_against_float64_and_the_jit(realworld, jit, dtype, reverse, scale, B, T
     assert out.dtype == torch.float32 and out.shape == g.shape
     assert relative_error(out, _reference(g, 64, reverse, scale, cu)) < 1e-6
     assert relative_error(out, ref.double()) < 1e-6
+
+
+NOT_A_TUNER = """\
+import torch
+import triton
+import triton.language as tl
+
+
+def cached(configs, key):  # takes autotune's arguments, makes no Autotuner
+    return lambda fn: fn
+
+
+@cached(configs=[], key=["n"])
+def host_helper(n):  # not a kernel: no @triton.jit, so not read as one
+    return n
+
+
+@cached(configs=[triton.Config({}, num_warps=4)], key=["n"])
+@triton.jit
+def k(x, n, BLOCK: tl.constexpr):
+    pass
+
+
+def op(x):
+    k[(1,)](x, host_helper(x.numel()), BLOCK=128)
+    return x
+"""
+
+
+def test_a_decorator_with_autotunes_arguments_must_make_an_autotuner(tmp_path) -> None:
+    from forge_aot.errors import SourceError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(NOT_A_TUNER)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+        'ops = ["op"]\nsignature = { x = "*fp32", n = "i32" }\n')
+    with pytest.raises(SourceError, match=r"k.py:\d+: k has a decorator with configs= and key= that does not make a "
+                                          r"Triton Autotuner"):
+        make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))

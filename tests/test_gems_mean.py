@@ -69,7 +69,8 @@ def test_device_switches_of_traced_calls_on_a_machine_with_a_gpu(monkeypatch) ->
     ``isinstance(device, torch.cuda.device)`` (a function there had failed the dev-mode plan on the H100)."""
     import torch
 
-    from forge_aot.targets import tensors_on_gpu, torch_answers_as
+    from forge_aot.ongpu import tensors_on_gpu
+    from forge_aot.targets import torch_answers_as
 
     real = torch.cuda.device
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -3,7 +3,7 @@
 ``tl.constexpr`` globals, and a backward whose ``rows_per_program`` constexpr comes from the SM count, asked only
 ``if S.device.type == "cuda"`` (one program on any other device).
 
-CPU: the build traces host code on tensors that answer as CUDA tensors (``trace.tensors_on_gpu``), so the backward
+CPU: the build traces host code on tensors that answer as CUDA tensors (``ongpu.tensors_on_gpu``), so the backward
 is built for each target GPU's program count (it had been built for the single program of the CPU branch, and every
 GPU call failed with NotBuiltError). GPU: outputs and gradients against torch in fp64 and bit for bit against the
 file under Triton's JIT, with fewer rows than the H100 has SMs (one row per program), more (several), batched 3-D

@@ -1,0 +1,154 @@
+"""While the build runs host code (the examples, the tuning inputs, an op's Meta implementation), its tensors
+answer as CUDA tensors: ``tensors_on_gpu``.
+
+The trace keeps its tensors on the meta device or the CPU (no memory, no GPU needed), but host code branches on
+where its tensors are (Liger's fused add-RMSNorm sizes its backward's ``rows_per_program`` constexpr from the SM
+count only ``if S.device.type == "cuda"``; bitsandbytes asserts ``x.is_cuda``), and the wheel serves a process whose
+tensors are on the GPU. ROCm's torch names its devices "cuda" too. A torch-function mode answers; it is
+thread-local, as torch's modes are, except for the autograd engine's entry into a Function's backward, which is
+patched process-wide while any thread traces (the engine runs backwards without the caller's modes)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+_LOCAL = threading.local()
+"""Per thread: ``homes``, the homes of its active ``tensors_on_gpu`` blocks (innermost last), and ``cpu``, the
+tensors host code made CPU ones on purpose (``x.cpu()``), which answer as CPU tensors: id -> weak reference."""
+_PATCH_LOCK = threading.Lock()
+_PATCH: dict[str, Any] = {"users": 0, "saved": {}}
+
+
+@contextlib.contextmanager
+def tensors_on_gpu(home: str) -> Iterator[None]:
+    """Tensors on ``home`` ("meta" or "cpu": where the trace keeps them) say they are on CUDA device 0
+    (``.device``, ``.is_cuda``, ``.get_device()``, ``.is_cpu`` False) and a GPU asked of torch
+    (``torch.empty(n, device=x.device)``, ``x.to("cuda")``, ``x.to(0)``, ``x.cuda()``, ``device=0``) is ``home``;
+    ``pin_memory`` is a no-op. ``x.cpu()`` and ``x.to("cpu")`` give a view that answers as a CPU tensor (vLLM-style
+    host code checks its ``*_cpu`` metadata). Autograd backwards run under the thread's innermost block. Nests; the
+    trace's ``meta_random_factories`` is entered outside it (this mode sees a call first, so that one sees
+    ``device="meta"``)."""
+    import torch
+
+    homes = getattr(_LOCAL, "homes", None)
+    if homes is None:
+        homes = _LOCAL.homes = []
+        _LOCAL.cpu = {}
+    homes.append(home)
+    _patch_backward(torch, +1)
+    try:
+        with _mode(home)():
+            yield
+    finally:
+        _patch_backward(torch, -1)
+        homes.pop()
+        if not homes:
+            _LOCAL.cpu = {}
+
+
+def _patch_backward(torch: Any, users: int) -> None:
+    """Install (first user) or remove (last) the backward entries' wrapper: ``BackwardCFunction.apply`` and, for
+    Functions with ``boxed_grads_call``, ``apply_boxed``."""
+    cls = torch.autograd.function.BackwardCFunction
+    with _PATCH_LOCK:
+        _PATCH["users"] += users
+        if users > 0 and _PATCH["users"] == 1:
+            for name in ("apply", "apply_boxed"):
+                real = cls.__dict__.get(name)
+                if real is not None:
+                    _PATCH["saved"][name] = real
+                    setattr(cls, name, _under_innermost_home(real))
+        elif users < 0 and _PATCH["users"] == 0:
+            for name, real in _PATCH["saved"].items():
+                setattr(cls, name, real)
+            _PATCH["saved"] = {}
+
+
+def _under_innermost_home(real: Any) -> Any:
+    def entry(ctx: Any, *args: Any) -> Any:
+        homes = getattr(_LOCAL, "homes", None)
+        if not homes:  # another thread's backward, or none of this thread's blocks is active
+            return real(ctx, *args)
+        with _mode(homes[-1])():
+            return real(ctx, *args)
+
+    return entry
+
+
+def _mode(home: str) -> Any:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    gpu = torch.device("cuda", 0)
+    base = torch._C.TensorBase
+    device_attr, is_cuda_attr, is_cpu_attr = base.device, base.is_cuda, base.is_cpu
+
+    def made_cpu(t: Any) -> bool:
+        ref = _LOCAL.cpu.get(id(t))
+        return ref is not None and ref() is t
+
+    def mine(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.device.type == home and not made_cpu(t)
+
+    def placed(value: Any) -> Any:
+        return home if isinstance(value, (str, torch.device, int)) and not isinstance(value, bool) \
+            and _names_cuda(value) else value
+
+    def as_cpu(t: Any) -> Any:  # a view of its own, so the tensor it came from keeps answering as a GPU one
+        view = t.view_as(t)
+        _LOCAL.cpu[id(view)] = weakref.ref(view)
+        return view
+
+    def names_cpu(value: Any) -> bool:
+        return isinstance(value, (str, torch.device)) and str(value) == "cpu"
+
+    class OnGpu(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                               kwargs: dict[str, Any] | None = None) -> Any:
+            kwargs = kwargs or {}
+            owner = getattr(func, "__self__", None)
+            if owner is device_attr:
+                return gpu if mine(args[0]) else func(*args)
+            if owner is is_cuda_attr:
+                return mine(args[0]) or func(*args)
+            if owner is is_cpu_attr:
+                return not mine(args[0]) and func(*args)
+            if func is torch.Tensor.get_device:
+                return 0 if mine(args[0]) else func(*args, **kwargs)
+            if func is torch.Tensor.cuda or func is torch.Tensor.pin_memory:
+                return args[0].to(home) if func is torch.Tensor.cuda else args[0]
+            if func is torch.Tensor.cpu and mine(args[0]):
+                return as_cpu(args[0] if home == "cpu" else func(*args, **kwargs))
+            if "device" in kwargs:
+                kwargs = {**kwargs, "device": placed(kwargs["device"])}
+            if kwargs.get("pin_memory"):
+                kwargs = {**kwargs, "pin_memory": False}
+            if func is torch.Tensor.to:  # x.to("cuda"), x.to(x.device, dtype), x.to(0); x.to("cpu") as .cpu()
+                to_cpu = mine(args[0]) and any(names_cpu(a) for a in (*args[1:], kwargs.get("device")))
+                args = tuple(map(placed, args))
+                out = func(*args, **kwargs)
+                return as_cpu(out) if to_cpu and out.device.type == "cpu" else out
+            return func(*args, **kwargs)
+
+    return OnGpu
+
+
+def _names_cuda(device: Any) -> bool:
+    """Whether ``torch.cuda.device(device)`` would name a GPU: a CUDA ``torch.device`` or string, an index >= 0."""
+    if isinstance(device, int):
+        return device >= 0
+    return str(device).startswith("cuda") if device is not None else False
+
+
+def machine_has_gpu() -> bool:
+    """The machine's own answer, also while the build's stand-ins answer for ``torch.cuda`` (see targets)."""
+    import torch
+
+    return bool(getattr(torch.cuda.is_available, "real", torch.cuda.is_available)())
+
+
+__all__ = ["machine_has_gpu", "tensors_on_gpu"]
