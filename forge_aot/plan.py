@@ -567,7 +567,14 @@ def infer_signature(loaded: mf.LoadedManifest, kp: KernelPlan, calls: list[Trace
 def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls: list[TracedCall], at: str) -> str:
     values = [(c, (c.named or {}).get(name)) for c in calls]
     present = [v for _, v in values if v is not None]
-    why = ("no traced call launches it" if not values else "every traced call passes None" if not present else "")
+    if values and not present:
+        # FLA's varlen cu_seqlens in an op the examples call only unpacked: Triton compiles None as the constant
+        # None, whatever the parameter's type, and so does every binary here (its type only fills the signature)
+        kp.notes.append(f"{at}.{name}: None in every traced call, so every binary takes it as the constant None "
+                        "(typed *i8 for the signature): a call passing a value there raises NotBuiltError; give it a "
+                        "type and an example that passes one to build that too")
+        return "*i8"
+    why = "no traced call launches it" if not values else ""
     if all(hasattr(v, "dtype") and hasattr(v, "data_ptr") for v in present) and not why:
         for tv, source in kp.type_args.items():
             if all(v is None or ((c.named or {}).get(source) is not None

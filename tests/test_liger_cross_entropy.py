@@ -78,7 +78,6 @@ def examples(device="cpu"):
 @pytest.mark.parametrize(("edit", "error"), [
     (None, None),
     ("mixed=True", "its tensors are fp16, fp32: give it a type variable of dtypes"),
-    ("big=None", "every traced call passes None"),
     ("big=1.5", "the traced calls pass ['float', 'int']"),
 ])
 def test_untyped_parameters_take_triton_types_or_a_clear_error(tmp_path, edit, error) -> None:
@@ -103,6 +102,64 @@ def test_untyped_parameters_take_triton_types_or_a_clear_error(tmp_path, edit, e
     with pytest.raises(ManifestError) as info:
         make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
     assert "kernels.k.signature." in str(info.value) and error in str(info.value), str(info.value)
+
+
+ALWAYS_NONE = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, out_ptr, cu_seqlens, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    bos = 0
+    if cu_seqlens is not None:
+        bos = tl.load(cu_seqlens)
+    tl.store(out_ptr + offs, tl.load(x_ptr + bos + offs, mask=offs < n), mask=offs < n)
+
+
+def op(x, cu_seqlens=None):
+    out = torch.empty_like(x)
+    k[(triton.cdiv(x.numel(), 256),)](x, out, cu_seqlens, x.numel(), BLOCK=256)
+    return out
+
+
+def examples(device="cpu"):
+    op(torch.randn(1000, device=device))
+"""
+
+
+def test_a_parameter_every_traced_call_passes_as_none_is_the_constant_none(tmp_path) -> None:
+    """flash-linear-attention's ops take ``cu_seqlens=None`` unless a batch is packed; examples that never pack one
+    left the parameter with no type (a build error asking for one). Triton compiles None as the constant None
+    whatever the type, so the build does too: typed ``*i8`` for the signature, every binary taking it as None, a
+    note saying a call passing a value raises NotBuiltError. Compiled for real (sm_90)."""
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import job_for, make_plan
+
+    (tmp_path / "k.py").write_text(ALWAYS_NONE)
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\nsource = "k.py:k"\n'
+        'ops = ["op"]\nsignature = { x_ptr = "*fp32" }\nexamples = "examples"\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    kp = plan.kernels["k"]
+    assert kp.inferred["cu_seqlens"] == "*i8" and any("cu_seqlens: None in every traced call" in n for n in kp.notes)
+    at = kp.spec_params.index("cu_seqlens")
+    (entry,) = plan.entries
+    (row,) = entry.tables["default"]
+    binaries = plan.binaries_for(entry, row.key, row.preferences[0])
+    assert binaries and all(b.spec[at] == "N" for b in binaries)
+    job = job_for(plan, entry, row.preferences[0], binaries[0])
+    assert job.signature["cu_seqlens"] == "constexpr" and job.constexprs["cu_seqlens"] is None
+    out = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")]).output
+    assert "cu_seqlens: None in every traced call" in out, out
+    built = CliRunner().invoke(main, ["build", "-q", "-j", "1", "--manifest", str(tmp_path / "kernel_manifest.toml"),
+                                      "--out", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "build")])
+    assert built.exit_code == 0 and list((tmp_path / "dist").glob("p-0.1.0-*.whl")), built.output
 
 
 def test_a_float_passed_as_none_is_compiled_as_the_constant_none(realworld_plan) -> None:
