@@ -755,8 +755,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     int_params = {n for n, ty in params if ty in INT_TYPES or ty == UNTYPED}  # untyped: checked once typed
     for i, kn in enumerate(key):
         if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
+            known = sorted({*int_params, *call_constexprs, *launch_axes})
             raise _error(loaded, f"{at}.key[{i}]" if k.key else f"{at}.key",
-                         f"key argument '{kn}' is not an integer parameter or call-site constexpr of {func}")
+                         f"key argument '{kn}' is not an integer parameter or call-site constexpr of {func} "
+                         f"(accepted: {', '.join(known) or 'none'})", close_match(kn, known))
     for i, point in enumerate(k.shapes):
         if set(point) != set(key):
             raise _error(loaded, f"{at}.shapes[{i}]", f"a shape gives exactly the key arguments {key}, got "

@@ -252,3 +252,28 @@ def test_an_autotune_key_naming_a_heuristic_keys_rows_by_the_rest(tmp_path) -> N
     assert built == {(True, False), (False, True)}
     out = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")]).output
     assert "note: kernels.copy: @triton.autotune's key names IS_VARLEN, which @triton.heuristics computes" in out
+
+
+def test_a_manifest_key_may_name_call_site_constexprs_the_examples_show(tmp_path) -> None:
+    """``key = ["H", "BT"]`` in the manifest, names FLA's host code passes by keyword: with examples they are known
+    once traced (it had been refused before tracing, as not listed in the manifest); a typo is refused then, with
+    what is accepted; without examples the manifest's own check stays."""
+    from forge_aot.errors import ManifestError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(VARLEN_KEY.replace('key=["H", "BT", "IS_VARLEN"]', 'key=["T"]'))
+    manifest = tmp_path / "kernel_manifest.toml"
+    head = ('[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+            'source = "k.py:copy_kernel"\nops = ["copy"]\nsignature = { x = "*fp32", y = "*fp32", cu_seqlens = "*i32", '
+            'T = "i32" }\n')
+    manifest.write_text(head + 'examples = "examples"\nkey = ["H", "BT"]\n')
+    (entry,) = make_plan(load_manifest(manifest)).entries
+    assert [row.key for row in entry.tables["default"]] == [(16, 64)]
+    manifest.write_text(head + 'examples = "examples"\nkey = ["H", "BTT"]\n')
+    with pytest.raises(ManifestError, match=r"kernels.copy.key\[1\]: key argument 'BTT' is not an integer parameter "
+                                            r"or call-site constexpr of copy_kernel \(accepted: BT, H, T\)"):
+        make_plan(load_manifest(manifest))
+    manifest.write_text(head + 'key = ["H"]\nshapes = [{ H = 16 }]\n')
+    with pytest.raises(ManifestError, match=r"kernels.copy.key\[0\]: 'H' is not an integer parameter"):
+        load_manifest(manifest)
