@@ -98,17 +98,23 @@ def _find(name: str, search: list[Path], root: Path, external: dict[str, bool]) 
     return None
 
 
-def _imported_names(tree: ast.AST, module: LocalModule | None) -> list[tuple[str, frozenset[str] | None]]:
+def _imported_names(tree: ast.AST, module: LocalModule | None,
+                    host: bool = False) -> list[tuple[str, frozenset[str] | None]]:
     """Every module name a file imports with the names it takes from it (None: the whole module), relative imports
-    resolved against ``module``'s package."""
+    resolved against ``module``'s package; ``host``: only what its shipped host code imports (what the module's
+    own kernels alone take is left out there)."""
+    from .sourcesplit import kernel_only_imports
+
     out: list[tuple[str, frozenset[str] | None]] = []
+    kept = kernel_only_imports(tree) if host and isinstance(tree, ast.Module) else {}
     for node in ast.walk(tree):
+        aliases = kept.get(node, getattr(node, "names", ()))  # type: ignore[call-overload]
         if isinstance(node, ast.Import):
-            out += [(a.name, None) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
+            out += [(a.name, None) for a in aliases]
+        elif isinstance(node, ast.ImportFrom) and aliases:
             target = import_from_target(node, module)
             if target:
-                names = [a.name for a in node.names]
+                names = [a.name for a in aliases]
                 out.append((target, None if "*" in names else frozenset(names)))
                 out += [(f"{target}.{n}", None) for n in names if n != "*"]  # submodules, if files
     return out
@@ -159,7 +165,9 @@ def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, 
     lies in one), then the project root. A kernel file in a package resolves its relative imports against it; the
     kernel file itself counts where one of its modules imports it (a package ``__init__`` re-exporting its ops).
     ``text``: the kernel file's code to start from instead of the file (what the wheel ships of it, without the
-    build-only functions, whose imports the package never runs)."""
+    build-only functions, whose imports the package never runs); the modules it reaches are then read as their
+    shipped host code would import too, without what only their own kernels take (FLA's ``fla/ops/utils/index.py``
+    spreads ``autotune_cache_kwargs`` into its kernels' autotuners: ``fla.utils``'s name, never the host code's)."""
     package = package_of(path)
     search = [path.parent.resolve(), *([package[1]] if package else []), root.resolve()]
     found: dict[str, LocalModule] = {}
@@ -177,7 +185,7 @@ def local_imports(path: Path, root: Path, text: str | None = None) -> dict[str, 
             tree = ast.parse(code, filename=str(file))
         except (OSError, SyntaxError, UnicodeDecodeError) as exc:
             raise SourceError(f"{file}: cannot parse: {exc}") from None
-        for name, names in _imported_names(tree, module):
+        for name, names in _imported_names(tree, module, host=text is not None):
             chain = _find(name, search, root, external) or []
             for m in chain:
                 if m.name not in found:

@@ -359,6 +359,21 @@ def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
     return out
 
 
+def kernel_only_imports(tree: ast.Module) -> dict[ast.stmt, list[ast.alias]]:
+    """``_kernel_only_imports`` of a whole module's top level, its ``@triton.jit`` functions (and their decorators)
+    the kernel side: what the module's shipped host code keeps of each import that kernels use. For the project
+    modules a kernel file imports (localmods), whose own kernels may take names host code never does (FLA's
+    ``fla/ops/utils/index.py`` spreads ``autotune_cache_kwargs`` into its kernels' autotuners)."""
+    def is_kernel(stmt: ast.stmt) -> bool:
+        try:
+            return isinstance(stmt, ast.FunctionDef) and _kernel_decorators(stmt) is not None
+        except SourceError:  # a decorator this cannot read (a launch wrapper): a kernel, conservatively
+            return True
+
+    kernels = [s for s in tree.body if is_kernel(s)]
+    return _kernel_only_imports([s for s in tree.body if not is_kernel(s)], kernels, [])
+
+
 def _triton_names(tree: ast.Module) -> set[str]:
     """Names a file binds to Triton modules or objects (``triton``, ``tl``, ``jit``…)."""
     names: set[str] = set()
@@ -1116,4 +1131,5 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     return out
 
 
-__all__ = ["LAUNCH_OPTIONS", "KernelParam", "KernelSource", "LaunchSite", "SourceFile", "parse_source"]
+__all__ = ["LAUNCH_OPTIONS", "KernelParam", "KernelSource", "LaunchSite", "SourceFile", "kernel_only_imports",
+           "parse_source"]

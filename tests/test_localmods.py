@@ -667,3 +667,76 @@ def test_triton_re_exported_beside_host_names_leaves_the_host_import_without_it(
     assert line == "from mylib.triton_utils import HAS_TRITON; tl = triton.language", line
     assert list(src.kernels) == ["scale_kernel"]
     compile(src.host_source, "k.py", "exec")
+
+
+def test_what_a_helpers_own_kernels_take_is_not_its_host_codes(tmp_path: Path) -> None:
+    """FLA: ``fla/ops/utils/index.py`` spreads ``fla.utils.autotune_cache_kwargs`` into its own kernels'
+    autotuners, and the kernel file takes only a host helper from it. ``fla.utils`` computes that name from Triton
+    (``inspect.signature(triton.autotune)``): it had counted as host code the package ships, and been refused. The
+    shipped host code of index.py imports nothing from fla.utils, so the wheel ships index.py alone; the kernel's
+    code hash still covers both files."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "flaish").mkdir()
+    (tmp_path / "flaish" / "__init__.py").write_text("")
+    (tmp_path / "flaish" / "utils.py").write_text(textwrap.dedent('''\
+        import inspect
+
+        import triton
+
+        SUPPORTS_AUTOTUNE_CACHE = "cache_results" in inspect.signature(triton.autotune).parameters
+        autotune_cache_kwargs = {"cache_results": True} if SUPPORTS_AUTOTUNE_CACHE else {}
+        '''))
+    (tmp_path / "flaish" / "index.py").write_text(textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+        from flaish.utils import autotune_cache_kwargs
+
+
+        @triton.autotune(configs=[triton.Config({}, num_warps=4)], key=["B"], **autotune_cache_kwargs)
+        @triton.jit
+        def fill(y, B: tl.constexpr):
+            tl.store(y + tl.arange(0, B), tl.arange(0, B))
+
+
+        def cdiv_rows(n):
+            return triton.cdiv(n, 1024)
+        '''))
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from flaish.index import cdiv_rows
+
+
+        @triton.jit
+        def copy_kernel(x, y, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+
+
+        def copy_op(x):
+            y = torch.empty_like(x)
+            copy_kernel[(cdiv_rows(x.numel()),)](x, y, x.numel(), BLOCK=1024)
+            return y
+
+
+        def examples(device="cpu"):
+            copy_op(torch.randn(4096, device=device))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\nsource = "k.py:copy_kernel"\n'
+        'ops = ["copy_op"]\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\nexamples = "examples"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("flaish")
+    shipped = plan.modules["k"]["local_sources"]
+    assert sorted(shipped) == ["flaish", "flaish.index"]
+    assert "autotune_cache_kwargs" not in str(shipped["flaish.index"]) and "def cdiv_rows" in str(shipped)
+    assert sorted(plan.kernels["copy"].local_modules) == ["flaish", "flaish.index", "flaish.utils"]  # the code hash's
