@@ -13,7 +13,7 @@ from typing import Any
 
 from . import runtime as rt
 from .index import build_index
-from .introspect import as_host_value, base_jit_function, host_dtype, load_kernel_module
+from .introspect import as_host_call, base_jit_function, host_dtype, load_kernel_module
 from .manifest import load_manifest
 from .pipeline import triton_version
 from .plan import make_plan
@@ -96,24 +96,16 @@ class _JitCompiled(rt.CompiledBase):
         self.function = compiled.function
 
 
-try:
-    from triton.language import dtype as _TritonDtype
-except ImportError:  # development mode needs Triton; importing this module does not
-    _TritonDtype = None
-
-
 class _DevKernel(rt.Kernel):
     """A kernel handle of development mode. The project's helper modules run with Triton itself here, so a call may
-    pass one of ``triton.language``'s element types (Liger's ``torch_to_triton_dtype[x.dtype]`` as a constexpr);
-    the index, as the wheel's host code, has the runtime's."""
+    pass one of ``triton.language``'s element types; the index, as the wheel's host code, has the runtime's."""
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if _TritonDtype in map(type, (*args, *kwargs.values())):  # rare: a type check per argument otherwise
-            args, kwargs = tuple(map(as_host_value, args)), {k: as_host_value(v) for k, v in kwargs.items()}
-        super().run(grid, args, kwargs)
+        super().run(grid, *as_host_call(args, kwargs))
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
-        return super().warmup(*map(as_host_value, args), grid=grid, **{k: as_host_value(v) for k, v in kwargs.items()})
+        args, kwargs = as_host_call(args, kwargs)
+        return super().warmup(*args, grid=grid, **kwargs)
 
 
 def load_dev_ops(manifest_path: str | Path, targets: list[str] | None = None) -> dict[str, Callable[..., Any]]:

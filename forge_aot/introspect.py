@@ -258,6 +258,16 @@ def host_dtype(value: Any) -> Any:
     return value
 
 
+def as_host_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A kernel call's arguments with Triton's element types as the runtime's (``as_host_value``): what project
+    helper modules, which run with Triton itself at build time and in development mode, pass where the wheel's host
+    code passes the runtime's (Liger's ``torch_to_triton_dtype[x.dtype]`` as a constexpr). The same objects where
+    there is none (a type check per argument)."""
+    if any(type(v).__name__ == "dtype" and type(v).__module__.startswith("triton") for v in (*args, *kwargs.values())):
+        return tuple(map(as_host_value, args)), {k: as_host_value(v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
 def as_host_value(value: Any) -> Any:
     """A value read from Triton on the build machine (a config's keyword argument) as the index writes it: a
     ``triton.language`` element type as its HostDtype (the inverse of ``host_dtype``), anything else as itself."""

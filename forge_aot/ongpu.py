@@ -6,11 +6,13 @@ where its tensors are (Liger's fused add-RMSNorm sizes its backward's ``rows_per
 count only ``if S.device.type == "cuda"``; bitsandbytes asserts ``x.is_cuda``), and the wheel serves a process whose
 tensors are on the GPU. ROCm's torch names its devices "cuda" too. A torch-function mode answers; it is
 thread-local, as torch's modes are, except for the autograd engine's entry into a Function's backward, which is
-patched process-wide while any thread traces (the engine runs backwards without the caller's modes)."""
+patched process-wide while any thread traces (the engine runs backwards without the caller's modes), acting for the
+threads that trace only (``patched_while_inside``, which the trace's Triton-launch guard uses too)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import weakref
 from collections.abc import Iterator
@@ -20,7 +22,8 @@ _LOCAL = threading.local()
 """Per thread: ``homes``, the homes of its active ``tensors_on_gpu`` blocks (innermost last), and ``cpu``, the
 tensors host code made CPU ones on purpose (``x.cpu()``), which answer as CPU tensors: id -> weak reference."""
 _PATCH_LOCK = threading.Lock()
-_PATCH: dict[str, Any] = {"users": 0, "saved": {}}
+_PATCHES: dict[tuple[type, str], list[Any]] = {}
+"""(class, attribute) -> [threads inside, the class's own attribute], while any thread is inside a patch."""
 
 
 @contextlib.contextmanager
@@ -39,33 +42,42 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
         homes = _LOCAL.homes = []
         _LOCAL.cpu = {}
     homes.append(home)
-    _patch_backward(torch, +1)
+    # the autograd engine's entries into a Function's backward: apply, and apply_boxed for boxed_grads_call
+    backward = torch.autograd.function.BackwardCFunction
     try:
-        with _mode(home)():
+        with patched_while_inside(backward, "apply", _under_innermost_home), \
+                patched_while_inside(backward, "apply_boxed", _under_innermost_home), _mode(home)():
             yield
     finally:
-        _patch_backward(torch, -1)
         homes.pop()
         if not homes:
             _LOCAL.cpu = {}
 
 
-def _patch_backward(torch: Any, users: int) -> None:
-    """Install (first user) or remove (last) the backward entries' wrapper: ``BackwardCFunction.apply`` and, for
-    Functions with ``boxed_grads_call``, ``apply_boxed``."""
-    cls = torch.autograd.function.BackwardCFunction
+@contextlib.contextmanager
+def patched_while_inside(cls: type, name: str, wrapper: Any) -> Iterator[None]:
+    """``cls.name`` replaced by ``wrapper(the class's own)`` while any thread is inside (installed by the first,
+    removed by the last, under a lock), so overlapping threads leave the class as it was; the wrapper decides from
+    its thread's own state whether to act. Nothing where the class has no such attribute of its own."""
+    key = (cls, name)
     with _PATCH_LOCK:
-        _PATCH["users"] += users
-        if users > 0 and _PATCH["users"] == 1:
-            for name in ("apply", "apply_boxed"):
-                real = cls.__dict__.get(name)
-                if real is not None:
-                    _PATCH["saved"][name] = real
-                    setattr(cls, name, _under_innermost_home(real))
-        elif users < 0 and _PATCH["users"] == 0:
-            for name, real in _PATCH["saved"].items():
-                setattr(cls, name, real)
-            _PATCH["saved"] = {}
+        entry = _PATCHES.get(key)
+        if entry is None:
+            real = cls.__dict__.get(name)
+            if real is not None:
+                entry = _PATCHES[key] = [0, real]
+                setattr(cls, name, wrapper(real))
+        if entry is not None:
+            entry[0] += 1
+    try:
+        yield
+    finally:
+        if entry is not None:
+            with _PATCH_LOCK:
+                entry[0] -= 1
+                if entry[0] == 0:
+                    setattr(cls, name, entry[1])
+                    del _PATCHES[key]
 
 
 def _under_innermost_home(real: Any) -> Any:
@@ -79,7 +91,9 @@ def _under_innermost_home(real: Any) -> Any:
     return entry
 
 
+@functools.cache
 def _mode(home: str) -> Any:
+    """The torch-function mode class for ``home`` (made once per home: it keeps no state of its own)."""
     import torch
     from torch.overrides import TorchFunctionMode
 

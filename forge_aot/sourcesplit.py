@@ -205,7 +205,7 @@ def _kernel_side_block(stmt: ast.stmt, triton_names: set[str]) -> set[str]:
     for s in _block_leaves(stmt) or []:
         if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) and from_triton(s.value):
             bound |= _defined_names(s)
-        elif isinstance(s, ast.FunctionDef) and _kernel_decorators(s) is not None:
+        elif _is_kernel(s):
             bound.add(s.name)
         elif not (isinstance(s, ast.Pass) or (isinstance(s, (ast.Import, ast.ImportFrom))
                   and _is_triton_import(s) and _host_import(s) is None)):
@@ -364,14 +364,8 @@ def kernel_only_imports(tree: ast.Module) -> dict[ast.stmt, list[ast.alias]]:
     the kernel side: what the module's shipped host code keeps of each import that kernels use. For the project
     modules a kernel file imports (localmods), whose own kernels may take names host code never does (FLA's
     ``fla/ops/utils/index.py`` spreads ``autotune_cache_kwargs`` into its kernels' autotuners)."""
-    def is_kernel(stmt: ast.stmt) -> bool:
-        try:
-            return isinstance(stmt, ast.FunctionDef) and _kernel_decorators(stmt) is not None
-        except SourceError:  # a decorator this cannot read (a launch wrapper): a kernel, conservatively
-            return True
-
-    kernels = [s for s in tree.body if is_kernel(s)]
-    return _kernel_only_imports([s for s in tree.body if not is_kernel(s)], kernels, [])
+    kernels = [s for s in tree.body if _is_kernel(s)]
+    return _kernel_only_imports([s for s in tree.body if not _is_kernel(s)], kernels, [])
 
 
 def _triton_names(tree: ast.Module) -> set[str]:
@@ -429,6 +423,15 @@ def _kernel_decorators(fn: ast.FunctionDef,
     if kinds[-1] != "jit":
         raise SourceError(f"line {fn.lineno}: @triton.jit must be the innermost decorator of {fn.name}")
     return [(k, d) for k, d in found if k is not None]  # type: ignore[misc]
+
+
+def _is_kernel(stmt: ast.stmt, wrappers: frozenset[str] = frozenset()) -> bool:
+    """Whether a statement defines a kernel (a ``@triton.jit`` function); one whose decorators this cannot package is
+    one too (its error is said where the kernel is read), not host code."""
+    try:
+        return isinstance(stmt, ast.FunctionDef) and _kernel_decorators(stmt, wrappers) is not None
+    except SourceError:
+        return True
 
 
 def _is_wrapper(dec: ast.expr, wrappers: frozenset[str]) -> bool:
@@ -818,8 +821,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             rest.append(stmt)
     if not kernels and not helper and needs_kernels:
         # bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao in a function
-        nested = [(n, stmt) for stmt in tree.body for n in ast.walk(stmt)
-                  if n is not stmt and isinstance(n, ast.FunctionDef) and _kernel_decorators(n, wrappers) is not None]
+        nested = [(n, stmt) for stmt in tree.body for n in ast.walk(stmt) if n is not stmt and _is_kernel(n, wrappers)]
         if nested:
             kernel, stmt = nested[0]
             where = f"function {stmt.name}" if isinstance(stmt, ast.FunctionDef) else \

@@ -12,14 +12,15 @@ import contextlib
 import itertools
 import math
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import runtime as rt
 from .errors import SourceError
-from .introspect import as_host_value
-from .ongpu import machine_has_gpu, tensors_on_gpu
+from .introspect import as_host_call
+from .ongpu import machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
 from .runtime.kernel import LAUNCHES
 
@@ -135,12 +136,11 @@ class TraceKernel(rt.Kernel):
         self.records: list[TracedCall] = []
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        runtime, call = self._bind(args, kwargs)
-        if LAUNCHES.skip:  # the build's run of a Meta implementation (schema.meta_mismatch): nothing to record
-            return
         # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
         # Triton itself at build time) is recorded as the runtime's stand-in, as the wheel's host code passes it.
-        call = {k: as_host_value(v) for k, v in call.items()}
+        runtime, call = self._bind(*as_host_call(args, kwargs))
+        if LAUNCHES.skip:  # the build's run of a Meta implementation (schema.meta_mismatch): nothing to record
+            return
         values = list(runtime)
         for i in self.ptr_pos:
             try:
@@ -620,7 +620,7 @@ def no_triton_launches() -> Iterator[None]:
     host code: host code the build binds launches recording handles, so such a launch comes from a module it did
     not bind (attorch launches in its layer files, which import the kernel files), which the wheel would not launch
     either. Without this the launch ran Triton's autotuner on the build's stand-in driver and failed deep inside
-    it. Nests (the build binds modules, whose import may trace)."""
+    it. Nests (the build binds modules, whose import may trace); only the threads inside are refused."""
     try:
         from triton.runtime.autotuner import Autotuner, Heuristics
         from triton.runtime.jit import JITFunction
@@ -628,7 +628,26 @@ def no_triton_launches() -> Iterator[None]:
         yield
         return
 
-    def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+    depth = getattr(_GUARD, "depth", 0)
+    _GUARD.depth = depth + 1
+    try:
+        with patched_while_inside(JITFunction, "run", _refused_in_guarded_threads), \
+                patched_while_inside(Autotuner, "run", _refused_in_guarded_threads), \
+                patched_while_inside(Heuristics, "run", _refused_in_guarded_threads):
+            yield
+    finally:
+        _GUARD.depth = depth
+
+
+_GUARD = threading.local()
+"""Per thread: ``depth``, how many ``no_triton_launches`` blocks it is inside (another thread launches as usual:
+development mode plans in its caller's process)."""
+
+
+def _refused_in_guarded_threads(run: Any) -> Any:
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(_GUARD, "depth", 0):
+            return run(self, *args, **kwargs)
         frame = sys._getframe(1)
         while frame.f_back is not None and _library_frame(frame.f_code.co_filename):
             frame = frame.f_back  # Triton's own layers (an Autotuner's warmup calls its fn's), torch's wrap_triton
@@ -640,14 +659,7 @@ def no_triton_launches() -> Iterator[None]:
                            "binds to its kernel handles (a kernel file, or an [ops.NAME] file with a function that "
                            "launches it); launch it from one of those, as the wheel runs only their host code")
 
-    saved = [(cls, cls.__dict__["run"]) for cls in (JITFunction, Autotuner, Heuristics) if "run" in cls.__dict__]
-    for cls, _ in saved:
-        cls.run = refused  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for cls, run in saved:
-            cls.run = run  # type: ignore[method-assign]
+    return guarded
 
 
 def _library_frame(filename: str) -> bool:

@@ -392,3 +392,49 @@ def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path) -> No
     finally:
         for name in [n for n in sys.modules if n.split(".")[0] == "attorchlike" or n == "_attorchlike_kernels"]:
             del sys.modules[name]
+
+
+def test_the_launch_guard_refuses_only_the_threads_inside_it(tmp_path) -> None:
+    """Development mode plans in its caller's process: while one thread traces, another thread's own Triton
+    launches go to Triton as usual (here, on a machine without a GPU, to Triton's own error), and Triton's classes
+    are as they were once no thread is inside."""
+    import threading
+
+    import torch
+    from triton.runtime.jit import JITFunction
+
+    from forge_aot.trace import TritonLaunch, no_triton_launches
+    from tests.conftest import import_fixture_file
+
+    (tmp_path / "k.py").write_text("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+                                   "def k(x, BLOCK: tl.constexpr):\n    pass\n")
+    k = import_fixture_file(tmp_path / "k.py", "_guard_threads_kernel").k
+    run = JITFunction.run
+    inside, done = threading.Event(), threading.Event()
+    seen = {}
+
+    def guarded():
+        with no_triton_launches():
+            inside.set()
+            try:
+                k[(1,)](torch.empty(4), BLOCK=4)
+            except TritonLaunch:
+                seen["guarded"] = "refused"
+            done.wait()
+
+    thread = threading.Thread(target=guarded)
+    thread.start()
+    inside.wait()
+    try:
+        k[(1,)](torch.empty(4), BLOCK=4)
+    except TritonLaunch:
+        seen["other"] = "refused"
+    except Exception as exc:  # Triton's own answer (no GPU here, or a real launch on one)
+        seen["other"] = type(exc).__name__
+    else:
+        seen["other"] = "launched"
+    done.set()
+    thread.join()
+    sys.modules.pop("_guard_threads_kernel", None)
+    assert seen["guarded"] == "refused" and seen["other"] != "refused", seen
+    assert JITFunction.run is run
