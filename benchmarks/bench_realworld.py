@@ -479,6 +479,26 @@ def _cases(torch, F, wheel, dev, jit):
         "jit-same": lambda: dev["chunk_local_cumsum"](g, 64),
         "jit": lambda: jit["chunk_local_cumsum"].chunk_local_cumsum(g, 64),
         "torch": lambda: g.view(2, (1 << 18) // 64, 64, 4).cumsum(2).view(2, 1 << 18, 4)})
+    # flash-attn's rotary as flash-attn writes it: an int offset (training) and a tensor of per-sequence offsets
+    # (decoding with a KV cache), its SEQLEN_OFFSETS taking either; torch: the same rotation in eager ops
+    fa_wheel = importlib.import_module("forge_realworld._ops.triton_rotary")
+    fa_jit = importlib.import_module("flashattnlike.ops.triton.rotary")
+    x = torch.randn(8, 4096, 32, 128, device="cuda", dtype=h)
+    angle = torch.randn(8192, 64, device="cuda")
+    cos, sin = angle.cos().to(h), angle.sin().to(h)
+    for offset in (0, 7):
+        cases[f"flash_rotary 8x4096x32x128 offset {offset}"] = (2 * x.numel() * 2, "B", {
+            "forge-aot": lambda x=x, o=offset, c=cos, s=sin: fa_wheel.apply_rotary(x, c, s, seqlen_offsets=o),
+            "jit": lambda x=x, o=offset, c=cos, s=sin: fa_jit.apply_rotary(x, c, s, seqlen_offsets=o),
+            "torch": lambda x=x, o=offset, c=cos, s=sin: _torch_rotary(x, c[o:], s[o:])})
+    q = torch.randn(64, 1, 32, 128, device="cuda", dtype=h)
+    offsets = torch.randint(0, 8000, (64,), device="cuda", dtype=torch.int32)
+    cases["flash_rotary decode 64x1x32x128 tensor offsets"] = (2 * q.numel() * 2, "B", {
+        # (bound now: later cases rebind q, cos, sin)
+        "forge-aot": lambda q=q, o=offsets, c=cos, s=sin: fa_wheel.apply_rotary(q, c, s, seqlen_offsets=o),
+        "jit": lambda q=q, o=offsets, c=cos, s=sin: fa_jit.apply_rotary(q, c, s, seqlen_offsets=o),
+        "torch": lambda q=q, o=offsets, c=cos, s=sin: _torch_rotary(q.transpose(0, 1), c[o.long()], s[o.long()])
+        .transpose(0, 1)})
     # No "jit" (the file as is) here: its @triton.autotune compiles all 36 configs serially for each row (minutes
     # of device time); the tuner measured the same configs with the same compiler, and jit-same runs the winner.
     for z, hh, n_ctx, d, causal in ((4, 32, 4096, 128, False), (4, 32, 1024, 64, False), (4, 32, 4096, 128, True)):

@@ -34,6 +34,8 @@ Scalar = Union[int, bool, str]  # noqa: UP007 - the converter and schema read th
 ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
                  "fp8e4nv", "fp8e5")
 """Triton element types accepted in signatures and dtype variants."""
+INTEGER_TYPES = ("i32", "i64")
+"""The integer half of a pointer-or-integer type (``*i32|i32``), as Triton's JIT types a Python int."""
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 RESERVED_META = ("num_warps", "num_stages", "maxnreg")
 SEARCHES = ("auto", "exhaustive", "guided")
@@ -138,7 +140,8 @@ class KernelEntry:
     signature: dict[str, str]
     """Type of every runtime (non-constexpr) parameter: ``*fp16``/``*T`` for pointers, ``i32``, ``i64``,
     ``fp32``… for scalars, ``tensordesc<T>`` for a host-side ``TensorDescriptor`` (its block shape comes from the
-    call or the config's pre-hook). ``T`` stands for a type variable from ``dtypes``."""
+    call or the config's pre-hook), ``*i32|i32`` for a parameter calls pass either a tensor or an integer
+    (flash-attn's rotary ``SEQLEN_OFFSETS``). ``T`` stands for a type variable from ``dtypes``."""
     ops: tuple[str, ...] = ()
     """Host functions in the same source file that the package exports (``package.op(...)``)."""
     dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -584,6 +587,10 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
                 raise r.error(f"{at}.signature.{pname}", f"unknown element type '{desc}' in '{ty}' (an element "
                               "type or a type variable)", close_match(desc, [*ELEMENT_TYPES, *k.dtypes]))
             continue
+        ty, bar, alt = ty.partition("|")
+        if bar and not (ty.startswith("*") and alt in INTEGER_TYPES):  # flash-attn's "could be int or a pointer"
+            raise r.error(f"{at}.signature.{pname}", f"'{ty}{bar}{alt}': a parameter that takes a pointer or an "
+                          f"integer is typed '*T|i32': a pointer type, '|', then one of {', '.join(INTEGER_TYPES)}")
         base = ty[1:] if ty.startswith("*") else ty
         accepted = ELEMENT_TYPES if ty.startswith("*") else SCALAR_TYPES
         if base in k.dtypes and ty.startswith("*"):

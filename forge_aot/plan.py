@@ -20,7 +20,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,9 @@ from .runtime import (
     SPEC_ABSENT,
     SPEC_DESC,
     SPEC_DIV16,
+    SPEC_INT,
+    SPEC_INT_DIV16,
+    SPEC_INT_ONE,
     SPEC_NONE,
     SPEC_ONE,
     TRITON_DEFAULTS,
@@ -130,21 +133,22 @@ class BinarySpec:
     @property
     def generic(self) -> bool:
         """No assumption but arguments passed as None: the fallback every call like it can take."""
-        return all(c in (SPEC_NONE, SPEC_ABSENT, SPEC_DESC) for c in self.spec)
+        return all(c in (SPEC_NONE, SPEC_ABSENT, SPEC_DESC, SPEC_INT) for c in self.spec)
 
     def aligned(self, positions: Sequence[int]) -> BinarySpec:
         """Every argument at ``positions`` (pointers and integers) 16-byte aligned or divisible by 16 (values of 1
         kept): what an aligned call between rows offers, where this row's own call did not (a row at 1000 elements
         must not leave a call at 512 with its unvectorized binary)."""
         return dataclasses.replace(self, spec="".join(
-            c if c in (SPEC_ONE, SPEC_ABSENT, SPEC_DESC) or i not in positions else SPEC_DIV16
-            for i, c in enumerate(self.spec)))
+            c if c in (SPEC_ONE, SPEC_ABSENT, SPEC_DESC, SPEC_INT_ONE, SPEC_INT_DIV16) or i not in positions else
+            SPEC_INT_DIV16 if c == SPEC_INT else SPEC_DIV16 for i, c in enumerate(self.spec)))
 
     def relaxed(self, positions: list[int], code_from: str = "") -> BinarySpec:
         """The same assumptions except at ``positions`` (only where the code is in ``code_from``, if given); an
-        argument passed as None stays None, and a tensor descriptor one (no binary takes both)."""
-        chars = [SPEC_NONE if i in positions and c not in (SPEC_ABSENT, SPEC_DESC) and (not code_from or c in code_from)
-                 else c
+        argument passed as None stays None, and a tensor descriptor one (no binary takes both); an integer passed
+        to a pointer parameter stays an integer (``d`` and ``o`` relax as ``D`` and ``1`` do)."""
+        chars = [(SPEC_INT if c in _INT_CODES else SPEC_NONE) if i in positions and c not in (SPEC_ABSENT, SPEC_DESC)
+                 and (not code_from or c in code_from or _POINTER_CODE.get(c, c) in code_from) else c
                  for i, c in enumerate(self.spec)]
         return dataclasses.replace(self, spec="".join(chars))
 
@@ -152,6 +156,10 @@ class BinarySpec:
         """No assumption but the arguments passed as None: the generic fallback of calls like this one."""
         return self.relaxed(list(range(len(self.spec))))
 
+
+_INT_CODES = (SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE)
+_POINTER_CODE = {SPEC_INT_DIV16: SPEC_DIV16, SPEC_INT_ONE: SPEC_ONE}
+"""An integer passed to a pointer parameter: the code its assumption has at an integer parameter."""
 
 PATH_COMPONENT_MAX = 96
 """Longest variant or config id used as a path component as it is; longer ones are shortened (``path_component``)."""
@@ -300,6 +308,9 @@ class KernelPlan:
     """Runtime parameters never specialized (the manifest's and the decorator's)."""
     inferred: dict[str, str] = field(default_factory=dict)
     """Runtime parameters the manifest left untyped, with the types the traced calls gave them."""
+    pointer_ints: dict[str, str] = field(default_factory=dict)
+    """Pointer parameters calls may also pass an integer (``*i32|i32``; flash-attn's rotary ``SEQLEN_OFFSETS``),
+    with the integer's type: each binary takes one or the other (specialization codes ``i``, ``d``, ``o``)."""
 
     def _passed(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` some launch in the host code passes as a keyword."""
@@ -335,6 +346,7 @@ class KernelPlan:
         return {**restricted, "function": self.function, "module": self.module,
                 "params": [list(p) for p in self.params], "axes": self.axes,
                 "dtype_args": self.type_args, "spec_params": self.spec_params, "key": self.key,
+                **({"pointer_ints": self.pointer_ints} if self.pointer_ints else {}),
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
                 **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
@@ -491,6 +503,10 @@ class BuildPlan:
                     flipped[i] = (heur[i][0], v)
                 out |= {dataclasses.replace(loose, heur=tuple(flipped)),
                         dataclasses.replace(b.loosest(), heur=tuple(flipped))}
+        # An integer passed where a pointer also goes (flash-attn's SEQLEN_OFFSETS, a chunk's offset) changes call
+        # by call: a binary assuming it divisible by 16 or 1 has one for any integer, its other assumptions kept.
+        out |= {b.relaxed(pos) for b in out
+                if (pos := [i for i, c in enumerate(b.spec) if c in (SPEC_INT_DIV16, SPEC_INT_ONE)])}
         return sorted(out)
 
     def to_json(self) -> dict[str, Any]:
@@ -549,9 +565,11 @@ def infer_signature(loaded: mf.LoadedManifest, kp: KernelPlan, calls: list[Trace
     at = f"kernels.{kp.name}.signature"
     for n in untyped:
         kp.inferred[n] = _type_of_values(loaded, kp, n, calls, at)
-    kp.params = [(n, kp.inferred.get(n, ty)) for n, ty in kp.params]
+        if "|" in kp.inferred[n]:
+            kp.pointer_ints[n] = kp.inferred[n].partition("|")[2]
+    kp.params = [(n, kp.inferred.get(n, ty).partition("|")[0]) for n, ty in kp.params]
     types = dict(kp.params)
-    kp.spec_params = [n for n, ty in kp.params if n in kp.spec_params or (
+    kp.spec_params = [n for n, ty in kp.params if n in kp.spec_params or n in kp.pointer_ints or (
         n in kp.inferred and n not in kp.do_not_specialize and (ty.startswith("*") or ty in INT_TYPES))]
     for kn in kp.key:
         if kn in kp.inferred and types[kn] not in INT_TYPES:
@@ -575,7 +593,13 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
                         "type and an example that passes one to build that too")
         return "*i8"
     why = "no traced call launches it" if not values else ""
-    if all(hasattr(v, "dtype") and hasattr(v, "data_ptr") for v in present) and not why:
+    tensors = [v for v in present if hasattr(v, "dtype") and hasattr(v, "data_ptr")]
+    ints = [v for v in present if type(v) is int]
+    if tensors and ints and len(tensors) + len(ints) == len(present):
+        # flash-attn's rotary SEQLEN_OFFSETS, "this could be int or a pointer": each binary takes one or the other
+        pointer = _type_of_values(loaded, kp, name, [c for c, v in values if v is None or type(v) is not int], at)
+        return f"{pointer}|{'i32' if all(-(2**31) <= v < 2**31 for v in ints) else 'i64'}"
+    if len(tensors) == len(present) and not why:
         for tv, source in kp.type_args.items():
             if all(v is None or ((c.named or {}).get(source) is not None
                                  and rt.dtype_name(v.dtype) == rt.dtype_name(c.named[source].dtype))
@@ -704,6 +728,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         passed_options |= {"num_warps", "num_stages"}
     launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
     params: list[tuple[str, str]] = []
+    pointer_ints: dict[str, str] = {}
     defaults: dict[str, Any] = {}
     call_constexprs: list[str] = []
     for p in ks.params:
@@ -718,7 +743,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                 if p.has_default:
                     defaults[p.name] = p.default
         elif p.name in k.signature:
-            params.append((p.name, k.signature[p.name]))
+            ptr_type, _, int_type = k.signature[p.name].partition("|")
+            params.append((p.name, ptr_type))
+            if int_type:
+                pointer_ints[p.name] = int_type
         elif p.name in meta_names or p.name in call_names:
             raise _error(loaded, f"{at}.tune.meta" if p.name in meta_names else f"{at}.constexprs",
                          f"parameter '{p.name}' of {func} is not annotated tl.constexpr")
@@ -745,7 +773,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # Triton, the call's keyword sets both the parameter and the compile option (see preferences).
     axes = [*type_axes, *call_constexprs, *(a for a in launch_axes if a not in call_constexprs)]
     dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
-    spec_params = [n for n, ty in params if n not in dns and (ty.startswith("*") or ty in INT_TYPES)]
+    # A parameter that takes a pointer or an integer is always specialized: its binaries differ in what they take.
+    spec_params = [n for n, ty in params if n in pointer_ints or (n not in dns and (ty.startswith("*")
+                                                                                   or ty in INT_TYPES))]
     key = list(k.key) or (autotune.key if autotune else [])
     # A decorator key naming what a heuristic computes (FLA keys on ``IS_VARLEN``, set by ``@triton.heuristics``,
     # which runs outside the autotuner): each row's binaries carry the heuristics' values already, so the rows are
@@ -803,7 +833,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches, writes=ks.writes, do_not_specialize=frozenset(dns))
+                      launches, writes=ks.writes, do_not_specialize=frozenset(dns), pointer_ints=pointer_ints)
     if by_heuristic:
         plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(by_heuristic)}, which @triton.heuristics "
                           "computes: rows are keyed by the rest, each row has a binary per value, one config serves "
@@ -1085,6 +1115,29 @@ def _helpers_ask_device(found: dict[str, LocalModule]) -> bool:
     return False
 
 
+def host_module_names(root: Path, paths: Iterable[Path]) -> dict[Path, str]:
+    """Each host file's module name (``<package>._ops.<name>`` in the wheel): its stem, or where several files share
+    a stem, the shortest tail of its path that tells it apart, joined by ``_`` (flash-attn has
+    ``ops/triton/rotary.py`` and ``layers/rotary.py``: ``triton_rotary`` and ``layers_rotary``)."""
+    def parts(path: Path) -> list[str]:
+        rel = path.relative_to(root) if path.is_relative_to(root) else Path(*path.parts[1:])
+        return [re.sub(r"\W", "_", p) for p in (*rel.parent.parts, path.stem)]
+
+    by_stem: dict[str, list[Path]] = {}
+    for path in sorted(set(paths)):
+        by_stem.setdefault(path.stem, []).append(path)
+    names = {group[0]: stem for stem, group in by_stem.items() if len(group) == 1}
+    for group in (g for g in by_stem.values() if len(g) > 1):
+        longest = max(len(parts(p)) for p in group)
+        for path in group:
+            own = parts(path)
+            tail = next(n for n in range(1, longest + 1) if all(parts(o)[-n:] != own[-n:] for o in group if o != path))
+            name = "_".join(own[-tail:])
+            # a tail named like another file (triton_rotary.py beside them): the whole path
+            names[path] = name if name not in by_stem else "_".join(own)
+    return names
+
+
 def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> BuildPlan:
     """Resolve sources, variants, tables and config preferences. Compiles nothing; imports a kernel file only
     to read its ``@triton.autotune`` / ``@triton.heuristics``, and runs host code only for examples."""
@@ -1113,6 +1166,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     packages: dict[Path, str | None] = {}
     kernels: dict[str, KernelPlan] = {}
     modules: dict[str, dict[str, Any]] = {}
+    module_names = host_module_names(root, ops_by_file)
 
     def host_module(path: Path, needs_kernels: bool = True) -> dict[str, Any]:
         """The host module of a kernel (or op) file, its source parsed once."""
@@ -1123,7 +1177,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             for helper in local[path]:  # imported afresh: an earlier plan in this process may have read older text
                 sys.modules.pop(helper, None)
             packages[path] = make_kernel_importable(path)
-        return modules.setdefault(path.stem, {"path": str(path), "kernels": [], "ops": [], "examples": set(),
+        return modules.setdefault(module_names[path], {"path": str(path), "kernels": [], "ops": [], "examples": set(),
                                               "build_only": set(), "source": sources[path], "package": packages[path]})
 
     kernel_paths = {mf.kernel_source(root, k)[0] for k in m.kernels.values()}
@@ -1136,11 +1190,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod = host_module(path)
         src = sources[path]
         kp = _kernel_plan(loaded, name, k, src, func, path, foreign.get((path, func), []))
+        kp.module = module_names[path]
         kp.local_modules = local[path]
         kernels[name] = kp
-        if mod["path"] != str(path):
-            raise _error(loaded, f"kernels.{name}.source", f"two kernel files are named {path.name}; host modules "
-                         "are named after their file")
         mod["kernels"].append(func)
         for i, op in enumerate(k.ops):
             if op not in src.host_functions:
@@ -1177,9 +1229,6 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         path = (root / o.source).resolve()
         mod = host_module(path, needs_kernels=False)
         src = sources[path]
-        if mod["path"] != str(path):
-            raise _error(loaded, f"ops.{op_name}.source", f"two files are named {path.name}; host modules are named "
-                         "after their file")
         for field_name, fn_name in (("source", op_name), ("examples", o.examples)):
             if fn_name is not None and fn_name not in src.host_functions:
                 raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
@@ -1191,9 +1240,6 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     for name, file in m.exports.items():  # classes and functions exported as they are (a library's nn.Modules)
         path = (root / file).resolve()
         mod = host_module(path, needs_kernels=path in kernel_paths)
-        if mod["path"] != str(path):
-            raise _error(loaded, f"exports.{name}", f"two files are named {path.name}; host modules are named after "
-                         "their file")
         if name not in sources[path].host_functions:
             raise _error(loaded, f"exports.{name}", f"no host class or function '{name}' in {file}",
                          close_match(name, sources[path].host_functions))
@@ -1201,7 +1247,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops} \
-            | set(modules[path.stem].get("exports", ()))
+            | set(modules[module_names[path]].get("exports", ()))
         shipped = src.reachable(exported)  # the ops and the helpers they call
         for fn, refs in sorted(src.kernel_refs.items()):
             if fn not in shipped:
@@ -1364,9 +1410,13 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
         elif ty == "heuristic":
             signature[pname] = "constexpr"
             constexprs[pname] = heur[pname]
-        elif codes.get(pname) == SPEC_ONE:
+        elif codes.get(pname) in (SPEC_ONE, SPEC_INT_ONE):
             signature[pname] = "constexpr"
             constexprs[pname] = 1
+        elif codes.get(pname) in (SPEC_INT, SPEC_INT_DIV16):  # an integer where the kernel also takes a pointer
+            signature[pname] = kp.pointer_ints[pname]
+            if codes[pname] == SPEC_INT_DIV16:
+                divisible.append(i)
         elif codes.get(pname) == SPEC_ABSENT:
             signature[pname] = "constexpr"
             constexprs[pname] = None

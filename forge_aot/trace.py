@@ -145,6 +145,10 @@ class TraceKernel(rt.Kernel):
         for i in self.ptr_pos:
             try:
                 values[i] = rt.pointer_value(runtime[i])
+                if type(values[i]) is rt.PointerInt and i not in self.pointer_ints:
+                    raise TypeError(f"{self.function}(): argument '{self.runtime_names[i]}' must be a tensor, got "
+                                    f"int (one that takes either is typed like '*i32|i32' in the manifest's "
+                                    "signature)")
             except AttributeError:
                 raise TypeError(f"{self.function}(): argument '{self.runtime_names[i]}' must be a tensor, got "
                                 f"{type(runtime[i]).__name__}") from None

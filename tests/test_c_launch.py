@@ -747,7 +747,7 @@ def test_scratch_buffers_are_allocated_per_launch(rt, fake, tmp_path, monkeypatc
         allocated.append((device, size, programs))
         return buf, (buf.data_ptr() + 255) // 256 * 256
 
-    monkeypatch.setattr(rt.launch, "_scratch_buffer", scratch)
+    monkeypatch.setattr(rt.launch, "scratch_buffer", scratch)
     k = _kernel(rt, tmp_path, "scr", ADD, specs=["xxxx"],
                 binary_fields={"global_scratch_size": 128, "profile_scratch_size": 64})
     fake.block_size = 48
@@ -1014,3 +1014,53 @@ def test_constexprs_between_runtime_parameters_take_the_c_path(rt, fake, tmp_pat
         k[(4,)](x, "sum", o, 0.5, REDUCTION="sum", n=4096, HAS_W=True)
     with pytest.raises(TypeError, match=r"missing arguments \['n'\]"):
         k[(4,)](x, "sum", o, 0.5, HAS_W=True)
+
+
+ROT = [["out_ptr", "*T"], ["offs", "*i32"], ["n", "i32"], ["BLOCK", "meta"]]
+
+
+@pytest.fixture
+def rot(rt, fake, tmp_path):
+    """flash-attn's rotary SEQLEN_OFFSETS in small: a pointer parameter that also takes an integer (``*i32|i32``),
+    with binaries for a tensor there and for an integer (any, divisible by 16)."""
+    spec = cs.kernel_spec(tmp_path, "rot", ROT, dtypes={"T": ["fp16"]}, key=["n"],
+                          specs=["DDD", "xxx", "DdD", "DiD", "xix"])
+    spec["pointer_ints"] = {"offs": "i32"}
+    return rt.Kernel("rot", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+
+
+@pytest.mark.parametrize(("offset", "binary"), [("tensor", "DDD"), (32, "DdD"), (0, "DdD"), (7, "DiD"), (-3, "DiD"),
+                                                (1, "DiD"), (2**31 - 1, "DiD")])
+def test_an_integer_where_a_pointer_goes_takes_an_integer_binary(rt, fake, rot, offset, binary) -> None:
+    """The integer is laid out as the i32 it is in that binary (a 4-byte slot, not an 8-byte pointer), on both paths
+    and bit for bit; 1 (code ``o``: no such binary here) takes the one for any integer, as Triton would compile it."""
+    import torch
+
+    o = _tensor(0)
+    offs = _tensor(0, dtype=torch.int32) if offset == "tensor" else offset
+    fake.block_size, fake.nparams = (40, 5) if offset == "tensor" else (32, 5)
+    records, fallbacks = _launch_both(rt, fake, rot, (4,), (o, offs, 4096))
+    assert records[0] == records[1] == records[2] and fallbacks == 1
+    assert [launcher.spec for s in rot._states.values() for launcher in s.launchers.values()] == [binary]
+    block = records[0][6]
+    assert struct.unpack_from("<Q", block, 0)[0] == o.data_ptr()
+    if offset == "tensor":
+        assert struct.unpack_from("<Qi", block, 8) == (offs.data_ptr(), 4096)
+    else:
+        assert struct.unpack_from("<ii", block, 8) == (offset, 4096)
+    values = [o.data_ptr(), rt.pointer_value(offs), 4096]
+    assert rot._fast.spec((o, offs, 4096)) == rt.argument_spec(rot.spec_slots, values)
+
+
+def test_an_integer_where_only_a_pointer_goes_or_out_of_its_range_is_refused(rt, fake, rot, tmp_path) -> None:
+    o = _tensor(0)
+    for c_path in (False, True):
+        rt.fastpath.use_c_launch(rot, c_path)
+        with pytest.raises(OverflowError, match=r'offs=2147483648 does not fit i32.*"\*i32\|i64"'):
+            rot[(4,)](o, 2**31, 4096)
+        with pytest.raises(TypeError, match="'offs' must be a tensor, got float"):
+            rot[(4,)](o, 2.5, 4096)
+    plain = _kernel(rt, tmp_path / "plain", "plain", ROT, dtypes={"T": ["fp16"]}, key=["n"], specs=["DDD", "xxx"])
+    with pytest.raises(TypeError, match="'offs' must be a tensor, got int"):
+        plain[(4,)](o, 7, 4096)
+    assert fake.calls == 0

@@ -740,3 +740,132 @@ def test_what_a_helpers_own_kernels_take_is_not_its_host_codes(tmp_path: Path) -
     assert sorted(shipped) == ["flaish", "flaish.index"]
     assert "autotune_cache_kwargs" not in str(shipped["flaish.index"]) and "def cdiv_rows" in str(shipped)
     assert sorted(plan.kernels["copy"].local_modules) == ["flaish", "flaish.index", "flaish.utils"]  # the code hash's
+
+
+@pytest.mark.slow
+def test_host_code_reads_the_version_of_the_triton_that_built_the_wheel(tmp_path: Path) -> None:
+    """FLA's ``fla/utils.py`` checks ``triton.__version__`` when imported (``check_environments``) and its ops branch
+    on ``TRITON_ABOVE_3_4_0``: packaged host code reads the version of the Triton that compiled the wheel's binaries
+    (its build record), with no Triton importable."""
+    from importlib.metadata import version
+
+    (tmp_path / "flv").mkdir()
+    (tmp_path / "flv" / "__init__.py").write_text("")
+    (tmp_path / "flv" / "utils.py").write_text(textwrap.dedent('''\
+        import triton
+
+        TRITON_VERSION = tuple(int(p) for p in triton.__version__.split(".")[:2])
+
+
+        def check_environments():
+            if TRITON_VERSION < (3, 2):
+                raise RuntimeError(f"needs Triton 3.2 or later, not {triton.__version__}")
+
+
+        check_environments()
+
+
+        def rows(n):
+            return triton.cdiv(n, 1024) if TRITON_VERSION >= (3, 0) else None
+        '''))
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from flv.utils import rows
+
+
+        @triton.jit
+        def copy_kernel(x, y, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+
+
+        def copy_op(x: torch.Tensor) -> torch.Tensor:
+            y = torch.empty_like(x)
+            copy_kernel[(rows(x.numel()),)](x, y, x.numel(), BLOCK=1024)
+            return y
+
+
+        def examples(device="cpu"):
+            copy_op(torch.randn(4096, device=device))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_tver"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "k.py:copy_kernel"\nops = ["copy_op"]\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\n'
+        'examples = "examples"\n')
+    try:
+        target = _installed(tmp_path / "kernel_manifest.toml", tmp_path)
+    finally:
+        _forget_package("flv")
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["flv"] = None
+        import torch, forge_tver
+        out = torch.ops.forge_tver.copy_op(torch.empty(3000, device="meta"))
+        from forge_tver._ops._local.flv import utils
+        from forge_tver._ops.k import triton as host_triton
+        print(json.dumps({"version": host_triton.__version__, "parsed": list(utils.TRITON_VERSION),
+                          "shape": list(out.shape)}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res["version"] == version("triton") and res["shape"] == [3000]
+    assert res["parsed"] == [int(p) for p in version("triton").split(".")[:2]]
+
+
+@pytest.mark.slow
+def test_files_of_one_name_and_a_kernel_file_with_no_op(tmp_path: Path) -> None:
+    """flash-attn's layout: ops/triton/rotary.py (the kernel, no op of the package's) and layers/rotary.py (the
+    autograd Function, exported) are both rotary.py: each host module is named by the tail of its path that tells
+    it apart, and ``import <package>._ops.<module>`` of the kernel file binds its kernel handles as the exported
+    file's import of it by project name does (one module for both)."""
+    for d in ("fa", "fa/ops", "fa/layers"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "__init__.py").write_text("")
+    (tmp_path / "fa" / "ops" / "rotary.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def copy_kernel(x, y, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+
+
+        def apply(x):
+            y = torch.empty_like(x)
+            copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+            return y
+
+
+        def examples(device="cpu"):
+            apply(torch.randn(4096, device=device))
+        '''))
+    (tmp_path / "fa" / "layers" / "rotary.py").write_text(
+        "from fa.ops.rotary import apply\n\n\ndef apply_twice(x):\n    return apply(apply(x))\n")
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_fa"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "fa/ops/rotary.py:copy_kernel"\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\n'
+        'examples = "examples"\n\n[exports]\napply_twice = "fa/layers/rotary.py"\n')
+    try:
+        target = _installed(tmp_path / "kernel_manifest.toml", tmp_path)
+    finally:
+        _forget_package("fa")
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["fa"] = None
+        import forge_fa
+        import forge_fa._ops.ops_rotary as kernels
+        fn = forge_fa.apply_twice
+        print(json.dumps({"handle": type(kernels.copy_kernel).__name__, "export": fn.__module__,
+                          "same": sys.modules["forge_fa._ops._local.fa.ops.rotary"] is kernels,
+                          "modules": sorted(json.load(open(forge_fa.__path__[0] + "/_forge/index.json"))["modules"])}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res["handle"] == "Kernel" and res["same"] and res["export"] == "forge_fa._ops.layers_rotary"
+    assert res["modules"] == ["layers_rotary", "ops_rotary"]

@@ -66,8 +66,9 @@ def test_plan_traces_both_styles(realworld_plan) -> None:
                 if e.kernel == "rotary"}
     assert variants == {(t, k, 8) for t in ("fp16", "bf16") for k in (64, 128)}
     schema = "(Tensor x, Tensor cos, Tensor sin) -> Tensor"
-    assert plan.modules["rotary"]["schemas"] == {"apply_rotary": schema, "rotary": schema, "rotary_custom": schema}
-    assert plan.modules["rotary"]["schema_notes"]["rotary_custom"] == "from its @torch.library.custom_op"
+    assert plan.modules["kernels_rotary"]["schemas"] == {"apply_rotary": schema, "rotary": schema,
+                                                         "rotary_custom": schema}
+    assert plan.modules["kernels_rotary"]["schema_notes"]["rotary_custom"] == "from its @torch.library.custom_op"
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------

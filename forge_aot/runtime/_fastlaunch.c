@@ -503,6 +503,8 @@ typedef struct {
     int n_spec, spec_pos[MAX_ARGS];
     unsigned char spec_is_ptr[MAX_ARGS];
     uint64_t spec_scalars;   /* bit per argument position: a specialized scalar, which a call may pass as None */
+    uint64_t ptr_ints;       /* bit per argument position: a pointer parameter that also takes an integer */
+    unsigned char ptr_int_kind[MAX_ARGS];   /* ... and that integer's kind (K_I32 or K_I64) */
     int n_tv, tv_pos[MAX_TYPEVARS];
     int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
     int n_param;             /* the kernel's parameters, in order: what a call's positional arguments stand for */
@@ -555,15 +557,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
                             "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
-                            "param_slots", NULL};
+                            "param_slots", "int_pointers", "int_pointer_kinds", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
         *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
-        *tv_next = NULL, *param_slots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+        *tv_next = NULL, *param_slots = NULL, *int_ptrs = NULL, *int_ptr_kinds = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
-                                     &heuristic_names, &PyTuple_Type, &tv_next, &PyTuple_Type, &param_slots))
+                                     &heuristic_names, &PyTuple_Type, &tv_next, &PyTuple_Type, &param_slots,
+                                     &PyTuple_Type, &int_ptrs, &PyBytes_Type, &int_ptr_kinds))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -614,6 +617,23 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     }
     for (int i = 0; i < F->n_tv; i++)
         if (F->kinds[F->tv_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail; }
+    if (int_ptrs) {   /* pointer parameters that also take an integer (flash-attn's rotary SEQLEN_OFFSETS) */
+        int n_ip = 0, ip_pos[MAX_ARGS];
+        unsigned char ip_kind[MAX_ARGS];
+        if (!int_ptr_kinds || read_int_tuple(int_ptrs, ip_pos, MAX_ARGS, &n_ip) < 0
+            || read_kinds(int_ptr_kinds, ip_kind, n_ip) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "int_pointers needs int_pointer_kinds");
+            goto fail;
+        }
+        for (int i = 0; i < n_ip; i++) {
+            if (ip_pos[i] < 0 || ip_pos[i] >= F->n || F->kinds[ip_pos[i]] != K_PTR
+                || (ip_kind[i] != K_I32 && ip_kind[i] != K_I64)) {
+                PyErr_SetString(PyExc_ValueError, "int_pointers: pointer positions taking i32 or i64"); goto fail;
+            }
+            F->ptr_ints |= 1ull << ip_pos[i];
+            F->ptr_int_kind[ip_pos[i]] = ip_kind[i];
+        }
+    }
     if (!PyTuple_Check(types)) { PyErr_SetString(PyExc_TypeError, "tensor_types must be a tuple"); goto fail; }
     if (PyTuple_Size(call_names) > MAX_CALLS || PyTuple_Size(call_names) != PyTuple_Size(call_defaults)) {
         PyErr_SetString(PyExc_ValueError, "call-site names beyond the C launch path's limits"); goto fail;
@@ -716,10 +736,19 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     if (matched + taken != given) return 0;
     long device = -2;
     uint64_t nones = 0;                               /* pointers passed as None (bit per argument position) */
+    uint64_t ints = 0;                                /* pointers passed an integer (bit per argument position) */
     for (int i = 0; i < F->n_ptr; i++) {
         PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
         int ok;
         if (a == Py_None) { vals[F->ptr_pos[i]] = 0; nones |= 1ull << F->ptr_pos[i]; k->ptypes[i] = Py_None; continue; }
+        if (PyLong_CheckExact(a) && ((F->ptr_ints >> F->ptr_pos[i]) & 1)) {
+            /* an integer where the kernel also takes one: typed like the manifest's *i32|i32 (out of range: the
+             * Python path names the type) */
+            if (!convert_scalar(F->ptr_int_kind[F->ptr_pos[i]], a, &vals[F->ptr_pos[i]])) return 0;
+            ints |= 1ull << F->ptr_pos[i];
+            k->ptypes[i] = (PyObject *)&PyLong_Type;
+            continue;
+        }
         if (!is_tensor(F, a)) return 0;
         /* the element type is compiled into the binary: part of the key (Kernel._state checks it on a miss) */
         PyObject *dt = PyObject_GetAttr(a, str_dtype);
@@ -757,11 +786,13 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
     /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N passed as None,
+     * i / d / o an integer passed to a pointer parameter (any, divisible by 16, equal to 1),
      * x otherwise (a float always) */
     for (int s = 0; s < F->n_spec; s++) {
         int p = F->spec_pos[s], kind = F->kinds[p];
         uint64_t v = vals[p];
-        k->spec[s] = (nones >> p) & 1 ? 'N' : F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D')
+        k->spec[s] = (nones >> p) & 1 ? 'N' : (ints >> p) & 1 ? (v == 1 ? 'o' : ((v & 15) ? 'i' : 'd'))
+                   : F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D')
                    : kind >= K_FP16 ? 'x' : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
     }
     uint64_t h = 1469598103934665603ULL;
@@ -1281,7 +1312,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 7) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 8) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -5,10 +5,13 @@ base pointer, shape and strides where the binary was compiled without TMA, as Tr
 from __future__ import annotations
 
 import types
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .packing import DESC_PREFIX
-from .tables import binary_blocks
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 
 def desc_dtype(ty: str) -> str | None:
@@ -193,3 +196,20 @@ def not_built(kernel: Any, binaries: dict[str, dict[str, Any]],
     return NotBuiltError(f"{kernel.function}(): tensor descriptors with block shapes "
                          f"{ {n: list(s) for n, s in descs} } were not built for this config; built: "
                          f"{[{n: list(s) for n, s in d} for d in built] or 'none (it takes pointers there)'}")
+
+
+def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(name, block shape) of each tensor descriptor argument of a call, by name (the order of the index's JSON), as
+    the call (or the config's pre-hook) set it: ``tensordesc<T>`` parameters and pointer parameters passed a
+    descriptor. With the heuristics' values and the specialization, what selects the binary of a config."""
+    for i in kernel.desc_pos:
+        if not (hasattr(runtime[i], "base") and hasattr(runtime[i], "block_shape")):
+            raise TypeError(f"{kernel.function}(): argument '{kernel.runtime_names[i]}' must be a TensorDescriptor "
+                            f"(triton.tools.tensor_descriptor), got {type(runtime[i]).__name__}")
+    positions = {*kernel.desc_pos, *(i for i in kernel.ptr_pos if hasattr(runtime[i], "block_shape"))}
+    return tuple(sorted((kernel.runtime_names[i], tuple(int(d) for d in runtime[i].block_shape)) for i in positions))
+
+
+def binary_blocks(binary: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """What ``block_shapes`` gives for the calls a binary serves."""
+    return tuple(sorted((n, tuple(shape)) for n, shape in binary.get("descs", {}).items()))

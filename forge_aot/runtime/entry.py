@@ -142,19 +142,19 @@ class _HostModuleFinder:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
+        from .host_modules import host_module_imported_as, package_local_spec
+
         if fullname.startswith(self.local_prefix):
             # A shipped project module, else (no such file: the build never ships a host module twice) maybe a
             # kernel file imported by its project name, which the full index says.
-            from .host_modules import host_module_imported_as, package_local_spec
-
             spec = package_local_spec(self.package, fullname)
             mod = host_module_imported_as(self.package, fullname) if spec is None else None
             if mod is None:
                 return spec
         else:
             mod = fullname[len(self.prefix):]
-            if mod not in self.names:
-                return None
+            if mod not in self.names and host_module_imported_as(self.package, fullname) is None:
+                return None  # not a host module (one with no op nor export, flash-attn's rotary: the index says)
         import importlib.util
 
         self.host_modules[fullname] = mod

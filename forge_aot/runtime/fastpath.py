@@ -28,7 +28,7 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 7
+ABI = 8
 
 
 def _load() -> Any:
@@ -82,7 +82,8 @@ def plan(kernel: Any) -> Any:
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
                             (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
                             LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
-                            _type_next(kernel), _param_slots(kernel, names))
+                            _type_next(kernel), _param_slots(kernel, names), tuple(kernel.pointer_ints),
+                            bytes(KINDS[t] for t in kernel.pointer_ints.values()))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 

@@ -60,11 +60,13 @@ class LocalModuleLoader(importlib.machinery.SourceFileLoader):
 
 def host_module_imported_as(package: Any, fullname: str) -> str | None:
     """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel file
-    of the package, which the wheel does not ship twice), or None. ``package``: an ``entry.Package``."""
+    of the package, which the wheel does not ship twice; or ``<package>._ops.<module>`` itself, for a host module
+    with no op nor export), or None. ``package``: an ``entry.Package``."""
     if package._imported_as is None:
-        local = f"{package.package}._ops._local."
-        package._imported_as = {local + name: mod for mod, spec in load_index(package.root)["modules"].items()
+        local, modules = f"{package.package}._ops._local.", load_index(package.root)["modules"]
+        package._imported_as = {local + name: mod for mod, spec in modules.items()
                                 for name in spec.get("imported_as", ())}
+        package._imported_as.update({f"{package.package}._ops.{mod}": mod for mod in modules})
     return package._imported_as.get(fullname)
 
 

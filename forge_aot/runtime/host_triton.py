@@ -8,6 +8,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from .errors import ForgeRuntimeError
+
 
 def cdiv(x: int, y: int) -> int:
     return (x + y - 1) // y
@@ -60,6 +62,25 @@ def set_allocator(allocator: Any) -> None:
     """``triton.set_allocator``: ``allocator(size, alignment, stream)`` returns a buffer (an object with
     ``data_ptr()``) for a launch's global scratch, as under Triton's JIT."""
     SCRATCH_ALLOCATOR[0] = allocator
+
+
+_SCRATCH_ALIGN = 256
+
+
+def scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
+    """Global or profile scratch for one launch: a buffer (kept alive until the launch returns) and its address,
+    256-byte aligned. From the host code's ``triton.set_allocator`` allocator where it gave one, else torch."""
+    allocator = SCRATCH_ALLOCATOR[0]
+    if allocator is not None:
+        buf = allocator(programs * size, _SCRATCH_ALIGN, raw_stream(device))
+        ptr = buf.data_ptr()
+        if ptr % _SCRATCH_ALIGN == 0:
+            return buf, ptr
+        raise ForgeRuntimeError(f"the triton.set_allocator allocator returned an address ({ptr:#x}) that is not "
+                                f"{_SCRATCH_ALIGN}-byte aligned")
+    buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
+    ptr = buf.data_ptr()
+    return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
 HOST_DTYPES = {"int1": "int1", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
@@ -157,10 +178,25 @@ def host_constexpr(value: Any) -> Any:
     return kind(value) if kind is not None else value
 
 
+def _built_with() -> str:
+    """The version of the Triton that compiled the package's binaries (its build record); in forge-aot's own copy,
+    while a build runs host code, the Triton it compiles with."""
+    import json
+    import os
+
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "_forge", "build_info.json"), "rb") as f:
+            return str(json.load(f)["triton_version"])
+    except OSError:
+        from importlib.metadata import version
+
+        return version("triton")
+
+
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
-    HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator")
+    HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__")
 
     LAZY = ("runtime", "_wrap_triton", "_triton_op")
     """From ``host_driver``, loaded where host code first reads them: ``triton.runtime.driver`` and torch.library's
@@ -182,6 +218,9 @@ class _HostTriton(types.ModuleType):
 
             self.tools = tools_module()
             return self.tools
+        if name == "__version__":  # FLA's version checks: the Triton the package's binaries were compiled with
+            self.__version__ = _built_with()
+            return self.__version__
         if name in self.LAZY:
             from . import host_driver
 

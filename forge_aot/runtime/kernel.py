@@ -66,14 +66,12 @@ class _VariantState:
 
 
 class Kernel(KernelBase):
-    """One packaged kernel, called from host code exactly like a Triton JIT function.
-
-    ``kernel[grid](*args, **kwargs)`` binds the arguments like Triton does (call-site constexprs and launch
-    options such as ``num_warps`` included), picks the build variant from the dtypes and the call-site
-    values, the config from the table, evaluates the kernel's ``@triton.heuristics`` on the host, picks the
-    binary from each argument's specialization (pointer alignment, integers divisible by 16 or equal to 1,
-    as Triton's JIT) and launches on torch's current stream.
-    """
+    """One packaged kernel, called from host code exactly like a Triton JIT function: ``kernel[grid](*args,
+    **kwargs)`` binds the arguments like Triton does (call-site constexprs and launch options such as ``num_warps``
+    included), picks the build variant from the dtypes and the call-site values, the config from the table,
+    evaluates the kernel's ``@triton.heuristics`` on the host, picks the binary from each argument's
+    specialization (pointer alignment, integers divisible by 16 or equal to 1, as Triton's JIT) and launches on
+    torch's current stream."""
 
     _c_launch = True
     """Whether launches may go through the C launcher (fastpath.use_c_launch turns it off per handle)."""
@@ -110,6 +108,8 @@ class Kernel(KernelBase):
         self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
         self.device_pos = self.ptr_pos + self.desc_pos  # a descriptor answers get_device() for its tensor
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
+        # Pointer parameters a call may also pass an integer (manifest type ``*i32|i32``): position -> its type.
+        self.pointer_ints = {self.runtime_names.index(n): t for n, t in spec.get("pointer_ints", {}).items()}
         spec_params = spec.get("spec_params", [])
         # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
         self.spec_slots = [(self.runtime_names.index(n), self.runtime[self.runtime_names.index(n)][1]
@@ -209,7 +209,7 @@ class Kernel(KernelBase):
         device = -2
         for i in self.device_pos:
             arg = runtime[i]
-            if arg is None:  # an optional pointer left out (compiled as the constant None)
+            if arg is None or (type(arg) is int and i in self.pointer_ints):  # None: compiled in as the constant
                 continue
             try:
                 d = arg.get_device()
@@ -235,12 +235,13 @@ class Kernel(KernelBase):
 
     def _dtype_of(self, runtime: Sequence[Any], src: int) -> str | None:  # None: all None (see find_variant)
         ty = self.runtime[src][1]
-        return next((dtype_name(a.dtype) for a, (_, t) in zip(runtime, self.runtime) if t == ty and a is not None),
-                    None)
+        return next((dtype_name(a.dtype) for a, (_, t) in zip(runtime, self.runtime)
+                     if t == ty and a is not None and type(a) is not int), None)
 
     def _state(self, runtime: Sequence[Any], call: dict[str, Any]) -> _VariantState:
         device = self._device(runtime)  # key: every tensor's dtype (which gives the type variables), call values
-        state_key = (device, tuple(None if (a := runtime[i]) is None else a.dtype for i in self.device_pos),
+        state_key = (device, tuple(None if (a := runtime[i]) is None or type(a) is int else a.dtype
+                                   for i in self.device_pos),
                      *[call[src] for is_rt, src in self.axis_sources if not is_rt])
         state = self._states.get(state_key)
         if state is None:
@@ -311,8 +312,7 @@ class Kernel(KernelBase):
         return tuple(nargs[n] for n in self.heuristic_names), nargs
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
-        """Triton's ``kernel.warmup(*args, grid=..., **kwargs)``: the packaged binary this call would launch, loaded,
-        as Triton's ``CompiledKernel`` (see compiled.warmup). Launches nothing."""
+        """``kernel.warmup(*args, grid=..., **kwargs)``: the binary the call would take, loaded (compiled.warmup)."""
         from .compiled import warmup
 
         return warmup(self, args, kwargs)

@@ -15,18 +15,20 @@ from typing import Any
 
 from . import fastpath, packing
 from .drivers import driver
-from .errors import ForgeRuntimeError, IntegrityError
-from .host_triton import SCRATCH_ALLOCATOR
+from .errors import IntegrityError
+from .host_triton import scratch_buffer
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, DESC_PREFIX, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
 from .tables import (
     SPEC_ABSENT,
     SPEC_DESC,
+    SPEC_INT,
+    SPEC_INT_DIV16,
+    SPEC_INT_ONE,
     SPEC_ONE,
     Config,
     ConfigTable,
     argument_spec,
-    block_shapes,
     choose_binary,
     launch_attrs,
     pick_cuda_target,
@@ -34,8 +36,6 @@ from .tables import (
     pointer_value,
     resolve_table,
 )
-
-_SCRATCH_ALIGN = 256
 
 
 class BinaryBackend:
@@ -105,7 +105,12 @@ class BinaryBackend:
     def launcher_for(self, kernel: Kernel, state: _VariantState, config: Config, heur: tuple[Any, ...], spec: str,
                      runtime: Sequence[Any]) -> Any:
         """The launcher of the binary serving a call, loaded once per config, heuristics, specialization, blocks."""
-        descs = block_shapes(kernel, runtime) if kernel.desc_pos or SPEC_DESC in spec else ()
+        if kernel.desc_pos or SPEC_DESC in spec:
+            from .descriptors import block_shapes
+
+            descs = block_shapes(kernel, runtime)
+        else:
+            descs = ()
         key = (config.id, heur, spec, descs)
         if (launcher := state.launchers.get(key)) is None:
             with state.lock:
@@ -128,7 +133,7 @@ class BinaryBackend:
         try:
             for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
                 values[i] = None if runtime[i] is None else runtime[i].data_ptr()
-        except AttributeError:  # a host-side tensor descriptor where the kernel also takes a pointer
+        except AttributeError:  # a tensor descriptor (or an integer) where the kernel also takes a pointer
             values[i:] = [pointer_value(v) if j in kernel.ptr_pos else v for j, v in enumerate(runtime[i:], i)]
         spec = argument_spec(kernel.spec_slots, values)
         launcher = self.launcher_for(kernel, state, config, heur, spec, runtime)
@@ -147,26 +152,10 @@ class BinaryBackend:
                 except (TypeError, ValueError, OverflowError):  # raised before any launch: a grid or value it
                     launcher(grid, values)  # leaves to the ctypes launcher (NaN, numpy scalars, huge grids)
         except struct.error:
-            packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime)
+            packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime, kernel.pointer_ints)
             raise
         if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
             fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)
-
-
-def _scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
-    """Global or profile scratch for one launch: a buffer (kept alive until the launch returns) and its address,
-    256-byte aligned. From the host code's ``triton.set_allocator`` allocator where it gave one, else torch."""
-    allocator = SCRATCH_ALLOCATOR[0]
-    if allocator is not None:
-        buf = allocator(programs * size, _SCRATCH_ALIGN, raw_stream(device))
-        ptr = buf.data_ptr()
-        if ptr % _SCRATCH_ALIGN == 0:
-            return buf, ptr
-        raise ForgeRuntimeError(f"the triton.set_allocator allocator returned an address ({ptr:#x}) that is not "
-                                f"{_SCRATCH_ALIGN}-byte aligned")
-    buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
-    ptr = buf.data_ptr()
-    return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
 class _ArgBuffer:
@@ -210,15 +199,17 @@ class _BinaryLauncher:
         self.symbol = binary["function"]
         """The function's name inside the binary."""
         # Arguments specialized to the constant 1 or to None are compiled into the binary, not passed.
-        compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
-                       if code in (SPEC_ONE, SPEC_ABSENT)}
+        codes = {pos: code for (pos, _), code in zip(kernel.spec_slots, binary["spec"])}
+        compiled_in = {pos for pos, code in codes.items() if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
         kept = [i for i in range(len(kernel.runtime)) if i not in compiled_in]
         self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
             if compiled_in else None
-        # A pointer parameter this binary takes as a tensor descriptor (code T) is laid out as one.
-        as_desc = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"]) if code == SPEC_DESC}
-        params = [(kernel.runtime_names[i], DESC_PREFIX + ">") if i in as_desc else kernel.runtime[i] for i in kept]
+        # A pointer parameter this binary takes as a tensor descriptor (code T) is laid out as one; one it takes as an
+        # integer (codes i, d) as that integer.
+        params = [(kernel.runtime_names[i], DESC_PREFIX + ">") if codes.get(i) == SPEC_DESC else
+                  (kernel.runtime_names[i], kernel.pointer_ints[i]) if codes.get(i) in (SPEC_INT, SPEC_INT_DIV16)
+                  else kernel.runtime[i] for i in kept]
         self.kinds = [fastpath.kind(ty) for _, ty in params]
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
         # The parameter block's C layout (each scalar aligned to its size, as ctypes lays out the Args struct
@@ -242,7 +233,7 @@ class _BinaryLauncher:
             self.raw_stream = lambda d: torch.cuda.current_stream(d).cuda_stream
         self.torch = torch
         # scratch(size, programs) -> (keep-alive, address): one callable for the Python and the C path
-        self.scratch = functools.partial(_scratch_buffer, torch, device, self.raw_stream)
+        self.scratch = functools.partial(scratch_buffer, torch, device, self.raw_stream)
         self._c: Any = False
         self._siblings: dict[int, _BinaryLauncher] = {}
 

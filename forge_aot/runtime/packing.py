@@ -31,9 +31,13 @@ _INT_RANGES = {"i8": (-(2**7), 2**7 - 1), "i16": (-(2**15), 2**15 - 1), "i32": (
 
 
 def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]], values: list[Any],
-                 runtime: Sequence[tuple[str, str]] = ()) -> None:
+                 runtime: Sequence[tuple[str, str]] = (), pointer_ints: dict[int, str] | None = None) -> None:
     """Raise TypeError naming a scalar argument of a failed packing passed as None (no binary takes None there),
-    or OverflowError naming the integer argument that its type cannot hold."""
+    or OverflowError naming the integer argument that its type cannot hold (``pointer_ints``: pointer parameters
+    that also take an integer, by position, checked where the call passed one)."""
+    as_int = {i for i in (pointer_ints or {}) if type(values[i]).__name__ == "PointerInt"}
+    int_checks = [*int_checks, *((i, runtime[i][0], ty, *_INT_RANGES[ty]) for i, ty in (pointer_ints or {}).items()
+                                 if i in as_int)]
     for (name, ty), value in zip(runtime, values):
         if value is None and not ty.startswith("*"):
             raise TypeError(f"{function}(): {name}=None, and this build has no binary taking None there (Triton "
@@ -41,6 +45,7 @@ def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]]
     for i, name, ty, lo, hi in int_checks:
         if not lo <= values[i] <= hi:
             wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
+            wider = f"{runtime[i][1]}|{wider}" if i in as_int else wider
             hint = f" (Triton's JIT would compile the call anew; declare {name} = \"{wider}\" in the manifest's " \
                    "signature to build for such values)" if wider else ""
             raise OverflowError(f"{function}(): {name}={values[i]} does not fit {ty}{hint}") from None

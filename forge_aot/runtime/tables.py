@@ -37,7 +37,14 @@ divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed
 constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``); a
 pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
 attention takes either and builds the descriptor in the kernel when given a pointer)."""
-_EXACT = (SPEC_ABSENT, SPEC_DESC)
+SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE = "i", "d", "o"
+"""A pointer parameter passed an integer, typed as the manifest's ``*i32|i32`` says (flash-attn's rotary
+``SEQLEN_OFFSETS``, "this could be int or a pointer"): any integer, one divisible by 16, the constant 1."""
+_EXACT, _INTS = (SPEC_ABSENT, SPEC_DESC), (SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE)
+
+
+class PointerInt(int):
+    """An integer passed to a pointer parameter that also takes integers (``pointer_value``'s reading of it)."""
 
 
 def launch_attrs(call: dict[str, Any]) -> int:
@@ -57,37 +64,50 @@ def spec_fits(built: str, actual: str) -> bool:
     """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
     every assumption it makes must hold (an unspecialized position accepts any value but ``None``, which only a
     binary built for it takes)."""
-    return all(b == a if a in _EXACT or b in _EXACT else b in (SPEC_NONE, a) for b, a in zip(built, actual))
+    return all(_fits(b, a) for b, a in zip(built, actual))
+
+
+def _fits(b: str, a: str) -> bool:
+    if a in _EXACT or b in _EXACT:
+        return b == a
+    if a in _INTS or b in _INTS:  # an integer where a pointer goes: only such a binary (i takes any)
+        return b == a or (b == SPEC_INT and a in _INTS)
+    return b in (SPEC_NONE, a)
 
 
 def spec_rank(spec: str) -> int:
     """How specialized a binary is (the more assumptions, the faster it usually runs)."""
-    return sum(c != SPEC_NONE for c in spec)
+    return sum(c not in (SPEC_NONE, SPEC_INT) for c in spec)
 
 
 def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
     """A call's specialization with Triton's rules, over ``values`` (pointers already through ``pointer_value``):
     for each (position, is pointer) slot, ``D`` for an aligned pointer or an integer divisible by 16, ``1``
     for an integer equal to 1, ``N`` for None (any argument: Liger passes ``softcap=None`` to a float, compiled as
-    the constant None like an absent pointer), ``T`` for a tensor descriptor, ``x`` otherwise (floats always)."""
+    the constant None like an absent pointer), ``T`` for a tensor descriptor, ``x`` otherwise (floats always); an
+    integer where a pointer goes (a ``PointerInt``) ``i``, ``d`` or ``o`` (see ``SPEC_INT``)."""
     spec = ""
     for i, is_ptr in slots:
         v = values[i]
         if v is None or is_ptr:
-            spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int else SPEC_DESC
+            spec += SPEC_ABSENT if v is None else (SPEC_NONE if v & 15 else SPEC_DIV16) if type(v) is int else \
+                SPEC_DESC if type(v) is not PointerInt else SPEC_INT_ONE if v == 1 else SPEC_INT if v % 16 else \
+                SPEC_INT_DIV16
         else:
             spec += SPEC_NONE if isinstance(v, float) else SPEC_ONE if v == 1 else (SPEC_NONE if v % 16 else SPEC_DIV16)
     return spec
 
 
 def pointer_value(arg: Any) -> Any:
-    """A pointer argument as ``argument_spec`` reads it: the tensor's address, None, or a host-side tensor
-    descriptor itself (passed where the kernel also takes a pointer)."""
+    """A pointer argument as ``argument_spec`` reads it: the tensor's address, None, a host-side tensor descriptor
+    itself (passed where the kernel also takes a pointer), or an integer as a ``PointerInt``."""
     if arg is None:
         return None
     try:
         return arg.data_ptr()
     except AttributeError:
+        if type(arg) is int:
+            return PointerInt(arg)
         if hasattr(arg, "block_shape") and hasattr(arg, "base"):
             return arg
         raise
@@ -266,8 +286,6 @@ def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
     return None
 
 
-
-
 def _max_shared(config: dict[str, Any]) -> int:
     """The most shared memory any binary of a config asks for (recorded by the build beside the binaries, which
     a wheel reads only when the config launches)."""
@@ -278,10 +296,8 @@ def _max_shared(config: dict[str, Any]) -> int:
 
 def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str, Any], backend: str,
                   info: dict[str, Any]) -> tuple[str, ConfigTable]:
-    """The target and config table one build of a kernel uses on a device described by ``info``.
-
-    Shared by the packaged runtime and forge-aot's development mode, so both choose alike.
-    """
+    """The target and config table one build of a kernel uses on a device described by ``info`` (shared by the
+    packaged runtime and forge-aot's development mode, so both choose alike)."""
     built = {t: kernel.targets[t] for t in variant["targets"]}
     cuda = backend == "cuda"
     target = pick_cuda_target(info["capability"], built) if cuda else pick_hip_target(info["arch"], built)
@@ -306,23 +322,6 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
     return target, table
 
 
-def block_shapes(kernel: Kernel, runtime: Sequence[Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """(name, block shape) of each tensor descriptor argument of a call, by name (the order of the index's JSON), as
-    the call (or the config's pre-hook) set it: ``tensordesc<T>`` parameters and pointer parameters passed a
-    descriptor. With the heuristics' values and the specialization, what selects the binary of a config."""
-    for i in kernel.desc_pos:
-        if not (hasattr(runtime[i], "base") and hasattr(runtime[i], "block_shape")):
-            raise TypeError(f"{kernel.function}(): argument '{kernel.runtime_names[i]}' must be a TensorDescriptor "
-                            f"(triton.tools.tensor_descriptor), got {type(runtime[i]).__name__}")
-    positions = {*kernel.desc_pos, *(i for i in kernel.ptr_pos if hasattr(runtime[i], "block_shape"))}
-    return tuple(sorted((kernel.runtime_names[i], tuple(int(d) for d in runtime[i].block_shape)) for i in positions))
-
-
-def binary_blocks(binary: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """What ``block_shapes`` gives for the calls a binary serves."""
-    return tuple(sorted((n, tuple(shape)) for n, shape in binary.get("descs", {}).items()))
-
-
 def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tuple[Any, ...],
                   spec: str, descs: tuple[tuple[str, tuple[int, ...]], ...] = ()) -> dict[str, Any]:
     """The binary of a config serving a call: same heuristic values (and tensor descriptor block shapes), every
@@ -330,6 +329,8 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
     nothing, so it always fits)."""
     names = kernel.heuristic_names
     best: dict[str, Any] | None = None
+    if descs:
+        from .descriptors import binary_blocks
     for b in binaries.values():
         if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
             continue
