@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import CompileError
 from .plan import BinarySpec, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
-from .runtime import SPEC_ONE
+from .runtime import SPEC_INT_ONE, SPEC_ONE
 from .targets import TARGETS
 
 
@@ -291,8 +291,8 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
         # A failed binary that assumed integers equal to 1 is retried without that assumption.
         for b in list(wanted):
             r = status.get(key(e, c, b))
-            if r is not None and not r.ok and SPEC_ONE in b.spec:
-                wanted.append(b.relaxed([i for i, ch in enumerate(b.spec) if ch == SPEC_ONE]))
+            if r is not None and not r.ok and (SPEC_ONE in b.spec or SPEC_INT_ONE in b.spec):
+                wanted.append(b.relaxed([i for i, ch in enumerate(b.spec) if ch in (SPEC_ONE, SPEC_INT_ONE)]))
         return list(dict.fromkeys(wanted))
 
     def usable(e: EntryPlan, row_key: tuple[int, ...], c: ConfigChoice) -> bool | None:

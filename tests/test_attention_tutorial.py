@@ -63,9 +63,9 @@ def test_a_binary_is_chosen_by_its_descriptors_block_shapes_whatever_their_order
     before desc_k in the parameters, after it in the JSON)."""
     from types import SimpleNamespace
 
-    from forge_aot.runtime.descriptors import TensorDescriptor
+    from forge_aot.runtime.descriptors import TensorDescriptor, block_shapes
     from forge_aot.runtime.errors import NotBuiltError
-    from forge_aot.runtime.tables import block_shapes, choose_binary
+    from forge_aot.runtime.tables import choose_binary
 
     x = torch.randn(256, 64, dtype=torch.float16)
     kernel = SimpleNamespace(function="_attn_fwd", heuristic_names=[], desc_pos=[], ptr_pos=[0, 1, 2],

@@ -1064,3 +1064,18 @@ def test_an_integer_where_only_a_pointer_goes_or_out_of_its_range_is_refused(rt,
     with pytest.raises(TypeError, match="'offs' must be a tensor, got int"):
         plain[(4,)](o, 7, 4096)
     assert fake.calls == 0
+
+
+def test_a_call_no_binary_takes_names_the_argument(rt, fake, tmp_path) -> None:
+    """Pointer binaries only (no example passed an integer there): the call is refused naming the argument and
+    what the binaries take, before any launch; likewise None where every binary takes a tensor."""
+    spec = cs.kernel_spec(tmp_path, "rot", ROT, dtypes={"T": ["fp16"]}, key=["n"], specs=["DDD", "xxx"])
+    spec["pointer_ints"] = {"offs": "i32"}
+    k = rt.Kernel("rot", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    o = _tensor(0)
+    with pytest.raises(rt.NotBuiltError, match=r"argument 'offs' is an integer, and this build's binaries take a "
+                                                r"tensor there \(Triton's JIT would compile the call anew"):
+        k[(4,)](o, 7, 4096)
+    with pytest.raises(rt.NotBuiltError, match=r"argument 'offs' is None, and this build's binaries take a tensor"):
+        k[(4,)](o, None, 4096)
+    assert fake.calls == 0

@@ -31,6 +31,27 @@ class UnsupportedDtypeError(ForgeRuntimeError, TypeError):
 class NotBuiltError(ForgeRuntimeError, ValueError):
     """A constexpr value or shape that no packaged binary covers."""
 
+    @classmethod
+    def no_binary(cls, kernel: Any, binaries: dict[str, Any], heur: tuple[Any, ...], spec: str) -> NotBuiltError:
+        """No binary of a config serves a call (``tables.choose_binary``): its heuristics' values were not built, or
+        an argument is what no binary with those values takes there (None, an integer, a tensor descriptor)."""
+        from .tables import spec_fits
+
+        names = kernel.heuristic_names
+        same = [b["spec"] for b in binaries.values() if tuple(b.get("heur", {}).get(n) for n in names) == heur]
+        for s, (pos, is_ptr) in enumerate(kernel.spec_slots if same else ()):
+            if not any(spec_fits(b[s], spec[s]) for b in same):
+                kinds = {"N": "None", "T": "a tensor descriptor", "i": "an integer", "d": "an integer",
+                         "o": "an integer"}
+                given = kinds.get(spec[s], "a tensor" if is_ptr else "a value")
+                built = " or ".join(sorted({kinds.get(b[s], "a tensor" if is_ptr else "a value") for b in same}))
+                return cls(f"{kernel.function}(): argument '{kernel.runtime_names[pos]}' is {given}, and this "
+                           f"build's binaries take {built} there (Triton's JIT would compile the call anew: pass "
+                           "such a value in the examples to build it)")
+        built_heur = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
+        return cls(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not built for this "
+                   f"config; built: {[dict(zip(names, h)) for h in built_heur]}")
+
 
 class DriverError(ForgeRuntimeError):
     """The GPU driver refused a call."""

@@ -343,7 +343,5 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
 
         raise not_built(kernel, binaries, descs)
     if best is None:
-        built = sorted({tuple(b.get("heur", {}).get(n) for n in names) for b in binaries.values()}, key=repr)
-        raise NotBuiltError(f"{kernel.function}(): heuristics gave {dict(zip(names, heur))}, which was not "
-                            f"built for this config; built: {[dict(zip(names, h)) for h in built]}")
+        raise NotBuiltError.no_binary(kernel, binaries, heur, spec)
     return best

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import ManifestError, SourceError
 from ..plan import BinarySpec, BuildPlan, ConfigChoice, EntryPlan, KernelPlan, TracedCall
-from ..runtime import SPEC_ONE
+from ..runtime import SPEC_INT_ONE, SPEC_ONE
 from .database import row_id
 
 
@@ -59,8 +59,8 @@ class TuneItem:
             # (tensor descriptors' block shapes as the config's pre-hook sets them on this call)
             exact = BinarySpec(call.spec, heur, self.kernel.descriptor_blocks(call.named or {}, config, heur))
             out.append(exact)
-            if SPEC_ONE in call.spec:
-                out.append(exact.relaxed([i for i, c in enumerate(call.spec) if c == SPEC_ONE]))
+            if SPEC_ONE in call.spec or SPEC_INT_ONE in call.spec:
+                out.append(exact.relaxed([i for i, c in enumerate(call.spec) if c in (SPEC_ONE, SPEC_INT_ONE)]))
         if not out:  # no traced launch: the documented default specialization of the row
             named = {**self.key_dict, **self.entry.assignment}
             heur = self.kernel.evaluate_heuristics(named, config)
