@@ -198,6 +198,21 @@ def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> s
                       f"packaged host code can call it by name (got {fn!r})")
 
 
+def read_do_not_specialize(path: str, function: str) -> tuple[str, ...]:
+    """The parameters a kernel's ``@triton.jit(do_not_specialize=..., do_not_specialize_on_alignment=...)``
+    computes (flash-linear-attention: ``['T', 'scale'] if IS_NVIDIA_HOPPER else ['T']``), as the imported
+    ``JITFunction`` holds them (for the build's first target, which the import sees)."""
+    try:
+        obj = getattr(load_kernel_module(path), function)
+    except Exception as exc:
+        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    while not hasattr(obj, "do_not_specialize") and hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers
+        obj = obj.fn
+    names = list(getattr(obj, "arg_names", ()))
+    found = [*getattr(obj, "do_not_specialize", ()), *getattr(obj, "do_not_specialize_on_alignment", ())]
+    return tuple(dict.fromkeys(names[v] if isinstance(v, int) else str(v) for v in found))
+
+
 def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list[str]]:
     """The ``@triton.autotune`` of ``function`` in ``path`` (None if it has none) and the names its
     ``@triton.heuristics`` compute, in Triton's order of evaluation."""

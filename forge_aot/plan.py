@@ -35,6 +35,7 @@ from .introspect import (
     make_importable,
     make_kernel_importable,
     read_decorators,
+    read_do_not_specialize,
 )
 from .localmods import LocalModule, direct_imports, local_imports, merge_local
 from .runtime import (
@@ -772,7 +773,8 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # A constexpr parameter named like a launch option (the tutorial softmax's num_stages) is one axis: as with
     # Triton, the call's keyword sets both the parameter and the compile option (see preferences).
     axes = [*type_axes, *call_constexprs, *(a for a in launch_axes if a not in call_constexprs)]
-    dns = set(ks.do_not_specialize) | set(k.do_not_specialize)
+    dns = set(ks.do_not_specialize if ks.do_not_specialize is not None else read_do_not_specialize(str(path), func)) \
+        | set(k.do_not_specialize)
     # A parameter that takes a pointer or an integer is always specialized: its binaries differ in what they take.
     spec_params = [n for n, ty in params if n in pointer_ints or (n not in dns and (ty.startswith("*")
                                                                                    or ty in INT_TYPES))]

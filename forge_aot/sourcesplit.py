@@ -62,8 +62,9 @@ class KernelSource:
     params: list[KernelParam]
     decorators: tuple[str, ...]
     """``autotune``, ``heuristics`` and ``jit`` in source order (outermost first)."""
-    do_not_specialize: tuple[str, ...] = ()
-    """Parameters named in ``@triton.jit(do_not_specialize=...)`` (names or indices resolved to names)."""
+    do_not_specialize: tuple[str, ...] | None = ()
+    """Parameters named in ``@triton.jit(do_not_specialize=...)`` (names or indices resolved to names); None where
+    the decorator computes them (read from the imported kernel: ``introspect.read_do_not_specialize``)."""
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``tl.store``, atomics, a descriptor's ``store``; see
     ``_pointer_flow``): what makes an op that passes a tensor there mutate it."""
@@ -182,6 +183,97 @@ def _import_block(stmt: ast.stmt) -> list[ast.Import | ast.ImportFrom] | None:
     if leaves is None or not all(isinstance(s, (ast.Import, ast.ImportFrom, ast.Pass)) for s in leaves):
         return None
     return [s for s in leaves if isinstance(s, (ast.Import, ast.ImportFrom))]
+
+
+_PROBE_NAMES = frozenset({"inspect", *dir(__import__("builtins"))})
+"""Names a Triton feature probe may use besides Triton's own (``hasattr(triton.language, "gather")``,
+``"cache_results" in inspect.signature(triton.autotune).parameters``)."""
+
+
+def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -> str | None:
+    """The source with each Triton feature probe outside kernels replaced by its value under the Triton that builds
+    the package (None: none found). flash-linear-attention's ``fla/utils`` decides ``IS_TMA_SUPPORTED`` by
+    ``hasattr(triton.language, 'make_tensor_descriptor')`` and its autotuners' arguments by
+    ``inspect.signature(triton.autotune)``: the wheel runs the binaries that Triton compiled, so its answers stand,
+    as ``triton.__version__`` does. A probe is an expression that needs Triton (not only the host helpers, which the
+    wheel has), names otherwise only builtins and ``inspect``, and whose value is a bool, number, string or None;
+    the driver (which answers per GPU) is never one."""
+    import builtins
+    import inspect
+
+    env: dict[str, Any] = {"inspect": inspect, "__builtins__": builtins}
+    imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)) and _is_triton_import(s)]
+    try:
+        exec(compile(ast.Module(imports, []), "<triton names>", "exec"), env)
+    except Exception:
+        return None
+    found: list[tuple[ast.expr, Any]] = []
+
+    def visit(node: ast.AST) -> None:
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        if isinstance(node, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp)) and names & triton_names \
+                and names <= (triton_names | _PROBE_NAMES) and _uses_triton(node, triton_names, driver_ok=False) \
+                and "driver" not in ast.unparse(node) \
+                and not any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(node)):
+            try:
+                value = eval(compile(ast.Expression(node), "<triton probe>", "eval"), dict(env))
+            except Exception:
+                value = ...
+            if value is None or isinstance(value, (bool, int, float, str)):
+                found.append((node, value))
+                return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    for stmt in tree.body:
+        if not _is_kernel(stmt) and not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            visit(stmt)
+    if not found:
+        return None
+    lines = [line.encode() for line in _split_lines(text, keepends=True)]  # ast's columns count UTF-8 bytes
+    for node, value in sorted(found, key=lambda f: (f[0].lineno, f[0].col_offset), reverse=True):
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        end = node.end_col_offset if node.end_col_offset is not None else len(lines[last])
+        # parenthesized over the same lines, so every later line keeps its number
+        lines[first:last + 1] = [lines[first][:node.col_offset] + f"({value!r}".encode() + b"\n" * (last - first)
+                                 + b")" + lines[last][end:]]
+    return b"".join(lines).decode()
+
+
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return handler.type is None or any(isinstance(k, ast.Name) and k.id in _IMPORT_ERRORS for k in kinds)
+
+
+def _guarded_triton_imports(stmts: list[ast.stmt]) -> tuple[frozenset[int], list[ast.stmt]]:
+    """Triton imports in host code inside a ``try`` whose handler catches ImportError (flash-linear-attention's
+    NPU-only ``from triton.backends.ascend.compiler import NPUOptions`` in a helper function, its module-level
+    ``try: import triton.language as tl`` that patches ``tl.extra``): each is rewritten in the shipped host code to
+    raise ImportError, as where Triton is not installed, so the handler runs. Returns the ids of the nodes the
+    checks skip (the import and what can only run after it: the rest of that ``try`` body and its ``else``), and
+    the imports."""
+    skip: set[int] = set()
+    guarded: list[ast.stmt] = []
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Try) or not any(_catches_import_error(h) for h in node.handlers):
+                continue
+            for j, s in enumerate(node.body):
+                if isinstance(s, (ast.Import, ast.ImportFrom)) and _is_triton_import(s) and _host_import(s) is None:
+                    guarded.append(s)
+                    skip |= {id(n) for dead in [s, *node.body[j + 1:], *node.orelse] for n in ast.walk(dead)}
+                    break
+    return frozenset(skip), guarded
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (the Triton tutorials' script tail, a library file's self-test): it never runs
+    where the file is a package's module, so it is left out of the host code."""
+    return isinstance(stmt, ast.If) and not stmt.orelse and ast.unparse(stmt.test).replace("'", '"') in (
+        '__name__ == "__main__"', '"__main__" == __name__')
 
 
 def _is_triton_import_block(stmt: ast.stmt) -> bool:
@@ -467,7 +559,9 @@ def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> lis
     return out
 
 
-def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelParam]) -> tuple[str, ...]:
+def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelParam]) -> tuple[str, ...] | None:
+    """The parameters ``@triton.jit(do_not_specialize=...)`` names; None where it is computed (FLA:
+    ``['T', 'scale'] if IS_NVIDIA_HOPPER else ['T']``), which the plan reads from the imported kernel instead."""
     if not isinstance(jit, ast.Call):
         return ()
     names: list[str] = []
@@ -477,7 +571,7 @@ def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelPa
         try:
             values = ast.literal_eval(kw.value)
         except ValueError:
-            raise SourceError(f"line {jit.lineno}: {kw.arg} of {fn.name} must be a literal list") from None
+            return None
         for v in values:
             names.append(params[v].name if isinstance(v, int) else str(v))
     return tuple(dict.fromkeys(names))
@@ -576,13 +670,15 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
 
 
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
-                 element_types: frozenset[int] = frozenset()) -> bool:
+                 element_types: frozenset[int] = frozenset(), skip: frozenset[int] = frozenset()) -> bool:
     """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``, nor,
     where ``driver_ok``, ``triton.runtime.driver``, which the runtime answers too, nor the element types
     ``tl.bfloat16`` whose nodes are in ``element_types``)."""
     helpers = set(_HostTriton.HOST_HELPERS) - {"runtime"}
     driver = _driver_attributes(node) if driver_ok else set()
     for n in ast.walk(node):
+        if id(n) in skip:  # a guarded Triton import and what follows it (see _guarded_triton_imports)
+            continue
         if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_import(n) is None:
             return True
         if isinstance(n, ast.Name) and n.id in triton_names - {"triton"} and id(n) not in element_types:
@@ -771,6 +867,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     triton_names = _triton_names(tree)
+    frozen = _freeze_triton_probes(text, tree, triton_names)
+    if frozen is not None:
+        text, tree = frozen, ast.parse(frozen, filename=str(path))
     kernel_blocks = {id(s): names for s in tree.body if (names := _kernel_side_block(s, triton_names))}
     triton_names |= {n for names in kernel_blocks.values() for n in names}
     language_aliases = _language_aliases(tree)
@@ -815,7 +914,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _host_import(stmt) is not None:
             host_imports.append(stmt)
-        elif _is_triton_import(stmt) or _is_triton_import_block(stmt) or id(stmt) in kernel_blocks:
+        elif _is_triton_import(stmt) or _is_triton_import_block(stmt) or id(stmt) in kernel_blocks \
+                or _is_main_guard(stmt):
             blanked.append(stmt)
         else:
             rest.append(stmt)
@@ -844,8 +944,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # (A definition that asks Triton's driver counts too: the runtime answers for it, but host code that nothing
     # shipped reaches, like a decorator's ``is_cuda()``, stays out of the wheel.)
     constexpr_globals = _constexpr_globals(rest, triton_names, element_types)
+    guarded_skip, guarded = _guarded_triton_imports(rest)
     direct = {id(s) for s in rest if id(s) not in constexpr_globals
-              and _uses_triton(s, triton_names, element_types=element_types)}
+              and _uses_triton(s, triton_names, element_types=element_types, skip=guarded_skip)}
     triton_side = set(direct)
     changed = True
     while changed:
@@ -856,7 +957,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 triton_side.add(id(stmt))
                 changed = True
     triton_side |= {id(s) for s in rest if id(s) not in constexpr_globals
-                    and _uses_triton(s, triton_names, driver_ok=False, element_types=element_types)}
+                    and _uses_triton(s, triton_names, driver_ok=False, element_types=element_types,
+                                     skip=guarded_skip)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
     if helper and ops is None:
         ops = set(by_name)  # a module imported whole: every definition is host code
@@ -902,6 +1004,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for node_root, _ in checked:
         driver = _driver_attributes(node_root)
         for node in ast.walk(node_root):
+            if id(node) in guarded_skip:
+                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node) \
                     and _host_import(node) is None:
                 if any(_DESCRIPTOR_MODULE in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
@@ -950,6 +1054,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                                        and stmt.module in _TORCH_LIBRARY_MODULES
                                        for a in stmt.names if a.name == "triton_op" and a.asname}
     _torch_library_rewrites(host, lines)
+    host_ids = {id(n) for stmt in host for n in ast.walk(stmt)}
+    for stmt in guarded:  # as where Triton is not installed: the handler runs
+        if id(stmt) in host_ids:
+            _replace_statement(lines, stmt, 'raise ImportError("packaged host code runs without Triton")')
     for stmt in host:  # ``NAME: tl.constexpr = value`` → ``NAME = value``: no Triton where the host module runs
         if id(stmt) in constexpr_globals:
             name, value, wrapped = constexpr_globals[id(stmt)]

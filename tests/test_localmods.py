@@ -869,3 +869,132 @@ def test_files_of_one_name_and_a_kernel_file_with_no_op(tmp_path: Path) -> None:
     res = _run_fresh(code, target)
     assert res["handle"] == "Kernel" and res["same"] and res["export"] == "forge_fa._ops.layers_rotary"
     assert res["modules"] == ["layers_rotary", "ops_rotary"]
+
+
+@pytest.mark.slow
+def test_flash_linear_attentions_utils_package_ships_as_it_is_written(tmp_path: Path) -> None:
+    """fla 0.6.0's ``fla/utils/`` is a package whose ``__init__`` re-exports ``env.py`` and ``hardware.py``: Triton
+    feature probes at module level (``inspect.signature(triton.autotune)``, ``hasattr(triton.language, ...)``) take
+    the building Triton's answers, as ``triton.__version__`` does; Triton imports under ``try: ... except
+    ImportError`` (an NPU-only import in a function, a module-level patch of ``tl.extra``) raise ImportError in the
+    wheel, as where Triton is not installed. The kernel file's own way: a computed ``do_not_specialize`` (read from
+    the imported kernel), ``@triton.heuristics`` on a kernel the manifest does not list, a ``__main__`` tail."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    utils = tmp_path / "flz" / "utils"
+    utils.mkdir(parents=True)
+    (tmp_path / "flz" / "__init__.py").write_text("")
+    (utils / "__init__.py").write_text(
+        "from flz.utils.env import SUPPORTS_AUTOTUNE_CACHE, autotune_cache_kwargs\n"
+        "from flz.utils.hardware import IS_GATHER_SUPPORTED, IS_TMA_SUPPORTED, ascend_compile_kwargs, rows\n")
+    (utils / "env.py").write_text(textwrap.dedent('''\
+        import inspect
+
+        import triton
+
+        SUPPORTS_AUTOTUNE_CACHE = "cache_results" in inspect.signature(triton.autotune).parameters
+        autotune_cache_kwargs = {"cache_results": True} if SUPPORTS_AUTOTUNE_CACHE else {}
+        '''))
+    (utils / "hardware.py").write_text(textwrap.dedent('''\
+        import os
+        import sys
+
+        import triton
+
+        IS_GATHER_SUPPORTED = hasattr(triton.language, 'gather')
+        IS_TMA_SUPPORTED = (
+            os.environ.get('FLZ_USE_TMA', '1') == '1'
+            and (hasattr(triton.language, '_experimental_make_tensor_descriptor') or
+                 hasattr(triton.language, 'make_tensor_descriptor'))
+        )
+        PATCHED = "no"
+
+
+        def ascend_compile_kwargs():
+            kwargs = {}
+            try:
+                from triton.backends.ascend.compiler import NPUOptions
+                kwargs["multibuffer"] = "multibuffer" in NPUOptions.__dataclass_fields__
+            except ImportError:
+                return kwargs
+            return kwargs
+
+
+        try:
+            import triton.language as tl
+            if not hasattr(tl.extra, 'ascend') and hasattr(tl.extra, 'cann'):
+                tl.extra.ascend = sys.modules['triton.language.extra.ascend'] = tl.extra.cann
+            PATCHED = "yes"
+        except (ImportError, AttributeError):
+            PATCHED = "no Triton"
+
+
+        def rows(n):
+            return triton.cdiv(n, 1024)
+        '''))
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from flz.utils import autotune_cache_kwargs, rows
+
+        IS_HOPPER = True
+
+
+        @triton.autotune(configs=[triton.Config({}, num_warps=4)], key=["n"], **autotune_cache_kwargs)
+        @triton.jit(do_not_specialize=["n"] if IS_HOPPER else [])
+        def copy_kernel(x, y, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + o, tl.load(x + o, mask=o < n), mask=o < n)
+
+
+        @triton.heuristics({"EVEN": lambda args: args["n"] % 16 == 0})
+        @triton.jit(do_not_specialize=["n"] if IS_HOPPER else [])
+        def backward_kernel(x, n, EVEN: tl.constexpr):  # not in the manifest
+            pass
+
+
+        def copy_op(x: torch.Tensor) -> torch.Tensor:
+            y = torch.empty_like(x)
+            copy_kernel[(rows(x.numel()),)](x, y, x.numel(), BLOCK=1024)
+            return y
+
+
+        def examples(device="cpu"):
+            copy_op(torch.randn(4096, device=device))
+
+
+        if __name__ == "__main__":
+            print(triton.testing.do_bench(lambda: copy_op(torch.randn(4096, device="cuda"))))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_flz"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "k.py:copy_kernel"\nops = ["copy_op"]\nsignature = { x = "*fp32", y = "*fp32" }\n'
+        'examples = "examples"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+        target = _installed(tmp_path / "kernel_manifest.toml", tmp_path)
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("flz")
+    assert plan.kernels["copy"].do_not_specialize == {"n"} and "n" not in plan.kernels["copy"].spec_params
+    hardware = (target / "forge_flz" / "_ops" / "_local" / "flz" / "utils" / "hardware.py").read_text()
+    assert "IS_GATHER_SUPPORTED = (True)" in hardware  # Triton 3.6 has tl.gather
+    assert hardware.count('raise ImportError("packaged host code runs without Triton")') == 2
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["flz"] = None
+        import torch, forge_flz
+        out = torch.ops.forge_flz.copy_op(torch.empty(3000, device="meta"))
+        from forge_flz._ops._local.flz.utils import env, hardware
+        print(json.dumps({"shape": list(out.shape), "cache": env.autotune_cache_kwargs,
+                          "tma": hardware.IS_TMA_SUPPORTED, "npu": hardware.ascend_compile_kwargs(),
+                          "patched": hardware.PATCHED}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res == {"shape": [3000], "cache": {"cache_results": True}, "tma": True, "npu": {},
+                   "patched": "no Triton"}
