@@ -26,7 +26,9 @@ from typing import Any
 from .errors import SourceError
 from .runtime import HEURISTICS_HOOK, HOST_DTYPES, LAUNCH_OPTIONS, HostDtype, _HostTriton
 
-_DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics"}
+_DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics",
+               # Gluon kernels (triton.experimental.gluon): kernel-side like any other, left out of host code
+               "gluon.jit": "jit", "experimental.gluon.jit": "jit"}
 
 
 @dataclass(frozen=True)
@@ -758,11 +760,33 @@ def _first_line(stmt: ast.stmt) -> int:
 
 
 def _defined_names(stmt: ast.stmt) -> set[str]:
+    """The names a top-level statement binds; for an ``if`` / ``for`` / ``while`` / ``try`` / ``with`` block, those
+    its branches bind (FLA: ``if IS_INTEL: _O_CONFIGS += [triton.Config(...)]``; the Triton tutorials build their
+    benchmarks' configs in a ``for`` loop), so such a block that uses Triton is kernel-side unless host code takes
+    one of them, as a single statement is."""
     if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {stmt.name}
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return {n for t in targets for n in _names_in(t)}
+    if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With)):
+        inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+                 *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
+        names = _names_in(stmt.target) if isinstance(stmt, ast.For) else set()
+        for s in inner:
+            if isinstance(s, (ast.Import, ast.ImportFrom)):
+                names |= {a.asname or a.name.split(".")[0] for a in s.names if a.name != "*"}
+            elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) \
+                    and isinstance(s.value.func, ast.Attribute) and isinstance(s.value.func.value, ast.Name):
+                names.add(s.value.func.value.id)  # ``configs.append(...)``: the list it grows
+            elif isinstance(s, (ast.Pass, ast.Expr)) and (isinstance(s, ast.Pass) or isinstance(s.value, ast.Constant)):
+                continue
+            elif isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef,
+                                ast.ClassDef, ast.If, ast.For, ast.While, ast.Try, ast.With)) and _defined_names(s):
+                names |= _defined_names(s)
+            else:
+                return set()  # module code run for its effect (a call, a raise): the block stays where it runs
+        return names
     return set()
 
 

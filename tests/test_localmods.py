@@ -998,3 +998,59 @@ def test_flash_linear_attentions_utils_package_ships_as_it_is_written(tmp_path: 
     res = _run_fresh(code, target)
     assert res == {"shape": [3000], "cache": {"cache_results": True}, "tma": True, "npu": {},
                    "patched": "no Triton"}
+
+
+def test_an_op_taken_through_its_packages_re_export_reaches_the_bound_kernel(tmp_path: Path) -> None:
+    """FLA imports its ops through package ``__init__`` re-exports (``from fla.ops.utils import
+    chunk_local_cumsum``): an ``[ops]`` file's ``from pkg import add``, where ``pkg/__init__`` re-exports the kernel
+    file's op, reaches the bound kernel while the build traces (it had reached the unbound one, which launched
+    through Triton itself)."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "rxp").mkdir()
+    (tmp_path / "rxp" / "__init__.py").write_text("from rxp.k import add\n")
+    (tmp_path / "rxp" / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def add_kernel(x, y, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y + o, tl.load(x + o, mask=o < n) + 1, mask=o < n)
+
+
+        def add(x):
+            y = torch.empty_like(x)
+            add_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+            return y
+        '''))
+    (tmp_path / "rxp" / "op.py").write_text(textwrap.dedent('''\
+        import torch
+
+        from rxp import add
+
+
+        def add_twice(x: torch.Tensor) -> torch.Tensor:
+            return add(add(x))
+
+
+        def examples(device="cpu"):
+            add_twice(torch.randn(1000, device=device))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.add]\n'
+        'source = "rxp/k.py:add_kernel"\nops = ["add"]\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\n\n'
+        '[ops.add_twice]\nsource = "rxp/op.py"\nexamples = "examples"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+        real = sys.modules.get("rxp")
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("rxp")
+    assert plan.modules["op"]["schemas"]["add_twice"] == "(Tensor x) -> Tensor"
+    assert any(e.kernel == "add" for e in plan.entries)
+    assert real is None or real.add.__module__ == "rxp.k"  # the project's own package is back afterwards

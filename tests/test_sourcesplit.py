@@ -313,8 +313,17 @@ def test_a_block_that_binds_only_kernel_side_names_is_kernel_side(tmp_path: Path
     f.write_text(TRY_FALLBACK.replace("def op(y, x=0):", "def op(y, x=uint_to_uniform_float):"))
     with pytest.raises(SourceError, match="uint_to_uniform_float"):
         parse_source(f, {"op"})
-    # a block that also does host work stays host code (and is refused for its Triton use)
+    # a block that also binds a host value is Triton's too (session 32: a block binds what its branches bind, as
+    # FLA's ``if IS_INTEL: _O_CONFIGS += [...]``): left out where host code takes none of its names, refused where
+    # it takes one
     f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    HOST = 1\nexcept AttributeError:"))
+    assert "HOST" not in parse_source(f, {"op"}).host_source
+    f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    HOST = 1\nexcept AttributeError:")
+                 .replace("def op(y, x=0):", "def op(y, x=HOST):"))
+    with pytest.raises(SourceError, match="host code uses 'HOST', defined with Triton on line 4"):
+        parse_source(f, {"op"})
+    # a block that binds nothing (module code run for its effect) stays host code, refused for its Triton use
+    f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    print(1)\nexcept AttributeError:"))
     with pytest.raises(SourceError, match="tl"):
         parse_source(f, {"op"})
 
@@ -449,3 +458,87 @@ def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float(
     assert argument_spec([(0, False)], [host_constexpr(1.0)]) == argument_spec([(0, False)], [1.0]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32.0)]) == "x"
     assert argument_spec([(0, False)], [host_constexpr(32)]) == argument_spec([(0, False)], [32]) == "D"
+
+
+LIBRARY_WAYS = '''\
+import inspect
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+
+HAS_GATHER = hasattr(triton.language, "gather")
+CACHE = "cache_results" in inspect.signature(triton.autotune).parameters
+USE_TMA = (os.environ.get("X", "1") == "1"
+           and hasattr(tl, "make_tensor_descriptor"))
+ROWS = triton.cdiv(7, 2)
+
+CONFIGS = [triton.Config({"BLOCK": 128}, num_warps=4)]
+if os.environ.get("INTEL"):
+    CONFIGS += [triton.Config({"BLOCK": 256}, num_warps=8)]
+benchmarks = []
+for n in [1024, 4096]:
+    benchmarks.append(triton.testing.Benchmark(x_names=["N"], x_vals=[n], line_arg="p", line_vals=["t"],
+                                               line_names=["T"], ylabel="GB/s", plot_name=f"k-{n}", args={}))
+
+try:
+    import triton.language as tl2
+    tl2.extra.patched = True
+    PATCHED = True
+except (ImportError, AttributeError):
+    PATCHED = False
+
+
+def npu_options():
+    try:
+        from triton.backends.ascend.compiler import NPUOptions
+        return NPUOptions
+    except ImportError:
+        return None
+
+
+@gluon.jit
+def gl_kernel(x):
+    pass
+
+
+@triton.autotune(configs=CONFIGS, key=["n"])
+@triton.jit
+def k(y, n, BLOCK: tl.constexpr):
+    tl.store(y + tl.arange(0, BLOCK), 1.0)
+
+
+def op(y):
+    if HAS_GATHER and CACHE and USE_TMA and not PATCHED and npu_options() is None:
+        k[(ROWS,)](y, y.numel())
+    return y
+
+
+if __name__ == "__main__":
+    triton.testing.do_bench(lambda: op(torch.empty(8, device="cuda")))
+'''
+
+
+def test_library_ways_of_writing_module_code(tmp_path: Path) -> None:
+    """Session 32's hunt over flash-linear-attention and the Triton tutorials: feature probes take the building
+    Triton's answers (not a host helper's call, which the wheel runs itself); a block that builds a config list or
+    benchmarks with Triton is Triton's like a single statement; Triton imports under ``except ImportError`` raise
+    ImportError in the wheel; Gluon kernels are kernels; a ``__main__`` tail is left out. Every line keeps its
+    number."""
+    f = tmp_path / "k.py"
+    f.write_text(LIBRARY_WAYS)
+    src = parse_source(f, {"op"})
+    host = src.host_source
+    assert len(host.splitlines()) == len(LIBRARY_WAYS.splitlines())
+    lines = host.splitlines()
+    assert lines[8] == "HAS_GATHER = (True)" and lines[9] == "CACHE = (True)"
+    assert lines[10:12] == ['USE_TMA = (os.environ.get("X", "1") == "1"', "           and (True))"]
+    assert lines[12] == "ROWS = triton.cdiv(7, 2)"  # a host helper: the wheel's own
+    assert "CONFIGS" not in host and "benchmarks.append" not in host and "gl_kernel" not in host
+    assert "do_bench" not in host
+    assert host.count('raise ImportError("packaged host code runs without Triton")') == 2
+    ns: dict = {"triton": __import__("forge_aot.runtime", fromlist=["host_triton"]).host_triton}
+    exec(compile(host, str(f), "exec"), ns)
+    assert ns["PATCHED"] is False and ns["npu_options"]() is None and ns["USE_TMA"] is True

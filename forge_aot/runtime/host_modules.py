@@ -290,13 +290,20 @@ def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, .
     ``aliases(module index entry)``, which imports each name's parent package first, as Python does."""
     saved: dict[str, Any] = {}
     before = set(sys.modules)
+    bound: list[str] = []
 
     def aliases(spec: Mapping[str, Any]) -> tuple[str, ...]:
+        # The packages above the files bound so far import afresh, reaching them: a package __init__ re-exporting
+        # a kernel file's op (FLA's ``from fla.ops.utils import chunk_local_cumsum``) had kept the unbound one.
+        for parent in {n.rpartition(".")[0] for n in bound} - {""}:
+            saved.setdefault(parent, sys.modules.pop(parent, None))
+        bound.clear()
         names = tuple(spec.get("imported_as", ()))
         for name in names:
             if "." in name:
                 importlib.import_module(name.rpartition(".")[0])
             saved.setdefault(name, sys.modules.get(name))
+        bound.extend(names)
         return names
 
     try:
