@@ -1075,7 +1075,11 @@ def _imported_as(modules: dict[str, dict[str, Any]], found: dict[str, dict[str, 
         if mod_name in imported_as:
             mod["imported_as"] = sorted(imported_as[mod_name])
         if by_name:
-            deps = {by_name[n] for n in direct_imports(Path(mod["path"]), texts[mod_name]) if n in by_name} - {mod_name}
+            # an import of a package above such a name too: its __init__ may re-export the file's ops (FLA's
+            # ``from fla.ops.utils import chunk_local_cumsum``), so that file is bound before
+            imports = direct_imports(Path(mod["path"]), texts[mod_name])
+            deps = {m for n in imports for alias, m in by_name.items()
+                    if alias == n or alias.startswith(n + ".")} - {mod_name}
             if deps:
                 mod["imports_host"] = sorted(deps)
 
