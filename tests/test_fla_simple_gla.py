@@ -1,0 +1,103 @@
+"""flash-linear-attention 0.6.0's simple GLA chunk forward, its files as FLA ships them (tests/fixtures/fla060/:
+``fla/ops/simple_gla/chunk.py``, ``fla/ops/common/chunk_h.py``, ``chunk_o.py``, ``fla/ops/utils/cumsum.py`` and the
+``fla/utils/`` package they import). What session 32's hunt found and fixed, in one real library: Triton feature
+probes and guarded Triton imports in ``fla/utils``, a computed ``do_not_specialize``, heuristics on backward kernels
+the manifest leaves out, FLA's caching autotuner, the cumsum op taken through ``fla/ops/utils``' re-export.
+
+CPU: what the build makes of those files. GPU: the wheel's ``chunk_simple_gla`` (the files' host code with the
+packaged kernels, no Triton) against a float64 recurrence and against FLA itself under Triton's JIT, data-dependent
+gates with and without initial and final state and a head-wise decay, lengths the examples did not use."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import import_fixture_file, relative_error, torch_dtype
+
+FLA = __import__("pathlib").Path(__file__).parent / "fixtures" / "fla060"
+
+
+@pytest.fixture(scope="module")
+def fla_plan():
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    return make_plan(load_manifest(FLA / "kernel_manifest.toml"))
+
+
+def test_what_the_build_makes_of_flas_files(fla_plan) -> None:
+    mods = fla_plan.modules
+    # the op file names cumsum's package, not the file: bound after it all the same
+    assert "cumsum" in mods["chunk"]["imports_host"]
+    hardware = mods["chunk_h"]["local_sources"]["fla.utils.hardware"][0]
+    env = mods["chunk_h"]["local_sources"]["fla.utils.env"][0]
+    assert "SUPPORTS_AUTOTUNE_CACHE = (True)" in env  # inspect.signature(triton.autotune): Triton 3.6's answer
+    assert "IS_GATHER_SUPPORTED = (True)" in hardware
+    assert hardware.count('raise ImportError("packaged host code runs without Triton")') == 2
+    kp = fla_plan.kernels["local_cumsum_scalar"]
+    assert kp.autotune is not None and "IS_VARLEN" in kp.heuristic_names
+    assert {"T"} <= fla_plan.kernels["chunk_fwd_h"].do_not_specialize
+    assert sorted(fla_plan.kernels) == ["chunk_fwd_h", "chunk_fwd_o", "local_cumsum_scalar", "local_cumsum_vector"]
+
+
+@pytest.fixture(scope="module")
+def wheel():
+    return pytest.importorskip("forge_fla")
+
+
+@pytest.fixture(scope="module")
+def jit():
+    return import_fixture_file(FLA / "fla" / "ops" / "simple_gla" / "chunk.py", "_fla_simple_gla_jit")
+
+
+def _reference(q, k, v, g, h0, scale):
+    """float64: S_t = exp(g_t) S_{t-1} + k_t v_t^T, o_t = scale q_t S_t, per batch and head."""
+    import torch
+
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    q64, k64, v64, g64 = q.double(), k.double(), v.double(), g.double()
+    S = h0.double().clone() if h0 is not None else torch.zeros(B, H, K, V, dtype=torch.float64, device=q.device)
+    o = torch.empty(B, T, H, V, dtype=torch.float64, device=q.device)
+    for t in range(T):
+        S = S * g64[:, t].exp()[..., None, None] + k64[:, t, :, :, None] * v64[:, t, :, None, :]
+        o[:, t] = torch.einsum("bhk,bhkv->bhv", q64[:, t] * scale, S)
+    return o, S
+
+
+TOLERANCE = {"bf16": 2e-2, "fp32": 5e-3}  # fp32 inputs: FLA's tl.dot runs in tf32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize(("B", "T"), [(2, 1000), (1, 77), (3, 300), (1, 1)])
+@pytest.mark.parametrize("case", ["g", "g-states", "g_gamma"])
+def test_against_float64_and_fla_itself(wheel, jit, dtype, B, T, case) -> None:
+    import torch
+
+    torch.manual_seed(B * 1000 + T)
+    H, K, V = 4, 64, 64
+    dt = torch_dtype(dtype)
+    q, k = (torch.randn(B, T, H, K, device="cuda", dtype=dt) for _ in range(2))
+    v = torch.randn(B, T, H, V, device="cuda", dtype=dt)
+    kwargs = {}
+    if case == "g_gamma":
+        g_gamma = -torch.rand(H, device="cuda", dtype=torch.float32) * 0.5
+        kwargs["g_gamma"] = g_gamma
+        g_full = g_gamma.expand(B, T, H)
+    else:
+        g_full = torch.nn.functional.logsigmoid(torch.randn(B, T, H, device="cuda", dtype=dt)).float()
+        kwargs["g"] = g_full.to(dt)
+    h0 = torch.randn(B, H, K, V, device="cuda", dtype=torch.float32) if case == "g-states" else None
+    if case != "g":
+        kwargs["output_final_state"] = True
+    if h0 is not None:
+        kwargs["initial_state"] = h0
+    ref_o, ref_s = _reference(q, k, v, g_full if case == "g_gamma" else kwargs["g"], h0, K ** -0.5)
+    outs = [fn(q, k, v, **kwargs) for fn in (wheel.chunk_simple_gla, jit.chunk_simple_gla)]
+    for (o, s), name in zip(outs, ("wheel", "jit")):
+        assert relative_error(o, ref_o) < TOLERANCE[dtype], name
+        if case != "g":
+            assert relative_error(s, ref_s) < TOLERANCE[dtype], name
+    # FLA's autotuner picks its config at run time, the wheel takes its table's: equal up to rounding
+    assert relative_error(outs[0][0], outs[1][0].double()) < TOLERANCE[dtype]
