@@ -103,7 +103,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     written = _written_arguments(sig, calls)
     if not written:
         try:
-            schema = torch.library.infer_schema(fn, mutates_args=())
+            schema = torch.library.infer_schema(_plain_tensor_annotations(fn, sig), mutates_args=())
         except Exception:  # annotations missing or not schema types: try the traced calls
             pass
         else:
@@ -244,6 +244,43 @@ def _returns(results: set[tuple[str, ...]]) -> str | None:
             continue
         kinds.append("Tensor" if set(position) == {"Tensor"} else "Tensor?")
     return kinds[0] if single else "(" + ", ".join(kinds) + ")"
+
+
+_LEGACY_TENSOR = re.compile(r"\btorch\.(?:cuda\.)?(?:Long|Int|Short|Char|Byte|Bool|Half|BFloat16|Float|Double)Tensor\b")
+"""torch's legacy tensor type names (``torch.LongTensor``), which annotations use for a tensor of that dtype."""
+
+
+def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
+    """``fn`` as ``infer_schema`` reads it: its annotations evaluated where it was written (a string from ``from
+    __future__ import annotations`` included), legacy tensor types (flash-linear-attention's ``cu_seqlens:
+    torch.LongTensor | None``) read as ``torch.Tensor``; ``fn`` itself where nothing changes."""
+    import torch
+
+    scope = {"torch": torch, **getattr(fn, "__globals__", {})}
+
+    def plain(annotation: Any) -> Any:
+        if annotation is inspect.Parameter.empty or annotation is inspect.Signature.empty:
+            return annotation
+        text = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        if not isinstance(annotation, str) and not _LEGACY_TENSOR.search(text):
+            return annotation
+        try:
+            return eval(_LEGACY_TENSOR.sub("torch.Tensor", text), scope)
+        except Exception:
+            return annotation
+
+    params = [p.replace(annotation=plain(p.annotation)) for p in sig.parameters.values()]
+    returns = plain(sig.return_annotation)
+    if returns is sig.return_annotation and all(p.annotation is q.annotation
+                                                for p, q in zip(params, sig.parameters.values())):
+        return fn
+
+    def prototype(*args: Any, **kwargs: Any) -> Any:  # never called: infer_schema reads its signature
+        raise NotImplementedError
+
+    prototype.__signature__ = sig.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
+    prototype.__name__ = getattr(fn, "__name__", "op")
+    return prototype
 
 
 def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:

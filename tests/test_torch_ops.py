@@ -991,3 +991,23 @@ def test_an_op_only_other_ops_call_says_so(tmp_path) -> None:
     assert module["schemas"] == {"outer": "(Tensor a) -> Tensor", "inner": None}
     assert "no examples call it directly (a call from inside another op does not count)" in \
         module["schema_notes"]["inner"]
+
+
+def test_legacy_tensor_annotations_read_as_tensors() -> None:
+    """flash-linear-attention annotates ``cu_seqlens: torch.LongTensor | None``: a Tensor for the op's schema (it
+    had given no custom op), with or without ``from __future__ import annotations``."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    def a(x: torch.Tensor, cu_seqlens: torch.LongTensor | None = None) -> torch.Tensor:
+        return x
+
+    ns: dict = {}
+    exec("from __future__ import annotations\nimport typing\nimport torch\n\n\n"
+         "def b(x: torch.FloatTensor, idx: typing.Optional[torch.cuda.LongTensor] = None) -> torch.Tensor:\n"
+         "    return x\n", ns)
+    b = ns["b"]
+
+    assert op_schema(a, [])[0] == "(Tensor x, Tensor? cu_seqlens=None) -> Tensor"
+    assert op_schema(b, [])[0] == "(Tensor x, Tensor? idx=None) -> Tensor"
