@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .runtime import HEURISTICS_HOOK, HOST_DTYPES, LAUNCH_OPTIONS, HostDtype, _HostTriton
+from .runtime import HEURISTICS_HOOK, HOST_DTYPES, KERNEL_SIDE_HOOK, LAUNCH_OPTIONS, HostDtype, _HostTriton
 
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics",
                # Gluon kernels (triton.experimental.gluon): kernel-side like any other, left out of host code
@@ -790,6 +790,21 @@ def _defined_names(stmt: ast.stmt) -> set[str]:
     return set()
 
 
+def _kernel_side_bindings(stmt: ast.stmt) -> set[str]:
+    """The names a blanked top-level statement binds by definition or assignment (its branches', for a block):
+    what the shipped host code binds to stand-ins there. Imports and a ``__main__`` block bind none."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With)) and not _is_main_guard(stmt):
+        inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+                 *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
+        return set().union(*(_kernel_side_bindings(s) for s in inner))
+    return set()
+
+
 def _heuristics_values(dec: ast.expr) -> ast.expr:
     """The values argument of a ``@triton.heuristics(...)`` decorator."""
     arg = None
@@ -1065,6 +1080,13 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for stmt in [*kernel_stmts, *blanked]:
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
             lines[i] = "\n"
+    # Where the file defines Triton code, its names stay bound (a package __init__ may re-export a @triton.jit helper,
+    # as FLA's fla/ops/utils does softplus): to the kernel's handle where the package has one, else to a stand-in.
+    reserved = {"triton", *language_aliases, *descriptor_aliases}
+    for stmt in [*kernel_stmts, *blanked]:
+        names = sorted(_kernel_side_bindings(stmt) - reserved) if id(stmt) not in rebinding else []
+        if names:
+            lines[stmt.lineno - 1] = "; ".join(f"{n} = {KERNEL_SIDE_HOOK}({n!r}, __name__)" for n in names) + "\n"
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)

@@ -40,6 +40,49 @@ def test_what_the_build_makes_of_flas_files(fla_plan) -> None:
     assert sorted(fla_plan.kernels) == ["chunk_fwd_h", "chunk_fwd_o", "local_cumsum_scalar", "local_cumsum_vector"]
 
 
+@pytest.mark.slow
+def test_the_wheel_runs_flas_files_without_triton_or_fla(tmp_path) -> None:
+    """The wheel in a fresh process that can import neither Triton nor FLA: FLA's package ``__init__`` probes its
+    optional parts with ``importlib.import_module("fla.layers")`` (the shipped copy's rules, the missing module named
+    as FLA's own import names it), ``fla/ops/utils`` re-exports the ``@triton.jit`` helper ``softplus`` (a stand-in
+    there) and imports ``csr.py``, whose kernel the manifest leaves out but decorates with heuristics; the custom
+    ops' meta implementations run the files' host code on meta tensors."""
+    import textwrap
+
+    from tests.test_localmods import _installed, _run_fresh
+
+    target = _installed(FLA / "kernel_manifest.toml", tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys, warnings
+        sys.modules["triton"] = sys.modules["fla"] = sys.modules["forge_aot"] = None
+        warnings.simplefilter("ignore")  # fla.utils.hardware warns that this machine has no GPU
+        import torch, forge_fla
+        from forge_fla._ops.chunk import chunk_simple_gla
+        from forge_fla._ops._local.fla.ops import utils
+        B, T, H, K, V = 2, 100, 4, 64, 64
+        k = torch.empty(B, T, H, K, device="meta", dtype=torch.bfloat16)
+        v = torch.empty(B, T, H, V, device="meta", dtype=torch.bfloat16)
+        g = torch.empty(B, T, H, device="meta", dtype=torch.float32)
+        h, ht = torch.ops.forge_fla.chunk_fwd_h(k, v, g, output_final_state=True)
+        o = torch.ops.forge_fla.chunk_fwd_o(k, k, v, h, g, scale=0.125)
+        try:
+            utils.softplus(k)
+            refused = ""
+        except Exception as exc:
+            refused = f"{type(exc).__name__}: {exc}"
+        print(json.dumps({"h": list(h.shape), "ht": list(ht.shape), "o": list(o.shape),
+                          "softplus": repr(utils.softplus), "refused": refused,
+                          "csr": "forge_fla._ops._local.fla.ops.utils.csr" in sys.modules,
+                          "fla": sorted(m for m in sys.modules if m == "fla" or m.startswith("fla."))}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res["h"] == [2, 2, 4, 64, 64] and res["ht"] == [2, 4, 64, 64] and res["o"] == [2, 100, 4, 64]
+    assert res["softplus"] == "<Triton code forge_fla._ops._local.fla.ops.utils.softplus.softplus, not packaged>"
+    assert res["refused"].startswith("ForgeRuntimeError: forge_fla._ops._local.fla.ops.utils.softplus.softplus is "
+                                     "Triton code")
+    assert res["csr"] and res["fla"] == ["fla"]  # only the None this test put there: nothing under FLA's names
+
+
 @pytest.fixture(scope="module")
 def wheel():
     return pytest.importorskip("forge_fla")

@@ -84,9 +84,12 @@ def test_autotuned_kernel_heuristics_become_host_registrations(tmp_path: Path) -
     host = src.host_source.splitlines()
     original = AUTOTUNED.splitlines()
     assert len(host) == len(original)
-    # Config-list helpers that use Triton and that only the decorator reaches are left out.
-    for helper in ("get_configs", "is_cuda", "def pick"):
-        assert helper not in src.host_source
+    # Config-list helpers that use Triton and that only the decorator reaches are left out: their names stay bound,
+    # on their def lines, to stand-ins (the kernel's to its handle), as a module re-exporting them needs.
+    for helper in ("get_configs", "is_cuda", "pick", "k"):
+        line = next(i for i, text in enumerate(original) if text.startswith(f"def {helper}("))
+        assert host[line] == f"{helper} = __forge_kernel_side__({helper!r}, __name__)"
+    assert "return get_configs()" not in src.host_source and "driver.active" not in src.host_source
     first = next(i for i, line in enumerate(original) if line.startswith("@triton.heuristics({"))
     assert host[first].rstrip() == "__forge_heuristics__('k', {"
     assert host[first + 1] == original[first + 1]
@@ -197,7 +200,8 @@ def test_driver_import_binds_the_runtimes_driver_on_its_own_line(tmp_path: Path)
     lines = src.host_source.splitlines()
     assert lines[2] == "driver = triton.runtime.driver" and lines[3] == "drv = triton.runtime.driver"
     assert lines[9].startswith("props = driver.active") and lines[10].startswith("TARGET = drv.active")
-    assert lines[11] == ""  # a device query nothing shipped reads is left out
+    # a device query nothing shipped reads is left out, its name bound to a stand-in
+    assert lines[11] == "UNUSED = __forge_kernel_side__('UNUSED', __name__)"
     assert src.reads_device
     (site,) = src.launches  # the warmup binds the launch; grid= is not a kernel argument
     assert (site.kernel, site.keywords, site.positional) == ("k", ("num_warps",), 1)
@@ -308,8 +312,11 @@ def test_a_block_that_binds_only_kernel_side_names_is_kernel_side(tmp_path: Path
     f = tmp_path / "k.py"
     f.write_text(TRY_FALLBACK)
     src = parse_source(f, {"op"})
-    assert "uint_to_uniform_float" not in src.host_source and "def op(y, x=0):" in src.host_source
-    assert len(src.host_source.splitlines()) == len(TRY_FALLBACK.splitlines())  # lines kept
+    host = src.host_source.splitlines()
+    assert "tl.uint_to_uniform_float" not in src.host_source and "def op(y, x=0):" in src.host_source
+    assert host[3] == "uint_to_uniform_float = __forge_kernel_side__('uint_to_uniform_float', __name__)"
+    assert host[13] == "k = __forge_kernel_side__('k', __name__)"  # the kernel's handle where the package has one
+    assert len(host) == len(TRY_FALLBACK.splitlines())  # lines kept
     f.write_text(TRY_FALLBACK.replace("def op(y, x=0):", "def op(y, x=uint_to_uniform_float):"))
     with pytest.raises(SourceError, match="uint_to_uniform_float"):
         parse_source(f, {"op"})
@@ -317,7 +324,7 @@ def test_a_block_that_binds_only_kernel_side_names_is_kernel_side(tmp_path: Path
     # FLA's ``if IS_INTEL: _O_CONFIGS += [...]``): left out where host code takes none of its names, refused where
     # it takes one
     f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    HOST = 1\nexcept AttributeError:"))
-    assert "HOST" not in parse_source(f, {"op"}).host_source
+    assert "HOST = 1" not in parse_source(f, {"op"}).host_source
     f.write_text(TRY_FALLBACK.replace("except AttributeError:", "    HOST = 1\nexcept AttributeError:")
                  .replace("def op(y, x=0):", "def op(y, x=HOST):"))
     with pytest.raises(SourceError, match="host code uses 'HOST', defined with Triton on line 4"):
@@ -380,7 +387,7 @@ def test_host_code_reads_a_constexpr_global_as_its_value(tmp_path: Path, definit
     3.6 lets kernels read a global): the host module binds the value, with no Triton, on the same line (a
     ``tl.constexpr`` object with its ``.value``, which Liger-Kernel reads to map its reduction names); the kernel's
     default is that value; a global whose value needs Triton stays refused."""
-    from forge_aot.runtime.host_triton import host_triton
+    from forge_aot.runtime.host_triton import KernelSide, host_triton
 
     path = tmp_path / "k.py"
     path.write_text("import triton\nimport triton.language as tl\n\n" + definition + "\nSCALE = tl.constexpr(0.5)\n"
@@ -396,7 +403,7 @@ def test_host_code_reads_a_constexpr_global_as_its_value(tmp_path: Path, definit
     assert "tl." not in src.host_source
     (param,) = [p for p in src.kernels["k"].params if p.name == "BLOCK_SIZE"]
     assert param.constexpr and param.has_default and param.default == 1024
-    namespace: dict = {"triton": host_triton}
+    namespace: dict = {"triton": host_triton, "__forge_kernel_side__": KernelSide}
     exec(compile(src.host_source, str(path), "exec"), namespace)
     assert namespace["BLOCK"] == 1024 and namespace["MODES"] == {"mean": 1024, "scale": 0.5}
     assert type(namespace["MODES"]["mean"]) is int and hash(namespace["BLOCK"]) == hash(1024)
@@ -536,9 +543,13 @@ def test_library_ways_of_writing_module_code(tmp_path: Path) -> None:
     assert lines[8] == "HAS_GATHER = (True)" and lines[9] == "CACHE = (True)"
     assert lines[10:12] == ['USE_TMA = (os.environ.get("X", "1") == "1"', "           and (True))"]
     assert lines[12] == "ROWS = triton.cdiv(7, 2)"  # a host helper: the wheel's own
-    assert "CONFIGS" not in host and "benchmarks.append" not in host and "gl_kernel" not in host
+    assert "triton.Config" not in host and "benchmarks.append" not in host and "def gl_kernel" not in host
+    assert lines[14] == "CONFIGS = __forge_kernel_side__('CONFIGS', __name__)"
+    assert lines[39] == "gl_kernel = __forge_kernel_side__('gl_kernel', __name__)"
     assert "do_bench" not in host
     assert host.count('raise ImportError("packaged host code runs without Triton")') == 2
-    ns: dict = {"triton": __import__("forge_aot.runtime", fromlist=["host_triton"]).host_triton}
+    from forge_aot.runtime.host_triton import KernelSide, host_triton
+
+    ns: dict = {"triton": host_triton, "__forge_kernel_side__": KernelSide}
     exec(compile(host, str(f), "exec"), ns)
     assert ns["PATCHED"] is False and ns["npu_options"]() is None and ns["USE_TMA"] is True

@@ -84,6 +84,7 @@ _EXPORTS = {
     "_pack_fp16": "packing",
     "dtype_name": "packing",
     "HEURISTICS_HOOK": "tables",
+    "KERNEL_SIDE_HOOK": "tables",
     "LAUNCH_DEFAULTS": "tables",
     "LAUNCH_OPTIONS": "tables",
     "COMPILE_OPTIONS": "tables",
@@ -110,8 +111,8 @@ _EXPORTS = {
     "variant_id": "tables",
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
-                        "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "packing",
-                        "tables", "torch_ops"})
+                        "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "local_imports",
+                        "packing", "tables", "torch_ops"})
 __all__ = sorted(_EXPORTS)
 
 

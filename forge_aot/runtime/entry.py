@@ -98,11 +98,11 @@ class Package:
 
     def _import_rules(self, names: Any) -> dict[str, Any]:
         """The builtins of packaged code that imports the project modules ``names`` (dotted): one namespace for
-        the package, whose import rules grow with every host module bound (see host_modules.local_builtins)."""
+        the package, whose import rules grow with every host module bound (see local_imports.local_builtins)."""
         with self.lock:
             self.local_tops.update(n.partition(".")[0] for n in names)
             if self.builtins is None:
-                from .host_modules import local_builtins
+                from .local_imports import local_builtins
 
                 self.builtins = local_builtins(self.package, self.local_tops)
             return self.builtins
@@ -142,7 +142,7 @@ class _HostModuleFinder:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        from .host_modules import host_module_imported_as, package_local_spec
+        from .local_imports import host_module_imported_as, package_local_spec
 
         if fullname.startswith(self.local_prefix):
             # A shipped project module, else (no such file: the build never ships a host module twice) maybe a

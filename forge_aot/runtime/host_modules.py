@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.machinery
 import importlib.util
 import json
 import os
@@ -16,84 +15,13 @@ from typing import Any
 
 from .entry import export, op_table
 from .errors import ForgeRuntimeError
-from .host_triton import host_triton
+from .host_triton import KernelSide, host_triton
 from .kernel import Kernel
-from .tables import HEURISTICS_HOOK
+from .tables import HEURISTICS_HOOK, KERNEL_SIDE_HOOK
 
 INDEX_FORMAT = 2
 """Version of ``_forge/index.json``; a package refuses an index of another format."""
 
-
-
-def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
-    """The builtins of packaged host code that imports project modules (localmods.py; ``tops``: their top-level
-    names, a set the caller may grow): ``import`` and ``from ... import`` of those names get the package's copies,
-    ``<package>._ops._local.<name>``, so nothing lands in ``sys.modules`` under the project's own names (a deployed
-    process may have other modules of the same names)."""
-    import builtins
-
-    base = f"{package}._ops._local."
-    real = builtins.__import__
-
-    def __import__(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
-                   level: int = 0) -> Any:
-        if level == 0 and name.partition(".")[0] in tops:
-            module = real(base + name, globals, locals, fromlist, 0)
-            return module if fromlist else sys.modules[base + name.partition(".")[0]]
-        return real(name, globals, locals, fromlist, level)
-
-    return {**vars(builtins), "__import__": __import__}
-
-
-class LocalModuleLoader(importlib.machinery.SourceFileLoader):
-    """Loads a shipped project module (``<package>._ops._local.*``) as host code: the ``triton`` helpers and the
-    package's import rules bound before its first line (its Triton lines are blanked, as in kernel files)."""
-
-    def __init__(self, fullname: str, path: str, bound: dict[str, Any]) -> None:
-        super().__init__(fullname, path)
-        self.bound = bound
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        module.__dict__.update(self.bound)
-        super().exec_module(module)
-
-
-def host_module_imported_as(package: Any, fullname: str) -> str | None:
-    """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel file
-    of the package, which the wheel does not ship twice; or ``<package>._ops.<module>`` itself, for a host module
-    with no op nor export), or None. ``package``: an ``entry.Package``."""
-    if package._imported_as is None:
-        local, modules = f"{package.package}._ops._local.", load_index(package.root)["modules"]
-        package._imported_as = {local + name: mod for mod, spec in modules.items()
-                                for name in spec.get("imported_as", ())}
-        package._imported_as.update({f"{package.package}._ops.{mod}": mod for mod in modules})
-    return package._imported_as.get(fullname)
-
-
-def package_local_spec(package: Any, fullname: str) -> Any:
-    """The spec of a shipped project module (``<package>._ops._local.*``) of an ``entry.Package``: loaded as host
-    code, with the import rules of every host module (even before any op ran: ``pickle`` of an object a helper
-    defines)."""
-    if package.builtins is None:
-        package._import_rules(n for spec in load_index(package.root)["modules"].values()
-                              for n in spec.get("local_modules", ()))
-    bound = {"triton": host_triton, "__builtins__": package.builtins}
-    return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound)
-
-
-def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
-    """The module spec of ``<package>._ops._local.<dotted>`` under the package's ``_ops/_local`` directory, or None
-    where there is no such file."""
-    parts = fullname.split("._ops._local.", 1)[1].split(".")
-    package = os.path.join(directory, *parts)
-    init = os.path.join(package, "__init__.py")
-    if os.path.isfile(init):
-        return importlib.util.spec_from_file_location(fullname, init, loader=LocalModuleLoader(fullname, init, bound),
-                                                      submodule_search_locations=[package])
-    path = package + ".py"
-    if os.path.isfile(path):
-        return importlib.util.spec_from_file_location(fullname, path, loader=LocalModuleLoader(fullname, path, bound))
-    return None
 
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
@@ -122,9 +50,13 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
         if function in by_function:  # else a kernel the package has no entry for (no shipped code launches it)
             by_function[function].add_heuristics(values)
 
+    def kernel_side(name: str, module: str) -> Any:  # where the file defines a kernel (or other Triton code)
+        return kernels[name] if name in kernels else KernelSide(name, module)
+
     module.__dict__.update(kernels)
     module.__dict__["triton"] = host_triton
     module.__dict__[HEURISTICS_HOOK] = register_heuristics
+    module.__dict__[KERNEL_SIDE_HOOK] = kernel_side
     if builtins is not None:
         module.__dict__["__builtins__"] = builtins
     if package is not None:

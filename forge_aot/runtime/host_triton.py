@@ -83,6 +83,29 @@ def scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs
     return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
+class KernelSide:
+    """What shipped host code binds where its file defines Triton code the package has no binary of: a
+    ``@triton.jit`` function the manifest does not list, ``exp = tl.exp``... Importable, as a package ``__init__``
+    that re-exports it needs (FLA's ``from fla.ops.utils.softplus import softplus``); calling or launching it raises."""
+
+    __slots__ = ("module", "name")
+
+    def __init__(self, name: str, module: str) -> None:
+        self.name = name
+        self.module = module
+
+    def __repr__(self) -> str:
+        return f"<Triton code {self.module}.{self.name}, not packaged>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .errors import ForgeRuntimeError
+
+        raise ForgeRuntimeError(f"{self.module}.{self.name} is Triton code that the package does not ship: packaged "
+                                "host code runs without Triton, and only the manifest's kernels are built")
+
+    __getitem__ = __call__
+
+
 HOST_DTYPES = {"int1": "int1", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
                "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "float16": "fp16",
                "bfloat16": "bf16", "float32": "fp32", "float64": "fp64", "float8e5": "fp8e5",

@@ -31,6 +31,8 @@ TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
+KERNEL_SIDE_HOOK = "__forge_kernel_side__"
+"""Bound in host modules: ``NAME = __forge_kernel_side__("NAME", __name__)`` stands where a file defines Triton code."""
 SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT, SPEC_DESC = "x", "D", "1", "N", "T"
 """Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
 divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
