@@ -1,8 +1,10 @@
 """Host time per launch: torch eager, Triton's JIT, forge-aot's C and pure-Python launch paths, its ops, the C floor.
 
 For a 4-argument kernel (vector add), a 19-argument one (benchmarks/launch/launch_kernels.py, launched with the
-call-site constexpr BLOCK=1024) and a 4-argument one with a @triton.heuristics value (EVEN: n divisible by
-BLOCK), on tiny inputs so that the host, not the GPU, sets the pace. Contenders, in one process, timed over
+call-site constexpr BLOCK=1024), a 4-argument one with a @triton.heuristics value (EVEN: n divisible by
+BLOCK) and one taking 3 host tensor descriptors whose block shapes its config's pre-hook sets (the Triton
+tutorials' TMA pattern: a tensor map encoded per descriptor, remembered while the buffers are reused), on tiny
+inputs so that the host, not the GPU, sets the pace. Contenders, in one process, timed over
 --calls calls per round, --rounds rounds, interleaved in rotating order; reported: the median µs per call and the
 spread (min - max) over rounds:
 
@@ -149,6 +151,8 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "benchmarks" / "launch"))
+    from launch_kernels import add_desc as jit_add_desc_op
+    from launch_kernels import add_desc_kernel as jit_add_desc
     from launch_kernels import add_heur_kernel as jit_add_heur
     from launch_kernels import args19_kernel as jit_args19
 
@@ -163,10 +167,16 @@ def main() -> None:
     add, add_host = add_module.add_kernel, getattr(add_module.vector_add, "__forge_host__", add_module.vector_add)
     cdiv = importlib.import_module("forge_launch._runtime.host_triton").cdiv
     launch_module = importlib.import_module("forge_launch._ops.launch_kernels")
-    a19, heur = launch_module.args19_kernel, launch_module.add_heur_kernel
-    handles = (add, a19, heur)
+    a19, heur, desc = launch_module.args19_kernel, launch_module.add_heur_kernel, launch_module.add_desc_kernel
+    handles = (add, a19, heur, desc)
     grid = (triton.cdiv(n, 1024),)
     a19_args = (o, x, y, z, w, n, 1.0, 2.0, 3.0, 4.0, 1, 1, 1, 1, 0, 0, 0, 0, 0)
+    x2, y2, o2 = (t.view(64, 64) for t in (x, y, o))
+    tensor_descriptor = importlib.import_module("forge_launch._runtime.descriptors").TensorDescriptor
+    jit_descriptor = importlib.import_module("triton.tools.tensor_descriptor").TensorDescriptor
+    descs = [tensor_descriptor(t, [64, 64], [64, 1], [1, 1]) for t in (x2, y2, o2)]
+    jit_descs = [jit_descriptor(t, [64, 64], [64, 1], [1, 1]) for t in (x2, y2, o2)]
+    grid2 = (2, 2)
 
     def set_path(use_c: bool | str | None) -> None:
         if use_c is not None:
@@ -220,6 +230,18 @@ def main() -> None:
                 lambda: py_base.__getitem__(heur, grid)(x, y, o, n, BLOCK=1024), False),
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.add_heur(x, y), True),
         },
+        "3 tensor descriptors + pre-hook": {
+            **torch_rows,
+            "triton-jit kernel[grid](...)": Contender(lambda: jit_add_desc[grid2](*jit_descs, 64, 64)),
+            "forge-aot kernel[grid](...) C": Contender(lambda: desc[grid2](*descs, 64, 64), True),
+            "forge-aot kernel[grid](...) Python + C launcher": Contender(
+                lambda: py_base.__getitem__(desc, grid2)(*descs, 64, 64), "launcher"),
+            "forge-aot kernel[grid](...) Python": Contender(
+                lambda: py_base.__getitem__(desc, grid2)(*descs, 64, 64), False),
+            "triton-jit op (allocates)": Contender(lambda: jit_add_desc_op(x2, y2)),
+            "forge-aot op (allocates) C": Contender(lambda: forge_launch.add_desc(x2, y2), True),
+            "forge-aot op (allocates) Python": Contender(lambda: forge_launch.add_desc(x2, y2), False),
+        },
     }
     c_loaded = fastpath.c is not None
     if not c_loaded:
@@ -233,7 +255,8 @@ def main() -> None:
     torch.cuda.synchronize()
     set_path(True)
     served = {}
-    for name, h in (("4 args", add), ("19 args", a19), ("4 args + @triton.heuristics", heur)):
+    for name, h in (("4 args", add), ("19 args", a19), ("4 args + @triton.heuristics", heur),
+                    ("3 tensor descriptors + pre-hook", desc)):
         for _ in range(3):
             cases[name]["forge-aot kernel[grid](...) C"].fn()
         served[name] = bool(h._fast is not None and h._fast.size() > 0)

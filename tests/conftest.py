@@ -47,6 +47,31 @@ def repo_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def rt(tmp_path_factory: pytest.TempPathFactory):
+    """The runtime with its C launch path compiled, as a wheel ships it (tests/c_launch_support.py)."""
+    from tests import c_launch_support as cs
+
+    return cs.build_c_runtime(tmp_path_factory.mktemp("crt"), "forge_ctest_rt")
+
+
+@pytest.fixture(scope="session")
+def fake_lib(tmp_path_factory: pytest.TempPathFactory):
+    """The fake libcuda (fixtures/fake_cuda/fake_cuda.c), compiled."""
+    from tests import c_launch_support as cs
+
+    return cs.build_fake_cuda(tmp_path_factory.mktemp("fakecuda"))
+
+
+@pytest.fixture
+def fake(rt, fake_lib, monkeypatch: pytest.MonkeyPatch):
+    """The fake driver as ``rt``'s driver, its state reset; CPU tensors with ``fake_device`` act as GPU tensors."""
+    from tests import c_launch_support as cs
+
+    cs.fake_devices(monkeypatch)
+    return cs.install_fake_driver(rt, fake_lib, monkeypatch)
+
+
+@pytest.fixture(scope="session")
 def packaged():
     """The installed forge_kernels wheel (GPU tests use the wheel, never the source tree)."""
     try:

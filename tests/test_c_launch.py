@@ -22,22 +22,6 @@ from tests import c_launch_support as cs
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler: the C launch path cannot be built")
 
 
-@pytest.fixture(scope="module")
-def rt(tmp_path_factory):
-    return cs.build_c_runtime(tmp_path_factory.mktemp("crt"), "forge_ctest_rt")
-
-
-@pytest.fixture(scope="module")
-def fake_lib(tmp_path_factory):
-    return cs.build_fake_cuda(tmp_path_factory.mktemp("fakecuda"))
-
-
-@pytest.fixture
-def fake(rt, fake_lib, monkeypatch):
-    cs.fake_devices(monkeypatch)
-    return cs.install_fake_driver(rt, fake_lib, monkeypatch)
-
-
 def _kernel(rt, root, name, params, **kw):
     spec = cs.kernel_spec(root, name, params, **kw)
     return rt.Kernel(name, spec, cs.TARGETS, rt.BinaryBackend(str(root)))
@@ -476,7 +460,11 @@ def test_a_heuristic_reads_the_value_the_call_passes(rt, fake, tmp_path, declare
     assert len(functions[True]) == len(functions[False]) == 1 and functions[True] != functions[False]
 
 
-def test_launches_skip_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> None:
+def test_launches_skip_stays_in_python_and_pre_hooks_run_once_per_call_from_c(rt, fake, add, tmp_path) -> None:
+    """LAUNCHES.skip (the custom op's meta path) is the Python path's. A config pre-hook (``init_to_zero`` and the
+    like) runs once per call on both paths, on the arguments by name with the config's values, before the launch;
+    from the second call on the C path runs it (until session 33 every call of such a kernel took the Python path);
+    the launches are byte for byte the Python path's."""
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     add[(4,)](x, y, o, 4096)
     calls = fake.calls
@@ -488,10 +476,23 @@ def test_launches_skip_and_pre_hooks_stay_in_python(rt, fake, add, tmp_path) -> 
     assert fake.calls == calls
     hooked = _kernel(rt, tmp_path, "hooked", ADD, specs=["xxxx"], pre_hook="zero")
     ran = []
-    hooked.pre_hooks["zero"] = lambda nargs: ran.append(nargs["n"])
-    for _ in range(3):
+    hooked.pre_hooks["zero"] = lambda nargs: ran.append((nargs["n"], nargs["BLOCK"], fake.calls))
+    fake.block_size, fake.nparams = 48, 6
+    records, fallbacks = _launch_both(rt, fake, hooked, (1,), (x, y, o, 5))
+    assert records[0] == records[1] == records[2] and fallbacks == 1 and hooked._fast is not None
+    # once per call, each before its own launch
+    assert [(n, b) for n, b, _ in ran] == [(5, 1024)] * 3 and [c for *_, c in ran] == [calls + i for i in range(3)]
+    # a hook that raises stops the call before any launch, on the C path too
+    assert hooked._fast.size() == 1
+    boom = []
+    hooked.pre_hooks["zero"] = lambda nargs: 1 / 0 if boom else None
+    rt.fastpath.use_c_launch(hooked, True)
+    hooked[(1,)](x, y, o, 5)  # the Python path, remembered with this hook
+    launched = fake.calls
+    boom.append(1)
+    with pytest.raises(ZeroDivisionError):
         hooked[(1,)](x, y, o, 5)
-    assert ran == [5, 5, 5] and hooked._fast is None  # kernels with config pre-hooks never take the C path
+    assert fake.calls == launched and hooked._fast.size() == 1
 
 
 def _heuristics_kernel(rt, fake, tmp_path, name):
@@ -520,7 +521,9 @@ def test_heuristics_kernels_take_the_c_path(rt, fake, tmp_path) -> None:
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     k, seen = _heuristics_kernel(rt, fake, tmp_path, "heurc")
     assert k._fast is not None
-    grids = []
+    grids, handed = [], []
+    launch = k.backend.launch  # every launch of the Python path, the C path's hand-overs included
+    k.backend.launch = lambda *a: (handed.append(a[4][3]), launch(*a))[1]
 
     def grid(meta):
         grids.append((meta["EVEN"], meta["HALF"], meta["BLOCK"]))
@@ -534,16 +537,20 @@ def test_heuristics_kernels_take_the_c_path(rt, fake, tmp_path) -> None:
     assert len(seen) == 6 and all(names == seen[0] for names in seen)
     assert set(seen[0]) == {"x_ptr", "y_ptr", "out_ptr", "n", "BLOCK", "num_warps", "num_ctas", "num_stages"}
     assert grids[-1] == (False, 512, 1024)
-    # remembered now: n = 4095 (EVEN False, n not divisible by 16; switching paths in _launch_both forgot 4096). An
-    # even n not divisible by 16 and n = 4096 are new to the C path once each; then every call stays in C
+    # remembered now: n = 4095 (EVEN False, n not divisible by 16; switching paths in _launch_both forgot 4096).
+    # n = 4096 (another specialization) is new to the C path: the Python path takes it whole. An even n not divisible
+    # by 16 reads as 4095 does but gives new heuristic values: the C path calls the heuristics and hands the launch to
+    # the Python path from there (BinaryBackend.launch), which remembers them; every call calls each heuristic once
     calls = []
     k.run = lambda g, a, kw: (calls.append(a[3]), type(k).run(k, g, a, kw))[1]
+    seen.clear()
+    handed.clear()
     try:
         for n in (10, 11, 12, 10, 11, 12, 4096, 4095):
             k[grid](x, y, o, n)
     finally:
         del k.run
-    assert calls == [10, 4096]
+    assert calls == [4096] and handed == [10, 4096] and len(seen) == 8
     # a grid function that reads an argument by name gets the arguments with the heuristic values
     named = []
     k[lambda nargs: (named.append((nargs["n"], nargs["EVEN"])), (1,))[1]](x, y, o, 7)
@@ -578,8 +585,8 @@ def test_heuristics_see_this_calls_call_site_values(rt, fake, tmp_path) -> None:
     k[(1,)](x, y, o, 4096, A=True, B=2)
     assert fake.launch_record() == c_launch
     assert seen[:2] == [[("B", int), ("A", int)]] * 2
-    # 4 for 3 calls: the C path called the heuristic before handing the new EVEN value to the Python path
-    assert seen[2:] == [[("A", bool), ("B", int)]] * 4
+    # once per call, also where the C path hands a new EVEN value to the Python path (session 32: 4 for 3 calls)
+    assert seen[2:] == [[("A", bool), ("B", int)]] * 3
 
 
 def test_a_heuristic_added_twice_or_refused_never_breaks_a_call(rt, fake, tmp_path) -> None:

@@ -146,3 +146,55 @@ def test_c_path_from_a_fresh_thread(packaged, c_path) -> None:
     assert runs_in_python == 0
     for g, w in zip(out, want):
         assert torch.equal(g, w)
+
+
+@pytest.mark.gpu
+def test_descriptor_and_pre_hook_kernels_take_the_c_path(c_path) -> None:
+    """The Triton tutorials' Hopper kernels as the realworld fixtures ship them: the TMA matmul (``tensordesc<T>``
+    parameters, a pre-hook setting the block shapes per config) and the attention forward (host descriptors passed
+    to pointer parameters, a pre-hook, runtime arguments by keyword). From session 33 the C path serves their calls
+    after the first, encoding the tensor maps itself: bit for bit the pure-Python path's results, in CUDA-graph
+    capture too; a misaligned view and other shapes take their own maps."""
+    import torch
+
+    realworld = pytest.importorskip("forge_realworld")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("host tensor descriptors with TMA: Hopper")
+    fastpath, _ = c_path
+    handles = [importlib.import_module("forge_realworld._ops.matmul_tma_host").matmul_kernel_tma,
+               importlib.import_module("forge_realworld._ops.attention_tutorial")._attn_fwd]
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a, b = (torch.randn(r, 512, device="cuda", generator=g, dtype=torch.float16) for r in (777, 264))
+    wide = torch.randn(1000, 520, device="cuda", generator=g, dtype=torch.float16)
+    q, k, v = (torch.randn(2, 4, 384, 64, device="cuda", generator=g, dtype=torch.float16) for _ in range(3))
+
+    def run():
+        return [realworld.matmul_tma(a, b), realworld.matmul_tma(wide[:, 8:], b), realworld.matmul_tma(b, a[:128]),
+                realworld.tutorial_attention(q, k, v, False, 0.5, False),
+                realworld.tutorial_attention(q, k, v, True, 0.5, False)]
+
+    try:
+        for h in handles:
+            fastpath.use_c_launch(h, False)
+        want = run()
+        for h in handles:
+            assert fastpath.use_c_launch(h, True)
+        run()
+        with python_runs(handles) as count:
+            got = run()
+        torch.cuda.synchronize()
+        assert count[0] == 0, "the C path did not serve every call"
+        for x, w in zip(got, want):
+            assert torch.equal(x, w)
+        realworld.preload()
+        graph = torch.cuda.CUDAGraph()
+        with python_runs(handles) as count, torch.cuda.graph(graph):
+            captured = run()
+        assert count[0] == 0
+        graph.replay()
+        torch.cuda.synchronize()
+        for x, w in zip(captured, want):
+            assert torch.equal(x, w)
+    finally:
+        for h in handles:
+            fastpath.use_c_launch(h, True)

@@ -363,6 +363,13 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
                      "dims": list(tma.dims[:2]), "strides": [tma.strides[0]], "box": list(tma.box[:2]),
                      "elem_strides": list(tma.elem_strides[:2]), "interleave": tma.interleave,
                      "swizzle": tma.swizzle, "l2": tma.l2, "fill": tma.fill, "aligned": tma.aligned}}
+        # the next call takes the C path (pre-hook, x's tensor map remembered, y_c's encoded), never Kernel.run
+        kernel, runs, encoded = host.scale2d_kernel, [], tma.calls
+        kernel.run = lambda g, a, kw: (runs.append(1), type(kernel).run(kernel, g, a, kw))[1]
+        y_c = host.scale2d(x, 0.5)
+        del kernel.run
+        c_call = {{"runs": len(runs), "params": bytes(fake.params[:376]).hex(), "y": y_c.data_ptr(),
+                  "encoded": tma.calls - encoded, "fast": kernel._fast is not None}}
         # a descriptor where the kernel also takes a pointer: the map, its shape and strides, then dst, M, N, scratch
         fake.nparams, fake.block_size = 10, 184
         import forge_tmadesc._ops.copy2d as dual
@@ -372,10 +379,10 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
         print(json.dumps({{"calls": fake.calls, "offsets": offsets, "dual_params": dual_params.hex(),
                           "dual_offsets": dual_offsets, "dual_spec": dual_spec, "y2": y2.data_ptr(),
                           "params": params.hex(), "x": x.data_ptr(), "y": y.data_ptr(),
-                          "tma": tma_after}}))
+                          "tma": tma_after, "c_call": c_call}}))
         ''')
     res = _run_fresh(code, target)
-    assert res["calls"] == 2
+    assert res["calls"] == 3  # scale2d twice, copy2d once
     assert res["dual_spec"][0][0] == "T" and len(res["dual_spec"]) == 1
     assert res["dual_offsets"] == [0, 128, 132, 136, 144, 152, 160, 164, 168, 176]
     dual_params = bytes.fromhex(res["dual_params"])
@@ -401,6 +408,11 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
                    "box": box[::-1], "elem_strides": [1, 1], "interleave": 0, "swizzle": tma["swizzle"], "l2": 2,
                    "fill": 0, "aligned": 1}
     assert tma["swizzle"] == next(iter(sm90["binaries"].values()))["tensordesc_meta"]["y_desc"]["swizzle"]
+    c_call = res["c_call"]
+    c_params = bytes.fromhex(c_call["params"])
+    assert c_call["runs"] == 0 and c_call["fast"] and c_call["encoded"] == 1
+    assert c_params[0:128] == pattern(6, res["x"]) and c_params[192:320] == pattern(6, c_call["y"])
+    assert c_params[128:192] == params[128:192] and c_params[320:] == params[320:]
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
-"""Kernels for the launch-overhead benchmark: 4 and 19 runtime arguments, and 4 with a @triton.heuristics value
+"""Kernels for the launch-overhead benchmark: 4 and 19 runtime arguments, 4 with a @triton.heuristics value, and 3
+host-side tensor descriptors whose block shapes a config pre-hook sets, as the Triton tutorials' TMA kernels do
 (bench_launch.py)."""
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 
 @triton.jit
@@ -43,3 +45,30 @@ def add_heur(x, y):
     n = x.numel()
     add_heur_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
     return out
+
+
+def _desc_blocks(nargs):
+    # the Triton tutorials' pattern: each config's pre-hook sets the descriptors' block shapes (the call passes dummies)
+    for name in ("x_desc", "y_desc", "o_desc"):
+        nargs[name].block_shape = [nargs["BM"], nargs["BN"]]
+
+
+@triton.autotune(configs=[triton.Config({"BM": 32, "BN": 32}, num_warps=4, num_stages=1, pre_hook=_desc_blocks)],
+                 key=["M", "N"])
+@triton.jit
+def add_desc_kernel(x_desc, y_desc, o_desc, M, N, BM: tl.constexpr, BN: tl.constexpr):
+    m, n = tl.program_id(0) * BM, tl.program_id(1) * BN
+    o_desc.store([m, n], x_desc.load([m, n]) + y_desc.load([m, n]))
+
+
+def add_desc(x, y):
+    out = torch.empty_like(x)
+    M, N = x.shape
+    dummy = [1, 1]
+    descs = [TensorDescriptor(t, [M, N], [N, 1], dummy) for t in (x, y, out)]
+    add_desc_kernel[lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))](*descs, M, N)
+    return out
+
+
+def examples(device="cpu"):
+    add_desc(torch.randn(64, 64, device=device), torch.randn(64, 64, device=device))

@@ -28,6 +28,9 @@
 #endif
 
 #define MAX_ARGS 64
+#define MAX_OFFSETS 256              /* parameter-block slots: a tensor descriptor takes several */
+#define MAX_RANK 5                   /* of a tensor descriptor, as CUtensorMap's */
+#define DESC_CACHE 8                 /* tensor maps remembered per descriptor parameter of a Launcher */
 #define MAX_TYPEVARS 8
 #define MAX_KEYS 8
 #define MAX_CALLS 16
@@ -53,15 +56,23 @@ enum { ATTR_PDL = 1, ATTR_COOPERATIVE = 2 };   /* tables.LAUNCH_ATTR_* */
 typedef CUresult (*ctx_get_fn)(void **ctx);
 typedef CUresult (*ctx_push_fn)(void *ctx);
 typedef CUresult (*ctx_pop_fn)(void **ctx);
+/* cuTensorMapEncodeTiled (cuda.h, CUDA 12): a host-side tensor descriptor's CUtensorMap (128 bytes, 64-aligned). */
+typedef CUresult (*encode_fn)(void *map, int dtype, unsigned rank, void *address, const uint64_t *dims,
+                              const uint64_t *strides, const uint32_t *box, const uint32_t *elem_strides,
+                              int interleave, int swizzle, int l2_promotion, int oob_fill);
 
-/* Argument kinds (fastpath.KINDS gives the same numbers). */
-enum { K_PTR = 0, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32, K_U64, K_FP16, K_BF16, K_FP32, K_FP64, K_COUNT };
-static const int kind_size[K_COUNT] = {8, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8};
-static const long long kind_lo[K_COUNT] = {0, -128, -32768, -2147483647LL - 1, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-static const long long kind_hi[K_COUNT] = {0, 127, 32767, 2147483647LL, 0, 255, 65535, 4294967295LL, 0, 0, 0, 0, 0};
+/* Argument kinds (fastpath.KINDS gives the same numbers). K_DESC: a host-side tensor descriptor
+ * (triton.tools.tensor_descriptor.TensorDescriptor), laid out as several parameters (see DescLayout). */
+enum { K_PTR = 0, K_I8, K_I16, K_I32, K_I64, K_U8, K_U16, K_U32, K_U64, K_FP16, K_BF16, K_FP32, K_FP64, K_DESC,
+       K_COUNT };
+static const int kind_size[K_COUNT] = {8, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 0};
+static const long long kind_lo[K_COUNT] = {0, -128, -32768, -2147483647LL - 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+static const long long kind_hi[K_COUNT] = {0, 127, 32767, 2147483647LL, 0, 255, 65535, 4294967295LL, 0, 0, 0, 0, 0,
+                                           0};
 
 static PyTypeObject *KernelBaseType, *LaunchType, *FastKernelType, *LauncherType;
-static PyObject *str_run, *str_skip, *str_dtype, *str_named_args;
+static PyObject *str_run, *str_skip, *str_dtype, *str_named_args, *str_base, *str_block_shape, *str_shape,
+    *str_strides, *str_padding, *str_data_ptr;
 
 /* ---------------------------------------------------------------------------------------------------------
  * Scalars, encoded exactly as the Python path's struct formats do (see packing.py). Each returns 1 when the
@@ -188,6 +199,30 @@ static int read_kinds(PyObject *b, unsigned char *out, int n) {
 /* ---------------------------------------------------------------------------------------------------------
  * Launcher: one binary on one device.
  */
+
+/* A tensor descriptor parameter's layout, as Triton 3.6's launcher lays it out (runtime/descriptors.py,
+ * param_codes): with TMA the CUtensorMap (128 bytes, 64-aligned), the shape (i32) and the strides (i64); without,
+ * the base pointer, the shape and strides (i64), the NaN-padding flag (i8), the shape (i32), the strides (i64).
+ * The maps encoded last are remembered: a map depends only on the tensor's address, shape, strides and padding
+ * (the binary fixes the rest), and calls that reuse their buffers skip the driver's encoding, as the Python
+ * path's descriptors.expander does. */
+typedef struct {
+    uint64_t addr;
+    long long shape[MAX_RANK], strides[MAX_RANK];
+    int nan;
+    unsigned char map[128];
+} MapEntry;
+
+typedef struct {
+    int tma, rank;
+    int elem_size, elem_type, swizzle, fp4_padded;   /* TMA: the binary's tensordesc metadata */
+    uint32_t box[MAX_RANK];                          /* TMA: block size, innermost first (the driver's order) */
+    int n_cached, next;
+    MapEntry cache[DESC_CACHE];
+} DescLayout;
+
+static int desc_slots(const DescLayout *d) { return d->tma ? 1 + 2 * d->rank : 2 + 4 * d->rank; }
+
 typedef struct {
     PyObject_HEAD
     void *function, *ctx;
@@ -197,11 +232,15 @@ typedef struct {
     ctx_get_fn ctx_get;
     ctx_push_fn ctx_push;
     ctx_pop_fn ctx_pop;
+    encode_fn encode;                /* set where a descriptor parameter takes a tensor map */
     unsigned block, shared;
     int n_kept;                      /* kept runtime arguments (those specialized to 1 are compiled in) */
     int idx[MAX_ARGS];               /* their runtime positions */
     unsigned char kind[MAX_ARGS];
-    int offset[MAX_ARGS + 2];        /* byte offsets of the kept arguments, then the two scratch pointers */
+    int first[MAX_ARGS];             /* each kept argument's first slot in offset[] */
+    DescLayout *desc[MAX_ARGS];      /* the layout of each descriptor argument (NULL for the others) */
+    int n_off;
+    int offset[MAX_OFFSETS];         /* byte offsets of the parameter slots, then the two scratch pointers */
     int size;                        /* parameter block size */
     long long global_scratch, profile_scratch;
     PyObject *scratch;               /* scratch(size, programs) -> (keep-alive, aligned address) */
@@ -216,23 +255,51 @@ static void Launcher_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
     Py_XDECREF(L->scratch); Py_XDECREF(L->stream); Py_XDECREF(L->device); Py_XDECREF(L->check);
     Py_XDECREF(L->name);
+    for (int j = 0; j < MAX_ARGS; j++) PyMem_Free(L->desc[j]);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
     Py_DECREF(tp);
 }
 
+/* descs[j] for a descriptor argument: (tma, rank, elem_size, elem_type, box, swizzle, fp4_padded), the box innermost
+ * first (fastpath.descriptor_layouts); 0 read, -1 error. */
+static int read_desc_layout(PyObject *spec, DescLayout *d) {
+    PyObject *box;
+    if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iiiiOii", &d->tma, &d->rank, &d->elem_size, &d->elem_type,
+                                                  &box, &d->swizzle, &d->fp4_padded)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a descriptor layout is a tuple");
+        return -1;
+    }
+    if (d->rank < 1 || d->rank > MAX_RANK) {
+        PyErr_SetString(PyExc_ValueError, "tensor descriptor rank beyond the C launch path's limits");
+        return -1;
+    }
+    if (d->tma) {
+        int box_vals[MAX_RANK], n_box = 0;
+        if (read_int_tuple(box, box_vals, MAX_RANK, &n_box) < 0) return -1;
+        if (n_box != d->rank || d->elem_size <= 0) {
+            PyErr_SetString(PyExc_ValueError, "tensor map box and rank differ");
+            return -1;
+        }
+        for (int i = 0; i < n_box; i++) d->box[i] = (uint32_t)box_vals[i];
+    }
+    return 0;
+}
+
 static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     static char *names[] = {"function", "ctx", "block", "shared", "positions", "kinds", "offsets", "size",
                             "global_scratch", "profile_scratch", "scratch", "stream", "device", "check", "name",
-                            "launch", "ctx_get", "ctx_push", "ctx_pop", "attrs", "launch_ex", NULL};
-    unsigned long long function, ctx, launch, get, push, pop, launch_ex = 0;
+                            "launch", "ctx_get", "ctx_push", "ctx_pop", "attrs", "launch_ex", "descs", "tensor_map",
+                            NULL};
+    unsigned long long function, ctx, launch, get, push, pop, launch_ex = 0, tensor_map = 0;
     unsigned block, shared;
-    PyObject *positions, *kinds, *offsets, *scratch, *stream, *device, *check, *name;
+    PyObject *positions, *kinds, *offsets, *scratch, *stream, *device, *check, *name, *descs = NULL;
     int size, attrs = 0;
     long long gs, ps;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKIIOOOiLLOOOOUKKKK|iK", names, &function, &ctx, &block, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKIIOOOiLLOOOOUKKKK|iKOK", names, &function, &ctx, &block, &shared,
                                      &positions, &kinds, &offsets, &size, &gs, &ps, &scratch, &stream, &device,
-                                     &check, &name, &launch, &get, &push, &pop, &attrs, &launch_ex))
+                                     &check, &name, &launch, &get, &push, &pop, &attrs, &launch_ex, &descs,
+                                     &tensor_map))
         return NULL;
     if (attrs & ~(ATTR_PDL | ATTR_COOPERATIVE) || (attrs && !launch_ex)) {
         PyErr_SetString(PyExc_ValueError, "launch attributes need cuLaunchKernelEx");   /* Python path says why */
@@ -240,14 +307,16 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     }
     Launcher *L = (Launcher *)PyType_GenericAlloc(type, 0);
     if (!L) return NULL;
-    int n_off = 0;
     if (read_int_tuple(positions, L->idx, MAX_ARGS, &L->n_kept) < 0 || read_kinds(kinds, L->kind, L->n_kept) < 0
-        || read_int_tuple(offsets, L->offset, MAX_ARGS + 2, &n_off) < 0)
+        || read_int_tuple(offsets, L->offset, MAX_OFFSETS, &L->n_off) < 0)
         goto fail;
-    if (n_off != L->n_kept + 2 || size <= 0 || size > MAX_BLOCK) {
-        PyErr_SetString(PyExc_ValueError, "parameter layout does not fit the C launch path");
+    if (descs == Py_None) descs = NULL;
+    if (descs && (!PyTuple_Check(descs) || PyTuple_Size(descs) != L->n_kept)) {
+        PyErr_SetString(PyExc_ValueError, "one descriptor layout (or None) per kept argument");
         goto fail;
     }
+    /* Each kept argument's slots, and the width of each slot: a scalar one; a descriptor its layout's. */
+    int width[MAX_OFFSETS], need = 0;
     for (int j = 0; j < L->n_kept; j++) {
         /* Positions index the call's values (at most MAX_ARGS of them): a kernel with more runtime arguments,
          * some specialized to 1 and dropped, keeps positions beyond that; such a binary launches through ctypes. */
@@ -255,10 +324,38 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
             PyErr_SetString(PyExc_ValueError, "argument position beyond the C launch path's limit");
             goto fail;
         }
+        L->first[j] = need;
+        if (L->kind[j] != K_DESC) {
+            if (need < MAX_OFFSETS) width[need] = kind_size[L->kind[j]];
+            need++;
+            continue;
+        }
+        PyObject *spec = descs ? PyTuple_GetItem(descs, j) : NULL;
+        DescLayout *d = L->desc[j] = PyMem_Calloc(1, sizeof(DescLayout));
+        if (!d) { PyErr_NoMemory(); goto fail; }
+        if (!spec || spec == Py_None) {
+            PyErr_SetString(PyExc_ValueError, "a descriptor argument needs its layout");
+            goto fail;
+        }
+        if (read_desc_layout(spec, d) < 0) goto fail;
+        if (d->tma && !tensor_map) {
+            PyErr_SetString(PyExc_ValueError, "tensor maps need cuTensorMapEncodeTiled");
+            goto fail;
+        }
+        int r = d->rank, n = desc_slots(d);
+        for (int s = 0; s < n && need + s < MAX_OFFSETS; s++) {
+            if (d->tma) width[need + s] = s == 0 ? 128 : s <= r ? 4 : 8;
+            else width[need + s] = s == 0 ? 8 : s <= 2 * r ? 8 : s == 2 * r + 1 ? 1 : s <= 3 * r + 1 ? 4 : 8;
+        }
+        need += n;
     }
-    for (int j = 0; j < n_off; j++) {
-        int width = j < L->n_kept ? kind_size[L->kind[j]] : 8;
-        if (L->offset[j] < 0 || L->offset[j] + width > size) {
+    if (need + 2 > MAX_OFFSETS || L->n_off != need + 2 || size <= 0 || size > MAX_BLOCK) {
+        PyErr_SetString(PyExc_ValueError, "parameter layout does not fit the C launch path");
+        goto fail;
+    }
+    width[need] = width[need + 1] = 8;
+    for (int j = 0; j < L->n_off; j++) {
+        if (L->offset[j] < 0 || L->offset[j] + width[j] > size || (width[j] == 128 && L->offset[j] % 64)) {
             PyErr_SetString(PyExc_ValueError, "parameter offset outside the block");
             goto fail;
         }
@@ -272,6 +369,7 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     L->ctx = (void *)(uintptr_t)ctx;
     L->launch = (launch_fn)(uintptr_t)launch;
     L->launch_ex = (launch_ex_fn)(uintptr_t)launch_ex;
+    L->encode = (encode_fn)(uintptr_t)tensor_map;
     L->attrs = attrs;
     L->ctx_get = (ctx_get_fn)(uintptr_t)get;
     L->ctx_push = (ctx_push_fn)(uintptr_t)push;
@@ -292,13 +390,6 @@ fail:
     return NULL;
 }
 
-/* Fill the parameter block from the converted runtime values (scratch pointers left zero). */
-static void pack_block(Launcher *L, const uint64_t *vals, unsigned char *buf) {
-    memset(buf, 0, (size_t)L->size);
-    for (int j = 0; j < L->n_kept; j++)
-        memcpy(buf + L->offset[j], &vals[L->idx[j]], (size_t)kind_size[L->kind[j]]);
-}
-
 static int call_check(Launcher *L, int code, PyObject *what) {
     if (!what) return -1;
     PyObject *c = PyLong_FromLong(code);
@@ -307,6 +398,150 @@ static int call_check(Launcher *L, int code, PyObject *what) {
     Py_DECREF(what);
     if (!r) return -1;
     Py_DECREF(r);
+    return 0;
+}
+
+/* A descriptor's shape or strides (attr), exactly `rank` integers as int() reads them: 0, or -1 with an error. */
+static int read_extent(PyObject *desc, PyObject *attr, int rank, long long *out) {
+    PyObject *seq = PyObject_GetAttr(desc, attr);
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Size(seq);
+    int rc = -1;
+    if (n < 0) goto done;
+    if (n != rank) {
+        PyErr_Format(PyExc_ValueError, "TensorDescriptor: %S of rank %zd, and the binary takes rank %d", attr, n,
+                     rank);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(seq, i);
+        if (!item) goto done;
+        PyObject *as_int = PyNumber_Long(item);   /* int(d), as descriptors.expand reads them */
+        Py_DECREF(item);
+        if (!as_int) goto done;
+        out[i] = PyLong_AsLongLong(as_int);
+        Py_DECREF(as_int);
+        if (out[i] == -1 && PyErr_Occurred()) goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int put_i32(unsigned char *at, long long v) {
+    if (v < kind_lo[K_I32] || v > kind_hi[K_I32]) {
+        PyErr_Format(PyExc_OverflowError, "TensorDescriptor: %lld does not fit i32", v);
+        return -1;
+    }
+    int32_t x = (int32_t)v;
+    memcpy(at, &x, 4);
+    return 0;
+}
+
+/* The tensor map of a descriptor, remembered or encoded (the driver's cuTensorMapEncodeTiled, with the arguments
+ * of Triton's fill_tma_descriptor and cuda.py's encode_tensor_map): 0, or -1 with an exception set. */
+static int tensor_map(Launcher *L, DescLayout *d, uint64_t addr, const long long *shape, const long long *strides,
+                      int nan, unsigned char *out) {
+    int r = d->rank;
+    for (int c = 0; c < d->n_cached; c++) {
+        MapEntry *m = &d->cache[c];
+        if (m->addr == addr && m->nan == nan && !memcmp(m->shape, shape, sizeof(long long) * (size_t)r)
+            && !memcmp(m->strides, strides, sizeof(long long) * (size_t)r)) {
+            memcpy(out, m->map, 128);
+            return 0;
+        }
+    }
+    uint64_t dims[MAX_RANK], byte_strides[MAX_RANK];
+    uint32_t elem_strides[MAX_RANK] = {1, 1, 1, 1, 1};
+    unsigned char map[128] __attribute__((aligned(64)));
+    for (int i = 0; i < r; i++) dims[i] = (uint64_t)shape[r - 1 - i];
+    for (int i = 0; i < r - 1; i++) byte_strides[i] = (uint64_t)(strides[r - 2 - i] * d->elem_size);
+    int code = d->tma ? L->encode(map, d->elem_type, (unsigned)r, (void *)(uintptr_t)addr, dims, byte_strides, d->box,
+                                  elem_strides, 0, d->swizzle, 2, nan) : 0;
+    if (code) {
+        PyObject *shp = PyList_New(r), *box = PyList_New(r);
+        PyObject *what = NULL;
+        if (shp && box) {
+            for (int i = 0; i < r; i++) {
+                PyList_SetItem(shp, i, PyLong_FromLongLong(shape[i]));
+                PyList_SetItem(box, i, PyLong_FromUnsignedLong(d->box[r - 1 - i]));
+            }
+            what = PyUnicode_FromFormat("cuTensorMapEncodeTiled (element type %d, rank %d, address %p, shape %R, "
+                                        "box %R, swizzle %d)", d->elem_type, r, (void *)(uintptr_t)addr, shp, box,
+                                        d->swizzle);
+        }
+        Py_XDECREF(shp); Py_XDECREF(box);
+        if (call_check(L, code, what) == 0) PyErr_SetString(PyExc_RuntimeError, "cuTensorMapEncodeTiled failed");
+        return -1;
+    }
+    MapEntry *m = &d->cache[d->next];
+    d->next = (d->next + 1) % DESC_CACHE;
+    if (d->n_cached < DESC_CACHE) d->n_cached++;
+    m->addr = addr;
+    m->nan = nan;
+    memcpy(m->shape, shape, sizeof(long long) * (size_t)r);
+    memcpy(m->strides, strides, sizeof(long long) * (size_t)r);
+    memcpy(m->map, map, 128);
+    memcpy(out, map, 128);
+    return 0;
+}
+
+/* One descriptor argument into its slots (descriptors.expand): 0, or -1 with the exception the Python path
+ * raises for the same descriptor. */
+static int pack_desc(Launcher *L, int j, PyObject *desc, unsigned char *buf) {
+    DescLayout *d = L->desc[j];
+    const int *off = &L->offset[L->first[j]];
+    int r = d->rank;
+    long long shape[MAX_RANK], strides[MAX_RANK];
+    if (!desc) { PyErr_SetString(PyExc_TypeError, "a tensor descriptor argument is missing"); return -1; }
+    if (read_extent(desc, str_shape, r, shape) < 0 || read_extent(desc, str_strides, r, strides) < 0) return -1;
+    PyObject *padding = PyObject_GetAttr(desc, str_padding);
+    if (!padding) return -1;
+    int nan = PyUnicode_Check(padding) && PyUnicode_CompareWithASCIIString(padding, "nan") == 0;
+    Py_DECREF(padding);
+    PyObject *base = PyObject_GetAttr(desc, str_base);
+    PyObject *ptr = base ? PyObject_CallMethodObjArgs(base, str_data_ptr, NULL) : NULL;
+    Py_XDECREF(base);
+    if (!ptr) return -1;
+    uint64_t addr = PyLong_AsUnsignedLongLong(ptr);
+    Py_DECREF(ptr);
+    if (addr == (uint64_t)-1 && PyErr_Occurred()) return -1;
+    if (!d->tma) {   /* base pointer, shape and strides (i64), NaN flag, shape (i32), strides (i64) */
+        memcpy(buf + off[0], &addr, 8);
+        for (int i = 0; i < r; i++) {
+            memcpy(buf + off[1 + i], &shape[i], 8);
+            memcpy(buf + off[1 + r + i], &strides[i], 8);
+            if (put_i32(buf + off[2 + 2 * r + i], shape[i]) < 0) return -1;
+            memcpy(buf + off[2 + 3 * r + i], &strides[i], 8);
+        }
+        buf[off[1 + 2 * r]] = (unsigned char)nan;
+        return 0;
+    }
+    if (strides[r - 1] != 1) {
+        PyErr_SetString(PyExc_ValueError, "TensorDescriptor: the last dimension must be contiguous");
+        return -1;
+    }
+    if (d->fp4_padded) shape[r - 1] *= 2;
+    if (tensor_map(L, d, addr, shape, strides, nan, buf + off[0]) < 0) return -1;
+    for (int i = 0; i < r; i++) {   /* the shape (i32) and strides (i64) */
+        if (put_i32(buf + off[1 + i], shape[i]) < 0) return -1;
+        memcpy(buf + off[1 + r + i], &strides[i], 8);
+    }
+    return 0;
+}
+
+/* Fill the parameter block from the converted runtime values and, for descriptor arguments, the descriptors
+ * themselves (scratch pointers left zero): 0, or -1 with an exception set. */
+static int pack_block(Launcher *L, const uint64_t *vals, PyObject *const *objs, unsigned char *buf) {
+    memset(buf, 0, (size_t)L->size);
+    for (int j = 0; j < L->n_kept; j++) {
+        if (L->kind[j] == K_DESC) {
+            if (pack_desc(L, j, objs[L->idx[j]], buf) < 0) return -1;
+        } else {
+            memcpy(buf + L->offset[L->first[j]], &vals[L->idx[j]], (size_t)kind_size[L->kind[j]]);
+        }
+    }
     return 0;
 }
 
@@ -327,25 +562,25 @@ static int add_scratch(Launcher *L, long long size, unsigned long long programs,
 }
 
 /* The launch itself, as _BinaryLauncher.__call__: 0 on success, -1 with an exception set. */
-static int launcher_launch(Launcher *L, const uint64_t *vals, unsigned long long gx, unsigned long long gy,
-                           unsigned long long gz) {
+static int launcher_launch(Launcher *L, const uint64_t *vals, PyObject *const *objs, unsigned long long gx,
+                           unsigned long long gy, unsigned long long gz) {
     unsigned long long programs;
     if (__builtin_mul_overflow(gx, gy, &programs) || __builtin_mul_overflow(programs, gz, &programs)) {
         PyErr_SetString(PyExc_OverflowError, "grid too large");
         return -1;
     }
     if (programs == 0) return 0;
-    unsigned char buf[MAX_BLOCK] __attribute__((aligned(16)));
-    void *params[MAX_ARGS + 2];
+    unsigned char buf[MAX_BLOCK] __attribute__((aligned(64)));   /* a tensor map is 64-byte aligned */
+    void *params[MAX_OFFSETS];
     PyObject *keep1 = NULL, *keep2 = NULL;
     int rc = -1;
-    pack_block(L, vals, buf);
-    if (L->global_scratch && add_scratch(L, L->global_scratch, programs, buf + L->offset[L->n_kept], &keep1) < 0)
+    if (pack_block(L, vals, objs, buf) < 0) return -1;
+    if (L->global_scratch && add_scratch(L, L->global_scratch, programs, buf + L->offset[L->n_off - 2], &keep1) < 0)
         goto done;
     if (L->profile_scratch
-        && add_scratch(L, L->profile_scratch, programs, buf + L->offset[L->n_kept + 1], &keep2) < 0)
+        && add_scratch(L, L->profile_scratch, programs, buf + L->offset[L->n_off - 1], &keep2) < 0)
         goto done;
-    for (int j = 0; j < L->n_kept + 2; j++) params[j] = buf + L->offset[j];
+    for (int j = 0; j < L->n_off; j++) params[j] = buf + L->offset[j];
     PyObject *s = PyObject_CallFunctionObjArgs(L->stream, L->device, NULL);
     if (!s) goto done;
     void *stream = PyLong_AsVoidPtr(s);
@@ -413,35 +648,40 @@ static int read_grid(PyObject *g, unsigned long long dims[3]) {
     return 1;
 }
 
-static int convert_values(Launcher *L, PyObject *values, uint64_t *vals) {
-    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
-    if (!seq) return -1;
+/* The values of the kept arguments from a sequence (`seq`, held by the caller while they are used: descriptor
+ * arguments are kept as the objects themselves, borrowed): 1 converted, 0 left to the Python path. */
+static int convert_values(Launcher *L, PyObject *seq, uint64_t *vals, PyObject **objs) {
     Py_ssize_t n = PySequence_Size(seq);
     int ok = 1;
     for (int j = 0; j < L->n_kept && ok; j++) {
         if (L->idx[j] >= n) { ok = 0; break; }
         PyObject *v = PySequence_GetItem(seq, L->idx[j]);
         if (!v) { PyErr_Clear(); ok = 0; break; }
-        ok = convert_scalar(L->kind[j], v, &vals[L->idx[j]]);
+        if (L->kind[j] == K_DESC) objs[L->idx[j]] = v;   /* seq holds it */
+        else ok = convert_scalar(L->kind[j], v, &vals[L->idx[j]]);
         Py_DECREF(v);
     }
-    Py_DECREF(seq);
     return ok;
 }
 
-/* launcher(grid, values): the same call as _BinaryLauncher(grid, values) (pointers given as addresses). */
+/* launcher(grid, values): the same call as _BinaryLauncher(grid, values) (pointers given as addresses, tensor
+ * descriptors as themselves). */
 static PyObject *Launcher_call(PyObject *self, PyObject *args, PyObject *kw) {
     Launcher *L = (Launcher *)self;
     if (kw && PyDict_Size(kw)) { PyErr_SetString(PyExc_TypeError, "launcher(grid, values) takes no keywords"); return NULL; }
     PyObject *grid, *values;
     unsigned long long dims[3];
     uint64_t vals[MAX_ARGS] = {0};
+    PyObject *objs[MAX_ARGS] = {0};
     if (!PyArg_ParseTuple(args, "OO", &grid, &values)) return NULL;
     if (!read_grid(grid, dims)) { PyErr_SetString(PyExc_TypeError, "grid must be a tuple of 1 to 3 ints"); return NULL; }
-    int r = convert_values(L, values, vals);
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return NULL;
+    int r = convert_values(L, seq, vals, objs);
+    if (r && launcher_launch(L, vals, objs, dims[0], dims[1], dims[2]) < 0) r = -1;
+    Py_DECREF(seq);
     if (r < 0) return NULL;
     if (!r) { PyErr_SetString(PyExc_ValueError, "values the C launch path leaves to the Python path"); return NULL; }
-    if (launcher_launch(L, vals, dims[0], dims[1], dims[2]) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -449,12 +689,16 @@ static PyObject *Launcher_call(PyObject *self, PyObject *args, PyObject *kw) {
 static PyObject *Launcher_pack(PyObject *self, PyObject *values) {
     Launcher *L = (Launcher *)self;
     uint64_t vals[MAX_ARGS] = {0};
-    unsigned char buf[MAX_BLOCK];
-    int r = convert_values(L, values, vals);
-    if (r < 0) return NULL;
-    if (!r) Py_RETURN_NONE;
-    pack_block(L, vals, buf);
-    return PyBytes_FromStringAndSize((const char *)buf, L->size);
+    PyObject *objs[MAX_ARGS] = {0};
+    unsigned char buf[MAX_BLOCK] __attribute__((aligned(64)));
+    PyObject *seq = PySequence_Fast(values, "values must be a sequence");
+    if (!seq) return NULL;
+    PyObject *out = NULL;
+    int r = convert_values(L, seq, vals, objs);
+    if (!r) { Py_INCREF(Py_None); out = Py_None; }
+    else if (pack_block(L, vals, objs, buf) == 0) out = PyBytes_FromStringAndSize((const char *)buf, L->size);
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyMethodDef Launcher_methods[] = {
@@ -477,28 +721,36 @@ static PyType_Spec Launcher_spec = {"_fastlaunch.Launcher", sizeof(Launcher), 0,
  */
 typedef struct {
     PyObject *dtypes[MAX_TYPEVARS];   /* owned by the entry (or, in a CallKey, by the call) */
-    PyObject *ptypes[MAX_PTRS];       /* each pointer argument's dtype, None where it is None: compared, not hashed
-                                       * (owned by the entry; borrowed in a CallKey: torch's dtype singletons) */
+    PyObject *ptypes[MAX_PTRS];       /* each pointer (or descriptor) argument's dtype, None where it is None:
+                                       * compared, not hashed (owned by the entry; borrowed in a CallKey: torch's
+                                       * dtype singletons) */
     PyObject *calls[MAX_CALLS];       /* call-site values (borrowed in a CallKey, owned by the entry) */
     uint32_t defaulted;               /* bit c: calls[c] is the default (the call did not pass it); not hashed */
     long device;
     uint64_t keys[MAX_KEYS];
+    uint64_t descs;                   /* bit per argument position: a tensor descriptor */
     char spec[MAX_ARGS];
     uint64_t hash;
 } CallKey;
 
+/* A resolved (dtypes, device, key values, call-site values, specialization): the config, and either the binary's
+ * Launcher (plain kernels) or, where more is resolved per call (heuristics, a config pre-hook, tensor descriptors:
+ * a "late" entry), the Launcher per (heuristic values, descriptor block shapes) and the Python path's launch
+ * from that point on for values not seen yet (`fallback`: BinaryBackend.launch with this entry's state and config). */
 typedef struct {
     int used;
     CallKey key;
     PyObject *launcher, *meta, *config, *call;
-    PyObject *kwargs, *by_heur;   /* heuristics kernels: config.all_kwargs(), heuristic values -> Launcher */
+    PyObject *kwargs;            /* config.all_kwargs() where heuristics or the pre-hook read the arguments by name */
+    PyObject *late;              /* late entries: dict (heuristic values, block shapes...) -> Launcher; else NULL */
+    PyObject *pre_hook, *fallback;
 } Entry;
 
 typedef struct {
     PyObject_HEAD
     int n;
     unsigned char kinds[MAX_ARGS];
-    int n_ptr, ptr_pos[MAX_ARGS];
+    int n_ptr, ptr_pos[MAX_ARGS];   /* pointer and descriptor arguments: what has a device and a dtype */
     int ptr_index[MAX_ARGS];   /* argument position -> its index among the pointers (ptypes), -1 for others */
     int n_spec, spec_pos[MAX_ARGS];
     unsigned char spec_is_ptr[MAX_ARGS];
@@ -521,6 +773,16 @@ typedef struct {
     size_t cap, used;
 } FastKernel;
 
+static int pointer_like(int kind) { return kind == K_PTR || kind == K_DESC; }
+
+static void release_entry(FastKernel *F, Entry *e) {
+    for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
+    for (int i = 0; i < F->n_ptr; i++) Py_XDECREF(e->key.ptypes[i]);
+    for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
+    Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
+    Py_XDECREF(e->kwargs); Py_XDECREF(e->late); Py_XDECREF(e->pre_hook); Py_XDECREF(e->fallback);
+}
+
 /* Empties the cache. The table is detached first: releasing an entry may run arbitrary code (and let other
  * threads call this kernel), which must find a consistent, empty table. */
 static void clear_table(FastKernel *F) {
@@ -529,15 +791,8 @@ static void clear_table(FastKernel *F) {
     F->table = NULL;
     F->cap = 0;
     F->used = 0;
-    for (size_t i = 0; i < cap; i++) {
-        Entry *e = &old[i];
-        if (!e->used) continue;
-        for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
-        for (int i = 0; i < F->n_ptr; i++) Py_XDECREF(e->key.ptypes[i]);
-        for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
-        Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
-        Py_XDECREF(e->kwargs); Py_XDECREF(e->by_heur);
-    }
+    for (size_t i = 0; i < cap; i++)
+        if (old[i].used) release_entry(F, &old[i]);
     PyMem_Free(old);
 }
 
@@ -589,7 +844,7 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
         if (read_int_tuple(tv_next, F->tv_next, MAX_ARGS, &n_next) < 0) goto fail;
         for (int i = 0; i < n_next; i++)   /* forward only, so a walk along them ends */
             if (F->tv_next[i] != -1
-                && (F->tv_next[i] <= i || F->tv_next[i] >= F->n || F->kinds[F->tv_next[i]] != K_PTR)) {
+                && (F->tv_next[i] <= i || F->tv_next[i] >= F->n || !pointer_like(F->kinds[F->tv_next[i]]))) {
                 PyErr_SetString(PyExc_ValueError, "type_next positions"); goto fail;
             }
     }
@@ -601,22 +856,28 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
 #undef CHECK_POS
     for (int i = 0; i < MAX_ARGS; i++) F->ptr_index[i] = -1;
     for (int i = 0; i < F->n_ptr; i++) {
-        if (F->kinds[F->ptr_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "pointer kind"); goto fail; }
+        if (!pointer_like(F->kinds[F->ptr_pos[i]])) { PyErr_SetString(PyExc_ValueError, "pointer kind"); goto fail; }
         F->ptr_index[F->ptr_pos[i]] = i;
     }
+    for (int i = 0; i < F->n; i++)
+        if (F->kinds[i] == K_DESC && F->ptr_index[i] < 0) {
+            PyErr_SetString(PyExc_ValueError, "descriptor arguments are among the pointer positions"); goto fail;
+        }
     for (int i = 0; i < F->n_key; i++) {
         int k = F->kinds[F->key_pos[i]];
         if (k < K_I8 || k > K_U64) { PyErr_SetString(PyExc_ValueError, "key arguments must be integers"); goto fail; }
     }
     for (int i = 0; i < F->n_spec; i++) {
         int k = F->kinds[F->spec_pos[i]];
-        if ((k == K_PTR) != F->spec_is_ptr[i]) {
+        if ((k == K_PTR) != F->spec_is_ptr[i] || k == K_DESC) {
             PyErr_SetString(PyExc_ValueError, "specialized pointers are pointers"); goto fail;
         }
         if (k != K_PTR) F->spec_scalars |= 1ull << F->spec_pos[i];
     }
     for (int i = 0; i < F->n_tv; i++)
-        if (F->kinds[F->tv_pos[i]] != K_PTR) { PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail; }
+        if (!pointer_like(F->kinds[F->tv_pos[i]])) {
+            PyErr_SetString(PyExc_ValueError, "dtype from a tensor"); goto fail;
+        }
     if (int_ptrs) {   /* pointer parameters that also take an integer (flash-attn's rotary SEQLEN_OFFSETS) */
         int n_ip = 0, ip_pos[MAX_ARGS];
         unsigned char ip_kind[MAX_ARGS];
@@ -716,12 +977,28 @@ static void release_key(FastKernel *F, CallKey *k) {
     for (int t = 0; t < F->n_tv; t++) Py_CLEAR(k->dtypes[t]);
 }
 
+/* A tensor argument's dtype (borrowed: torch's dtype singletons live as long as torch) and device: 1 read, 0 not
+ * a tensor on a GPU (the Python path says what is wrong). */
+static int read_tensor(FastKernel *F, PyObject *a, PyObject **dtype, long *device) {
+    int ok;
+    if (!is_tensor(F, a)) return 0;
+    PyObject *dt = PyObject_GetAttr(a, str_dtype);
+    if (!dt) { PyErr_Clear(); return 0; }
+    *dtype = dt;
+    Py_DECREF(dt);
+    long long d = call_int(F->get_device, a, &ok);
+    if (!ok || d < 0) return 0;
+    *device = (long)d;
+    return 1;
+}
+
 /* Read a call's arguments as the Python path would: 1 read (the caller releases k), 0 left to the Python path.
  * kwargs: the call's keywords, of which `taken` are runtime arguments already in args (merge_keywords); only
  * call-site constexprs and launch options (each missing one takes its default, as Kernel._bind does) are read
- * here, any other keyword is the Python path's to bind or refuse. */
+ * here, any other keyword is the Python path's to bind or refuse. objs: each tensor descriptor argument (a
+ * `tensordesc<T>` parameter, or a pointer parameter passed one), borrowed from args. */
 static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t taken, CallKey *k,
-                     uint64_t *vals) {
+                     uint64_t *vals, PyObject **objs) {
     if (PyTuple_Size(args) != F->n) return 0;
     memset(k, 0, sizeof(*k));
     Py_ssize_t given = kwargs ? PyDict_Size(kwargs) : 0, matched = 0;
@@ -738,37 +1015,46 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     uint64_t nones = 0;                               /* pointers passed as None (bit per argument position) */
     uint64_t ints = 0;                                /* pointers passed an integer (bit per argument position) */
     for (int i = 0; i < F->n_ptr; i++) {
-        PyObject *a = PyTuple_GetItem(args, F->ptr_pos[i]);
-        int ok;
-        if (a == Py_None) { vals[F->ptr_pos[i]] = 0; nones |= 1ull << F->ptr_pos[i]; k->ptypes[i] = Py_None; continue; }
-        if (PyLong_CheckExact(a) && ((F->ptr_ints >> F->ptr_pos[i]) & 1)) {
+        int p = F->ptr_pos[i];
+        PyObject *a = PyTuple_GetItem(args, p), *dt = NULL;
+        long d = -1;
+        if (F->kinds[p] == K_PTR && a == Py_None) { vals[p] = 0; nones |= 1ull << p; k->ptypes[i] = Py_None; continue; }
+        if (F->kinds[p] == K_PTR && PyLong_CheckExact(a) && ((F->ptr_ints >> p) & 1)) {
             /* an integer where the kernel also takes one: typed like the manifest's *i32|i32 (out of range: the
              * Python path names the type) */
-            if (!convert_scalar(F->ptr_int_kind[F->ptr_pos[i]], a, &vals[F->ptr_pos[i]])) return 0;
-            ints |= 1ull << F->ptr_pos[i];
+            if (!convert_scalar(F->ptr_int_kind[p], a, &vals[p])) return 0;
+            ints |= 1ull << p;
             k->ptypes[i] = (PyObject *)&PyLong_Type;
             continue;
         }
-        if (!is_tensor(F, a)) return 0;
-        /* the element type is compiled into the binary: part of the key (Kernel._state checks it on a miss) */
-        PyObject *dt = PyObject_GetAttr(a, str_dtype);
-        if (!dt) { PyErr_Clear(); return 0; }
+        if (F->kinds[p] == K_PTR && read_tensor(F, a, &dt, &d)) {
+            /* the element type is compiled into the binary: part of the key (Kernel._state checks it on a miss) */
+            PyObject *ptr = PyObject_CallFunctionObjArgs(F->data_ptr, a, NULL);
+            if (!ptr) { PyErr_Clear(); return 0; }
+            int ok = convert_scalar(K_PTR, ptr, &vals[p]);
+            Py_DECREF(ptr);
+            if (!ok) return 0;
+        } else {
+            /* A tensor descriptor (a tensordesc<T> parameter; a pointer parameter passed one, as the Triton
+             * tutorial's attention does): its tensor's dtype and device, the object itself packed at launch. */
+            if (a == Py_None || PyLong_Check(a) || is_tensor(F, a)) return 0;
+            PyObject *base = PyObject_GetAttr(a, str_base);
+            if (!base) { PyErr_Clear(); return 0; }
+            int ok = read_tensor(F, base, &dt, &d);
+            Py_DECREF(base);
+            if (!ok) return 0;
+            vals[p] = 0;
+            objs[p] = a;
+            k->descs |= 1ull << p;
+        }
         k->ptypes[i] = dt;
-        Py_DECREF(dt);   /* torch.float16 and the like live as long as torch */
-        long long d = call_int(F->get_device, a, &ok);
-        if (!ok || d < 0) return 0;                    /* a CPU tensor: the Python path says so */
-        if (device == -2) device = (long)d;
-        else if (d != device) return 0;               /* tensors on two devices: likewise */
-        PyObject *p = PyObject_CallFunctionObjArgs(F->data_ptr, a, NULL);
-        if (!p) { PyErr_Clear(); return 0; }
-        ok = convert_scalar(K_PTR, p, &vals[F->ptr_pos[i]]);
-        Py_DECREF(p);
-        if (!ok) return 0;
+        if (device == -2) device = d;
+        else if (d != device) return 0;               /* tensors on two devices: the Python path says so */
     }
     if (device < 0) return 0;
     k->device = device;
     for (int i = 0; i < F->n; i++) {
-        if (F->kinds[i] == K_PTR) continue;
+        if (pointer_like(F->kinds[i])) continue;
         PyObject *a = PyTuple_GetItem(args, i);
         /* a specialized scalar passed as None (Liger's softcap=None): compiled in as the constant None */
         if (a == Py_None && ((F->spec_scalars >> i) & 1)) { vals[i] = 0; nones |= 1ull << i; continue; }
@@ -786,12 +1072,13 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     }
     for (int j = 0; j < F->n_key; j++) k->keys[j] = vals[F->key_pos[j]];
     /* tables.argument_spec: D aligned pointer / integer divisible by 16, 1 integer equal to 1, N passed as None,
-     * i / d / o an integer passed to a pointer parameter (any, divisible by 16, equal to 1),
-     * x otherwise (a float always) */
+     * i / d / o an integer passed to a pointer parameter (any, divisible by 16, equal to 1), T a tensor
+     * descriptor passed to a pointer parameter, x otherwise (a float always) */
     for (int s = 0; s < F->n_spec; s++) {
         int p = F->spec_pos[s], kind = F->kinds[p];
         uint64_t v = vals[p];
         k->spec[s] = (nones >> p) & 1 ? 'N' : (ints >> p) & 1 ? (v == 1 ? 'o' : ((v & 15) ? 'i' : 'd'))
+                   : (k->descs >> p) & 1 ? 'T'
                    : F->spec_is_ptr[s] ? ((v & 15) ? 'x' : 'D')
                    : kind >= K_FP16 ? 'x' : (v == 1 ? '1' : ((v & 15) ? 'x' : 'D'));
     }
@@ -799,6 +1086,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
 #define MIX(x) do { h ^= (uint64_t)(x); h *= 1099511628211ULL; h ^= h >> 29; } while (0)
     for (int t = 0; t < F->n_tv; t++) MIX((uintptr_t)k->dtypes[t]);
     MIX(device);
+    MIX(k->descs);
     for (int j = 0; j < F->n_key; j++) MIX(k->keys[j]);
     for (int c = 0; c < F->n_call; c++) {
         Py_hash_t ch = PyObject_Hash(k->calls[c]);
@@ -812,7 +1100,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
 }
 
 static int same_key(FastKernel *F, const CallKey *a, const CallKey *b) {
-    if (a->hash != b->hash || a->device != b->device) return 0;
+    if (a->hash != b->hash || a->device != b->device || a->descs != b->descs) return 0;
     for (int t = 0; t < F->n_tv; t++) if (a->dtypes[t] != b->dtypes[t]) return 0;
     for (int i = 0; i < F->n_ptr; i++) if (a->ptypes[i] != b->ptypes[i]) return 0;
     for (int j = 0; j < F->n_key; j++) if (a->keys[j] != b->keys[j]) return 0;
@@ -836,9 +1124,6 @@ static Entry *find(FastKernel *F, const CallKey *k) {
     }
 }
 
-static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
-                     PyObject *call, PyObject *kwargs);
-
 static int grow(FastKernel *F) {
     size_t old_cap = F->cap, cap = old_cap ? old_cap * 2 : 16;
     Entry *old = F->table, *table = PyMem_Calloc(cap, sizeof(Entry));
@@ -857,18 +1142,18 @@ static int grow(FastKernel *F) {
     return 0;
 }
 
-/* The entry for k, inserted if new (kwargs: heuristics kernels only); NULL with an exception set on failure. */
+/* The entry for k, inserted if new (late: see Entry); NULL with an exception set on failure. */
 static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *meta, PyObject *config,
-                     PyObject *call, PyObject *kwargs) {
+                     PyObject *call, PyObject *kwargs, int late, PyObject *pre_hook, PyObject *fallback) {
     Entry *found = find(F, k);
     if (found) return found;
     if (F->used >= MAX_CACHED) {                 /* bounded, like ConfigTable's lookup cache */
         clear_table(F);
         if ((found = find(F, k))) return found;  /* another thread may have run meanwhile */
     }
-    PyObject *by_heur = NULL;
-    if (kwargs && !(by_heur = PyDict_New())) return NULL;
-    if ((F->used + 1) * 2 > F->cap && grow(F) < 0) { Py_XDECREF(by_heur); return NULL; }
+    PyObject *by_late = NULL;
+    if (late && !(by_late = PyDict_New())) return NULL;
+    if ((F->used + 1) * 2 > F->cap && grow(F) < 0) { Py_XDECREF(by_late); return NULL; }
     size_t mask = F->cap - 1, i = (size_t)k->hash & mask;
     while (F->table[i].used) i = (i + 1) & mask;
     Entry *e = &F->table[i];
@@ -881,45 +1166,88 @@ static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *me
     Py_INCREF(meta); e->meta = meta;
     Py_INCREF(config); e->config = config;
     Py_XINCREF(kwargs); e->kwargs = kwargs;
-    e->by_heur = by_heur;
+    Py_XINCREF(pre_hook); e->pre_hook = pre_hook;
+    Py_XINCREF(fallback); e->fallback = fallback;
+    e->late = by_late;
     e->used = 1;
     F->used++;
     return e;
 }
 
-/* fast.register(args, call, launcher, launch_meta, config, spec, heur=(), config_kwargs=None) -> bool: remember
- * what the Python path resolved for this call (call: its bound call-site values; for a kernel with heuristics,
- * the heuristic values it computed and the config's all_kwargs()), if this file reads the call the same way
- * (same specialization string). */
+/* What picks a late entry's binary, read after its heuristics and pre-hook ran: (heuristic values, then each
+ * tensor descriptor's block shape, by argument position). NULL with an exception set where a block shape is
+ * unreadable (the Python path raises its own error). */
+static PyObject *late_key(FastKernel *F, PyObject *heur, PyObject *args, uint64_t descs) {
+    int n_desc = 0;
+    for (int p = 0; p < F->n; p++) n_desc += (int)((descs >> p) & 1);
+    PyObject *key = PyTuple_New(1 + n_desc);
+    if (!key) return NULL;
+    Py_INCREF(heur);
+    PyTuple_SetItem(key, 0, heur);
+    for (int p = 0, at = 1; p < F->n; p++) {
+        if (!((descs >> p) & 1)) continue;
+        PyObject *shape = PyObject_GetAttr(PyTuple_GetItem(args, p), str_block_shape);
+        PyObject *t = shape ? PySequence_Tuple(shape) : NULL;
+        Py_XDECREF(shape);
+        if (!t) { Py_DECREF(key); return NULL; }
+        PyTuple_SetItem(key, at++, t);
+    }
+    return key;
+}
+
+/* fast.register(args, call, launcher, launch_meta, config, spec, heur=(), config_kwargs=None, pre_hook=None,
+ * fallback=None) -> bool: remember what the Python path resolved for this call (call: its bound call-site values;
+ * heur: the heuristic values it computed; config_kwargs: config.all_kwargs() where heuristics or the pre-hook read
+ * the arguments by name; fallback: the Python path's launch for late values not seen yet), if this file reads the
+ * call the same way (same specialization string). A call with heuristics, a config pre-hook or tensor
+ * descriptors is remembered under the values that picked its binary after they ran (late_key). */
 static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     FastKernel *F = (FastKernel *)self;
-    PyObject *call_args, *call, *launcher, *meta, *config, *heur = NULL, *kwargs = NULL;
+    PyObject *call_args, *call, *launcher, *meta, *config, *heur = NULL, *kwargs = Py_None, *pre_hook = Py_None,
+        *fallback = Py_None;
     const char *spec;
     Py_ssize_t spec_len;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOs#|O!O", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
-                          &launcher, &meta, &config, &spec, &spec_len, &PyTuple_Type, &heur, &kwargs))
+    if (!PyArg_ParseTuple(args, "O!O!O!OOs#|O!OOO", &PyTuple_Type, &call_args, &PyDict_Type, &call, LauncherType,
+                          &launcher, &meta, &config, &spec, &spec_len, &PyTuple_Type, &heur, &kwargs, &pre_hook,
+                          &fallback))
         return NULL;
+    if (pre_hook == Py_None) pre_hook = NULL;
+    if (fallback == Py_None) fallback = NULL;
     /* Heuristic values (one per heuristic parameter) and the config's keyword arguments come exactly with a
      * kernel read with its heuristics; anything else (a reading made before the heuristics were all added) is
      * not remembered: those calls stay on the Python path. */
     Py_ssize_t n_heur = heur ? PyTuple_Size(heur) : 0;
     Py_ssize_t want = F->n_heur ? PyTuple_Size(F->heuristic_names) : 0;
-    if (n_heur != want || (F->n_heur && !(kwargs && PyDict_Check(kwargs)))) Py_RETURN_FALSE;
+    if (n_heur != want || ((F->n_heur || pre_hook) && !PyDict_Check(kwargs))
+        || (pre_hook && !PyCallable_Check(pre_hook)))
+        Py_RETURN_FALSE;
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, call_args, call, 0, &k, vals)) Py_RETURN_FALSE;
-    int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0;
+    PyObject *objs[MAX_ARGS] = {0};
+    if (!read_call(F, call_args, call, 0, &k, vals, objs)) Py_RETURN_FALSE;
+    int late = F->n_heur || pre_hook || k.descs;
+    int ok = spec_len == F->n_spec && memcmp(spec, k.spec, (size_t)F->n_spec) == 0
+             && (!late || (fallback && PyCallable_Check(fallback)));
+    PyObject *key = NULL;
+    if (ok && late) {
+        PyObject *empty = heur ? NULL : PyTuple_New(0);
+        key = late_key(F, heur ? heur : empty, call_args, k.descs);
+        Py_XDECREF(empty);
+        if (!key) { PyErr_Clear(); ok = 0; }
+    }
     if (ok) {
-        Entry *e = insert(F, &k, F->n_heur ? Py_None : launcher, meta, config, call, F->n_heur ? kwargs : NULL);
-        if (!e) { release_key(F, &k); return NULL; }
-        if (F->n_heur) {
-            PyObject *by_heur = e->by_heur;   /* held: storing into it may run code that clears the table */
-            Py_INCREF(by_heur);
-            int r = PyDict_Size(by_heur) < MAX_CACHED ? PyDict_SetItem(by_heur, heur, launcher) : 0;
-            Py_DECREF(by_heur);
-            if (r < 0) { release_key(F, &k); return NULL; }
+        Entry *e = insert(F, &k, late ? Py_None : launcher, meta, config, call, late ? kwargs : NULL, late, pre_hook,
+                          fallback);
+        if (!e) { release_key(F, &k); Py_XDECREF(key); return NULL; }
+        if (late && e->late) {
+            PyObject *by_late = e->late;   /* held: storing into it may run code that clears the table */
+            Py_INCREF(by_late);
+            int r = PyDict_Size(by_late) < MAX_CACHED ? PyDict_SetItem(by_late, key, launcher) : 0;
+            Py_DECREF(by_late);
+            if (r < 0) { release_key(F, &k); Py_DECREF(key); return NULL; }
         }
     }
+    Py_XDECREF(key);
     release_key(F, &k);
     return PyBool_FromLong(ok);
 }
@@ -930,8 +1258,9 @@ static PyObject *FastKernel_read_spec(PyObject *self, PyObject *args) {
     PyObject *call_args, *kwargs = NULL;
     CallKey k;
     uint64_t vals[MAX_ARGS];
+    PyObject *objs[MAX_ARGS] = {0};
     if (!PyArg_ParseTuple(args, "O!|O!", &PyTuple_Type, &call_args, &PyDict_Type, &kwargs)) return NULL;
-    if (!read_call(F, call_args, kwargs, 0, &k, vals)) Py_RETURN_NONE;
+    if (!read_call(F, call_args, kwargs, 0, &k, vals, objs)) Py_RETURN_NONE;
     release_key(F, &k);
     return PyUnicode_FromStringAndSize(k.spec, F->n_spec);
 }
@@ -982,63 +1311,69 @@ static void Launch_dealloc(PyObject *self) {
     Py_DECREF(tp);
 }
 
+/* The grid: the tuple given, or what the grid function returns for `meta` (for the arguments by name, `nargs` or
+ * Kernel.named_args, where it reads one: a KeyError, as Triton allows). New reference, or NULL with an error. */
+static PyObject *grid_value(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
+                            PyObject *nargs) {
+    if (!PyCallable_Check(l->grid)) { Py_INCREF(l->grid); return l->grid; }
+    PyObject *g = PyObject_CallFunctionObjArgs(l->grid, meta, NULL);
+    if (g || !PyErr_ExceptionMatches(PyExc_KeyError)) return g;
+    PyErr_Clear();
+    PyObject *named = nargs ? (Py_INCREF(nargs), nargs)
+                            : PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
+    if (!named) return NULL;
+    g = PyObject_CallFunctionObjArgs(l->grid, named, NULL);
+    Py_DECREF(named);
+    return g;
+}
+
 /* The grid's dimensions: 1 read, 0 left to the Python path, -1 error (the grid function raised). */
 static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
-                     PyObject *nargs, unsigned long long dims[3]) {
-    if (!PyCallable_Check(l->grid)) return read_grid(l->grid, dims);
-    PyObject *g = PyObject_CallFunctionObjArgs(l->grid, meta, NULL);
-    if (!g) {
-        if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
-        /* The grid function reads an argument by name, as Triton allows: Kernel.named_args, as run() does
-         * (for a kernel with heuristics, the arguments by name the heuristics saw, their values included). */
-        PyErr_Clear();
-        PyObject *named = nargs ? (Py_INCREF(nargs), nargs)
-                                : PyObject_CallMethodObjArgs(l->kernel, str_named_args, args, call, config, NULL);
-        if (!named) return -1;
-        g = PyObject_CallFunctionObjArgs(l->grid, named, NULL);
-        Py_DECREF(named);
-        if (!g) return -1;
-    }
+                     unsigned long long dims[3]) {
+    PyObject *g = grid_value(l, args, meta, config, call, NULL);
+    if (!g) return -1;
     int r = read_grid(g, dims);
     Py_DECREF(g);
     return r;
 }
 
-/* A kernel with heuristics, as Kernel.run: the arguments by name (runtime arguments, call-site values, the config's
- * keyword arguments), each heuristic called on them in order and its value added, the binary remembered for
- * those values, the grid function called on the config's launch values plus the heuristic values (on the
- * arguments by name if it reads one). 1 launched, 0 left to the Python path (values not seen before, or a grid
- * this file does not read: Kernel.run then calls the heuristics again, so they are expected to be pure, as
- * Triton's own autotuner also assumes), -1 error (a heuristic or the grid function raised: the same error the
- * Python path would raise). */
-static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
-                           PyObject *config_kwargs, PyObject *by_heur, PyObject *meta, PyObject *config,
-                           const uint64_t *vals) {
-    int r = -1;
-    PyObject *heur = NULL, *grid_meta = NULL;
-    PyObject *nargs = PyDict_New();
-    if (!nargs) return -1;
-    for (int i = 0; i < F->n; i++)
-        if (PyDict_SetItem(nargs, PyTuple_GetItem(F->runtime_names, i), PyTuple_GetItem(args, i)) < 0) goto done;
-    /* This call's call-site values, in the order Kernel._bind gives them: the keywords as passed (read_call let
-     * only call-site names through), then the defaults of the ones left out (read_call marked them), in
-     * declaration order. */
-    if (call_kwargs && PyDict_Size(call_kwargs) && PyDict_Update(nargs, call_kwargs) < 0) goto done;
-    for (int c = 0; c < F->n_call; c++)
-        if ((k->defaulted >> c & 1u) && PyDict_SetItem(nargs, PyTuple_GetItem(F->call_names, c), k->calls[c]) < 0)
-            goto done;
-    if (PyDict_Update(nargs, config_kwargs) < 0) goto done;
-    for (int j = 0; j < F->n_heur; j++) {
-        PyObject *pair = PyTuple_GetItem(F->heuristics, j);
-        PyObject *v = PyObject_CallFunctionObjArgs(PyTuple_GetItem(pair, 1), nargs, NULL);
-        if (!v) goto done;
-        int set = PyDict_SetItem(nargs, PyTuple_GetItem(pair, 0), v);
-        Py_DECREF(v);
-        if (set < 0) goto done;
+/* A late entry (see Entry), as Kernel.run: where the kernel has heuristics or the config a pre-hook, the arguments
+ * by name (runtime arguments, call-site values, the config's keyword arguments), each heuristic called on them in
+ * order and its value added, then the pre-hook; the grid function called on the config's launch values plus the
+ * heuristic values (on the arguments by name if it reads one); the binary remembered for the heuristic values and
+ * the descriptors' block shapes as the pre-hook left them, launched; values not seen yet launched by the Python
+ * path from this point on (`fallback`), which remembers them, so heuristics and pre-hooks run once per call.
+ * 1 launched, 0 left to the Python path (before anything ran but pure heuristics), -1 error (a heuristic, the
+ * pre-hook, the grid function or the launch raised: the error the Python path would raise). */
+static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
+                     const Entry *e, const uint64_t *vals, PyObject *const *objs) {
+    int r = -1, hooks = F->n_heur || e->pre_hook;
+    PyObject *nargs = NULL, *heur = NULL, *grid_meta = NULL, *grid = NULL, *key = NULL;
+    if (hooks) {
+        if (!(nargs = PyDict_New())) return -1;
+        for (int i = 0; i < F->n; i++)
+            if (PyDict_SetItem(nargs, PyTuple_GetItem(F->runtime_names, i), PyTuple_GetItem(args, i)) < 0) goto done;
+        /* This call's call-site values, in the order Kernel._bind gives them: the keywords as passed (read_call
+         * let only call-site names through), then the defaults of the ones left out (read_call marked them), in
+         * declaration order. */
+        if (call_kwargs && PyDict_Size(call_kwargs) && PyDict_Update(nargs, call_kwargs) < 0) goto done;
+        for (int c = 0; c < F->n_call; c++)
+            if ((k->defaulted >> c & 1u) && PyDict_SetItem(nargs, PyTuple_GetItem(F->call_names, c), k->calls[c]) < 0)
+                goto done;
+        if (PyDict_Update(nargs, e->kwargs) < 0) goto done;
+        for (int j = 0; j < F->n_heur; j++) {
+            PyObject *pair = PyTuple_GetItem(F->heuristics, j);
+            PyObject *v = PyObject_CallFunctionObjArgs(PyTuple_GetItem(pair, 1), nargs, NULL);
+            if (!v) goto done;
+            int set = PyDict_SetItem(nargs, PyTuple_GetItem(pair, 0), v);
+            Py_DECREF(v);
+            if (set < 0) goto done;
+        }
     }
-    Py_ssize_t n_names = PyTuple_Size(F->heuristic_names);
-    int grid_function = PyCallable_Check(l->grid);   /* a tuple grid needs no launch values */
-    if (!(heur = PyTuple_New(n_names)) || (grid_function && !(grid_meta = PyDict_Copy(meta)))) goto done;
+    Py_ssize_t n_names = F->n_heur ? PyTuple_Size(F->heuristic_names) : 0;
+    if (!(heur = PyTuple_New(n_names))
+        || (hooks && PyCallable_Check(l->grid) && !(grid_meta = PyDict_Copy(e->meta))))
+        goto done;
     for (Py_ssize_t j = 0; j < n_names; j++) {
         PyObject *name = PyTuple_GetItem(F->heuristic_names, j);
         PyObject *v = PyDict_GetItemWithError(nargs, name);
@@ -1051,21 +1386,33 @@ static int heuristics_call(Launch *l, FastKernel *F, PyObject *args, PyObject *c
         PyTuple_SetItem(heur, j, v);
         if (grid_meta && PyDict_SetItem(grid_meta, name, v) < 0) goto done;
     }
-    PyObject *launcher = PyDict_GetItemWithError(by_heur, heur);
-    if (!launcher) {
-        if (PyErr_Occurred()) goto done;
-        r = 0;       /* values the Python path has not resolved yet: it resolves and remembers them */
-        goto done;
+    if (e->pre_hook) {
+        PyObject *ran = PyObject_CallFunctionObjArgs(e->pre_hook, nargs, NULL);
+        if (!ran) goto done;
+        Py_DECREF(ran);
     }
-    Py_INCREF(launcher);
+    if (!(grid = grid_value(l, args, hooks ? grid_meta : e->meta, e->config, e->call, nargs))) goto done;
     unsigned long long dims[3];
-    r = eval_grid(l, args, grid_meta, config, NULL, nargs, dims);
-    if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
-    Py_DECREF(launcher);
+    PyObject *launcher = NULL;
+    if (read_grid(grid, dims)) {
+        key = late_key(F, heur, args, k->descs);
+        if (!key) PyErr_Clear();   /* the Python path raises its own error for it */
+        else if (!(launcher = PyDict_GetItemWithError(e->late, key)) && PyErr_Occurred()) goto done;
+    }
+    if (launcher) {
+        Py_INCREF(launcher);
+        r = launcher_launch((Launcher *)launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+        Py_DECREF(launcher);
+    } else {
+        PyObject *done = PyObject_CallFunctionObjArgs(e->fallback, grid, args, e->call, heur, NULL);
+        if (done) { Py_DECREF(done); r = 1; }
+    }
 done:
-    Py_DECREF(nargs);
+    Py_XDECREF(nargs);
     Py_XDECREF(heur);
     Py_XDECREF(grid_meta);
+    Py_XDECREF(grid);
+    Py_XDECREF(key);
     return r;
 }
 
@@ -1168,26 +1515,26 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
     if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    if (!read_call(F, args, kwargs, taken, &k, vals)) return 0;
-    Entry *e = find(F, &k);
-    if (!e) { release_key(F, &k); return 0; }
-    /* Held before anything can run other threads (releasing the key, the grid function), which may clear the
-     * cache. */
-    PyObject *launcher = e->launcher, *meta = e->meta, *config = e->config, *call = e->call;
-    PyObject *config_kwargs = e->kwargs, *by_heur = e->by_heur;
-    Py_INCREF(launcher); Py_INCREF(meta); Py_INCREF(config); Py_INCREF(call);
-    Py_XINCREF(config_kwargs); Py_XINCREF(by_heur);
+    PyObject *objs[MAX_ARGS] = {0};
+    if (!read_call(F, args, kwargs, taken, &k, vals, objs)) return 0;
+    Entry *found = find(F, &k);
+    if (!found) { release_key(F, &k); return 0; }
+    /* A copy, its references held before anything can run other threads (releasing the key, the grid function,
+     * heuristics and pre-hooks), which may clear the cache. */
+    Entry e = *found;
+    Py_INCREF(e.launcher); Py_INCREF(e.meta); Py_INCREF(e.config); Py_INCREF(e.call);
+    Py_XINCREF(e.kwargs); Py_XINCREF(e.late); Py_XINCREF(e.pre_hook); Py_XINCREF(e.fallback);
     release_key(F, &k);
     unsigned long long dims[3];
     int r;
-    if (F->n_heur) {
-        r = heuristics_call(l, F, args, kwargs, &k, config_kwargs, by_heur, meta, config, vals);
+    if (e.late) {
+        r = late_call(l, F, args, kwargs, &k, &e, vals, objs);
     } else {
-        r = eval_grid(l, args, meta, config, call, NULL, dims);
-        if (r == 1) r = launcher_launch((Launcher *)launcher, vals, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+        r = eval_grid(l, args, e.meta, e.config, e.call, dims);
+        if (r == 1) r = launcher_launch((Launcher *)e.launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
     }
-    Py_DECREF(launcher); Py_DECREF(meta); Py_DECREF(config); Py_DECREF(call);
-    Py_XDECREF(config_kwargs); Py_XDECREF(by_heur);
+    Py_DECREF(e.launcher); Py_DECREF(e.meta); Py_DECREF(e.config); Py_DECREF(e.call);
+    Py_XDECREF(e.kwargs); Py_XDECREF(e.late); Py_XDECREF(e.pre_hook); Py_XDECREF(e.fallback);
     return r;
 }
 
@@ -1306,13 +1653,20 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
     str_skip = PyUnicode_InternFromString("skip");
     str_dtype = PyUnicode_InternFromString("dtype");
     str_named_args = PyUnicode_InternFromString("named_args");
-    if (!str_run || !str_skip || !str_dtype || !str_named_args
+    str_base = PyUnicode_InternFromString("base");
+    str_block_shape = PyUnicode_InternFromString("block_shape");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_strides = PyUnicode_InternFromString("strides");
+    str_padding = PyUnicode_InternFromString("padding");
+    str_data_ptr = PyUnicode_InternFromString("data_ptr");
+    if (!str_run || !str_skip || !str_dtype || !str_named_args || !str_base || !str_block_shape || !str_shape
+        || !str_strides || !str_padding || !str_data_ptr
         || add_type(m, &Launcher_spec, &LauncherType) < 0 || add_type(m, &FastKernel_spec, &FastKernelType) < 0
         || add_type(m, &Launch_spec, &LaunchType) < 0 || add_type(m, &KernelBase_spec, &KernelBaseType) < 0
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 8) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 9) < 0) {
         Py_DECREF(m);
         return NULL;
     }

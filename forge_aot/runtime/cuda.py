@@ -132,9 +132,10 @@ class _CudaDriver:
 
         lib = self.lib
         ex = getattr(lib, "cuLaunchKernelEx", None)  # CUDA 12: launches with attributes
+        tma = getattr(lib, "cuTensorMapEncodeTiled", None)  # CUDA 12: host-side tensor descriptors
         return {"launch": address(self.launch), "ctx_get": address(lib.cuCtxGetCurrent),
                 "ctx_push": address(lib.cuCtxPushCurrent_v2), "ctx_pop": address(lib.cuCtxPopCurrent_v2),
-                "launch_ex": address(ex) if ex is not None else 0}
+                "launch_ex": address(ex) if ex is not None else 0, "tensor_map": address(tma) if tma is not None else 0}
 
     def _cuda12(self, name: str, argtypes: Callable[[], list[Any]], needed_by: str) -> Any:
         """A driver function CUDA 12 added, set up on first use (``argtypes()`` then), or a DriverError naming what

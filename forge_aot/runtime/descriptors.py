@@ -159,6 +159,26 @@ def expander(meta: dict[str, Any] | None, encode: Any, limit: int = 256) -> Any:
     return run
 
 
+def c_layouts(params: list[tuple[str, str]], binary: dict[str, Any]) -> tuple[Any, ...]:
+    """What the C launcher (fastpath.py) needs of each parameter of a binary to lay a descriptor out as ``expand``
+    does: None for other parameters; for a descriptor ``(tma, rank, elem_size, elem_type, box, swizzle,
+    fp4_padded)``, the element type in the driver's numbering and the box innermost first (unused without TMA)."""
+    metas = binary.get("tensordesc_meta", {})
+    out: list[Any] = []
+    for name, ty in params:
+        meta = metas.get(name)
+        if not ty.startswith(DESC_PREFIX):
+            out.append(None)
+        elif meta is None:
+            out.append((0, len(binary["descs"][name]), 0, 0, (), 0, 0))
+        else:
+            box = tuple(int(b) for b in meta["block_size"])[::-1]
+            out.append((1, len(binary["descs"][name]), int(meta["elem_size"]),
+                        _TMA_DTYPE_DEVICE_TO_HOST[int(meta["elem_type"])], box, int(meta["swizzle"]),
+                        int(bool(meta.get("fp4_padded")))))
+    return tuple(out)
+
+
 def launch_layout(params: list[tuple[str, str]], binary: dict[str, Any], struct_codes: dict[str, str],
                   encode: Any) -> tuple[list[str], Any]:
     """For a launcher of a binary whose parameters include tensor descriptors: the struct codes of its parameter

@@ -2,15 +2,18 @@
 
 ``forge-aot build`` compiles ``_fastlaunch.c`` into the wheel (``_fastlaunch.abi3.so``, CPython's limited API:
 one binary for every CPython >= 3.9). With it, ``kernel[grid](*args, **kwargs)`` is one C call (parameters by
-position or by name, in whatever order the kernel declares them; launch options as keywords) when the kernel has
-no config pre-hooks, and the Python path has resolved the call's (dtypes, call-site values, device, key values,
-specialization) once before. The C code reads the arguments as the Python path does (devices, dtypes, pointers,
-integer ranges, fp16/bf16 encodings, Triton's specialization), finds the launch the Python path remembered for
-them, evaluates the grid, packs the parameter block and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` for a call
-with launch attributes, ``launch_pdl=True``...) on torch's current stream under the device's primary context.
-For a kernel with ``@triton.heuristics`` it calls the heuristics on the arguments by
-name as ``Kernel.run`` does, and launches the binary the Python path resolved for those heuristic values (values
-not seen before go to the Python path, which calls the heuristics again and remembers them). Every other call,
+position or by name, in whatever order the kernel declares them; launch options as keywords) once the Python path
+has resolved the call's (dtypes, call-site values, device, key values, specialization) before. The C code reads
+the arguments as the Python path does (devices, dtypes, pointers, integer ranges, fp16/bf16 encodings, Triton's
+specialization), finds the launch the Python path remembered for them, evaluates the grid, packs the parameter
+block and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` for a call with launch attributes, ``launch_pdl=True``...)
+on torch's current stream under the device's primary context.
+For a kernel with ``@triton.heuristics`` or a config ``pre_hook`` it calls the heuristics, then the pre-hook, on
+the arguments by name as ``Kernel.run`` does; host-side tensor descriptors (``tensordesc<T>`` parameters, or pointer
+parameters passed one, as the Triton tutorials' TMA matmul and attention do) are read after that, their tensor maps
+encoded through the driver (and remembered per binary); it launches the binary the Python path resolved for those
+heuristic values and block shapes. Values not seen before are launched by the Python path from that point on
+(``BinaryBackend.launch``), which remembers them: heuristics and pre-hooks run once per call. Every other call,
 and every call it cannot read exactly as the Python path would (a CPU tensor, an integer out of range, a
 ``numpy`` scalar, an unknown keyword, ``LAUNCHES.skip``...), goes to ``Kernel.run`` untouched: errors and rare
 cases are the Python path's.
@@ -22,13 +25,14 @@ turns the C path off for one kernel handle (its launches then pack through ctype
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
-         "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12}
-"""Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer)."""
-ABI = 8
+         "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
+"""Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
+ABI = 9
 
 
 def _load() -> Any:
@@ -46,8 +50,9 @@ c: Any = _load()
 
 
 def kind(ty: str) -> int | None:
-    """The C kind of a signature type (``*fp16``, ``i32``...), or None for one the C path does not pack."""
-    return KINDS.get("*" if ty.startswith("*") else ty)
+    """The C kind of a signature type (``*fp16``, ``i32``, ``tensordesc<T>``...), or None for one the C path does
+    not pack."""
+    return KINDS.get("*" if ty.startswith("*") else "tensordesc" if ty.startswith("tensordesc<") else ty)
 
 
 _MISSING = object()
@@ -56,7 +61,7 @@ _MISSING = object()
 
 def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
-    if c is None or kernel.spec.get("pre_hooks"):
+    if c is None:
         return None
     from .kernel import LAUNCHES
     from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
@@ -76,7 +81,7 @@ def plan(kernel: Any) -> Any:
     # Heuristics, as Kernel.run calls them: in registration order, on the arguments by name.
     heuristics = tuple((name, fn) for name, fn in kernel.heuristics)
     try:
-        return c.FastKernel(bytes(kinds), tuple(kernel.ptr_pos), tuple(p for p, _ in kernel.spec_slots),
+        return c.FastKernel(bytes(kinds), tuple(kernel.device_pos), tuple(p for p, _ in kernel.spec_slots),
                             tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
                             tuple(src for is_rt, src in kernel.axis_sources if is_rt),
                             tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
@@ -129,14 +134,18 @@ def launches_from_c(kernel: Any) -> bool:
             and cls.named_args is Kernel.named_args)
 
 
-def remember(kernel: Any, runtime: Any, call: dict[str, Any], c_launcher: Any, config: Any, spec: str,
+def remember(kernel: Any, state: Any, runtime: Any, call: dict[str, Any], c_launcher: Any, config: Any, spec: str,
              heur: tuple[Any, ...] = ()) -> None:
     """After the Python path launched a call through ``c_launcher`` (its binary's C ``Launcher``) with its runtime
     arguments bound in order in ``runtime`` (a tuple, or the list the Python path bound from keywords) and its
-    call-site values in ``call`` (and, for a kernel with heuristics, their values ``heur``): let the C path launch
-    such calls from now on, by position or by name."""
+    call-site values in ``call`` (and, for a kernel with heuristics, their values ``heur``), resolved in ``state``
+    (``kernel._state``) to ``config``: let the C path launch such calls from now on, by position or by name. For
+    values the C path resolves per call (heuristics, the config's pre-hook, tensor descriptors' block shapes), it
+    launches those it has not seen through ``BinaryBackend.launch`` with this state and config."""
     fast = kernel._fast
     if fast is not None:
         runtime = tuple(runtime)
-        with_heuristics = (heur, config.all_kwargs()) if heur else ()
-        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, *with_heuristics)
+        hook = kernel.pre_hooks.get(config.pre_hook) if config.pre_hook else None
+        named = config.all_kwargs() if heur or hook is not None else None
+        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, named, hook,
+                      functools.partial(kernel.backend.launch, kernel, state, config))

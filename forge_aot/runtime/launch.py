@@ -154,8 +154,8 @@ class BinaryBackend:
         except struct.error:
             packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime, kernel.pointer_ints)
             raise
-        if kernel._fast is not None and c_launcher is not None and config.pre_hook is None:
-            fastpath.remember(kernel, runtime, call, c_launcher, config, spec, heur)
+        if kernel._fast is not None and c_launcher is not None:
+            fastpath.remember(kernel, state, runtime, call, c_launcher, config, spec, heur)
 
 
 class _ArgBuffer:
@@ -217,10 +217,12 @@ class _BinaryLauncher:
         # scratch. Computed here, not through ctypes: where the C launcher serves, the ctypes types are never made.
         self._types = [ty for _, ty in params]
         self.desc_slots = [j for j, ty in enumerate(self._types) if ty.startswith(DESC_PREFIX)]
+        self._desc_layouts: tuple[Any, ...] | None = None
         if self.desc_slots:  # several parameters per tensor descriptor (descriptors.py, loaded for such kernels only)
-            from .descriptors import launch_layout
+            from .descriptors import c_layouts, launch_layout
 
             self._codes, self._expand = launch_layout(params, binary, _STRUCT_CODES, self.drv.encode_tensor_map)
+            self._desc_layouts = c_layouts(params, binary)
         else:
             self._codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for ty in self._types]
         self._codes += ["Q", "Q"]
@@ -264,7 +266,7 @@ class _BinaryLauncher:
                         tuple(self.offsets), self.block_size, self.global_scratch,
                         self.profile_scratch, scratch, self.raw_stream, self.device, self.drv.check, self.name,
                         points["launch"], points["ctx_get"], points["ctx_push"], points["ctx_pop"], self.attrs,
-                        points.get("launch_ex", 0))
+                        points.get("launch_ex", 0), self._desc_layouts, points.get("tensor_map", 0))
                 except (TypeError, ValueError, OverflowError):
                     self._c = None
         return self._c
