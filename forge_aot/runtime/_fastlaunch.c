@@ -13,9 +13,11 @@
  *   Launch      `kernel[grid]`; calling it tries the FastKernel, else calls kernel.run(grid, args, kwargs).
  *   FastKernel  per kernel handle: how to read a call's arguments and a cache from (dtypes, device, key
  *               values, specialization) to the Launcher and config the Python path resolved for them; for a
- *               kernel with @triton.heuristics, to the config and, per tuple of heuristic values, the Launcher
- *               (the heuristics are called here on the arguments by name, as Kernel.run calls them).
- *   Launcher    one loaded binary on one device: parameter-block layout, launch dimensions, driver calls.
+ *               kernel with @triton.heuristics, a config pre-hook or host tensor descriptors, to the config and,
+ *               per (heuristic values, descriptor block shapes), the Launcher (the heuristics and the pre-hook
+ *               are called here on the arguments by name, as Kernel.run calls them, once per call).
+ *   Launcher    one loaded binary on one device: parameter-block layout (tensor descriptors as Triton 3.6 lays
+ *               them out, their tensor maps encoded here), launch dimensions, driver calls.
  */
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x03090000
