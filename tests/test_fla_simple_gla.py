@@ -6,7 +6,8 @@ the manifest leaves out, FLA's caching autotuner, the cumsum op taken through ``
 
 CPU: what the build makes of those files. GPU: the wheel's ``chunk_simple_gla`` (the files' host code with the
 packaged kernels, no Triton) against a float64 recurrence and against FLA itself under Triton's JIT, data-dependent
-gates with and without initial and final state and a head-wise decay, lengths the examples did not use."""
+gates with and without initial and final state and a head-wise decay, lengths the examples did not use (FLA's cumsum
+kernels take the batch size as a constexpr: the examples run each batch size the tests use)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,16 @@ def test_against_float64_and_fla_itself(wheel, jit, dtype, B, T, case) -> None:
             assert relative_error(s, ref_s) < TOLERANCE[dtype], name
     # FLA's autotuner picks its config at run time, the wheel takes its table's: equal up to rounding
     assert relative_error(outs[0][0], outs[1][0].double()) < TOLERANCE[dtype]
+
+
+@pytest.mark.gpu
+def test_a_batch_size_no_example_built_is_refused_before_any_launch(wheel) -> None:
+    """FLA's cumsum kernels take the batch size as a constexpr (``B: tl.constexpr``): Triton's JIT compiles a
+    binary per batch size, the wheel has those of the examples (1, 2 and 3) and refuses another, naming B."""
+    import torch
+    from forge_fla._runtime.errors import NotBuiltError
+
+    q, k, v = (torch.randn(5, 64, 4, 64, device="cuda") for _ in range(3))
+    g = torch.nn.functional.logsigmoid(torch.randn(5, 64, 4, device="cuda"))
+    with pytest.raises(NotBuiltError, match=r"constexpr B=5 was not built; built values: \[1, 2, 3\]"):
+        wheel.chunk_simple_gla(q, k, v, g)
