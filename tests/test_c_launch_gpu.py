@@ -42,6 +42,24 @@ def python_runs(handles):
             del h.run
 
 
+def python_then_c(fastpath, handles, run):
+    """``run()``'s results on the pure-Python path, then on the C path once it has learnt the calls (no call may
+    reach Kernel.run): (python's, C's)."""
+    import torch
+
+    for h in handles:
+        fastpath.use_c_launch(h, False)
+    want = run()
+    for h in handles:
+        assert fastpath.use_c_launch(h, True)
+    run()  # the Python path resolves each call once and hands it to the C path
+    with python_runs(handles) as count:
+        got = run()
+    torch.cuda.synchronize()
+    assert count[0] == 0, "the C path did not serve every call"
+    return want, got
+
+
 def _ops(packaged, device="cuda"):
     import torch
 
@@ -60,17 +78,7 @@ def test_c_path_gives_the_python_paths_results(packaged, c_path) -> None:
     import torch
 
     fastpath, handles = c_path
-    run = _ops(packaged)
-    for h in handles:
-        fastpath.use_c_launch(h, False)
-    want = run()
-    for h in handles:
-        assert fastpath.use_c_launch(h, True)
-    run()  # the Python path resolves each call once and hands it to the C path
-    with python_runs(handles) as count:
-        got = run()
-    torch.cuda.synchronize()
-    assert count[0] == 0, "the C path did not serve every call"
+    want, got = python_then_c(fastpath, handles, _ops(packaged))
     for g, w in zip(got, want):
         assert torch.equal(g, w)
 
@@ -174,16 +182,7 @@ def test_descriptor_and_pre_hook_kernels_take_the_c_path() -> None:
                 realworld.tutorial_attention(q, k, v, True, 0.5, False)]
 
     try:
-        for h in handles:
-            fastpath.use_c_launch(h, False)
-        want = run()
-        for h in handles:
-            assert fastpath.use_c_launch(h, True)
-        run()
-        with python_runs(handles) as count:
-            got = run()
-        torch.cuda.synchronize()
-        assert count[0] == 0, "the C path did not serve every call"
+        want, got = python_then_c(fastpath, handles, run)
         for x, w in zip(got, want):
             assert torch.equal(x, w)
         realworld.preload()
