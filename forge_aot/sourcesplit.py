@@ -797,11 +797,23 @@ def _kernel_side_bindings(stmt: ast.stmt) -> set[str]:
         return {stmt.name}
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return set().union(*(_target_names(t) for t in targets))
     if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With)) and not _is_main_guard(stmt):
         inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
                  *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
         return set().union(*(_kernel_side_bindings(s) for s in inner))
+    return set()
+
+
+def _target_names(target: ast.expr) -> set[str]:
+    """The names an assignment target rebinds: ``a``, ``a, (b, *c)``; not ``cfg["x"]`` or ``obj.attr``, which change
+    an object another statement bound."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
     return set()
 
 
@@ -1083,10 +1095,13 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # Where the file defines Triton code, its names stay bound (a package __init__ may re-export a @triton.jit helper,
     # as FLA's fla/ops/utils does softplus): to the kernel's handle where the package has one, else to a stand-in.
     reserved = {"triton", *language_aliases, *descriptor_aliases}
+    stand_ins: dict[int, set[str]] = {}  # by line: two statements may share one (``exp = tl.exp; log = tl.log``)
     for stmt in [*kernel_stmts, *blanked]:
-        names = sorted(_kernel_side_bindings(stmt) - reserved) if id(stmt) not in rebinding else []
+        if id(stmt) not in rebinding:
+            stand_ins.setdefault(stmt.lineno, set()).update(_kernel_side_bindings(stmt) - reserved)
+    for line, names in stand_ins.items():
         if names:
-            lines[stmt.lineno - 1] = "; ".join(f"{n} = {KERNEL_SIDE_HOOK}({n!r}, __name__)" for n in names) + "\n"
+            lines[line - 1] = "; ".join(f"{n} = {KERNEL_SIDE_HOOK}({n!r}, __name__)" for n in sorted(names)) + "\n"
     original = _split_lines(text)
     for name, dec in heuristics:
         _heuristics_lines(lines, original, name, dec)

@@ -205,11 +205,11 @@ def _run_python(rt, k, grid, args):
         rt.fastpath.use_c_launch(k, True)
 
 
-@pytest.mark.parametrize("case", ["unbuilt block", "strides", "driver"])
+@pytest.mark.parametrize("case", ["unbuilt block", "strides", "rank", "i32", "driver"])
 def test_errors_are_the_python_paths(rt, fake, tma, tmp_path, case) -> None:
     """What a descriptor call gets wrong raises the Python path's error on the C path too, before any launch: a
-    block shape (set by the pre-hook) no binary was built for, a last dimension that is not contiguous, the driver
-    refusing the tensor map."""
+    block shape (set by the pre-hook) no binary was built for, a last dimension that is not contiguous, a descriptor
+    changed after it was made to another rank or to an extent beyond i32, the driver refusing the tensor map."""
     k = _scale2d(rt, tmp_path, tma_meta=True, pre_hook="blocks")
     wanted = [64, 32]
     k.pre_hooks["blocks"] = lambda nargs: [setattr(nargs[n], "block_shape", list(wanted)) for n in ("x_desc", "y_desc")]
@@ -225,6 +225,10 @@ def test_errors_are_the_python_paths(rt, fake, tma, tmp_path, case) -> None:
         wanted[:] = [128, 32]
     elif case == "strides":
         xd.strides = [72, 2]
+    elif case == "rank":
+        xd.shape, xd.strides = [10, 10, 72], [720, 72, 1]
+    elif case == "i32":
+        xd.shape = [2**31, 72]
     else:
         tma.result = 1  # CUDA_ERROR_INVALID_VALUE
         xd = desc(_on(x[1:]), [99, 72], [72, 1], [1, 1])
@@ -234,7 +238,8 @@ def test_errors_are_the_python_paths(rt, fake, tma, tmp_path, case) -> None:
             (_run_python(rt, k, (1,), (xd, yd, 100, 72, 1.0)) if python else k[(1,)](xd, yd, 100, 72, 1.0))
         errors.append((type(info.value).__name__, str(info.value)))
     assert errors[0] == errors[1] and fake.calls == calls
-    expected = {"unbuilt block": "NotBuiltError", "strides": "ValueError", "driver": "DriverError"}[case]
+    expected = {"unbuilt block": "NotBuiltError", "strides": "ValueError", "rank": "ValueError", "i32": "OverflowError",
+                "driver": "DriverError"}[case]
     assert errors[0][0] == expected, errors
     if case == "driver":
         assert "cuTensorMapEncodeTiled (element type 6, rank 2, address 0x" in errors[0][1]
@@ -266,3 +271,67 @@ def _kernel_with_hook(rt, root):
 
     spec = cs.kernel_spec(root, "zeroing", ADD, dtypes={"T": ["fp16"]}, specs=["DDDD", "xxxx"], pre_hook="zero")
     return rt.Kernel("zeroing", spec, cs.TARGETS, rt.BinaryBackend(str(root)))
+
+
+def test_a_pre_hook_that_gives_an_argument_new_storage(rt, fake, tmp_path) -> None:
+    """``Kernel.run`` reads the pointers after the pre-hook: a hook that points an argument at other memory
+    (``set_``) launches with the new address on the C path too, and where the new address changes the
+    specialization (misaligned) the Python path launches that call with its own binary."""
+    k = _kernel_with_hook(rt, tmp_path)
+    fake.block_size, fake.nparams = 40, 5
+    x, o = _tensor(0), _tensor(0)
+    targets = [_tensor(0), _tensor(0), _tensor(0, offset_bytes=2)]
+    swap = {"to": targets[0]}
+    k.pre_hooks["zero"] = lambda nargs: nargs["out_ptr"].set_(swap["to"])
+    for target in targets:
+        swap["to"] = target
+        rt.fastpath.use_c_launch(k, False)
+        k[(1,)](x, x, o, 64)
+        python = fake.launch_record()
+        rt.fastpath.use_c_launch(k, True)
+        for _ in range(3):  # the first resolves on the Python path, the others take the C path
+            k[(1,)](x, x, o, 64)
+            assert fake.launch_record() == python
+        assert struct.unpack_from("<Q", python[6], 16)[0] == target.data_ptr()
+
+
+@pytest.mark.parametrize("kind", ["plain", "heuristics", "pre-hook", "descriptors"])
+def test_kernels_the_c_path_served_are_collected(rt, fake, tma, tmp_path, kind) -> None:
+    """A kernel handle the C path has served is garbage once nothing else holds it: its FastKernel and KernelBase
+    take part in garbage collection, so the cycles a package makes (a heuristic or pre-hook whose module globals
+    hold the handle) are collected."""
+    import gc
+    import weakref
+
+    from tests.test_c_launch import ADD, _heuristics_kernel
+
+    x = _tensor(0)
+    if kind == "descriptors":
+        k = _scale2d(rt, tmp_path, tma_meta=True)
+        m = _matrix()
+        desc = rt.descriptors.TensorDescriptor
+
+        def call(k):
+            k[(1,)](desc(m, [100, 72], [72, 1], [64, 32]), desc(m, [100, 72], [72, 1], [64, 32]), 100, 72, 1.0)
+    else:
+        if kind == "heuristics":
+            k, seen = _heuristics_kernel(rt, fake, tmp_path, "collected")
+            seen.append(k)  # the heuristics' closure now holds the handle, as module globals do
+        elif kind == "pre-hook":
+            k = _kernel_with_hook(rt, tmp_path)
+            k.pre_hooks["zero"] = lambda nargs, k=k: None
+        else:
+            k = rt.Kernel("plain", cs.kernel_spec(tmp_path, "plain", ADD, specs=["DDDD"]), cs.TARGETS,
+                          rt.BinaryBackend(str(tmp_path)))
+
+        def call(k):
+            k[(1,)](x, x, x, 64)
+    for _ in range(3):
+        call(k)
+    assert k._fast is not None and k._fast.size() == 1
+    ref = weakref.ref(k)
+    del k, call
+    if kind == "heuristics":
+        del seen
+    gc.collect()
+    assert ref() is None

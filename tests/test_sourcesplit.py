@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -553,3 +554,34 @@ def test_library_ways_of_writing_module_code(tmp_path: Path) -> None:
     ns: dict = {"triton": host_triton, "__forge_kernel_side__": KernelSide}
     exec(compile(host, str(f), "exec"), ns)
     assert ns["PATCHED"] is False and ns["npu_options"]() is None and ns["USE_TMA"] is True
+
+
+def test_stand_ins_bind_every_name_of_a_line_and_no_others(tmp_path: Path) -> None:
+    """Where Triton code is left out, the names it bound stay bound on its line: both statements' names where two
+    share a line, and never a name the statement only changes (``cfg["f"] = ...``), which a host binding holds."""
+    from forge_aot.sourcesplit import _kernel_side_bindings
+
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nimport triton.language as tl\n\nexp = tl.exp; log = tl.log\n\n@triton.jit\n"
+                 "def k(x):\n    pass\n\n\ndef op(x):\n    k[(1,)](x)\n    return x\n")
+    host = parse_source(f, {"op"}).host_source.splitlines()
+    assert host[3] == ("exp = __forge_kernel_side__('exp', __name__); log = __forge_kernel_side__('log', __name__)")
+    assign = ast.parse("cfg['f'] = tl.exp\nobj.attr = tl.exp\na, (b, *c) = tl.exp").body
+    assert [_kernel_side_bindings(s) for s in assign] == [set(), set(), {"a", "b", "c"}]
+
+
+def test_a_pre_hook_left_out_as_triton_code_is_named_when_bound(tmp_path: Path) -> None:
+    """A config pre-hook that uses Triton is left out of the host code: binding the module says so, naming it."""
+    from forge_aot.runtime import ForgeRuntimeError, exec_host_module
+
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nimport triton.language as tl\n\ndef hook(nargs):\n    return tl.zeros((1,), "
+                 "tl.float32)\n\n@triton.jit\ndef k(x):\n    pass\n\n\ndef op(x):\n    k[(1,)](x)\n    return x\n")
+    src = parse_source(f, {"op"})
+
+    class Handle:
+        function, spec, pre_hooks = "k", {"pre_hooks": ["hook"]}, {}
+
+    with pytest.raises(ForgeRuntimeError, match="config pre-hook 'hook' of k uses Triton, so the packaged host code "
+                                                "leaves it out"):
+        exec_host_module("_hooked", str(f), {"k": Handle()}, src.host_source)

@@ -74,7 +74,7 @@ static const long long kind_hi[K_COUNT] = {0, 127, 32767, 2147483647LL, 0, 255, 
 
 static PyTypeObject *KernelBaseType, *LaunchType, *FastKernelType, *LauncherType;
 static PyObject *str_run, *str_skip, *str_dtype, *str_named_args, *str_base, *str_block_shape, *str_shape,
-    *str_strides, *str_padding, *str_data_ptr;
+    *str_strides, *str_padding, *str_data_ptr, *str_pre_hooks;
 
 /* ---------------------------------------------------------------------------------------------------------
  * Scalars, encoded exactly as the Python path's struct formats do (see packing.py). Each returns 1 when the
@@ -737,15 +737,17 @@ typedef struct {
 
 /* A resolved (dtypes, device, key values, call-site values, specialization): the config, and either the binary's
  * Launcher (plain kernels) or, where more is resolved per call (heuristics, a config pre-hook, tensor descriptors:
- * a "late" entry), the Launcher per (heuristic values, descriptor block shapes) and the Python path's launch
- * from that point on for values not seen yet (`fallback`: BinaryBackend.launch with this entry's state and config). */
+ * a "late" entry), the Launcher per (heuristic values, descriptor block shapes), the config's pre-hook by name
+ * (looked up in kernel.pre_hooks per call, as Kernel.run does) and the Python path's launch from that point on for
+ * values not seen yet (`fallback(kernel, grid, args, call, heur)`: BinaryBackend.launch with this entry's state and
+ * config; it holds no kernel). */
 typedef struct {
     int used;
     CallKey key;
     PyObject *launcher, *meta, *config, *call;
     PyObject *kwargs;            /* config.all_kwargs() where heuristics or the pre-hook read the arguments by name */
     PyObject *late;              /* late entries: dict (heuristic values, block shapes...) -> Launcher; else NULL */
-    PyObject *pre_hook, *fallback;
+    PyObject *pre_hook, *fallback;   /* late entries: the pre-hook's name (or NULL), the Python path's launch */
 } Entry;
 
 typedef struct {
@@ -798,13 +800,39 @@ static void clear_table(FastKernel *F) {
     PyMem_Free(old);
 }
 
-static void FastKernel_dealloc(PyObject *self) {
+/* The garbage collector sees what a FastKernel holds: a kernel's heuristics (their module's globals), remembered
+ * call-site values and launches can lead back to the kernel handle, whose _fast is this object. */
+static int FastKernel_traverse(PyObject *self, visitproc visit, void *arg) {
     FastKernel *F = (FastKernel *)self;
-    PyTypeObject *tp = Py_TYPE(self);
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(F->tensor_types); Py_VISIT(F->get_device); Py_VISIT(F->data_ptr); Py_VISIT(F->launches);
+    Py_VISIT(F->call_names); Py_VISIT(F->call_defaults); Py_VISIT(F->missing);
+    Py_VISIT(F->runtime_names); Py_VISIT(F->heuristics); Py_VISIT(F->heuristic_names);
+    for (size_t i = 0; i < F->cap; i++) {
+        Entry *e = &F->table[i];
+        if (!e->used) continue;
+        for (int t = 0; t < F->n_tv; t++) Py_VISIT(e->key.dtypes[t]);
+        for (int j = 0; j < F->n_ptr; j++) Py_VISIT(e->key.ptypes[j]);
+        for (int c = 0; c < F->n_call; c++) Py_VISIT(e->key.calls[c]);
+        Py_VISIT(e->launcher); Py_VISIT(e->meta); Py_VISIT(e->config); Py_VISIT(e->call);
+        Py_VISIT(e->kwargs); Py_VISIT(e->late); Py_VISIT(e->pre_hook); Py_VISIT(e->fallback);
+    }
+    return 0;
+}
+
+static int FastKernel_clear(PyObject *self) {
+    FastKernel *F = (FastKernel *)self;
     clear_table(F);
-    Py_XDECREF(F->tensor_types); Py_XDECREF(F->get_device); Py_XDECREF(F->data_ptr); Py_XDECREF(F->launches);
-    Py_XDECREF(F->call_names); Py_XDECREF(F->call_defaults); Py_XDECREF(F->missing);
-    Py_XDECREF(F->runtime_names); Py_XDECREF(F->heuristics); Py_XDECREF(F->heuristic_names);
+    Py_CLEAR(F->tensor_types); Py_CLEAR(F->get_device); Py_CLEAR(F->data_ptr); Py_CLEAR(F->launches);
+    Py_CLEAR(F->call_names); Py_CLEAR(F->call_defaults); Py_CLEAR(F->missing);
+    Py_CLEAR(F->runtime_names); Py_CLEAR(F->heuristics); Py_CLEAR(F->heuristic_names);
+    return 0;
+}
+
+static void FastKernel_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    FastKernel_clear(self);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
     Py_DECREF(tp);
@@ -1200,8 +1228,8 @@ static PyObject *late_key(FastKernel *F, PyObject *heur, PyObject *args, uint64_
 /* fast.register(args, call, launcher, launch_meta, config, spec, heur=(), config_kwargs=None, pre_hook=None,
  * fallback=None) -> bool: remember what the Python path resolved for this call (call: its bound call-site values;
  * heur: the heuristic values it computed; config_kwargs: config.all_kwargs() where heuristics or the pre-hook read
- * the arguments by name; fallback: the Python path's launch for late values not seen yet), if this file reads the
- * call the same way (same specialization string). A call with heuristics, a config pre-hook or tensor
+ * the arguments by name; pre_hook: the config's pre-hook name; fallback: the Python path's launch for late values
+ * not seen yet), if this file reads the call the same way (same specialization string). A call with heuristics, a config pre-hook or tensor
  * descriptors is remembered under the values that picked its binary after they ran (late_key). */
 static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     FastKernel *F = (FastKernel *)self;
@@ -1221,7 +1249,7 @@ static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
     Py_ssize_t n_heur = heur ? PyTuple_Size(heur) : 0;
     Py_ssize_t want = F->n_heur ? PyTuple_Size(F->heuristic_names) : 0;
     if (n_heur != want || ((F->n_heur || pre_hook) && !PyDict_Check(kwargs))
-        || (pre_hook && !PyCallable_Check(pre_hook)))
+        || (pre_hook && !PyUnicode_Check(pre_hook)))
         Py_RETURN_FALSE;
     CallKey k;
     uint64_t vals[MAX_ARGS];
@@ -1238,8 +1266,8 @@ static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
         if (!key) { PyErr_Clear(); ok = 0; }
     }
     if (ok) {
-        Entry *e = insert(F, &k, late ? Py_None : launcher, meta, config, call, late ? kwargs : NULL, late, pre_hook,
-                          fallback);
+        Entry *e = insert(F, &k, late ? Py_None : launcher, meta, config, call, late ? kwargs : NULL, late,
+                          late ? pre_hook : NULL, late ? fallback : NULL);
         if (!e) { release_key(F, &k); Py_XDECREF(key); return NULL; }
         if (late && e->late) {
             PyObject *by_late = e->late;   /* held: storing into it may run code that clears the table */
@@ -1267,7 +1295,7 @@ static PyObject *FastKernel_read_spec(PyObject *self, PyObject *args) {
     return PyUnicode_FromStringAndSize(k.spec, F->n_spec);
 }
 
-static PyObject *FastKernel_clear(PyObject *self, PyObject *unused) {
+static PyObject *FastKernel_forget(PyObject *self, PyObject *unused) {
     (void)unused;
     clear_table((FastKernel *)self);
     Py_RETURN_NONE;
@@ -1281,7 +1309,7 @@ static PyObject *FastKernel_size(PyObject *self, PyObject *unused) {
 static PyMethodDef FastKernel_methods[] = {
     {"register", FastKernel_register, METH_VARARGS, "Remember the launch the Python path resolved for a call."},
     {"spec", FastKernel_read_spec, METH_VARARGS, "The specialization string read from a call, or None."},
-    {"clear", FastKernel_clear, METH_NOARGS, "Forget every remembered launch."},
+    {"clear", FastKernel_forget, METH_NOARGS, "Forget every remembered launch."},
     {"size", FastKernel_size, METH_NOARGS, "How many launches are remembered."},
     {NULL, NULL, 0, NULL},
 };
@@ -1289,12 +1317,14 @@ static PyMethodDef FastKernel_methods[] = {
 static PyType_Slot FastKernel_slots[] = {
     {Py_tp_new, FastKernel_new},
     {Py_tp_dealloc, FastKernel_dealloc},
+    {Py_tp_traverse, FastKernel_traverse},
+    {Py_tp_clear, FastKernel_clear},
     {Py_tp_methods, FastKernel_methods},
     {Py_tp_doc, "How to read a kernel's calls, and the launches resolved for them."},
     {0, NULL},
 };
-static PyType_Spec FastKernel_spec = {"_fastlaunch.FastKernel", sizeof(FastKernel), 0, Py_TPFLAGS_DEFAULT,
-                                      FastKernel_slots};
+static PyType_Spec FastKernel_spec = {"_fastlaunch.FastKernel", sizeof(FastKernel), 0,
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, FastKernel_slots};
 
 /* ---------------------------------------------------------------------------------------------------------
  * Launch: kernel[grid].
@@ -1347,8 +1377,32 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
  * path from this point on (`fallback`), which remembers them, so heuristics and pre-hooks run once per call.
  * 1 launched, 0 left to the Python path (before anything ran but pure heuristics), -1 error (a heuristic, the
  * pre-hook, the grid function or the launch raised: the error the Python path would raise). */
+/* After a pre-hook each tensor argument's address is read again, as Kernel.run reads them only then (a hook may
+ * give an argument new storage): 1 with the same specialization, 0 where it changed (the Python path launches). */
+static int reread_pointers(FastKernel *F, PyObject *args, const CallKey *k, uint64_t *vals) {
+    for (int i = 0; i < F->n_ptr; i++) {
+        int p = F->ptr_pos[i];
+        if (F->kinds[p] != K_PTR || k->ptypes[i] == Py_None || k->ptypes[i] == (PyObject *)&PyLong_Type
+            || ((k->descs >> p) & 1))
+            continue;
+        PyObject *a = PyTuple_GetItem(args, p);
+        if (!is_tensor(F, a)) return 0;
+        PyObject *ptr = PyObject_CallFunctionObjArgs(F->data_ptr, a, NULL);
+        if (!ptr) { PyErr_Clear(); return 0; }
+        int ok = convert_scalar(K_PTR, ptr, &vals[p]);
+        Py_DECREF(ptr);
+        if (!ok) return 0;
+    }
+    for (int s = 0; s < F->n_spec; s++) {
+        char was = k->spec[s];
+        if (F->spec_is_ptr[s] && (was == 'D' || was == 'x') && ((vals[F->spec_pos[s]] & 15) ? 'x' : 'D') != was)
+            return 0;
+    }
+    return 1;
+}
+
 static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
-                     const Entry *e, const uint64_t *vals, PyObject *const *objs) {
+                     const Entry *e, uint64_t *vals, PyObject *const *objs) {
     int r = -1, hooks = F->n_heur || e->pre_hook;
     PyObject *nargs = NULL, *heur = NULL, *grid_meta = NULL, *grid = NULL, *key = NULL;
     if (hooks) {
@@ -1379,24 +1433,29 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
     for (Py_ssize_t j = 0; j < n_names; j++) {
         PyObject *name = PyTuple_GetItem(F->heuristic_names, j);
         PyObject *v = PyDict_GetItemWithError(nargs, name);
-        if (!v) {
-            if (PyErr_Occurred()) goto done;
-            r = 0;   /* a heuristic parameter no heuristic set: the Python path says so */
+        if (!v) {   /* a heuristic parameter no heuristic set: Kernel.heuristic_values' KeyError */
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, name);
             goto done;
         }
         Py_INCREF(v);
         PyTuple_SetItem(heur, j, v);
         if (grid_meta && PyDict_SetItem(grid_meta, name, v) < 0) goto done;
     }
-    if (e->pre_hook) {
-        PyObject *ran = PyObject_CallFunctionObjArgs(e->pre_hook, nargs, NULL);
+    int same = 1;
+    if (e->pre_hook) {   /* kernel.pre_hooks[name](nargs), looked up per call as Kernel.run does */
+        PyObject *table = PyObject_GetAttr(l->kernel, str_pre_hooks);
+        PyObject *hook = table ? PyObject_GetItem(table, e->pre_hook) : NULL;
+        Py_XDECREF(table);
+        PyObject *ran = hook ? PyObject_CallFunctionObjArgs(hook, nargs, NULL) : NULL;
+        Py_XDECREF(hook);
         if (!ran) goto done;
         Py_DECREF(ran);
+        same = reread_pointers(F, args, k, vals);
     }
     if (!(grid = grid_value(l, args, hooks ? grid_meta : e->meta, e->config, e->call, nargs))) goto done;
     unsigned long long dims[3];
     PyObject *launcher = NULL;
-    if (read_grid(grid, dims)) {
+    if (same && read_grid(grid, dims)) {
         key = late_key(F, heur, args, k->descs);
         if (!key) PyErr_Clear();   /* the Python path raises its own error for it */
         else if (!(launcher = PyDict_GetItemWithError(e->late, key)) && PyErr_Occurred()) goto done;
@@ -1406,7 +1465,7 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
         r = launcher_launch((Launcher *)launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
         Py_DECREF(launcher);
     } else {
-        PyObject *done = PyObject_CallFunctionObjArgs(e->fallback, grid, args, e->call, heur, NULL);
+        PyObject *done = PyObject_CallFunctionObjArgs(e->fallback, l->kernel, grid, args, e->call, heur, NULL);
         if (done) { Py_DECREF(done); r = 1; }
     }
 done:
@@ -1573,8 +1632,20 @@ typedef struct {
     PyObject *fast;
 } KernelBase;
 
+static int KernelBase_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(((KernelBase *)self)->fast);
+    return 0;
+}
+
+static int KernelBase_clear(PyObject *self) {
+    Py_CLEAR(((KernelBase *)self)->fast);
+    return 0;
+}
+
 static void KernelBase_dealloc(PyObject *self) {
     PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
     Py_CLEAR(((KernelBase *)self)->fast);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
@@ -1623,6 +1694,8 @@ static PyGetSetDef KernelBase_getset[] = {
 static PyType_Slot KernelBase_slots[] = {
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, KernelBase_dealloc},
+    {Py_tp_traverse, KernelBase_traverse},
+    {Py_tp_clear, KernelBase_clear},
     {Py_mp_subscript, KernelBase_subscript},
     {Py_tp_methods, KernelBase_methods},
     {Py_tp_getset, KernelBase_getset},
@@ -1630,7 +1703,8 @@ static PyType_Slot KernelBase_slots[] = {
     {0, NULL},
 };
 static PyType_Spec KernelBase_spec = {"_fastlaunch.KernelBase", sizeof(KernelBase), 0,
-                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, KernelBase_slots};
+                                      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+                                      KernelBase_slots};
 
 /* --------------------------------------------------------------------------------------------------------- */
 static struct PyModuleDef module_def = {
@@ -1661,8 +1735,9 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
     str_strides = PyUnicode_InternFromString("strides");
     str_padding = PyUnicode_InternFromString("padding");
     str_data_ptr = PyUnicode_InternFromString("data_ptr");
+    str_pre_hooks = PyUnicode_InternFromString("pre_hooks");
     if (!str_run || !str_skip || !str_dtype || !str_named_args || !str_base || !str_block_shape || !str_shape
-        || !str_strides || !str_padding || !str_data_ptr
+        || !str_strides || !str_padding || !str_data_ptr || !str_pre_hooks
         || add_type(m, &Launcher_spec, &LauncherType) < 0 || add_type(m, &FastKernel_spec, &FastKernelType) < 0
         || add_type(m, &Launch_spec, &LaunchType) < 0 || add_type(m, &KernelBase_spec, &KernelBaseType) < 0
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0

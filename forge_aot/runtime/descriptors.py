@@ -114,14 +114,29 @@ def param_codes(rank: int, tma: bool) -> list[str]:
 _TMA_DTYPE_DEVICE_TO_HOST = {**{i: i for i in range(16)}, 8: 10, 9: 8, 10: 9}
 
 
-def expand(desc: Any, meta: dict[str, Any] | None, encode: Any) -> list[Any]:
+def _extent(desc: Any, attr: str, rank: int | None) -> list[int]:
+    values = [int(d) for d in getattr(desc, attr)]
+    if rank is not None and len(values) != rank:
+        raise ValueError(f"TensorDescriptor: {attr} of rank {len(values)}, and the binary takes rank {rank}")
+    return values
+
+
+def _fits_i32(shape: list[int]) -> None:
+    for d in shape:
+        if not -(2**31) <= d < 2**31:
+            raise OverflowError(f"TensorDescriptor: {d} does not fit i32")
+
+
+def expand(desc: Any, meta: dict[str, Any] | None, encode: Any, rank: int | None = None) -> list[Any]:
     """The parameter values of one descriptor argument (see ``param_codes``). ``encode(address, dtype, rank,
     shape, strides_bytes, box, swizzle, nan_fill)`` returns the 128 bytes of a tensor map (the driver's
-    ``cuTensorMapEncodeTiled``); ``meta`` is the binary's tensordesc metadata for this argument (None: no TMA)."""
-    shape = [int(d) for d in desc.shape]
-    strides = [int(s) for s in desc.strides]
+    ``cuTensorMapEncodeTiled``); ``meta`` is the binary's tensordesc metadata for this argument (None: no TMA);
+    ``rank``, the binary's (a descriptor of another rank raises, as the C launcher does)."""
+    shape = _extent(desc, "shape", rank)
+    strides = _extent(desc, "strides", rank)
     nan = desc.padding == "nan"
     if meta is None:
+        _fits_i32(shape)
         return [desc.base.data_ptr(), *shape, *strides, int(nan), *shape, *strides]
     if strides[-1] != 1:
         raise ValueError("TensorDescriptor: the last dimension must be contiguous")
@@ -135,16 +150,17 @@ def expand(desc: Any, meta: dict[str, Any] | None, encode: Any) -> list[Any]:
     box = [int(b) for b in meta["block_size"]][::-1]
     tensor_map = encode(desc.base.data_ptr(), _TMA_DTYPE_DEVICE_TO_HOST[int(meta["elem_type"])], rank, dims,
                         byte_strides, box, int(meta["swizzle"]), nan)
+    _fits_i32(shape)
     return [tensor_map, *shape, *strides]
 
 
-def expander(meta: dict[str, Any] | None, encode: Any, limit: int = 256) -> Any:
+def expander(meta: dict[str, Any] | None, encode: Any, rank: int | None = None, limit: int = 256) -> Any:
     """``expand`` for one descriptor argument of one binary, remembering the tensor maps it encoded: a map depends
     only on the tensor's address, shape, strides and padding (the binary fixes the rest), and calls that reuse
     their buffers (torch's caching allocator hands the same addresses back) skip the driver's encoding. At most
     ``limit`` maps are kept; the memory is cleared when full."""
     if meta is None:
-        return lambda desc: expand(desc, None, encode)
+        return lambda desc: expand(desc, None, encode, rank)
     maps: dict[tuple[Any, ...], list[Any]] = {}
 
     def run(desc: Any) -> list[Any]:
@@ -153,7 +169,7 @@ def expander(meta: dict[str, Any] | None, encode: Any, limit: int = 256) -> Any:
         if out is None:
             if len(maps) >= limit:
                 maps.clear()
-            out = maps[key] = expand(desc, meta, encode)
+            out = maps[key] = expand(desc, meta, encode, rank)
         return out
 
     return run
@@ -190,7 +206,7 @@ def launch_layout(params: list[tuple[str, str]], binary: dict[str, Any], struct_
     for j, (name, ty) in enumerate(params):
         if ty.startswith(DESC_PREFIX):
             codes += param_codes(len(binary["descs"][name]), metas.get(name) is not None)
-            slots.append((j, expander(metas.get(name), encode)))
+            slots.append((j, expander(metas.get(name), encode, len(binary["descs"][name]))))
         else:
             codes.append("Q" if ty.startswith("*") else struct_codes[ty])
 

@@ -145,7 +145,14 @@ def remember(kernel: Any, state: Any, runtime: Any, call: dict[str, Any], c_laun
     fast = kernel._fast
     if fast is not None:
         runtime = tuple(runtime)
-        hook = kernel.pre_hooks.get(config.pre_hook) if config.pre_hook else None
-        named = config.all_kwargs() if heur or hook is not None else None
-        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, named, hook,
-                      functools.partial(kernel.backend.launch, kernel, state, config))
+        named = config.all_kwargs() if heur or config.pre_hook else None
+        fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, named, config.pre_hook,
+                      functools.partial(_launch_after_hooks, state, config))
+
+
+def _launch_after_hooks(state: Any, config: Any, kernel: Any, grid: Any, runtime: tuple[Any, ...],
+                        call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+    """What the C path hands a call whose heuristics and pre-hook it ran, when their values (or the descriptors'
+    block shapes) are new to it: the rest of ``Kernel.run``. (Bound to the state and config only: the C path's
+    cache holds it, and a reference to the kernel would keep the kernel alive through its own ``_fast``.)"""
+    kernel.backend.launch(kernel, state, config, grid, runtime, call, heur)

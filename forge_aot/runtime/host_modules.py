@@ -78,9 +78,10 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     for handle in kernels.values():
         for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
             fn = module.__dict__.get(hook)
-            if not callable(fn):
-                raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} is not a "
-                                        "function of the host module")
+            if not callable(fn) or isinstance(fn, KernelSide):
+                why = "uses Triton, so the packaged host code leaves it out" if isinstance(fn, KernelSide) else \
+                    "is not a function of the host module"
+                raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} {why}")
             handle.pre_hooks[hook] = fn
     return module
 

@@ -30,6 +30,8 @@ def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
     def import_module(name: str, package: str | None = None) -> Any:
         # importlib.import_module("fla.layers") (FLA's __init__ probes its optional parts so) takes the same rules;
         # a missing module is named as the project's own import would name it, which such probes compare
+        if name.startswith(".") and package and package.partition(".")[0] in tops:
+            name = importlib.util.resolve_name(name, package)  # relative to a project package named as such
         if name.partition(".")[0] not in tops:
             return importlib.import_module(name, package)
         try:
@@ -50,8 +52,8 @@ def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
         if level == 0 and name.partition(".")[0] in tops:
             module = real(base + name, globals, locals, fromlist, 0)
             return module if fromlist else sys.modules[base + name.partition(".")[0]]
-        if level == 0 and name == "importlib":
-            real(name, globals, locals, fromlist, 0)
+        if level == 0 and (name == "importlib" or (name.startswith("importlib.") and not fromlist)):
+            real(name, globals, locals, fromlist, 0)  # ``import importlib.util`` binds ``importlib`` too
             return facade
         return real(name, globals, locals, fromlist, level)
 
