@@ -770,10 +770,8 @@ def _defined_names(stmt: ast.stmt) -> set[str]:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return {n for t in targets for n in _names_in(t)}
     if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With)):
-        inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
-                 *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
         names = _names_in(stmt.target) if isinstance(stmt, ast.For) else set()
-        for s in inner:
+        for s in _branches(stmt):
             if isinstance(s, (ast.Import, ast.ImportFrom)):
                 names |= {a.asname or a.name.split(".")[0] for a in s.names if a.name != "*"}
             elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) \
@@ -799,10 +797,14 @@ def _kernel_side_bindings(stmt: ast.stmt) -> set[str]:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         return set().union(*(_target_names(t) for t in targets))
     if isinstance(stmt, (ast.If, ast.For, ast.While, ast.Try, ast.With)) and not _is_main_guard(stmt):
-        inner = [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
-                 *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
-        return set().union(*(_kernel_side_bindings(s) for s in inner))
+        return set().union(*(_kernel_side_bindings(s) for s in _branches(stmt)))
     return set()
+
+
+def _branches(stmt: ast.If | ast.For | ast.While | ast.Try | ast.With) -> list[ast.stmt]:
+    """The statements of every branch of a block (its body, ``else``, ``finally`` and handlers), one level down."""
+    return [*stmt.body, *getattr(stmt, "orelse", []), *getattr(stmt, "finalbody", []),
+            *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
 
 
 def _target_names(target: ast.expr) -> set[str]:
@@ -1103,7 +1105,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         if names:
             lines[line - 1] = "; ".join(f"{n} = {KERNEL_SIDE_HOOK}({n!r}, __name__)" for n in sorted(names)) + "\n"
     original = _split_lines(text)
-    for name, dec in heuristics:
+    for name, dec in heuristics if not helper else ():  # a helper's kernels are never the package's: left blank
         _heuristics_lines(lines, original, name, dec)
     host_tl = any(isinstance(n, ast.Name) and n.id == "tl" and id(n) in element_types
                   for stmt in host for n in ast.walk(stmt))

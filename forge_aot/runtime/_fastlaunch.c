@@ -742,12 +742,16 @@ typedef struct {
  * values not seen yet (`fallback(kernel, grid, args, call, heur)`: BinaryBackend.launch with this entry's state and
  * config; it holds no kernel). */
 typedef struct {
-    int used;
-    CallKey key;
     PyObject *launcher, *meta, *config, *call;
     PyObject *kwargs;            /* config.all_kwargs() where heuristics or the pre-hook read the arguments by name */
     PyObject *late;              /* late entries: dict (heuristic values, block shapes...) -> Launcher; else NULL */
     PyObject *pre_hook, *fallback;   /* late entries: the pre-hook's name (or NULL), the Python path's launch */
+} Resolved;
+
+typedef struct {
+    int used;
+    CallKey key;
+    Resolved r;
 } Entry;
 
 typedef struct {
@@ -783,8 +787,9 @@ static void release_entry(FastKernel *F, Entry *e) {
     for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
     for (int i = 0; i < F->n_ptr; i++) Py_XDECREF(e->key.ptypes[i]);
     for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
-    Py_XDECREF(e->launcher); Py_XDECREF(e->meta); Py_XDECREF(e->config); Py_XDECREF(e->call);
-    Py_XDECREF(e->kwargs); Py_XDECREF(e->late); Py_XDECREF(e->pre_hook); Py_XDECREF(e->fallback);
+    Resolved *r = &e->r;
+    Py_XDECREF(r->launcher); Py_XDECREF(r->meta); Py_XDECREF(r->config); Py_XDECREF(r->call);
+    Py_XDECREF(r->kwargs); Py_XDECREF(r->late); Py_XDECREF(r->pre_hook); Py_XDECREF(r->fallback);
 }
 
 /* Empties the cache. The table is detached first: releasing an entry may run arbitrary code (and let other
@@ -814,8 +819,9 @@ static int FastKernel_traverse(PyObject *self, visitproc visit, void *arg) {
         for (int t = 0; t < F->n_tv; t++) Py_VISIT(e->key.dtypes[t]);
         for (int j = 0; j < F->n_ptr; j++) Py_VISIT(e->key.ptypes[j]);
         for (int c = 0; c < F->n_call; c++) Py_VISIT(e->key.calls[c]);
-        Py_VISIT(e->launcher); Py_VISIT(e->meta); Py_VISIT(e->config); Py_VISIT(e->call);
-        Py_VISIT(e->kwargs); Py_VISIT(e->late); Py_VISIT(e->pre_hook); Py_VISIT(e->fallback);
+        Resolved *r = &e->r;
+        Py_VISIT(r->launcher); Py_VISIT(r->meta); Py_VISIT(r->config); Py_VISIT(r->call);
+        Py_VISIT(r->kwargs); Py_VISIT(r->late); Py_VISIT(r->pre_hook); Py_VISIT(r->fallback);
     }
     return 0;
 }
@@ -1048,6 +1054,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
         int p = F->ptr_pos[i];
         PyObject *a = PyTuple_GetItem(args, p), *dt = NULL;
         long d = -1;
+        objs[p] = NULL;   /* what a Launcher reads there, for a descriptor only */
         if (F->kinds[p] == K_PTR && a == Py_None) { vals[p] = 0; nones |= 1ull << p; k->ptypes[i] = Py_None; continue; }
         if (F->kinds[p] == K_PTR && PyLong_CheckExact(a) && ((F->ptr_ints >> p) & 1)) {
             /* an integer where the kernel also takes one: typed like the manifest's *i32|i32 (out of range: the
@@ -1191,23 +1198,24 @@ static Entry *insert(FastKernel *F, CallKey *k, PyObject *launcher, PyObject *me
     for (int t = 0; t < F->n_tv; t++) Py_INCREF(e->key.dtypes[t]);
     for (int i = 0; i < F->n_ptr; i++) Py_INCREF(e->key.ptypes[i]);
     for (int c = 0; c < F->n_call; c++) Py_INCREF(e->key.calls[c]);
-    Py_INCREF(launcher); e->launcher = launcher;
-    Py_INCREF(call); e->call = call;
-    Py_INCREF(meta); e->meta = meta;
-    Py_INCREF(config); e->config = config;
-    Py_XINCREF(kwargs); e->kwargs = kwargs;
-    Py_XINCREF(pre_hook); e->pre_hook = pre_hook;
-    Py_XINCREF(fallback); e->fallback = fallback;
-    e->late = by_late;
+    Py_INCREF(launcher); e->r.launcher = launcher;
+    Py_INCREF(call); e->r.call = call;
+    Py_INCREF(meta); e->r.meta = meta;
+    Py_INCREF(config); e->r.config = config;
+    Py_XINCREF(kwargs); e->r.kwargs = kwargs;
+    Py_XINCREF(pre_hook); e->r.pre_hook = pre_hook;
+    Py_XINCREF(fallback); e->r.fallback = fallback;
+    e->r.late = by_late;
     e->used = 1;
     F->used++;
     return e;
 }
 
-/* What picks a late entry's binary, read after its heuristics and pre-hook ran: (heuristic values, then each
- * tensor descriptor's block shape, by argument position). NULL with an exception set where a block shape is
- * unreadable (the Python path raises its own error). */
+/* What picks a late entry's binary, read after its heuristics and pre-hook ran: the heuristic values, or, with
+ * tensor descriptors, (heuristic values, then each descriptor's block shape, by argument position). NULL with an
+ * exception set where a block shape is unreadable (the Python path raises its own error). */
 static PyObject *late_key(FastKernel *F, PyObject *heur, PyObject *args, uint64_t descs) {
+    if (!descs) { Py_INCREF(heur); return heur; }   /* the heuristic values alone: no tuple made per call */
     int n_desc = 0;
     for (int p = 0; p < F->n; p++) n_desc += (int)((descs >> p) & 1);
     PyObject *key = PyTuple_New(1 + n_desc);
@@ -1269,8 +1277,8 @@ static PyObject *FastKernel_register(PyObject *self, PyObject *args) {
         Entry *e = insert(F, &k, late ? Py_None : launcher, meta, config, call, late ? kwargs : NULL, late,
                           late ? pre_hook : NULL, late ? fallback : NULL);
         if (!e) { release_key(F, &k); Py_XDECREF(key); return NULL; }
-        if (late && e->late) {
-            PyObject *by_late = e->late;   /* held: storing into it may run code that clears the table */
+        if (late && e->r.late) {
+            PyObject *by_late = e->r.late;   /* held: storing into it may run code that clears the table */
             Py_INCREF(by_late);
             int r = PyDict_Size(by_late) < MAX_CACHED ? PyDict_SetItem(by_late, key, launcher) : 0;
             Py_DECREF(by_late);
@@ -1362,6 +1370,7 @@ static PyObject *grid_value(Launch *l, PyObject *args, PyObject *meta, PyObject 
 /* The grid's dimensions: 1 read, 0 left to the Python path, -1 error (the grid function raised). */
 static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config, PyObject *call,
                      unsigned long long dims[3]) {
+    if (!PyCallable_Check(l->grid)) return read_grid(l->grid, dims);
     PyObject *g = grid_value(l, args, meta, config, call, NULL);
     if (!g) return -1;
     int r = read_grid(g, dims);
@@ -1402,7 +1411,7 @@ static int reread_pointers(FastKernel *F, PyObject *args, const CallKey *k, uint
 }
 
 static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
-                     const Entry *e, uint64_t *vals, PyObject *const *objs) {
+                     const Resolved *e, uint64_t *vals, PyObject *const *objs) {
     int r = -1, hooks = F->n_heur || e->pre_hook;
     PyObject *nargs = NULL, *heur = NULL, *grid_meta = NULL, *grid = NULL, *key = NULL;
     if (hooks) {
@@ -1576,13 +1585,13 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
     if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
     CallKey k;
     uint64_t vals[MAX_ARGS];
-    PyObject *objs[MAX_ARGS] = {0};
+    PyObject *objs[MAX_ARGS];   /* read_call sets those of every pointer position: the only ones read */
     if (!read_call(F, args, kwargs, taken, &k, vals, objs)) return 0;
     Entry *found = find(F, &k);
     if (!found) { release_key(F, &k); return 0; }
-    /* A copy, its references held before anything can run other threads (releasing the key, the grid function,
+    /* Its references, held before anything can run other threads (releasing the key, the grid function,
      * heuristics and pre-hooks), which may clear the cache. */
-    Entry e = *found;
+    Resolved e = found->r;
     Py_INCREF(e.launcher); Py_INCREF(e.meta); Py_INCREF(e.config); Py_INCREF(e.call);
     Py_XINCREF(e.kwargs); Py_XINCREF(e.late); Py_XINCREF(e.pre_hook); Py_XINCREF(e.fallback);
     release_key(F, &k);

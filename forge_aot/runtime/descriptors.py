@@ -8,7 +8,7 @@ import types
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .packing import DESC_PREFIX
+from .packing import _INT_RANGES, DESC_PREFIX
 
 if TYPE_CHECKING:
     from .kernel import Kernel
@@ -122,8 +122,9 @@ def _extent(desc: Any, attr: str, rank: int | None) -> list[int]:
 
 
 def _fits_i32(shape: list[int]) -> None:
+    lo, hi = _INT_RANGES["i32"]
     for d in shape:
-        if not -(2**31) <= d < 2**31:
+        if not lo <= d <= hi:
             raise OverflowError(f"TensorDescriptor: {d} does not fit i32")
 
 

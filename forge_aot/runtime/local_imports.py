@@ -9,12 +9,11 @@ import importlib.util
 import os
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
 from .host_modules import load_index
 from .host_triton import KernelSide, host_triton
-from .tables import HEURISTICS_HOOK, KERNEL_SIDE_HOOK
+from .tables import KERNEL_SIDE_HOOK
 
 
 def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
@@ -92,15 +91,10 @@ def package_local_spec(package: Any, fullname: str) -> Any:
     if package.builtins is None:
         package._import_rules(n for spec in load_index(package.root)["modules"].values()
                               for n in spec.get("local_modules", ()))
-    # Kernels of project modules are not the package's (its kernel files bind as host modules): their heuristics
-    # register nothing (FLA's fla/ops/utils/csr.py decorates prepare_block_csr_kernel), their names are stand-ins.
-    bound = {"triton": host_triton, "__builtins__": package.builtins, HEURISTICS_HOOK: _unlisted_heuristics,
-             KERNEL_SIDE_HOOK: KernelSide}
+    # Kernels of project modules are not the package's (its kernel files bind as host modules): their names are
+    # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one).
+    bound = {"triton": host_triton, "__builtins__": package.builtins, KERNEL_SIDE_HOOK: KernelSide}
     return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound)
-
-
-def _unlisted_heuristics(function: str, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
-    """``@triton.heuristics`` of a kernel in a shipped project module: no binary of the package runs it."""
 
 
 def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
