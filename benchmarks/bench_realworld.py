@@ -135,16 +135,16 @@ def _cases(torch, F, wheel, dev, jit):
         w, b = torch.randn(cols, device="cuda", dtype=h), torch.randn(cols, device="cuda", dtype=h)
         nbytes = 2 * x.numel() * 2
         cases[f"layer_norm fwd {rows}x{cols}"] = (nbytes, "B", {
-            "forge-aot": lambda x=x, w=w, b=b: wheel.layer_norm(x, (x.shape[-1],), w, b),
-            "jit-same": lambda x=x, w=w, b=b: dev["layer_norm"](x, (x.shape[-1],), w, b),
-            "jit": lambda x=x, w=w, b=b: jit["layer_norm"].layer_norm(x, (x.shape[-1],), w, b),
-            "torch": lambda x=x, w=w, b=b: F.layer_norm(x, (x.shape[-1],), w, b)})
+            "forge-aot": lambda x=x, w=w, b=b: wheel.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+            "jit-same": lambda x=x, w=w, b=b: dev["layer_norm"](x, (x.shape[-1],), w, b, 1e-5),
+            "jit": lambda x=x, w=w, b=b: jit["layer_norm"].layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+            "torch": lambda x=x, w=w, b=b: F.layer_norm(x, (x.shape[-1],), w, b, eps=1e-5)})
         xg = x.clone().requires_grad_(True)
         wg, bg = w.clone().requires_grad_(True), b.clone().requires_grad_(True)
         dy = torch.randn_like(x)
 
         def fb(fn, xg=xg, wg=wg, bg=bg, dy=dy):
-            return lambda: fn(xg, (xg.shape[-1],), wg, bg).backward(dy)
+            return lambda: fn(xg, (xg.shape[-1],), wg, bg, 1e-5).backward(dy)
 
         cases[f"layer_norm fwd+bwd {rows}x{cols}"] = (None, None, {
             "forge-aot": fb(wheel.layer_norm), "jit-same": fb(dev["layer_norm"]),

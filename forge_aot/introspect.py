@@ -198,6 +198,14 @@ def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> s
                       f"packaged host code can call it by name (got {fn!r})")
 
 
+def defined_at_import(path: str, function: str) -> bool:
+    """Whether importing the kernel file (with Triton, as the build's first target) defines ``function``."""
+    try:
+        return hasattr(load_kernel_module(path), function)
+    except Exception as exc:
+        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+
+
 def read_do_not_specialize(path: str, function: str) -> tuple[str, ...]:
     """The parameters a kernel's ``@triton.jit(do_not_specialize=..., do_not_specialize_on_alignment=...)``
     computes (flash-linear-attention: ``['T', 'scale'] if IS_NVIDIA_HOPPER else ['T']``), as the imported

@@ -31,6 +31,7 @@ from .errors import ManifestError, SourceError, close_match
 from .introspect import (
     IMPORT_TARGET_ENV,
     AutotuneInfo,
+    defined_at_import,
     forget_projects,
     make_importable,
     make_kernel_importable,
@@ -673,6 +674,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     if func not in src.kernels:
         raise _error(loaded, f"{at}.source", f"no @triton.jit function '{func}' in {src.path.name} (found: "
                      f"{', '.join(src.kernels)})", close_match(func, src.kernels))
+    if func in src.branch_kernels and not defined_at_import(str(path), func):
+        raise SourceError(f"{path}:{src.kernels[func].line}: {func} is defined in a branch of the block at line "
+                          f"{src.branch_kernels[func]} that importing the file with Triton does not take; the wheel "
+                          "runs the branch that defines the kernels")
     ks: KernelSource = src.kernels[func]
     names = [p.name for p in ks.params]
     autotune, heuristic_names = (read_decorators(str(path), func) if (ks.autotuned or ks.has_heuristics)

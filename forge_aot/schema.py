@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .runtime.entry import unspellable
+from .runtime.entry import host_signature, unspellable
 from .runtime.torch_ops import fake_call, layout, storage_id
 
 
@@ -99,7 +99,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         text = str(declared)
         return text[text.index("("):], "from its @torch.library.custom_op", None
-    sig = inspect.signature(fn)
+    sig = host_signature(fn)
     written = _written_arguments(sig, calls)
     if not written:
         try:
@@ -271,8 +271,8 @@ def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
 
     params = [p.replace(annotation=plain(p.annotation)) for p in sig.parameters.values()]
     returns = plain(sig.return_annotation)
-    if returns is sig.return_annotation and all(p.annotation is q.annotation
-                                                for p, q in zip(params, sig.parameters.values())):
+    if returns is sig.return_annotation and sig == inspect.signature(fn) \
+            and all(p.annotation is q.annotation for p, q in zip(params, sig.parameters.values())):
         return fn
 
     def prototype(*args: Any, **kwargs: Any) -> Any:  # never called: infer_schema reads its signature

@@ -90,7 +90,7 @@ class SourceFile:
     host_source: str
     """The file with Triton-only statements blanked (same number of lines)."""
     host_functions: frozenset[str]
-    """Functions and classes defined by the host code."""
+    """Functions and classes defined by the host code, and the ``NAME = Cls.apply`` of its autograd Functions."""
     kernel_refs: dict[str, frozenset[str]]
     """For each host function: the kernels it names."""
     launches: tuple[LaunchSite, ...] = ()
@@ -105,6 +105,9 @@ class SourceFile:
     """Host functions decorated ``@triton_op(..., mutates_args=...)`` that write arguments: the names given."""
     host_classes: frozenset[str] = frozenset()
     """The classes among ``host_functions`` (an op must be a function: a class goes to ``[exports]``)."""
+    branch_kernels: dict[str, int] = field(default_factory=dict)
+    """Kernels defined in the one branch of a top-level block that defines any, with the block's line (the file is
+    read with that branch in the block's place: ``_flatten_kernel_branches``)."""
 
     def reachable(self, roots: set[str]) -> set[str]:
         """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
@@ -240,6 +243,49 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
         lines[first:last + 1] = [lines[first][:node.col_offset] + f"({value!r}".encode() + b"\n" * (last - first)
                                  + b")" + lines[last][end:]]
     return b"".join(lines).decode()
+
+
+def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] | None:
+    """The branch of a top-level ``if`` / ``else`` or ``try`` / ``except ImportError`` that defines the block's
+    kernels at its own level, where no other branch defines any (bitsandbytes: ``if not is_triton_available():``
+    a stub op, ``else:`` Triton's imports, the kernel and the op); else None."""
+    if isinstance(stmt, ast.If):
+        branches = [stmt.body, stmt.orelse]
+    elif isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody \
+            and all(_catches_import_error(h) for h in stmt.handlers):
+        branches = [stmt.body, *(h.body for h in stmt.handlers)]
+    else:
+        return None
+    with_kernels = [b for b in branches if any(_is_kernel(s, wrappers) for s in b)]
+    if len(with_kernels) != 1 or with_kernels[0][0].lineno == stmt.lineno:  # ``if c: x`` on one line: left alone
+        return None
+    kept = with_kernels[0]
+    others = [n for b in branches if b is not kept for s in b for n in ast.walk(s)]
+    return None if any(isinstance(n, ast.FunctionDef) and _is_kernel(n, wrappers) for n in others) else kept
+
+
+def _flatten_kernel_branches(text: str, tree: ast.Module, wrappers: frozenset[str]) -> tuple[str, dict[str, int]]:
+    """The source with each top-level block that has a ``_kernel_branch`` replaced by that branch, dedented, on the
+    same lines (the other branches and the block's own lines blank), and the kernels so brought to module level,
+    each with the line of its block. The build imports the file with Triton and the GPU's answers, so that branch is
+    the one it runs (the plan checks each kernel was defined); the wheel, which has no Triton, must run it too
+    rather than the fallback (bitsandbytes' ``quantize_rowwise`` returning None)."""
+    lines = _split_lines(text, keepends=True)
+    moved: dict[str, int] = {}
+    for stmt in tree.body:
+        kept = _kernel_branch(stmt, wrappers)
+        if kept is None:
+            continue
+        first, last = _first_line(kept[0]), kept[-1].end_lineno or kept[-1].lineno  # type: ignore[arg-type]
+        indent = kept[0].col_offset
+        for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
+            if first - 1 <= i < last:  # a string spanning lines loses its indent too: whitespace only
+                line = lines[i]
+                lines[i] = line[min(indent, len(line) - len(line.lstrip(" \t"))):]
+            else:
+                lines[i] = "\n"
+        moved.update({s.name: stmt.lineno for s in kept if isinstance(s, ast.FunctionDef) and _is_kernel(s, wrappers)})
+    return "".join(lines), moved
 
 
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
@@ -919,6 +965,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         tree = ast.parse(text, filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
+    branch_kernels: dict[str, int] = {}
+    if not helper and any(_kernel_branch(s, wrappers) for s in tree.body):
+        text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers)
+        tree = ast.parse(text, filename=str(path))
     triton_names = _triton_names(tree)
     frozen = _freeze_triton_probes(text, tree, triton_names)
     if frozen is not None:
@@ -1083,12 +1133,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             if isinstance(node, ast.Name) and node.id in kernel_side and node_root is not by_name.get(node.id):
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
                                   f"line {kernel_side[node.id]}")
+    host_class_names = {s.name for s in host if isinstance(s, ast.ClassDef)}
     for stmt in host:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            host_defs.add(stmt.name)
-            names_used[stmt.name] = frozenset(_names_in(stmt))
-            kernel_refs[stmt.name] = names_used[stmt.name] & set(kernels)
-            function_lines[stmt.name] = (_first_line(stmt), stmt.end_lineno or stmt.lineno)
+        name = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+            else _applied_function(stmt, host_class_names)
+        if name is not None:
+            host_defs.add(name)
+            names_used[name] = frozenset(_names_in(stmt))
+            kernel_refs[name] = names_used[name] & set(kernels)
+            function_lines[name] = (_first_line(stmt), stmt.end_lineno or stmt.lineno)
             launches += _launch_sites(stmt, set(kernels))
     lines = _split_lines(text, keepends=True)
     for stmt in [*kernel_stmts, *blanked]:
@@ -1146,13 +1199,24 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         _replace_statement(lines, stmt, "; ".join(f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()))
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
-                      host_classes=frozenset(s.name for s in host if isinstance(s, ast.ClassDef)),
+                      host_classes=frozenset(host_class_names), branch_kernels=branch_kernels,
                       function_lines=function_lines, names_used=names_used,
                       mutating_ops={n: m for stmt in host if isinstance(stmt, ast.FunctionDef)
                                     for n, m in [(stmt.name, _triton_op_mutates(stmt, triton_op_names))]
                                     if m is not None},
                       reads_device=any(_host_driver_import(s) is not None for s in host_imports)
                       or any(asks_device(stmt) for stmt in host))
+
+
+def _applied_function(stmt: ast.stmt, classes: set[str]) -> str | None:
+    """``NAME`` of a top-level ``NAME = Cls.apply`` whose ``Cls`` the file's host code defines: a
+    ``torch.autograd.Function``'s apply taken as the file's function (Triton's tutorial 05, ``layer_norm =
+    LayerNorm.apply``), so it may be an op or an export; else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "apply" \
+            and isinstance(stmt.value.value, ast.Name) and stmt.value.value.id in classes:
+        return stmt.targets[0].id
+    return None
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:

@@ -22,6 +22,7 @@ from .errors import SourceError
 from .introspect import as_host_call
 from .ongpu import machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
+from .runtime.entry import applied_function, host_signature
 from .runtime.kernel import LAUNCHES
 
 TRACED_TARGET: list[str | None] = [None]
@@ -370,9 +371,10 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     import inspect
 
     target = inspect.unwrap(fn)
-    code = getattr(target, "__code__", None)
+    owner = applied_function(target)  # ``op = Cls.apply``: the op's own frame is its forward's
+    code = getattr(owner.forward if owner is not None else target, "__code__", None)
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
+        bound = host_signature(target).bind(*args, **kwargs)
         bound.apply_defaults()
         nones = {name for name, value in bound.arguments.items() if value is None}
     except (TypeError, ValueError):

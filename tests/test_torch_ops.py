@@ -1011,3 +1011,101 @@ def test_legacy_tensor_annotations_read_as_tensors() -> None:
 
     assert op_schema(a, [])[0] == "(Tensor x, Tensor? cu_seqlens=None) -> Tensor"
     assert op_schema(b, [])[0] == "(Tensor x, Tensor? idx=None) -> Tensor"
+
+
+def test_an_autograd_functions_apply_is_an_op(tmp_path) -> None:
+    """Triton's tutorial 05 exports ``layer_norm = LayerNorm.apply``: a Function's ``apply`` bound to a top-level
+    name is the file's op. Its schema comes from ``forward``'s parameters, less the ``ctx`` a forward without
+    ``setup_context`` takes; the exported op carries the op's name, the Function's docstring and those parameters;
+    its custom op runs on meta tensors, and the eager call differentiates through the Function's own backward."""
+    import inspect
+
+    import torch
+
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(a, c, n, s, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + offs, tl.load(a + offs, mask=offs < n) * s, mask=offs < n)
+
+
+        class Scale(torch.autograd.Function):
+            """a * s, the tutorial's way: forward(ctx, ...)."""
+
+            @staticmethod
+            def forward(ctx, a, s=2.0):
+                c = torch.empty_like(a)
+                scale_kernel[(triton.cdiv(a.numel(), 256),)](a, c, a.numel(), s, BLOCK=256)
+                ctx.s = s
+                return c
+
+            @staticmethod
+            def backward(ctx, dc):
+                return scale(dc, ctx.s), None
+
+
+        class Triple(torch.autograd.Function):
+            """a * 3, the newer way: forward without ctx, setup_context beside it."""
+
+            @staticmethod
+            def forward(a):
+                return scale(a, 3.0)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                pass
+
+            @staticmethod
+            def backward(ctx, dc):
+                return scale(dc, 3.0)
+
+
+        scale = Scale.apply
+        triple = Triple.apply
+        not_an_op = torch.nn.Module.apply  # an attribute of a class the file does not define: not the file's
+
+
+        def examples(device="cpu"):
+            x = torch.randn(1000, device=device, requires_grad=True)
+            scale(x, 0.5).sum().backward()
+            triple(x)
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_apply"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
+        'source = "k.py:scale_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
+        'ops = ["scale", "triple"]\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
+    assert plan.modules["k"]["schemas"] == {"scale": "(Tensor a, float s=2.0) -> Tensor",
+                                            "triple": "(Tensor a) -> Tensor"}
+    (tmp_path / "kernel_manifest.toml").write_text(
+        (tmp_path / "kernel_manifest.toml").read_text().replace('"triple"]', '"not_an_op"]'))
+    from forge_aot.errors import ManifestError
+
+    with pytest.raises(ManifestError, match="no host function 'not_an_op'"):
+        make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
+
+    from forge_aot.runtime.entry import export
+
+    index = build_index(plan, None, "jit", {m: s["path"] for m, s in plan.modules.items()})
+    bound = rt.bind_ops("forge_test_apply", index, None,
+                        {m: (s["path"], s["host_source"]) for m, s in plan.modules.items()})
+    rt.register_torch_ops("forge_test_apply", index, bound)
+    exported = export(lambda op: bound[op], "forge_test_apply", "scale", custom=True,
+                      spec=("k", plan.modules["k"]["schemas"]["scale"]))
+    x = torch.empty(300, 7, device="meta")
+    assert torch.ops.forge_test_apply.scale(x, 4.0).shape == (300, 7)
+    assert torch.ops.forge_test_apply.triple(x).shape == (300, 7)
+    from forge_aot.runtime.torch_ops import call_without_launches
+
+    call_without_launches(exported, x)  # the first call loads the host function: its name, docstring, parameters
+    assert exported.__name__ == "scale"
+    assert exported.__doc__ == "a * s, the tutorial's way: forward(ctx, ...)."
+    assert str(inspect.signature(exported)) == "(a, s=2.0)"
+    leaf = torch.empty(5, device="meta", requires_grad=True)
+    call_without_launches(lambda: exported(leaf, 0.5).sum().backward())  # the Function's own backward
+    assert leaf.grad is not None and leaf.grad.shape == (5,)

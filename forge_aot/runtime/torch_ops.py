@@ -243,6 +243,18 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     raises, it runs once more letting torch specialize the sizes it reads, as it then must. Tensor values the host
     code reads are stand-ins (``stand_ins``); where it reads any, it runs again with others, and an op whose
     results follow them is refused (``ForgeRuntimeError``)."""
+    emulated = False
+    try:
+        with _as_fake_implementation(args, kwargs) as emulated:
+            return _meta_call(fn, args, kwargs)
+    except Exception:
+        if not emulated:
+            raise
+    # torch without the fake tensors' device (a CPU-only build) cannot run every op on them: as a Meta kernel
+    return _meta_call(fn, args, kwargs)
+
+
+def _meta_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     from .host_triton import hinted_sizes
 
     reads = stand_ins()
@@ -253,6 +265,34 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     if reads.used:
         _values_reach_no_output(fn, args, kwargs, layout(out))
     return out
+
+
+@contextlib.contextmanager
+def _as_fake_implementation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Where torch.compile or torch.export run this Meta implementation (their FakeTensorMode calls it on its fake
+    GPU tensors, which say ``meta`` there), the host code runs as a ``register_fake`` implementation would (at no
+    registration cost at import): the tensors say the GPU they stand for (``assert x.is_cuda``, bitsandbytes;
+    ``if x.device.type == "cuda":``, Liger) and what it allocates on their device are fake tensors of that device.
+    Meta tensors passed directly, and fake CPU tensors, stay as they are. Yields whether it took effect."""
+    mode = next((t.fake_mode for t in (*args, *kwargs.values()) if getattr(t, "fake_mode", None) is not None
+                 and getattr(t, "fake_device", None) is not None and t.fake_device.type != "cpu"), None)
+    if mode is None or not getattr(mode, "in_kernel_invocation", False):
+        yield False
+        return
+    import torch
+
+    C = torch._C
+    # undo what the mode's kernel invocation set: the meta dispatch key and torch dispatch (Python keys) excluded
+    mode.in_kernel_invocation = False
+    try:
+        with C._PreserveDispatchKeyGuard():
+            C._set_meta_in_tls_dispatch_include(False)
+            for key in (C.DispatchKey.Python, C.DispatchKey.PythonTLSSnapshot):
+                C._dispatch_tls_set_dispatch_key_excluded(key, False)
+            with mode:
+                yield True
+    finally:
+        mode.in_kernel_invocation = True
 
 
 def _values_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
