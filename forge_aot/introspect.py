@@ -198,12 +198,16 @@ def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> s
                       f"packaged host code can call it by name (got {fn!r})")
 
 
-def defined_at_import(path: str, function: str) -> bool:
-    """Whether importing the kernel file (with Triton, as the build's first target) defines ``function``."""
+def kernel_defined_on(path: str, function: str, first: int, last: int) -> bool:
+    """Whether importing the kernel file (with Triton, as the build's first target) defines ``function`` as a Triton
+    kernel (under any autotuner, heuristics or launch wrapper) whose definition starts on lines ``first``..``last``."""
     try:
-        return hasattr(load_kernel_module(path), function)
+        obj = getattr(load_kernel_module(path), function, None)
     except Exception as exc:
         raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    jit = base_jit_function(obj)
+    code = getattr(getattr(jit, "fn", None), "__code__", None)
+    return type(jit).__name__ == "JITFunction" and code is not None and first <= code.co_firstlineno <= last
 
 
 def read_do_not_specialize(path: str, function: str) -> tuple[str, ...]:

@@ -31,8 +31,8 @@ from .errors import ManifestError, SourceError, close_match
 from .introspect import (
     IMPORT_TARGET_ENV,
     AutotuneInfo,
-    defined_at_import,
     forget_projects,
+    kernel_defined_on,
     make_importable,
     make_kernel_importable,
     read_decorators,
@@ -664,6 +664,21 @@ def _no_class_op(loaded: mf.LoadedManifest, at: str, src: SourceFile, op: str) -
                      f"such as a torch.autograd.Function or an nn.Module, as it is: [exports] {op} = \"<file>\")")
 
 
+def check_kernel_branches(src: SourceFile, path: Path) -> None:
+    """Each top-level block the file is read with one branch of (``sourcesplit._flatten_kernel_branches``) must have
+    run that branch when the build imported the file: one of its kernels is a Triton kernel defined there. Else the
+    wheel would run code the build never saw run (a stub of the kernel's name does not count)."""
+    blocks: dict[int, list[tuple[str, int, int]]] = {}
+    for name, (block, first, last) in sorted(src.branch_kernels.items()):
+        blocks.setdefault(block, []).append((name, first, last))
+    for block, kernels in sorted(blocks.items()):
+        if not any(kernel_defined_on(str(path), *k) for k in kernels):
+            name = kernels[0][0]
+            raise SourceError(f"{path}:{src.kernels[name].line}: {name} is defined in a branch of the block at line "
+                              f"{block} that importing the file with Triton does not take; the wheel runs the "
+                              "branch that defines the kernels")
+
+
 def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str | None = None) -> ManifestError:
     return ManifestError(message, file=str(loaded.path), key_path=path, suggestion=suggestion)
 
@@ -674,10 +689,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     if func not in src.kernels:
         raise _error(loaded, f"{at}.source", f"no @triton.jit function '{func}' in {src.path.name} (found: "
                      f"{', '.join(src.kernels)})", close_match(func, src.kernels))
-    if func in src.branch_kernels and not defined_at_import(str(path), func):
-        raise SourceError(f"{path}:{src.kernels[func].line}: {func} is defined in a branch of the block at line "
-                          f"{src.branch_kernels[func]} that importing the file with Triton does not take; the wheel "
-                          "runs the branch that defines the kernels")
+    check_kernel_branches(src, path)
     ks: KernelSource = src.kernels[func]
     names = [p.name for p in ks.params]
     autotune, heuristic_names = (read_decorators(str(path), func) if (ks.autotuned or ks.has_heuristics)

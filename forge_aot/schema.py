@@ -22,7 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .runtime.entry import host_signature, unspellable
+from .runtime.entry import unspellable
+from .runtime.host_modules import host_signature
 from .runtime.torch_ops import fake_call, layout, storage_id
 
 

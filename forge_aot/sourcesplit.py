@@ -105,9 +105,9 @@ class SourceFile:
     """Host functions decorated ``@triton_op(..., mutates_args=...)`` that write arguments: the names given."""
     host_classes: frozenset[str] = frozenset()
     """The classes among ``host_functions`` (an op must be a function: a class goes to ``[exports]``)."""
-    branch_kernels: dict[str, int] = field(default_factory=dict)
-    """Kernels defined in the one branch of a top-level block that defines any, with the block's line (the file is
-    read with that branch in the block's place: ``_flatten_kernel_branches``)."""
+    branch_kernels: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    """Kernels defined in the branch of a top-level block that guards Triton, with the block's line and the branch's
+    first and last lines (the file is read with that branch in the block's place: ``_flatten_kernel_branches``)."""
 
     def reachable(self, roots: set[str]) -> set[str]:
         """The top-level host functions ``roots`` name, directly or through each other, and the roots."""
@@ -246,10 +246,12 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
 
 
 def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] | None:
-    """The branch of a top-level ``if`` / ``else`` or ``try`` / ``except ImportError`` that defines the block's
-    kernels at its own level, where no other branch defines any (bitsandbytes: ``if not is_triton_available():``
-    a stub op, ``else:`` Triton's imports, the kernel and the op); else None."""
-    if isinstance(stmt, ast.If):
+    """The branch of a top-level block that guards Triton, if ``stmt`` is one: an ``if`` / ``else`` one of whose
+    branches imports Triton and defines kernels at its own level while no other branch defines any (bitsandbytes:
+    ``if not is_triton_available():`` a stub op, ``else:`` Triton's imports, the kernel and the op), or a ``try`` that
+    does so, its handlers catching ImportError. Else None: a block that does not import Triton itself (``if DEBUG:``
+    helper kernels), a ``__main__`` block, a kernel in a handler (the path without Triton)."""
+    if isinstance(stmt, ast.If) and not _is_main_guard(stmt):
         branches = [stmt.body, stmt.orelse]
     elif isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody \
             and all(_catches_import_error(h) for h in stmt.handlers):
@@ -260,31 +262,40 @@ def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] |
     if len(with_kernels) != 1 or with_kernels[0][0].lineno == stmt.lineno:  # ``if c: x`` on one line: left alone
         return None
     kept = with_kernels[0]
+    if (isinstance(stmt, ast.Try) and kept is not stmt.body) or not any(_is_triton_import(s) for s in kept):
+        return None
     others = [n for b in branches if b is not kept for s in b for n in ast.walk(s)]
     return None if any(isinstance(n, ast.FunctionDef) and _is_kernel(n, wrappers) for n in others) else kept
 
 
-def _flatten_kernel_branches(text: str, tree: ast.Module, wrappers: frozenset[str]) -> tuple[str, dict[str, int]]:
+def _flatten_kernel_branches(text: str, tree: ast.Module, wrappers: frozenset[str],
+                             ) -> tuple[str, dict[str, tuple[int, int, int]]]:
     """The source with each top-level block that has a ``_kernel_branch`` replaced by that branch, dedented, on the
-    same lines (the other branches and the block's own lines blank), and the kernels so brought to module level,
-    each with the line of its block. The build imports the file with Triton and the GPU's answers, so that branch is
-    the one it runs (the plan checks each kernel was defined); the wheel, which has no Triton, must run it too
+    same lines (the other branches and the block's own lines blank; the lines inside a string that spans lines as
+    written, so its value stays), and the kernels so brought to module level, each with the block's line and the
+    branch's first and last lines. The build imports the file with Triton and the GPU's answers, so that branch is the
+    one it runs (the plan checks, ``plan.check_kernel_branches``); the wheel, which has no Triton, must run it too
     rather than the fallback (bitsandbytes' ``quantize_rowwise`` returning None)."""
     lines = _split_lines(text, keepends=True)
-    moved: dict[str, int] = {}
+    moved: dict[str, tuple[int, int, int]] = {}
     for stmt in tree.body:
         kept = _kernel_branch(stmt, wrappers)
         if kept is None:
             continue
         first, last = _first_line(kept[0]), kept[-1].end_lineno or kept[-1].lineno  # type: ignore[arg-type]
+        in_string = {line for s in kept for n in ast.walk(s) if isinstance(n, (ast.Constant, ast.JoinedStr))
+                     and (not isinstance(n, ast.Constant) or isinstance(n.value, (str, bytes)))
+                     for line in range(n.lineno + 1, (n.end_lineno or n.lineno) + 1)}
         indent = kept[0].col_offset
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
-            if first - 1 <= i < last:  # a string spanning lines loses its indent too: whitespace only
+            if first - 1 <= i < last:
                 line = lines[i]
-                lines[i] = line[min(indent, len(line) - len(line.lstrip(" \t"))):]
+                if i + 1 not in in_string:
+                    lines[i] = line[min(indent, len(line) - len(line.lstrip(" \t"))):]
             else:
                 lines[i] = "\n"
-        moved.update({s.name: stmt.lineno for s in kept if isinstance(s, ast.FunctionDef) and _is_kernel(s, wrappers)})
+        moved.update({s.name: (stmt.lineno, first, last) for s in kept
+                      if isinstance(s, ast.FunctionDef) and _is_kernel(s, wrappers)})
     return "".join(lines), moved
 
 
@@ -965,7 +976,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         tree = ast.parse(text, filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
-    branch_kernels: dict[str, int] = {}
+    branch_kernels: dict[str, tuple[int, int, int]] = {}
     if not helper and any(_kernel_branch(s, wrappers) for s in tree.body):
         text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers)
         tree = ast.parse(text, filename=str(path))

@@ -22,7 +22,7 @@ from .errors import SourceError
 from .introspect import as_host_call
 from .ongpu import machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
-from .runtime.entry import applied_function, host_signature
+from .runtime.host_modules import applied_function, host_signature
 from .runtime.kernel import LAUNCHES
 
 TRACED_TARGET: list[str | None] = [None]
@@ -372,7 +372,7 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
 
     target = inspect.unwrap(fn)
     owner = applied_function(target)  # ``op = Cls.apply``: the op's own frame is its forward's
-    code = getattr(owner.forward if owner is not None else target, "__code__", None)
+    code = getattr(inspect.unwrap(owner.forward) if owner is not None else target, "__code__", None)
     try:
         bound = host_signature(target).bind(*args, **kwargs)
         bound.apply_defaults()

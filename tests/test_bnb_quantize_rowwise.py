@@ -25,7 +25,9 @@ SOURCE = REALWORLD / "bnblike" / "triton" / "quantize_rowwise.py"
 def test_the_branch_that_defines_the_kernel_is_read_in_the_blocks_place() -> None:
     src = parse_source(SOURCE, {"quantize_rowwise"})
     original = SOURCE.read_text().splitlines()
-    assert src.branch_kernels == {"_quantize_rowwise": original.index("if not is_triton_available():") + 1}
+    block = original.index("if not is_triton_available():") + 1
+    assert src.branch_kernels == {"_quantize_rowwise": (block, block + 4, len(original) - original[::-1].index(
+        "        return output, output_maxs"))}
     assert src.kernels["_quantize_rowwise"].autotuned
     host = src.host_source.splitlines()
     assert len(host) == len(original)
@@ -82,12 +84,60 @@ def test_try_import_triton_except_import_error_is_read_as_its_try(tmp_path) -> N
     assert "return a * 2" not in plan.modules["k"]["host_source"]
 
 
-def test_a_kernel_in_a_branch_the_import_does_not_take_is_refused(tmp_path) -> None:
-    manifest = _project(tmp_path, "if torch.__version__:\n    def double(a):\n        return a * 2\nelse:\n"
-                        + _KERNEL)
+@pytest.mark.parametrize("stub", ["", "    def double_kernel(*args):\n        pass\n"])
+def test_a_kernel_in_a_branch_the_import_does_not_take_is_refused(tmp_path, stub) -> None:
+    """Also where the branch taken defines a stub of the kernel's name: it must be a Triton kernel, defined in the
+    branch the wheel runs."""
+    manifest = _project(tmp_path, "if torch.__version__:\n    def double(a):\n        return a * 2\n" + stub
+                        + "else:\n" + _KERNEL)
     with pytest.raises(SourceError, match=r"k.py:\d+: double_kernel is defined in a branch of the block at line 3 "
                                           r"that importing the file with Triton does not take"):
         make_plan(load_manifest(manifest))
+
+
+_TOP_KERNEL = textwrap.dedent('''\
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def k(a, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(a + offs, tl.load(a + offs, mask=offs < n) * 2, mask=offs < n)
+''')
+
+
+@pytest.mark.parametrize("block", [
+    # the script tail: never runs where the file is a module
+    'if __name__ == "__main__":\n    @triton.jit\n    def copy_kernel(a):\n        pass\n    print(torch.randn(3))\n',
+    # helper kernels behind a flag, the block importing no Triton of its own: left as it was
+    "if torch.__version__ == 'debug':\n    @triton.jit\n    def debug_kernel(a):\n        pass\n",
+    # a @triton.jit fallback in the ImportError handler (the path without Triton): kernel side as before
+    "try:\n    from triton.language.extra.cuda.libdevice import fast_dividef\nexcept ImportError:\n"
+    "    @triton.jit\n    def fast_dividef(x, y):\n        return x / y\n",
+])
+def test_blocks_that_do_not_guard_triton_are_not_read_as_one_branch(tmp_path, block) -> None:
+    (tmp_path / "k.py").write_text(_TOP_KERNEL + "\n\n" + block)
+    src = parse_source(tmp_path / "k.py", set())
+    assert src.branch_kernels == {} and set(src.kernels) == {"k"}
+    assert "print(" not in src.host_source
+
+
+def test_the_branch_keeps_its_strings_as_written(tmp_path) -> None:
+    """Dedenting the branch leaves a string that spans lines as written: the value the build's import saw."""
+    text = ("import torch\n\ntry:\n    import triton\n    import triton.language as tl\n\n"
+            "    HELP = \"\"\"first\n        indented eight\n    four\"\"\"\n\n"
+            "    @triton.jit  # a comment\n    def k(a, BLOCK: tl.constexpr):\n        pass\n\n"
+            "    def op(a):\n        return HELP\n"
+            "except ImportError:\n    HELP = None\n")
+    (tmp_path / "k.py").write_text(text)
+    src = parse_source(tmp_path / "k.py", {"op"})
+    assert set(src.branch_kernels) == {"k"}
+    scope: dict = {}
+    exec(compile(src.host_source.replace("__forge_kernel_side__('k', __name__)", "None"), "k.py", "exec"), scope)
+    assert scope["op"](None) == "first\n        indented eight\n    four"
+    assert len(src.host_source.splitlines()) == len(text.splitlines())
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------

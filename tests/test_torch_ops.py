@@ -804,7 +804,7 @@ def test_meta_implementation_answers_device_questions_about_a_meta_device_for_th
     passed through, and torch's own function back afterwards."""
     import torch
 
-    from forge_aot.runtime.torch_ops import _meta_switches_nothing
+    from forge_aot.runtime.fake_env import meta_switches_nothing
 
     asked = []
 
@@ -813,7 +813,7 @@ def test_meta_implementation_answers_device_questions_about_a_meta_device_for_th
         return "props"
 
     monkeypatch.setattr(torch.cuda, "get_device_properties", props)
-    with _meta_switches_nothing():
+    with meta_switches_nothing():
         x = torch.empty(2, device="meta")
         assert torch.cuda.get_device_properties(x.device) == "props"
         torch.cuda.get_device_properties(torch.device("cuda", 1))
@@ -1103,9 +1103,45 @@ def test_an_autograd_functions_apply_is_an_op(tmp_path) -> None:
     from forge_aot.runtime.torch_ops import call_without_launches
 
     call_without_launches(exported, x)  # the first call loads the host function: its name, docstring, parameters
-    assert exported.__name__ == "scale"
+    assert exported.__name__ == "scale" and exported.__module__ == "forge_test_apply._ops.k"
     assert exported.__doc__ == "a * s, the tutorial's way: forward(ctx, ...)."
     assert str(inspect.signature(exported)) == "(a, s=2.0)"
     leaf = torch.empty(5, device="meta", requires_grad=True)
     call_without_launches(lambda: exported(leaf, 0.5).sum().backward())  # the Function's own backward
     assert leaf.grad is not None and leaf.grad.shape == (5,)
+
+
+def test_a_meta_implementation_under_fake_gpu_tensors_sees_their_gpu() -> None:
+    """torch.compile's FakeTensorMode calls a Meta kernel with tensors that say ``meta``; the runtime runs the host
+    code as a fake implementation instead (bitsandbytes' ``assert x.is_cuda`` holds, allocations on ``x.device`` are
+    fake tensors of that device), and leaves the mode as it was, also where the host code raises: there the error is
+    the host code's own where torch has the GPU; a CPU-only torch, which cannot run every op on fake CUDA tensors,
+    runs the call as a Meta kernel (whose tensors say ``meta``) instead."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from forge_aot.runtime.torch_ops import fake_call
+
+    lib = torch.library.Library("forge_test_fake_gpu", "DEF")
+    lib.define("op(Tensor x) -> Tensor")
+    seen = []
+
+    def host(x):
+        seen.append((str(x.device), x.is_cuda))
+        assert x.is_cuda
+        if x.shape[0] == 3:
+            raise ValueError("three rows")
+        return torch.empty(x.shape[0] * 2, device=x.device)
+
+    lib.impl("op", lambda x: fake_call(host, (x,), {}), "Meta")
+    with FakeTensorMode() as mode:
+        y = torch.ops.forge_test_fake_gpu.op(torch.empty(5, device="cuda"))
+        assert y.shape == (10,) and str(y.device) == "cuda:0" and type(y).__name__ == "FakeTensor"
+        with pytest.raises(ValueError if torch.cuda.is_available() else AssertionError):
+            torch.ops.forge_test_fake_gpu.op(torch.empty(3, device="cuda"))
+        assert not mode.in_kernel_invocation and not torch._C._meta_in_tls_dispatch_include()
+        assert torch.ops.forge_test_fake_gpu.op(torch.empty(4, device="cuda")).shape == (8,)
+    assert seen[0] == ("cuda:0", True) and ("meta", False) not in seen[:2]
+    with FakeTensorMode(), pytest.raises(AssertionError):  # fake CPU tensors: a Meta kernel's meta tensors, as before
+        torch.ops.forge_test_fake_gpu.op(torch.empty(5))
+    assert seen[-1] == ("meta", False)

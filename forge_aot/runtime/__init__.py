@@ -13,7 +13,7 @@ tree and in the wheel. One module per concern:
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
-- ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing);
+- ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing), ``fake_env``;
 - ``descriptors``: host-side tensor descriptors and their kernel parameters (lazy);
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
 
@@ -112,7 +112,7 @@ _EXPORTS = {
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
                         "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "local_imports",
-                        "packing", "tables", "torch_ops"})
+                        "packing", "tables", "torch_ops", "fake_env"})
 __all__ = sorted(_EXPORTS)
 
 

@@ -181,12 +181,8 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     def load() -> Callable[..., Any]:
         fn = function(op)
         if not loaded:
-            functools.update_wrapper(exported, fn)  # name, docstring and signature (through __wrapped__)
-            owner = applied_function(fn)
-            if owner is not None:  # ``op = Cls.apply``: the Function's name, docstring and forward's parameters
-                exported.__name__ = exported.__qualname__ = op
-                exported.__doc__ = owner.__doc__
-                exported.__signature__ = host_signature(fn)  # type: ignore[attr-defined]
+            from .host_modules import dress_exported  # loaded by function(op)
+            dress_exported(exported, fn, op)
             loaded.append(fn)
         return fn
 
@@ -246,33 +242,10 @@ def unspellable(default: Any) -> bool:
     return any(isinstance(v, float) and not math.isfinite(v) for v in values)
 
 
-def applied_function(fn: Any) -> type | None:
-    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
-    LayerNorm.apply``), else None."""
-    owner = getattr(fn, "__self__", None)
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(owner, type) or getattr(fn, "__name__", None) != "apply":
-        return None
-    return owner if issubclass(owner, torch.autograd.Function) else None
-
-
-def host_signature(fn: Callable[..., Any]) -> Any:
-    """The parameters callers pass to a host function: for an autograd Function's ``apply``, its ``forward``'s,
-    less the ``ctx`` a forward without ``setup_context`` takes first (``apply`` itself says ``*args, **kwargs``)."""
-    import inspect
-
-    owner = applied_function(fn)
-    if owner is None:
-        return inspect.signature(fn)
-    sig = inspect.signature(owner.forward)
-    if owner.setup_context is sys.modules["torch"].autograd.Function.setup_context:  # forward(ctx, ...)
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-    return sig
-
-
 @functools.cache
 def _unspelled(fn: Callable[..., Any]) -> tuple[tuple[int, str, Any], ...]:
     """(position, name, default) of the host function's parameters whose default no schema spells; read once."""
+    from .host_modules import host_signature
     return tuple((i, p.name, p.default) for i, p in enumerate(host_signature(fn).parameters.values())
                  if unspellable(p.default))
 

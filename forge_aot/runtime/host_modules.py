@@ -279,3 +279,40 @@ def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]]
     from .entry import load_package as lazy
 
     return lazy(package, root)
+
+
+def applied_function(fn: Any) -> type | None:
+    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
+    LayerNorm.apply``), else None."""
+    owner = getattr(fn, "__self__", None)
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(owner, type) or getattr(fn, "__name__", None) != "apply":
+        return None
+    return owner if issubclass(owner, torch.autograd.Function) else None
+
+
+def host_signature(fn: Callable[..., Any]) -> Any:
+    """The parameters callers pass to a host function: for an autograd Function's ``apply``, its ``forward``'s,
+    less the ``ctx`` a forward without ``setup_context`` takes first (``apply`` itself says ``*args, **kwargs``)."""
+    import inspect
+
+    owner = applied_function(fn)
+    if owner is None:
+        return inspect.signature(fn)
+    sig = inspect.signature(owner.forward)
+    if owner.setup_context is sys.modules["torch"].autograd.Function.setup_context:  # forward(ctx, ...)
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return sig
+
+
+def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str) -> None:
+    """An exported op takes its host function's name, docstring and signature (through ``__wrapped__``); for
+    ``op = Cls.apply``, the op's name, the Function's module and docstring and its forward's parameters."""
+    import functools
+
+    functools.update_wrapper(exported, fn)
+    owner = applied_function(fn)
+    if owner is not None:
+        exported.__name__ = exported.__qualname__ = op
+        exported.__module__, exported.__doc__ = owner.__module__, owner.__doc__
+        exported.__signature__ = host_signature(fn)  # type: ignore[attr-defined]

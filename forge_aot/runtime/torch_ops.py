@@ -103,7 +103,9 @@ def call_without_launches(fn: Callable[..., Any], *args: Any, values: Any = None
     previous = LAUNCHES.skip
     LAUNCHES.skip = True
     try:
-        with _meta_switches_nothing(), (values if values is not None else stand_ins()):
+        from .fake_env import meta_switches_nothing  # loaded by the first Meta implementation that runs
+
+        with meta_switches_nothing(), (values if values is not None else stand_ins()):
             return fn(*args, **kwargs)
     finally:
         LAUNCHES.skip = previous
@@ -191,49 +193,6 @@ def _nested(flat: list[Any], shape: Any) -> Any:
     return build([int(d) for d in shape])
 
 
-_SWITCH = threading.Lock()
-_SWITCH_USERS: list[Any] = [0, None, None]  # threads inside, torch's own cuda.device and get_device_properties
-
-
-@contextlib.contextmanager
-def _meta_switches_nothing() -> Any:
-    """``with torch.cuda.device(x.device):`` around a launch (every FlagGems op) on the meta tensors a Meta
-    implementation is given: no device to switch to, so nothing switches (torch refuses a meta device; mamba's
-    ``x.device.index`` is None there). ``torch.cuda.get_device_properties(x.device)`` there answers for the current
-    GPU (mamba's backward sizes its scratch by the SM count; no output depends on it). While any thread runs one,
-    both are wrappers that do only that and are otherwise torch's own."""
-    import torch
-
-    with _SWITCH:
-        if _SWITCH_USERS[0] == 0:
-            real = _SWITCH_USERS[1] = torch.cuda.device
-            props = _SWITCH_USERS[2] = torch.cuda.get_device_properties
-            if isinstance(real, type):
-                class device(real):  # type: ignore[valid-type, misc]
-                    def __init__(self, device: Any) -> None:
-                        if device is None or getattr(device, "type", device) == "meta":
-                            self.idx, self.prev_idx = -1, -1  # torch's "no device": enter and exit switch nothing
-                        else:
-                            super().__init__(device)
-            else:  # already replaced by a function (the build's trace answers as a GPU it has not got)
-                def device(device: Any) -> Any:
-                    meta = device is None or getattr(device, "type", device) == "meta"
-                    return contextlib.nullcontext() if meta else real(device)
-
-            def get_device_properties(device: Any = None) -> Any:
-                return props(None if getattr(device, "type", device) == "meta" else device)
-
-            torch.cuda.device, torch.cuda.get_device_properties = device, get_device_properties
-        _SWITCH_USERS[0] += 1
-    try:
-        yield
-    finally:
-        with _SWITCH:
-            _SWITCH_USERS[0] -= 1
-            if _SWITCH_USERS[0] == 0:
-                torch.cuda.device, torch.cuda.get_device_properties = _SWITCH_USERS[1], _SWITCH_USERS[2]
-
-
 def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """A custom op's Meta implementation: the host function ``fn`` run with its launches skipped, so output shapes,
     dtypes and strides are those of a real call. On symbolic sizes, host code's block size from a size
@@ -242,15 +201,20 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
     smallest size), and where the outputs' structure, dtypes, sizes, strides or offsets change, or the host code
     raises, it runs once more letting torch specialize the sizes it reads, as it then must. Tensor values the host
     code reads are stand-ins (``stand_ins``); where it reads any, it runs again with others, and an op whose
-    results follow them is refused (``ForgeRuntimeError``)."""
+    results follow them is refused (``ForgeRuntimeError``). Called by torch's FakeTensorMode with fake GPU tensors,
+    all of it runs as a fake implementation (``fake_env.as_fake_implementation``)."""
     emulated = False
     try:
-        with _as_fake_implementation(args, kwargs) as emulated:
+        from .fake_env import as_fake_implementation
+
+        with as_fake_implementation(args, kwargs) as emulated:
             return _meta_call(fn, args, kwargs)
     except Exception:
-        if not emulated:
+        import torch
+
+        if not emulated or torch.cuda.is_available():  # the host code's own error, as a real call would raise it
             raise
-    # torch without the fake tensors' device (a CPU-only build) cannot run every op on them: as a Meta kernel
+    # torch without the fake tensors' GPU (a CPU-only build) cannot run every op on them: as a Meta kernel
     return _meta_call(fn, args, kwargs)
 
 
@@ -265,34 +229,6 @@ def _meta_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, 
     if reads.used:
         _values_reach_no_output(fn, args, kwargs, layout(out))
     return out
-
-
-@contextlib.contextmanager
-def _as_fake_implementation(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Where torch.compile or torch.export run this Meta implementation (their FakeTensorMode calls it on its fake
-    GPU tensors, which say ``meta`` there), the host code runs as a ``register_fake`` implementation would (at no
-    registration cost at import): the tensors say the GPU they stand for (``assert x.is_cuda``, bitsandbytes;
-    ``if x.device.type == "cuda":``, Liger) and what it allocates on their device are fake tensors of that device.
-    Meta tensors passed directly, and fake CPU tensors, stay as they are. Yields whether it took effect."""
-    mode = next((t.fake_mode for t in (*args, *kwargs.values()) if getattr(t, "fake_mode", None) is not None
-                 and getattr(t, "fake_device", None) is not None and t.fake_device.type != "cpu"), None)
-    if mode is None or not getattr(mode, "in_kernel_invocation", False):
-        yield False
-        return
-    import torch
-
-    C = torch._C
-    # undo what the mode's kernel invocation set: the meta dispatch key and torch dispatch (Python keys) excluded
-    mode.in_kernel_invocation = False
-    try:
-        with C._PreserveDispatchKeyGuard():
-            C._set_meta_in_tls_dispatch_include(False)
-            for key in (C.DispatchKey.Python, C.DispatchKey.PythonTLSSnapshot):
-                C._dispatch_tls_set_dispatch_key_excluded(key, False)
-            with mode:
-                yield True
-    finally:
-        mode.in_kernel_invocation = True
 
 
 def _values_reach_no_output(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
