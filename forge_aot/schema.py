@@ -123,7 +123,15 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     results: set[tuple[str, ...]] = set()
     keyed: list[tuple[dict[str, Any], tuple[str, ...]]] = []  # per call: its scalar arguments, its result kinds
     for args, kwargs, result, *rest in calls:
+        given_out = {storage_id(t) for t in (*(rest[0] if rest else ()), *(
+            result if isinstance(result, tuple) else (result,))) if isinstance(t, torch.Tensor)}
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
+            if isinstance(value, torch.Tensor) and storage_id(value) in given_out:
+                # mamba's ``out = torch.empty_like(x) if out is None else out``: a caller's tensor there would be
+                # written and returned, an alias no custom op's schema may have (Python calls keep it exact)
+                return None, (f"argument {name} is an output buffer: None in every traced call, the op puts a "
+                              "tensor there that it writes or returns, so a call passing one would get it back "
+                              "written (a custom op's outputs may not alias its inputs)"), None
             t = _type_of(value)
             if t is not None and name in in_place_of_none:
                 in_place_of_none[name].add(t)

@@ -1145,3 +1145,47 @@ def test_a_meta_implementation_under_fake_gpu_tensors_sees_their_gpu() -> None:
     with FakeTensorMode(), pytest.raises(AssertionError):  # fake CPU tensors: a Meta kernel's meta tensors, as before
         torch.ops.forge_test_fake_gpu.op(torch.empty(5))
     assert seen[-1] == ("meta", False)
+
+
+def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -> None:
+    """mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out = torch.empty_like(x) if out is None else
+    out``. Examples that never pass ``out`` had typed it ``Tensor? out=None`` (what the op's code puts there), a schema
+    saying a caller's ``out`` is neither written nor returned, which it is: the op stays Python calls, with the
+    reason. A scratch the op's code makes for a None argument that it neither writes nor returns keeps its type."""
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(a, c, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + offs, tl.load(a + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        def scale(x, out=None):
+            out = torch.empty_like(x) if out is None else out
+            scale_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+            return out
+
+
+        def scale_like(x, like=None):
+            like = torch.empty_like(x) if like is None else like
+            c = torch.empty(like.shape, dtype=like.dtype)
+            scale_kernel[(triton.cdiv(x.numel(), 256),)](x, c, x.numel(), BLOCK=256)
+            return c
+
+
+        def examples(device="cpu"):
+            scale(torch.randn(1000, device=device))
+            scale_like(torch.randn(1000, device=device))
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_out_buffer"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
+        'source = "k.py:scale_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
+        'ops = ["scale", "scale_like"]\n')
+    module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
+    assert module["schemas"]["scale"] is None
+    assert module["schema_notes"]["scale"].startswith("argument out is an output buffer: None in every traced call")
+    assert module["schemas"]["scale_like"] == "(Tensor x, Tensor? like=None) -> Tensor"
