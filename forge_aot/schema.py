@@ -101,6 +101,11 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         text = str(declared)
         return text[text.index("("):], "from its @torch.library.custom_op", None
     sig = host_signature(fn)
+    buffer = _output_buffer(calls)
+    if buffer is not None:
+        return None, (f"argument {buffer} is an output buffer: None in every traced call, the op puts a tensor "
+                      "there that it writes or returns, so a call passing one would get it back written (a custom "
+                      "op's outputs may not alias its inputs)"), None
     written = _written_arguments(sig, calls)
     if not written:
         try:
@@ -123,15 +128,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     results: set[tuple[str, ...]] = set()
     keyed: list[tuple[dict[str, Any], tuple[str, ...]]] = []  # per call: its scalar arguments, its result kinds
     for args, kwargs, result, *rest in calls:
-        given_out = {storage_id(t) for t in (*(rest[0] if rest else ()), *(
-            result if isinstance(result, tuple) else (result,))) if isinstance(t, torch.Tensor)}
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
-            if isinstance(value, torch.Tensor) and storage_id(value) in given_out:
-                # mamba's ``out = torch.empty_like(x) if out is None else out``: a caller's tensor there would be
-                # written and returned, an alias no custom op's schema may have (Python calls keep it exact)
-                return None, (f"argument {name} is an output buffer: None in every traced call, the op puts a "
-                              "tensor there that it writes or returns, so a call passing one would get it back "
-                              "written (a custom op's outputs may not alias its inputs)"), None
             t = _type_of(value)
             if t is not None and name in in_place_of_none:
                 in_place_of_none[name].add(t)
@@ -290,6 +287,20 @@ def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
     prototype.__signature__ = sig.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
     prototype.__name__ = getattr(fn, "__name__", "op")
     return prototype
+
+
+def _output_buffer(calls: list[Call]) -> str | None:
+    """A parameter some traced call left None where the op's code put a tensor it writes or returns (mamba's ``out
+    = torch.empty_like(x) if out is None else out``): a caller's tensor there would be written and returned."""
+    import torch
+
+    for _, _, result, *rest in calls:
+        out = {storage_id(t) for t in (*(rest[0] if rest else ()), *(result if isinstance(result, tuple) else (
+            result,))) if isinstance(t, torch.Tensor)}
+        for name, value in (rest[1] if len(rest) > 1 else {}).items():
+            if isinstance(value, torch.Tensor) and storage_id(value) in out:
+                return name
+    return None
 
 
 def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:

@@ -1151,7 +1151,8 @@ def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -
     """mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out = torch.empty_like(x) if out is None else
     out``. Examples that never pass ``out`` had typed it ``Tensor? out=None`` (what the op's code puts there), a schema
     saying a caller's ``out`` is neither written nor returned, which it is: the op stays Python calls, with the
-    reason. A scratch the op's code makes for a None argument that it neither writes nor returns keeps its type."""
+    reason, also where type annotations give a schema. A scratch the op's code makes for a None argument that it
+    neither writes nor returns keeps its type."""
     (tmp_path / "k.py").write_text(textwrap.dedent('''\
         import torch
         import triton
@@ -1177,15 +1178,22 @@ def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -
             return c
 
 
+        def scale_annotated(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+            return scale(x, out)
+
+
         def examples(device="cpu"):
             scale(torch.randn(1000, device=device))
             scale_like(torch.randn(1000, device=device))
+            scale_annotated(torch.randn(1000, device=device))
     '''))
     (tmp_path / "kernel_manifest.toml").write_text(
         '[project]\nname = "forge_test_out_buffer"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
         'source = "k.py:scale_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
-        'ops = ["scale", "scale_like"]\n')
+        'ops = ["scale", "scale_like", "scale_annotated"]\n')
     module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
     assert module["schemas"]["scale"] is None
     assert module["schema_notes"]["scale"].startswith("argument out is an output buffer: None in every traced call")
     assert module["schemas"]["scale_like"] == "(Tensor x, Tensor? like=None) -> Tensor"
+    assert module["schemas"]["scale_annotated"] is None  # type annotations say no more about it
+    assert module["schema_notes"]["scale_annotated"].startswith("argument out is an output buffer")
