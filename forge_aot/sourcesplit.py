@@ -864,16 +864,19 @@ def _branches(stmt: ast.If | ast.For | ast.While | ast.Try | ast.With) -> list[a
             *(s for h in getattr(stmt, "handlers", []) for s in h.body)]
 
 
+def _target_leaves(target: ast.expr) -> list[ast.expr]:
+    """The single targets an assignment target unpacks into: ``a, (b, *c)`` gives ``a``, ``b``, ``c``."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [leaf for e in target.elts for leaf in _target_leaves(e)]
+    if isinstance(target, ast.Starred):
+        return _target_leaves(target.value)
+    return [target]
+
+
 def _target_names(target: ast.expr) -> set[str]:
     """The names an assignment target rebinds: ``a``, ``a, (b, *c)``; not ``cfg["x"]`` or ``obj.attr``, which change
     an object another statement bound."""
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*(_target_names(e) for e in target.elts))
-    if isinstance(target, ast.Starred):
-        return _target_names(target.value)
-    return set()
+    return {leaf.id for leaf in _target_leaves(target) if isinstance(leaf, ast.Name)}
 
 
 def _heuristics_values(dec: ast.expr) -> ast.expr:
@@ -1240,19 +1243,8 @@ def _bound_names(stmt: ast.stmt) -> set[str]:
         return {a.asname or a.name.split(".")[0] for a in stmt.names if a.name != "*"}
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-        names: set[str] = set()
-        todo = list(targets)
-        while todo:
-            t = todo.pop()
-            if isinstance(t, ast.Name):
-                names.add(t.id)
-            elif isinstance(t, (ast.Tuple, ast.List)):
-                todo += t.elts
-            elif isinstance(t, ast.Starred):
-                todo.append(t.value)
-            else:
-                return set()
-        return names
+        leaves = [leaf for t in targets for leaf in _target_leaves(t)]
+        return {leaf.id for leaf in leaves} if all(isinstance(leaf, ast.Name) for leaf in leaves) else set()
     return _defined_names(stmt)
 
 

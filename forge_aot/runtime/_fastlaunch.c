@@ -264,7 +264,7 @@ static void Launcher_dealloc(PyObject *self) {
 }
 
 /* descs[j] for a descriptor argument: (tma, rank, elem_size, elem_type, box, swizzle, fp4_padded), the box innermost
- * first (fastpath.descriptor_layouts); 0 read, -1 error. */
+ * first (descriptors.c_layouts); 0 read, -1 error. */
 static int read_desc_layout(PyObject *spec, DescLayout *d) {
     PyObject *box;
     if (!PyTuple_Check(spec) || !PyArg_ParseTuple(spec, "iiiiOii", &d->tma, &d->rank, &d->elem_size, &d->elem_type,
@@ -783,14 +783,17 @@ typedef struct {
 
 static int pointer_like(int kind) { return kind == K_PTR || kind == K_DESC; }
 
-static void release_entry(FastKernel *F, Entry *e) {
-    for (int t = 0; t < F->n_tv; t++) Py_XDECREF(e->key.dtypes[t]);
-    for (int i = 0; i < F->n_ptr; i++) Py_XDECREF(e->key.ptypes[i]);
-    for (int c = 0; c < F->n_call; c++) Py_XDECREF(e->key.calls[c]);
-    Resolved *r = &e->r;
-    Py_XDECREF(r->launcher); Py_XDECREF(r->meta); Py_XDECREF(r->config); Py_XDECREF(r->call);
-    Py_XDECREF(r->kwargs); Py_XDECREF(r->late); Py_XDECREF(r->pre_hook); Py_XDECREF(r->fallback);
-}
+/* Every reference a cache entry holds, each given to DO: releasing an entry and the collector's visit list the same
+ * ones (a reference missing from the visit would keep a cycle through the kernel handle alive). */
+#define ENTRY_REFS(F, e, DO) do {                                                               \
+        for (int t_ = 0; t_ < (F)->n_tv; t_++) DO((e)->key.dtypes[t_]);                      \
+        for (int i_ = 0; i_ < (F)->n_ptr; i_++) DO((e)->key.ptypes[i_]);                     \
+        for (int c_ = 0; c_ < (F)->n_call; c_++) DO((e)->key.calls[c_]);                     \
+        DO((e)->r.launcher); DO((e)->r.meta); DO((e)->r.config); DO((e)->r.call);            \
+        DO((e)->r.kwargs); DO((e)->r.late); DO((e)->r.pre_hook); DO((e)->r.fallback);        \
+    } while (0)
+
+static void release_entry(FastKernel *F, Entry *e) { ENTRY_REFS(F, e, Py_XDECREF); }
 
 /* Empties the cache. The table is detached first: releasing an entry may run arbitrary code (and let other
  * threads call this kernel), which must find a consistent, empty table. */
@@ -813,16 +816,8 @@ static int FastKernel_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(F->tensor_types); Py_VISIT(F->get_device); Py_VISIT(F->data_ptr); Py_VISIT(F->launches);
     Py_VISIT(F->call_names); Py_VISIT(F->call_defaults); Py_VISIT(F->missing);
     Py_VISIT(F->runtime_names); Py_VISIT(F->heuristics); Py_VISIT(F->heuristic_names);
-    for (size_t i = 0; i < F->cap; i++) {
-        Entry *e = &F->table[i];
-        if (!e->used) continue;
-        for (int t = 0; t < F->n_tv; t++) Py_VISIT(e->key.dtypes[t]);
-        for (int j = 0; j < F->n_ptr; j++) Py_VISIT(e->key.ptypes[j]);
-        for (int c = 0; c < F->n_call; c++) Py_VISIT(e->key.calls[c]);
-        Resolved *r = &e->r;
-        Py_VISIT(r->launcher); Py_VISIT(r->meta); Py_VISIT(r->config); Py_VISIT(r->call);
-        Py_VISIT(r->kwargs); Py_VISIT(r->late); Py_VISIT(r->pre_hook); Py_VISIT(r->fallback);
-    }
+    for (size_t i = 0; i < F->cap; i++)
+        if (F->table[i].used) ENTRY_REFS(F, &F->table[i], Py_VISIT);
     return 0;
 }
 
@@ -1378,14 +1373,6 @@ static int eval_grid(Launch *l, PyObject *args, PyObject *meta, PyObject *config
     return r;
 }
 
-/* A late entry (see Entry), as Kernel.run: where the kernel has heuristics or the config a pre-hook, the arguments
- * by name (runtime arguments, call-site values, the config's keyword arguments), each heuristic called on them in
- * order and its value added, then the pre-hook; the grid function called on the config's launch values plus the
- * heuristic values (on the arguments by name if it reads one); the binary remembered for the heuristic values and
- * the descriptors' block shapes as the pre-hook left them, launched; values not seen yet launched by the Python
- * path from this point on (`fallback`), which remembers them, so heuristics and pre-hooks run once per call.
- * 1 launched, 0 left to the Python path (before anything ran but pure heuristics), -1 error (a heuristic, the
- * pre-hook, the grid function or the launch raised: the error the Python path would raise). */
 /* After a pre-hook each tensor argument's address is read again, as Kernel.run reads them only then (a hook may
  * give an argument new storage): 1 with the same specialization, 0 where it changed (the Python path launches). */
 static int reread_pointers(FastKernel *F, PyObject *args, const CallKey *k, uint64_t *vals) {
@@ -1410,6 +1397,14 @@ static int reread_pointers(FastKernel *F, PyObject *args, const CallKey *k, uint
     return 1;
 }
 
+/* A late entry (see Entry), as Kernel.run: where the kernel has heuristics or the config a pre-hook, the arguments
+ * by name (runtime arguments, call-site values, the config's keyword arguments), each heuristic called on them in
+ * order and its value added, then the pre-hook; the grid function called on the config's launch values plus the
+ * heuristic values (on the arguments by name if it reads one); the binary remembered for the heuristic values and
+ * the descriptors' block shapes as the pre-hook left them, launched; values not seen yet launched by the Python
+ * path from this point on (`fallback`), which remembers them, so heuristics and pre-hooks run once per call.
+ * 1 launched (by the C path or the fallback), -1 error (a heuristic, the pre-hook, the grid function, the launch or
+ * the fallback raised: the error the Python path would raise). */
 static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
                      const Resolved *e, uint64_t *vals, PyObject *const *objs) {
     int r = -1, hooks = F->n_heur || e->pre_hook;
@@ -1436,8 +1431,8 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
         }
     }
     Py_ssize_t n_names = F->n_heur ? PyTuple_Size(F->heuristic_names) : 0;
-    if (!(heur = PyTuple_New(n_names))
-        || (hooks && PyCallable_Check(l->grid) && !(grid_meta = PyDict_Copy(e->meta))))
+    /* the grid function's meta: the config's, plus the heuristic values where there are any (a copy then) */
+    if (!(heur = PyTuple_New(n_names)) || (n_names && PyCallable_Check(l->grid) && !(grid_meta = PyDict_Copy(e->meta))))
         goto done;
     for (Py_ssize_t j = 0; j < n_names; j++) {
         PyObject *name = PyTuple_GetItem(F->heuristic_names, j);
@@ -1461,7 +1456,7 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
         Py_DECREF(ran);
         same = reread_pointers(F, args, k, vals);
     }
-    if (!(grid = grid_value(l, args, hooks ? grid_meta : e->meta, e->config, e->call, nargs))) goto done;
+    if (!(grid = grid_value(l, args, grid_meta ? grid_meta : e->meta, e->config, e->call, nargs))) goto done;
     unsigned long long dims[3];
     PyObject *launcher = NULL;
     if (same && read_grid(grid, dims)) {
