@@ -23,6 +23,8 @@ spread (min - max) over rounds:
                                   the C path)
   forge-aot op (allocates) C / Python   the exported op (output allocation, host code, launch), both paths
   forge-aot host function C       the op's host function called directly (the op less its export wrapper)
+  forge-aot custom op torch.ops   (4 arguments) ``torch.ops.forge_launch.vector_add``: what a torch.compile'd graph
+                                  calls (the dispatcher, the custom op's real implementation under its guard)
   C cuLaunchKernel floor          cuLaunchKernel in a C loop on the very cubin the wheel ships
                                   (benchmarks/launch/launch_floor.c, compiled here with `cc`), back to back: once
                                   the driver's queue fills, the GPU's pace for these tiny kernels
@@ -92,6 +94,8 @@ def c_floor(cubin: Path, function: str, nargs: int, calls: int, batch: int = 0) 
 def pieces(torch, package, x, y, n: int) -> dict[str, Contender]:
     """Single calls the C path and the op are made of, each timed alone (same loop as the other rows)."""
     torch_ops = importlib.import_module(f"{package.__name__}._runtime.torch_ops")
+    guard = importlib.import_module(f"{package.__name__}._runtime.guard")
+    out = torch.empty_like(x)
     host_triton = importlib.import_module(f"{package.__name__}._runtime.host_triton").host_triton
     raw_stream = torch._C._cuda_getCurrentRawStream
     meta = {"BLOCK_SIZE": 1024}
@@ -125,6 +129,9 @@ def pieces(torch, package, x, y, n: int) -> dict[str, Contender]:
         "grid lambda (cdiv)": Contender(lambda: (lambda m: (host_triton.cdiv(n, m["BLOCK_SIZE"]),))(meta)),
         "torch.empty_like(x)": Contender(lambda: torch.empty_like(x)),
         "op, launches skipped": Contender(lambda: torch_ops.call_without_launches(package.vector_add, x, y)),
+        # the custom op's guard (runtime/guard.py) around a host function that does nothing: 2 tensor arguments
+        "custom op guard, empty host code": Contender(lambda: guard.guarded(
+            "forge_launch.vector_add", ["x", "y"], frozenset(), lambda x, y: out, (x, y), {}, ((x, y), {}))),
     }
 
 
@@ -208,6 +215,9 @@ def main() -> None:
             "forge-aot op (allocates) C": Contender(lambda: forge_launch.vector_add(x, y), True),
             "forge-aot host function (no export wrapper) C": Contender(lambda: add_host(x, y), True),
             "forge-aot op (allocates) Python": Contender(lambda: forge_launch.vector_add(x, y), False),
+            # what a torch.compile'd graph calls: the dispatcher, the custom op's real implementation and its guard
+            "forge-aot custom op torch.ops (allocates) C": Contender(
+                lambda: torch.ops.forge_launch.vector_add(x, y), True),
         },
         "19 args": {
             **torch_rows,

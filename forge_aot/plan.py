@@ -340,6 +340,13 @@ class KernelPlan:
     def launch_axes(self) -> list[str]:
         return [a for a in self.axes if a in LAUNCH_OPTIONS]
 
+    @property
+    def written(self) -> list[str]:
+        """The pointer and descriptor parameters the kernel may write through: what makes an op passing a tensor
+        there write it."""
+        types = dict(self.params)
+        return [n for n in self.writes if types.get(n, "").startswith("*") or rt.desc_dtype(types.get(n, ""))]
+
     def spec_json(self) -> dict[str, Any]:
         """The kernel's entry of the package index, without its variants."""
         pre_hooks = sorted({c.pre_hook for c in self.space if c.pre_hook})
@@ -351,6 +358,8 @@ class KernelPlan:
                 **({"pointer_ints": self.pointer_ints} if self.pointer_ints else {}),
                 "constraints": [c.text for c in self.constraints], "constexpr_defaults": self.constexpr_defaults,
                 "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
+                # the pointers and descriptors it may write through: what a custom op's guard checks (runtime/guard.py)
+                **({"writes": list(self.written)} if self.written else {}),
                 **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
                 **({"call_heuristics": self.call_heuristics} if self.call_heuristics else {}),
                 "variants": {}}
@@ -1497,9 +1506,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
                                 for i, code in enumerate(c.spec) if code == SPEC_ABSENT},
                                key=kp.spec_params.index),
-            # the pointers (and descriptors) it may write through: what makes an op passing a tensor there mutate it
-            "writes": [n for n in kp.writes
-                       if dict(kp.params).get(n, "").startswith("*") or rt.desc_dtype(dict(kp.params).get(n, ""))],
+            "writes": kp.written,
             "data_like_constexprs": data_like_constexprs(kp, entries),
             "notes": list(kp.notes),
         }

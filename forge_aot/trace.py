@@ -249,6 +249,7 @@ class Tracer:
                          op_calls: dict[str, list[Any]] = op_calls) -> Any:
                 def call(*args: Any, **kwargs: Any) -> Any:
                     before = {n: len(h.records) for n, h in self.handles.items()}
+                    versions = [(t, t._version) for t in _tensor_arguments(args, kwargs)]
                     depth[0] += 1
                     try:
                         if depth[0] == 1:
@@ -258,7 +259,9 @@ class Tracer:
                     finally:
                         depth[0] -= 1
                     if depth[0] == 0:  # the op as the examples call it, not as another op calls it
-                        op_calls[op].append((args, kwargs, result, self._written(before, modules), replaced))
+                        # written: what its launches write through, and what an in-place torch op changed
+                        written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
+                        op_calls[op].append((args, kwargs, result, written, replaced))
                     return result
                 return call
 
@@ -359,6 +362,14 @@ class Tracer:
                               f"{kp.function} in variant {assignment} with key {key_dict}; it launched "
                               f"{'; '.join(seen) or 'nothing'}")
         return mine
+
+
+def _tensor_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The tensors a call passes, those in lists and tuples included."""
+    import torch
+
+    values = [v for a in (*args, *kwargs.values()) for v in (a if isinstance(a, (list, tuple)) else (a,))]
+    return [v for v in values if isinstance(v, torch.Tensor)]
 
 
 def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -495,6 +495,61 @@ def test_launches_skip_stays_in_python_and_pre_hooks_run_once_per_call_from_c(rt
     assert fake.calls == launched and hooked._fast.size() == 1
 
 
+def _guard(rt, op, named):
+    """A custom op's guard (runtime/guard.py) keeping the storages of ``named`` (name -> tensor)."""
+    import importlib
+
+    guard_mod = importlib.import_module(f"{rt.__name__}.guard")
+    ranges = []
+    for t in named.values():
+        st = t.untyped_storage()
+        ranges += [st.data_ptr(), st.data_ptr() + st.nbytes()]
+    g = guard_mod.Guard(ranges)
+    g.op, g.call = op, list(named.items())
+    return g
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, c_path) -> None:
+    """While a custom op's real implementation runs, LAUNCHES.skip holds its guard: a launch whose kernel writes
+    through a pointer (the index's ``writes``) into a kept argument's storage is refused before it runs, naming the
+    op, kernel, parameter and argument; one that only reads a kept argument launches, from C without the Python
+    path; a kernel the index gives no writes launches under any guard."""
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    view_of_o = o[8:]  # a view: the same storage, another address
+    cs.on(0, view_of_o)
+    add.spec["writes"] = ["out_ptr"]
+    assert rt.fastpath.use_c_launch(add, c_path) == c_path
+    add[(4,)](x, y, o, 4096)  # registered on the C path
+    fallbacks = []
+    add.run = lambda g, a, k: (fallbacks.append(1), type(add).run(add, g, a, k))[1]
+    try:
+        rt.kernel.LAUNCHES.skip = _guard(rt, "forge_test.add_op", {"x": x, "y": y})
+        calls = fake.calls
+        add[(4,)](x, y, o, 4096)
+        assert fake.calls == calls + 1 and len(fallbacks) == (0 if c_path else 1)
+        rt.kernel.LAUNCHES.skip = _guard(rt, "forge_test.add_op", {"x": x, "out": o})
+        for target in (o, view_of_o):
+            with pytest.raises(rt.ForgeRuntimeError, match=r"forge_test\.add_op: kernel add_kernel would write "
+                               r"argument out \(through its parameter out_ptr\), which the op's custom op says it "
+                               r"does not write; nothing was launched.*shape \(64,\), strides \(1,\)"):
+                add[(4,)](x, y, target, 4096 if target is o else 56)
+        assert fake.calls == calls + 1
+        # what the kernel only reads may be kept: x written by nobody
+        add.spec["writes"] = []
+        rt.fastpath.use_c_launch(add, c_path)
+        add[(4,)](x, y, o, 4096)
+        assert fake.calls == calls + 2
+    finally:
+        rt.kernel.LAUNCHES.skip = False
+        del add.run
+    # no guard: the same calls launch as ever
+    add.spec["writes"] = ["out_ptr"]
+    rt.fastpath.use_c_launch(add, c_path)
+    add[(4,)](x, y, o, 4096)
+    assert fake.calls == calls + 3
+
+
 def _heuristics_kernel(rt, fake, tmp_path, name):
     """add with two heuristics (EVEN from n; HALF from EVEN, which it reads by name) and a binary per EVEN."""
     params = [*ADD[:4], ["BLOCK", "meta"], ["EVEN", "heuristic"], ["HALF", "heuristic"]]

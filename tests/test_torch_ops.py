@@ -1197,3 +1197,48 @@ def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -
     assert module["schemas"]["scale_like"] == "(Tensor x, Tensor? like=None) -> Tensor"
     assert module["schemas"]["scale_annotated"] is None  # type annotations say no more about it
     assert module["schema_notes"]["scale_annotated"].startswith("argument out is an output buffer")
+
+
+def test_an_in_place_torch_write_into_an_argument_marks_it_written(tmp_path) -> None:
+    """What an op writes is also what its host code changes in place with torch (the examples' version counters):
+    ``x.mul_(2)`` before the launch makes ``x`` a ``Tensor(a!)``, as a launch writing through it would; an in-place
+    op on a tensor the op made itself changes nothing."""
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def copy_kernel(a, c, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + offs, tl.load(a + offs, mask=offs < n), mask=offs < n)
+
+
+        def doubled_copy(x):
+            x.mul_(2)
+            c = torch.empty_like(x)
+            copy_kernel[(triton.cdiv(x.numel(), 256),)](x, c, x.numel(), BLOCK=256)
+            return c
+
+
+        def fresh_doubled(x):
+            c = torch.empty_like(x)
+            copy_kernel[(triton.cdiv(x.numel(), 256),)](x, c, x.numel(), BLOCK=256)
+            return c.mul_(2)
+
+
+        def examples(device="cpu"):
+            doubled_copy(torch.randn(1000, device=device))
+            fresh_doubled(torch.randn(1000, device=device))
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_inplace"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.copy]\n'
+        'source = "k.py:copy_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
+        'ops = ["doubled_copy", "fresh_doubled"]\n')
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
+    module = plan.modules["k"]
+    assert module["schemas"]["doubled_copy"] == "(Tensor(a!) x) -> Tensor"
+    assert module["schemas"]["fresh_doubled"] == "(Tensor x) -> Tensor"
+    # the index tells the runtime's guard what the kernel writes through
+    assert plan.kernels["copy"].spec_json()["writes"] == ["c"]

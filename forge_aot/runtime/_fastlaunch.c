@@ -29,6 +29,15 @@
 #error "the parameter block is packed little-endian"
 #endif
 
+/* 64-bit integers read through the C long functions: CPython's PyLong_As(Unsigned)LongLong convert any int of more
+ * than one digit (every device address) through _PyLong_AsByteArray, several times slower than the digit loop of
+ * PyLong_As(Unsigned)Long, which is as wide on the LP64 systems this extension is built for. */
+#if !defined(__LP64__)
+#error "the C launch path assumes LP64 (a C long of 64 bits)"
+#endif
+#define as_i64(o) ((long long)PyLong_AsLong(o))
+#define as_u64(o) ((unsigned long long)PyLong_AsUnsignedLong(o))
+
 #define MAX_ARGS 64
 #define MAX_OFFSETS 256              /* parameter-block slots: a tensor descriptor takes several */
 #define MAX_RANK 5                   /* of a tensor descriptor, as CUtensorMap's */
@@ -146,7 +155,7 @@ static int convert_scalar(int kind, PyObject *o, uint64_t *out) {
     switch (kind) {
     case K_I8: case K_I16: case K_I32: case K_I64: case K_U8: case K_U16: case K_U32: {
         if (!PyLong_Check(o)) return 0;
-        long long v = PyLong_AsLongLong(o);
+        long long v = as_i64(o);
         if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         if (kind != K_I64 && (v < kind_lo[kind] || v > kind_hi[kind])) return 0;
         *out = (uint64_t)v;
@@ -154,7 +163,7 @@ static int convert_scalar(int kind, PyObject *o, uint64_t *out) {
     }
     case K_U64: {
         if (!PyLong_Check(o)) return 0;
-        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        unsigned long long v = as_u64(o);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         *out = v;
         return 1;
@@ -165,7 +174,7 @@ static int convert_scalar(int kind, PyObject *o, uint64_t *out) {
     case K_FP64: if (!as_double(o, &d)) return 0; *out = double_bits(d); return 1;
     case K_PTR: {
         if (!PyLong_Check(o)) return 0;
-        unsigned long long v = PyLong_AsUnsignedLongLong(o);
+        unsigned long long v = as_u64(o);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         *out = v;
         return 1;
@@ -421,7 +430,7 @@ static int read_extent(PyObject *desc, PyObject *attr, int rank, long long *out)
         PyObject *as_int = PyNumber_Long(item);   /* int(d), as descriptors.expand reads them */
         Py_DECREF(item);
         if (!as_int) goto done;
-        out[i] = PyLong_AsLongLong(as_int);
+        out[i] = as_i64(as_int);
         Py_DECREF(as_int);
         if (out[i] == -1 && PyErr_Occurred()) goto done;
     }
@@ -506,7 +515,7 @@ static int pack_desc(Launcher *L, int j, PyObject *desc, unsigned char *buf) {
     PyObject *ptr = base ? PyObject_CallMethodObjArgs(base, str_data_ptr, NULL) : NULL;
     Py_XDECREF(base);
     if (!ptr) return -1;
-    uint64_t addr = PyLong_AsUnsignedLongLong(ptr);
+    uint64_t addr = as_u64(ptr);
     Py_DECREF(ptr);
     if (addr == (uint64_t)-1 && PyErr_Occurred()) return -1;
     if (!d->tma) {   /* base pointer, shape and strides (i64), NaN flag, shape (i32), strides (i64) */
@@ -556,7 +565,7 @@ static int add_scratch(Launcher *L, long long size, unsigned long long programs,
         PyErr_SetString(PyExc_TypeError, "scratch() must return (buffer, address)");
         return -1;
     }
-    unsigned long long addr = PyLong_AsUnsignedLongLong(PyTuple_GetItem(r, 1));
+    unsigned long long addr = as_u64(PyTuple_GetItem(r, 1));
     if (addr == (unsigned long long)-1 && PyErr_Occurred()) { Py_DECREF(r); return -1; }
     memcpy(slot, &addr, 8);
     *keep = r;
@@ -642,7 +651,7 @@ static int read_grid(PyObject *g, unsigned long long dims[3]) {
         if (i >= n) { dims[i] = 1; continue; }
         PyObject *item = PyTuple_Check(g) ? PyTuple_GetItem(g, i) : PyList_GetItem(g, i);
         if (!PyLong_Check(item)) return 0;
-        long long v = PyLong_AsLongLong(item);
+        long long v = as_i64(item);
         if (v == -1 && PyErr_Occurred()) { PyErr_Clear(); return 0; }
         if (v < 0 || v > 0xffffffffLL) return 0;
         dims[i] = (unsigned long long)v;
@@ -764,6 +773,7 @@ typedef struct {
     unsigned char spec_is_ptr[MAX_ARGS];
     uint64_t spec_scalars;   /* bit per argument position: a specialized scalar, which a call may pass as None */
     uint64_t ptr_ints;       /* bit per argument position: a pointer parameter that also takes an integer */
+    uint64_t written;        /* bit per argument position: a pointer or descriptor the kernel may write through */
     unsigned char ptr_int_kind[MAX_ARGS];   /* ... and that integer's kind (K_I32 or K_I64) */
     int n_tv, tv_pos[MAX_TYPEVARS];
     int tv_next[MAX_ARGS];   /* the next argument of the same type variable, or -1: read where this one is None */
@@ -843,16 +853,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
                             "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
-                            "param_slots", "int_pointers", "int_pointer_kinds", NULL};
+                            "param_slots", "int_pointers", "int_pointer_kinds", "written", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
         *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
-        *tv_next = NULL, *param_slots = NULL, *int_ptrs = NULL, *int_ptr_kinds = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+        *tv_next = NULL, *param_slots = NULL, *int_ptrs = NULL, *int_ptr_kinds = NULL, *written = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
                                      &heuristic_names, &PyTuple_Type, &tv_next, &PyTuple_Type, &param_slots,
-                                     &PyTuple_Type, &int_ptrs, &PyBytes_Type, &int_ptr_kinds))
+                                     &PyTuple_Type, &int_ptrs, &PyBytes_Type, &int_ptr_kinds, &PyTuple_Type, &written))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -926,6 +936,16 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
             F->ptr_int_kind[ip_pos[i]] = ip_kind[i];
         }
     }
+    if (written) {   /* the pointer and descriptor arguments the kernel may write through (guard_allows) */
+        int n_w = 0, w_pos[MAX_ARGS];
+        if (read_int_tuple(written, w_pos, MAX_ARGS, &n_w) < 0) goto fail;
+        for (int i = 0; i < n_w; i++) {
+            if (w_pos[i] < 0 || w_pos[i] >= F->n || !pointer_like(F->kinds[w_pos[i]])) {
+                PyErr_SetString(PyExc_ValueError, "written: pointer or descriptor positions"); goto fail;
+            }
+            F->written |= 1ull << w_pos[i];
+        }
+    }
     if (!PyTuple_Check(types)) { PyErr_SetString(PyExc_TypeError, "tensor_types must be a tuple"); goto fail; }
     if (PyTuple_Size(call_names) > MAX_CALLS || PyTuple_Size(call_names) != PyTuple_Size(call_defaults)) {
         PyErr_SetString(PyExc_ValueError, "call-site names beyond the C launch path's limits"); goto fail;
@@ -997,7 +1017,7 @@ static long long call_int(PyObject *fn, PyObject *arg, int *ok) {
     if (!r) { PyErr_Clear(); return 0; }
     long long v = 0;
     if (PyLong_Check(r)) {
-        v = PyLong_AsLongLong(r);
+        v = as_i64(r);
         if (v == -1 && PyErr_Occurred()) PyErr_Clear(); else *ok = 1;
     }
     Py_DECREF(r);
@@ -1509,6 +1529,27 @@ static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObj
 
 static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
 
+/* Under a custom op's guard (lo0, hi0, lo1, hi1...: the memory of the arguments its schema says it does not write):
+ * 1 where no pointer the kernel writes through starts in a guarded range, 0 otherwise, and for what the C path
+ * does not read here (a descriptor's tensor, a late entry whose pre-hook may move storage, an unreadable guard):
+ * the Python path then checks (and refuses, naming the argument) or launches. */
+static int guard_allows(FastKernel *F, PyObject *guard, const CallKey *k, const uint64_t *vals, int late) {
+    uint64_t w = F->written;
+    if (!w) return 1;
+    if (late || (w & k->descs)) return 0;
+    Py_ssize_t n = PyTuple_Size(guard);
+    for (int i = 0; i < F->n_ptr; i++) {
+        int p = F->ptr_pos[i];
+        if (!((w >> p) & 1) || k->ptypes[i] == Py_None || k->ptypes[i] == (PyObject *)&PyLong_Type) continue;
+        for (Py_ssize_t j = 0; j + 1 < n; j += 2) {
+            unsigned long long lo = as_u64(PyTuple_GetItem(guard, j)), hi = as_u64(PyTuple_GetItem(guard, j + 1));
+            if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+            if (vals[p] >= lo && vals[p] < hi) return 0;
+        }
+    }
+    return 1;
+}
+
 /* A call passing parameters by position beyond the leading runtime arguments: call-site constexprs after them
  * (mamba's layer norm passes its flags and BLOCK_N so), or a kernel whose constexprs come between its runtime
  * parameters (Liger's cross entropy). Bound as Kernel._bind binds: each positional argument as the parameter it
@@ -1573,17 +1614,29 @@ static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
 /* args: every runtime argument in order; kwargs: the call's keywords, of which `taken` were runtime arguments. */
 static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken) {
     FastKernel *F = (FastKernel *)l->fast;
-    PyObject *skip = PyObject_GetAttr(F->launches, str_skip);   /* LAUNCHES.skip: the custom op's meta path */
+    /* LAUNCHES.skip: False as a rule; True while a custom op's Meta implementation runs (no launches); a custom op
+     * guard (guard.py, a tuple of address ranges) while its real implementation runs */
+    PyObject *skip = PyObject_GetAttr(F->launches, str_skip);
     if (!skip) { PyErr_Clear(); return 0; }
-    int skipping = PyObject_IsTrue(skip);
-    Py_DECREF(skip);
-    if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
+    PyObject *guard = NULL;   /* a new reference while set */
+    if (skip == Py_False) Py_DECREF(skip);
+    else if (PyTuple_Check(skip) && PyTuple_Size(skip)) guard = skip;
+    else {
+        int skipping = PyObject_IsTrue(skip);
+        Py_DECREF(skip);
+        if (skipping) { if (skipping < 0) PyErr_Clear(); return 0; }
+    }
     CallKey k;
     uint64_t vals[MAX_ARGS];
     PyObject *objs[MAX_ARGS];   /* read_call sets those of every pointer position: the only ones read */
-    if (!read_call(F, args, kwargs, taken, &k, vals, objs)) return 0;
+    if (!read_call(F, args, kwargs, taken, &k, vals, objs)) { Py_XDECREF(guard); return 0; }
     Entry *found = find(F, &k);
-    if (!found) { release_key(F, &k); return 0; }
+    if (!found || (guard && !guard_allows(F, guard, &k, vals, found->r.late != NULL))) {
+        Py_XDECREF(guard);
+        release_key(F, &k);
+        return 0;
+    }
+    Py_XDECREF(guard);
     /* Its references, held before anything can run other threads (releasing the key, the grid function,
      * heuristics and pre-hooks), which may clear the cache. */
     Resolved e = found->r;

@@ -152,7 +152,7 @@ def warmup(kernel: Kernel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Com
     device, so host code that caches what it derives from the figures caches real ones; off the GPU (meta
     tensors, the build's tracing) a placeholder."""
     runtime, call = kernel._bind(args, kwargs)
-    generic = LAUNCHES.skip
+    generic = LAUNCHES.skip is True
     if generic:
         try:
             on_gpu = getattr(kernel.backend, "compiled", None) is not None and kernel._device(runtime) >= 0

@@ -29,9 +29,7 @@ class Package:
     """One generated package's host modules, bound on first use (``PACKAGES``: by package name)."""
 
     def __init__(self, package: str, root: str, ops: dict[str, tuple[Any, ...]]) -> None:
-        self.package = package
-        self.root = root
-        self.ops = ops
+        self.package, self.root, self.ops = package, root, ops
         self.lock = threading.RLock()
         self.backend: Any = None
         self.modules: dict[str, Any] = {}
@@ -261,27 +259,29 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return args, kwargs
 
 
-def _implementations(function: Callable[[str], Callable[..., Any]], op: str, rule: Any = None,
-                     ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A custom op's real implementation (the host code) and its Meta one (``torch_ops.fake_call``); with a
-    result rule, both pad the host code's results to the schema's."""
-    if rule is not None:
-        from .torch_ops import pad
+def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qualified: str, schema: str,
+                     rule: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A custom op's real implementation (the host code, held to the schema ``qualified`` has: ``guard.guarded``) and
+    its Meta one (``torch_ops.fake_call``); with a result rule, both pad the host code's results to the schema's."""
+    guard: list[Any] = []  # guard.guarded and the schema's arguments, from the first call (what compiled graphs call)
 
     def real(*args: Any, **kwargs: Any) -> Any:
+        if not guard:
+            from .guard import arguments, guarded
+            guard.extend((guarded, *arguments(qualified, schema)))
         fn = function(op)
-        if _unspelled(fn):  # what compiled graphs call: one cached lookup, empty for nearly every op
-            args, kwargs = _host_defaults(fn, args, kwargs)
-        return fn(*args, **kwargs) if rule is None else pad(rule, fn(*args, **kwargs), args, kwargs)
+        call = _host_defaults(fn, args, kwargs) if _unspelled(fn) else (args, kwargs)
+        return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
-        from .torch_ops import fake_call  # the runtime loads on first use, not at import
+        from .guard import own
+        from .torch_ops import fake_call, pad  # the runtime loads on first use, not at import
 
         fn = function(op)
         # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
         fn = getattr(fn, "_init_fn", fn)
         out = fake_call(fn, *_host_defaults(fn, args, kwargs))
-        return out if rule is None else pad(rule, out, args, kwargs)
+        return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
 
     return real, meta
 
@@ -309,7 +309,7 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
             lib.define(f"{op}{schema}")
         except RuntimeError:
             continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op, rule)
+        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule)
         lib.impl(op, real, "CompositeExplicitAutograd")
         lib.impl(op, meta, "Meta")
         if autograd and autograd[0]:

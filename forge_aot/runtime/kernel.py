@@ -16,9 +16,9 @@ _NO_CONSTEXPRS: dict[str, Any] = {}
 
 
 class _LaunchState(threading.local):
-    """``skip`` set: calls on this thread bind and return without launching (torch_ops.call_without_launches)."""
-
-    skip = False  # a class default: reading it never raises, in Python or from the C path
+    skip: Any = False  # a class default: reading it never raises, in Python or from the C path
+    """True: calls on this thread bind and return without launching (torch_ops.call_without_launches); a
+    ``guard.Guard``: a custom op's real implementation runs, its launches checked against it (guard.py)."""
 
 
 LAUNCHES = _LaunchState()
@@ -28,8 +28,7 @@ class _Launch:
     __slots__ = ("grid", "kernel")
 
     def __init__(self, kernel: Kernel, grid: Any) -> None:
-        self.kernel = kernel
-        self.grid = grid
+        self.kernel, self.grid = kernel, grid
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.kernel.run(self.grid, args, kwargs)
@@ -55,11 +54,7 @@ class _VariantState:
 
     def __init__(self, variant: str, assignment: dict[str, Any], device: int, target: str,
                  table: ConfigTable) -> None:
-        self.variant = variant
-        self.assignment = assignment
-        self.device = device
-        self.target = target
-        self.table = table
+        self.variant, self.assignment, self.device, self.target, self.table = variant, assignment, device, target, table
         self.launchers: dict[tuple[Any, ...], Any] = {}
         """(config id, heuristic values, specialization, descriptors' block shapes) → launcher of its binary."""
         self.lock = threading.Lock()
@@ -323,7 +318,8 @@ class Kernel(KernelBase):
             runtime, call = self._bind(args, kwargs)
         else:
             runtime, call = args, _NO_CONSTEXPRS
-        if LAUNCHES.skip:
+        guard = LAUNCHES.skip
+        if guard is True:
             return
         state = self._state(runtime, call)
         if self._runtime_key is not None:
@@ -346,4 +342,6 @@ class Kernel(KernelBase):
                 grid = grid(config.launch_meta)
             except KeyError:  # the grid function reads an argument by name, as Triton allows
                 grid = grid(self.named_args(runtime, call, config))
+        if guard:  # a custom op's real implementation runs (guard.py): no write into what its schema keeps
+            guard.check(self, runtime)
         self.backend.launch(self, state, config, grid, runtime, call, heur)
