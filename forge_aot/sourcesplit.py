@@ -428,10 +428,12 @@ def asks_device(node: ast.AST) -> bool:
     return bool(_driver_attributes(node))
 
 
-TORCH_TRITON = {"wrap_triton": "_wrap_triton", "capture_triton": "_wrap_triton", "triton_op": "_triton_op"}
+TORCH_TRITON = {"wrap_triton": "_wrap_triton", "capture_triton": "_wrap_triton", "triton_op": "_triton_op",
+                "custom_op": "_custom_op"}
 """torch.library's Triton entry points in host code → the runtime's stand-ins on the host ``triton`` (see
 host_triton): ``wrap_triton(kernel)`` gives the packaged kernel handle back, ``@triton_op`` leaves the function
-as it is (the package registers its ops as ``torch.ops.<package>.<op>``)."""
+as it is (the package registers its ops as ``torch.ops.<package>.<op>``), ``@custom_op("ns::name")`` defines the op
+as ``<package>__ns::name`` (host_driver._custom_op: never the library's own name, which the library may define too)."""
 _TORCH_LIBRARY_MODULES = ("torch.library", "torch._library.triton", "torch._library")
 
 

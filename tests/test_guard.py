@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from forge_aot.runtime import guard  # noqa: E402
-from forge_aot.runtime.errors import ForgeRuntimeError  # noqa: E402
 from forge_aot.runtime.kernel import LAUNCHES  # noqa: E402
 
 

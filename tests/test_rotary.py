@@ -41,8 +41,9 @@ def test_a_triton_op_that_writes_its_arguments_is_no_custom_op(tmp_path: Path) -
                  "    wrap_triton(k)[(1,)](x)\n")
     src = parse_source(f, {"scale_"})
     assert src.mutating_ops == {"scale_": "{'x'}"}
+    # custom_op too: the package defines the library's ops in its own namespace (host_driver._custom_op)
     assert src.host_source.splitlines()[2] == \
-        "from torch.library import custom_op; top = triton._triton_op; wrap_triton = triton._wrap_triton"
+        "top = triton._triton_op; custom_op = triton._custom_op; wrap_triton = triton._wrap_triton"
 
 
 def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> None:
@@ -58,6 +59,28 @@ def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> No
 
     assert rt.host_triton._triton_op("a::b", mutates_args={})(op) is op
     assert rt.host_triton._triton_op("a::b", op, mutates_args=()) is op
+
+
+def test_a_libraries_custom_op_is_defined_in_the_packages_namespace() -> None:
+    """``@torch.library.custom_op("ns::name")`` in shipped host code defines ``<package>__ns::name``: the library's
+    own definition of ``ns::name`` in the same process (a user importing both) stays as it is, and so does the
+    package's. Under one name, the later definition would destroy the earlier one's registration (torch's
+    get_library_allowing_overwrite), leaving its callers on a freed operator: the H100 suite crashed so in session
+    35 (std::bad_alloc, an internal assert) where a wheel's module loaded before the library's file."""
+    import torch
+
+    def twice(x):
+        return x * 2
+
+    library = torch.library.custom_op("forge_test_lib::twice", twice, mutates_args=(), schema="(Tensor x) -> Tensor")
+    packaged = rt.host_triton._custom_op("forge_test_lib::twice", twice, mutates_args=(),
+                                         schema="(Tensor x) -> Tensor")
+
+    assert packaged._qualname == "forge_aot__forge_test_lib::twice"  # the runtime as forge_aot ships it
+    x = torch.randn(5)
+    assert torch.equal(library(x), x * 2) and torch.equal(packaged(x), x * 2)
+    assert torch.equal(torch.ops.forge_test_lib.twice(x), x * 2)
+    assert torch.equal(torch.ops.forge_aot__forge_test_lib.twice(x), x * 2)
 
 
 def test_plan_traces_both_styles(realworld_plan) -> None:
@@ -150,8 +173,8 @@ def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel, o
 
 @pytest.mark.gpu
 def test_the_custom_op_runs_from_the_wheel_alone() -> None:
-    """A fresh process with the wheel only (Triton unimportable): its @torch.library.custom_op is the only
-    registration of forge_fixture::rotary_custom, so the call runs the packaged host code and kernel."""
+    """A fresh process with the wheel only (Triton unimportable): its @torch.library.custom_op, defined in the
+    package's namespace (forge_realworld__forge_fixture::rotary_custom), runs the packaged host code and kernel."""
     import json
     import subprocess
     import sys
@@ -166,7 +189,7 @@ def test_the_custom_op_runs_from_the_wheel_alone() -> None:
         angle = torch.randn(1000, 64, device="cuda")
         cos, sin = angle.cos().half(), angle.sin().half()
         y = forge_realworld.rotary_custom(x, cos, sin)
-        z = torch.ops.forge_fixture.rotary_custom(x, cos, sin)
+        z = torch.ops.forge_realworld__forge_fixture.rotary_custom(x, cos, sin)
         x0, x1 = x.double()[..., :64], x.double()[..., 64:]
         c, s = cos.double()[:, None, :], sin.double()[:, None, :]
         ref = torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
@@ -204,3 +227,21 @@ def test_a_triton_op_that_writes_what_it_declares_is_a_mutating_custom_op(tmp_pa
     schemas, notes = plan.modules["k"]["schemas"], plan.modules["k"]["schema_notes"]
     assert schemas["double_"] == "(Tensor(a!) x, Tensor y) -> ()", (schemas, notes)
     assert schemas["claims_"] is None and "do not show its kernels writing" in notes["claims_"]
+
+
+@pytest.mark.gpu
+def test_the_wheel_and_the_library_keep_their_custom_ops_apart_in_one_process(wheel, jit) -> None:
+    """The library's file (here under Triton's JIT) and the wheel's copy both define their @torch.library.custom_op
+    in one process, in either order: apart (``forge_fixture::rotary_custom`` and the package's
+    ``forge_realworld__forge_fixture::rotary_custom``), each calls its own, with the same results."""
+    import importlib
+
+    import torch
+
+    wheel.preload()  # every host module of the wheel: its custom ops defined
+    host = importlib.import_module("forge_realworld._ops.kernels_rotary")
+    assert host.rotary_custom._qualname == "forge_realworld__forge_fixture::rotary_custom"
+    assert jit.rotary_custom._qualname == "forge_fixture::rotary_custom"
+    x, cos, sin = _inputs("fp16", 2, 256, 8, 128, 64, "contiguous")
+    for _ in range(3):
+        assert torch.equal(wheel.rotary_custom(x, cos, sin), jit.rotary_custom(x, cos, sin))

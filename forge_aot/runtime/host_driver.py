@@ -2,8 +2,9 @@
 
 Host code written like the Triton tutorial "Fused Softmax" or flash-linear-attention's ``utils`` asks Triton's
 driver about the device (its properties, its target); host code in PyTorch's style launches through
-``torch.library.wrap_triton`` and decorates ops with ``@triton_op``. The host ``triton`` (host_triton) loads this
-module where host code first reads ``triton.runtime`` or those entry points: most never does.
+``torch.library.wrap_triton`` and decorates ops with ``@triton_op`` or ``@torch.library.custom_op``. The host
+``triton`` (host_triton) loads this module where host code first reads ``triton.runtime`` or those entry points:
+most never does.
 """
 
 from __future__ import annotations
@@ -148,6 +149,18 @@ def _triton_op(name: str, fn: Any = None, /, *, mutates_args: Any, schema: Any =
     registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation from the host code (so
     ``torch.compile`` sees one opaque op); the name given here is not registered."""
     return fn if fn is not None else (lambda f: f)
+
+
+def _custom_op(name: str, fn: Any = None, /, **options: Any) -> Any:
+    """``@torch.library.custom_op("ns::name", ...)`` in host code: the op defined in the package's own namespace,
+    ``<package>__ns::name``. Under the library's name, the wheel's definition and the library's own (a process that
+    imports both) would each replace the other (torch destroys an op's earlier registration when it is defined
+    again), leaving the earlier one's callers on a freed operator; apart, each keeps its own."""
+    import torch
+
+    ns, sep, op = name.partition("::")
+    package = __name__.partition("._runtime.")[0] if "._runtime." in __name__ else "forge_aot"
+    return torch.library.custom_op(f"{package}__{ns}{sep}{op}", fn, **options)
 
 
 HOST_RUNTIME = _HostRuntime()
