@@ -453,10 +453,27 @@ def _import_from(stmt: ast.ImportFrom, aliases: list[ast.alias]) -> str:
 
 def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
     """Rewrite, in place and line for line, host code's ``from torch.library import wrap_triton`` (and
-    ``triton_op``, ``capture_triton``) to bind the runtime's stand-ins, and ``torch.library.wrap_triton`` to
-    ``triton._wrap_triton``."""
+    ``triton_op``, ``capture_triton``, ``custom_op``) to bind the runtime's stand-ins, and
+    ``torch.library.wrap_triton`` to ``triton._wrap_triton``; and, as the package defines the file's
+    ``custom_op("ns::name")`` ops in its own namespace, the file's other references to them by name (the string
+    in ``register_fake("ns::name")``, ``torch.ops.ns``) to ``triton._op_name`` / ``triton._ops_namespace``."""
     spans: dict[int, list[tuple[int, int, str]]] = {}  # line index -> (start, end byte offset, replacement)
+    defined = [c.args[0] for stmt in host for c in ast.walk(stmt) if isinstance(c, ast.Call) and c.args
+               and ast.unparse(c.func).rpartition(".")[2] == "custom_op" and isinstance(c.args[0], ast.Constant)
+               and isinstance(c.args[0].value, str) and "::" in c.args[0].value]
+    names = {d.value for d in defined}
+    namespaces = {f"torch.ops.{n.partition('::')[0]}": n.partition("::")[0] for n in names}
     for stmt in host:
+        for node in ast.walk(stmt) if names else ():
+            if not isinstance(node, (ast.Constant, ast.Attribute)) or node.lineno != node.end_lineno:
+                continue
+            if isinstance(node, ast.Constant) and node.value in names and all(node is not d for d in defined):
+                text = f"triton._op_name({node.value!r})"
+            elif isinstance(node, ast.Attribute) and ast.unparse(node) in namespaces:
+                text = f"triton._ops_namespace({namespaces[ast.unparse(node)]!r})"
+            else:
+                continue
+            spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0, text))
         for node in ast.walk(stmt):
             if isinstance(node, ast.ImportFrom) and node.module in _TORCH_LIBRARY_MODULES and node.level == 0 \
                     and any(a.name in TORCH_TRITON for a in node.names):

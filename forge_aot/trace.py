@@ -140,7 +140,7 @@ class TraceKernel(rt.Kernel):
         # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
         # Triton itself at build time) is recorded as the runtime's stand-in, as the wheel's host code passes it.
         runtime, call = self._bind(*as_host_call(args, kwargs))
-        if LAUNCHES.skip:  # the build's run of a Meta implementation (schema.meta_mismatch): nothing to record
+        if LAUNCHES.skip is True:  # the build's run of a Meta implementation (schema.meta_mismatch): no record
             return
         values = list(runtime)
         for i in self.ptr_pos:
@@ -249,7 +249,8 @@ class Tracer:
                          op_calls: dict[str, list[Any]] = op_calls) -> Any:
                 def call(*args: Any, **kwargs: Any) -> Any:
                     before = {n: len(h.records) for n, h in self.handles.items()}
-                    versions = [(t, t._version) for t in _tensor_arguments(args, kwargs)]
+                    # (inference tensors keep no version counter: what the host code does to them is not seen)
+                    versions = [(t, t._version) for t in _tensor_arguments(args, kwargs) if not t.is_inference()]
                     depth[0] += 1
                     try:
                         if depth[0] == 1:

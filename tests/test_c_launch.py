@@ -8,6 +8,7 @@ raises (the C path hands any call it cannot read exactly to the Python path, so 
 
 from __future__ import annotations
 
+import importlib
 import random
 import struct
 import subprocess
@@ -497,15 +498,13 @@ def test_launches_skip_stays_in_python_and_pre_hooks_run_once_per_call_from_c(rt
 
 def _guard(rt, op, named):
     """A custom op's guard (runtime/guard.py) keeping the storages of ``named`` (name -> tensor)."""
-    import importlib
-
     guard_mod = importlib.import_module(f"{rt.__name__}.guard")
     ranges = []
     for t in named.values():
         st = t.untyped_storage()
         ranges += [st.data_ptr(), st.data_ptr() + st.nbytes()]
     g = guard_mod.Guard(ranges)
-    g.op, g.call = op, list(named.items())
+    g.ops, g.call = (op,) * len(named), [(op, list(named.items()))]
     return g
 
 
@@ -535,11 +534,21 @@ def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, 
                                r"does not write; nothing was launched.*shape \(64,\), strides \(1,\)"):
                 add[(4,)](x, y, target, 4096 if target is o else 56)
         assert fake.calls == calls + 1
-        # what the kernel only reads may be kept: x written by nobody
+        # nested custom ops: the refusal names the op that keeps the argument
+        guard_mod = importlib.import_module(f"{rt.__name__}.guard")
+        rt.kernel.LAUNCHES.skip = guard_mod._joined(_guard(rt, "forge_test.outer", {"out": o}),
+                                                    _guard(rt, "forge_test.inner", {"x": x}))
+        with pytest.raises(rt.ForgeRuntimeError, match=r"^forge_test\.outer: kernel add_kernel would write argument "
+                                                       r"out"):
+            add[(4,)](x, y, o, 4096)
+        assert fake.calls == calls + 1
+        # a kernel the index gives no writes launches under any guard, from C without the Python path
         add.spec["writes"] = []
         rt.fastpath.use_c_launch(add, c_path)
+        add[(4,)](x, y, o, 4096)  # registered again (the C path's cache is new)
+        fallbacks.clear()
         add[(4,)](x, y, o, 4096)
-        assert fake.calls == calls + 2
+        assert fake.calls == calls + 3 and len(fallbacks) == (0 if c_path else 1)
     finally:
         rt.kernel.LAUNCHES.skip = False
         del add.run
@@ -547,7 +556,32 @@ def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, 
     add.spec["writes"] = ["out_ptr"]
     rt.fastpath.use_c_launch(add, c_path)
     add[(4,)](x, y, o, 4096)
-    assert fake.calls == calls + 3
+    assert fake.calls == calls + 4
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_a_guard_refuses_before_the_configs_pre_hook_runs(rt, fake, tmp_path, c_path) -> None:
+    """A config pre-hook writes too (``init_to_zero``): under a guard, a launch that would write a kept argument is
+    refused before the pre-hook runs, on both paths."""
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    hooked = _kernel(rt, tmp_path, "hooked", ADD, specs=["xxxx"], pre_hook="zero")
+    hooked.spec["writes"] = ["out_ptr"]
+    ran = []
+    hooked.pre_hooks["zero"] = lambda nargs: ran.append(nargs["out_ptr"].zero_())
+    fake.block_size, fake.nparams = 48, 6
+    assert rt.fastpath.use_c_launch(hooked, c_path) == c_path
+    hooked[(1,)](x, y, o, 5)  # the Python path, remembered for the C path
+    hooked[(1,)](x, y, o, 5)
+    assert len(ran) == 2
+    calls, before = fake.calls, o.clone()
+    o.fill_(3)
+    rt.kernel.LAUNCHES.skip = _guard(rt, "forge_test.hooked_op", {"out": o})
+    try:
+        with pytest.raises(rt.ForgeRuntimeError, match="would write argument out"):
+            hooked[(1,)](x, y, o, 5)
+    finally:
+        rt.kernel.LAUNCHES.skip = False
+    assert len(ran) == 2 and fake.calls == calls and bool((o == 3).all()) and before.shape == o.shape
 
 
 def _heuristics_kernel(rt, fake, tmp_path, name):

@@ -19,10 +19,10 @@ def test_arguments_reads_positional_names_and_written_ones() -> None:
     assert names == ["out", "x", "bufs"] and written == {"out", "bufs"}
 
 
-def _call(fn, args, kwargs=None, schema="(Tensor x, Tensor y) -> Tensor"):
-    names, written = guard.arguments("pkg.op", schema)
+def _call(fn, args, kwargs=None, schema="(Tensor x, Tensor y) -> Tensor", op="pkg.op"):
+    names, written = guard.arguments(op, schema)
     kwargs = kwargs or {}
-    return guard.guarded("pkg.op", names, written, fn, args, kwargs, (args, kwargs))
+    return guard.guarded(op, names, written, fn, args, kwargs, (args, kwargs))
 
 
 def test_the_guard_keeps_every_unwritten_tensor_argument_and_is_lifted_after() -> None:
@@ -35,10 +35,11 @@ def test_the_guard_keeps_every_unwritten_tensor_argument_and_is_lifted_after() -
 
     _call(host, (out, x, [y, y[1:]]), schema="(Tensor(a!) out, Tensor x, Tensor[] ys) -> Tensor")
     (g,) = seen
-    assert isinstance(g, guard.Guard) and g.op == "pkg.op"
+    assert isinstance(g, guard.Guard) and g.ops == ("pkg.op", "pkg.op")
     # x and y's storage (once, though two views of it are passed), not the written out
     assert list(g) == [x.data_ptr(), x.data_ptr() + 32, y.data_ptr(), y.data_ptr() + 48]
-    assert [n for n, _ in g.call] == ["out", "x", "ys"] and g.call[1][1] is x
+    ((op, bound),) = g.call
+    assert op == "pkg.op" and [n for n, _ in bound] == ["out", "x", "ys"] and bound[1][1] is x
     assert LAUNCHES.skip is False
     # lifted when the host code raises too
     with pytest.raises(ZeroDivisionError):
@@ -57,9 +58,9 @@ def test_nested_custom_ops_keep_what_both_keep_and_meta_calls_stay_unlaunched() 
     def outer_host(x, y):
         return _call(lambda x, y: (inner.append(LAUNCHES.skip), x * 2)[1], (b, b))
 
-    _call(outer_host, (a, a))
+    _call(outer_host, (a, a), op="pkg.outer")
     assert list(inner[0]) == [a.data_ptr(), a.data_ptr() + 16, b.data_ptr(), b.data_ptr() + 20]
-    assert all(v is w for (_, v), w in zip(inner[0].call, (a, a, b, b))) and inner[0].op == "pkg.op"
+    assert inner[0].ops == ("pkg.outer", "pkg.op") and [op for op, _ in inner[0].call] == ["pkg.outer", "pkg.op"]
     # inside a Meta implementation (LAUNCHES.skip True) nothing launches: the guard does not replace that
     LAUNCHES.skip = True
     try:
@@ -97,4 +98,5 @@ def test_the_meta_implementations_results_are_told_apart_by_storage_identity() -
     out = guard.own(x.t(), (x,), {})
     assert out.device.type == "meta" and out.shape == (4, 4) and not torch._C._is_alias_of(out, x)
     fresh = torch.empty(3, device="meta")
-    assert guard.own((fresh, x[0]), (), {"x": x})[0] is fresh
+    out = guard.own((fresh, x[0]), (), {"x": x})
+    assert out[0] is fresh and not torch._C._is_alias_of(out[1], x) and out[1].shape == (4,)

@@ -7,6 +7,7 @@ GPU: the wheel against torch in fp64 and against the same file under Triton's JI
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,51 @@ def test_the_wheel_and_the_library_keep_their_custom_ops_apart_in_one_process(wh
     x, cos, sin = _inputs("fp16", 2, 256, 8, 128, 64, "contiguous")
     for _ in range(3):
         assert torch.equal(wheel.rotary_custom(x, cos, sin), jit.rotary_custom(x, cos, sin))
+
+
+def test_the_files_references_to_its_custom_ops_by_name_follow_them(tmp_path: Path) -> None:
+    """Shipped host code names the ops its file defines with ``custom_op`` elsewhere too: the string in
+    ``register_fake("ns::name")``, ``torch.ops.ns.name``. The split rewrites those to the package's names
+    (``triton._op_name``, ``triton._ops_namespace``), so the file runs as written in the package's namespace; other
+    strings and namespaces stay as they are."""
+    import torch
+
+    f = tmp_path / "k.py"
+    f.write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        from torch.library import custom_op
+
+
+        @triton.jit
+        def k(x):
+            pass
+
+
+        @custom_op("forge_test_ref::double", mutates_args=())
+        def double(x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+
+        torch.library.register_fake("forge_test_ref::double")(lambda x: torch.empty_like(x))
+        OTHER = "forge_test_ref::other"
+
+
+        def quadruple(x):
+            return torch.ops.forge_test_ref.double(x) + torch.ops.forge_test_ref.double.default(x) + x * 0
+    '''))
+    src = parse_source(f, {"quadruple"})
+    lines = src.host_source.splitlines()
+    assert lines[2] == "custom_op = triton._custom_op"
+    assert lines[15] == ("torch.library.register_fake(triton._op_name('forge_test_ref::double'))"
+                         "(lambda x: torch.empty_like(x))")
+    assert lines[16] == 'OTHER = "forge_test_ref::other"'
+    assert lines[20] == ("    return triton._ops_namespace('forge_test_ref').double(x) + "
+                         "triton._ops_namespace('forge_test_ref').double.default(x) + x * 0")
+    namespace = {"triton": rt.host_triton, "__name__": "k", "__forge_kernel_side__": lambda name, module: None}
+    exec(compile(src.host_source, str(f), "exec"), namespace)
+    x = torch.randn(3)
+    assert torch.equal(namespace["quadruple"](x), x * 4)
+    assert namespace["double"]._qualname == "forge_aot__forge_test_ref::double"
+    fake = torch.ops.forge_aot__forge_test_ref.double(torch.empty(3, device="meta"))
+    assert fake.device.type == "meta" and fake.shape == (3,)

@@ -1529,14 +1529,15 @@ static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObj
 
 static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
 
-/* Under a custom op's guard (lo0, hi0, lo1, hi1...: the memory of the arguments its schema says it does not write):
- * 1 where no pointer the kernel writes through starts in a guarded range, 0 otherwise, and for what the C path
- * does not read here (a descriptor's tensor, a late entry whose pre-hook may move storage, an unreadable guard):
- * the Python path then checks (and refuses, naming the argument) or launches. */
-static int guard_allows(FastKernel *F, PyObject *guard, const CallKey *k, const uint64_t *vals, int late) {
+/* Under a custom op's guard (lo0, hi0, lo1, hi1...: the memory of the arguments its schema says it does not write),
+ * checked before heuristics and pre-hooks run (a pre-hook such as init_to_zero writes too): 1 where no pointer the
+ * kernel writes through starts in a guarded range, 0 otherwise, and for what the C path does not read here (a
+ * descriptor's tensor, an unreadable guard): the Python path then checks (and refuses, naming the argument) or
+ * launches. */
+static int guard_allows(FastKernel *F, PyObject *guard, const CallKey *k, const uint64_t *vals) {
     uint64_t w = F->written;
     if (!w) return 1;
-    if (late || (w & k->descs)) return 0;
+    if (w & k->descs) return 0;
     Py_ssize_t n = PyTuple_Size(guard);
     for (int i = 0; i < F->n_ptr; i++) {
         int p = F->ptr_pos[i];
@@ -1631,7 +1632,7 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
     PyObject *objs[MAX_ARGS];   /* read_call sets those of every pointer position: the only ones read */
     if (!read_call(F, args, kwargs, taken, &k, vals, objs)) { Py_XDECREF(guard); return 0; }
     Entry *found = find(F, &k);
-    if (!found || (guard && !guard_allows(F, guard, &k, vals, found->r.late != NULL))) {
+    if (!found || (guard && !guard_allows(F, guard, &k, vals))) {
         Py_XDECREF(guard);
         release_key(F, &k);
         return 0;
@@ -1800,7 +1801,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 9) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 10) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -32,7 +32,9 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
-ABI = 9
+ABI = 10
+"""The extension's interface version (10: FastKernel takes ``written``; ``LAUNCHES.skip`` may hold a custom op's
+guard, see guard.py); an extension of another version is not used."""
 
 
 def _load() -> Any:

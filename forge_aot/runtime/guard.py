@@ -8,11 +8,14 @@ reads of ``q`` would be wrong. While a custom op's real implementation runs, its
 ``kernel.LAUNCHES.skip``:
 
 - a launch whose kernel writes through a pointer into the memory of an argument the schema does not mark written
-  (``Tensor(a!)``) is refused before it runs, on the C path and the Python path, naming the op, kernel and argument;
-- an in-place torch op on such an argument is found after the call (its version counter moved) and raised;
+  (``Tensor(a!)``) is refused before it runs (before its config's pre-hook too), on the C path and the Python path,
+  naming the op, kernel and argument;
 - a result that is an input, a view of one or another result is copied (a custom op's results may not alias).
 
-Plain calls of an exported op run the host code as written and are not guarded.
+Not guarded: an in-place torch operation on such an argument (the build counts those its examples make, from the
+version counters; checking every call's would cost about 0.8 µs more), and an argument sharing its storage with a
+written one (the whole storage is the written argument's). Plain calls of an exported op run the host code as
+written.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ from .kernel import LAUNCHES
 
 class Guard(tuple):  # type: ignore[type-arg]
     """``(lo0, hi0, lo1, hi1, ...)``: the storages of the arguments the op keeps, as address ranges (what the C path
-    reads, ``_fastlaunch.c`` ``guard_allows``); ``op``, and ``call``: the schema's names and the call's arguments, from
-    which a refusal names the argument."""
+    reads, ``_fastlaunch.c`` ``guard_allows``); ``ops``: per range, the custom op that keeps it (guards of nested
+    custom ops join); ``call``: per custom op, its (argument name, value) pairs, from which a refusal names the
+    argument."""
 
-    op: str
-    call: list[tuple[str, Any]]
+    ops: tuple[str, ...]
+    call: list[tuple[str, list[tuple[str, Any]]]]
 
     def check(self, kernel: Any, runtime: Any) -> None:
         """Raise, before ``kernel`` launches with ``runtime``, where it would write into a kept argument."""
@@ -44,10 +48,12 @@ class Guard(tuple):  # type: ignore[type-arg]
             address = getattr(value, "base", value).data_ptr()  # a host-side TensorDescriptor writes its tensor
             for i in range(0, len(self), 2):
                 if self[i] <= address < self[i + 1]:
-                    name, kept = next((n, t) for n, v in self.call for t in _tensors(v) if isinstance(t, torch.Tensor)
-                                      and t.untyped_storage().data_ptr() == self[i])
+                    op = self.ops[i // 2]
+                    name, kept = next((n, t) for o, bound in self.call if o == op for n, v in bound
+                                      for t in _tensors(v)
+                                      if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == self[i])
                     raise ForgeRuntimeError(
-                        f"{self.op}: kernel {kernel.function} would write argument {name} (through its parameter "
+                        f"{op}: kernel {kernel.function} would write argument {name} (through its parameter "
                         f"{param}), which the op's custom op says it does not write; nothing was launched. The build "
                         f"reads what an op writes from its examples, and none passed {name} as this call does "
                         f"(shape {tuple(kept.shape)}, strides {tuple(kept.stride())}), for which the host code "
@@ -60,7 +66,7 @@ def _joined(outer: Any, inner: Guard) -> Guard:
     if not isinstance(outer, Guard):
         return inner
     joined = Guard((*outer, *inner))
-    joined.op, joined.call = inner.op, [*outer.call, *inner.call]
+    joined.ops, joined.call = (*outer.ops, *inner.ops), [*outer.call, *inner.call]
     return joined
 
 
@@ -102,7 +108,7 @@ def guarded(qualified: str, names: list[str], written: frozenset[str], fn: Calla
     previous = LAUNCHES.skip
     if ranges and previous is not True:
         guard = Guard(ranges)
-        guard.op, guard.call = qualified, bound
+        guard.ops, guard.call = (qualified,) * (len(ranges) // 2), [(qualified, bound)]
         LAUNCHES.skip = _joined(previous, guard)
     try:
         out = fn(*call[0], **call[1])

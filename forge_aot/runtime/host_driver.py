@@ -158,9 +158,22 @@ def _custom_op(name: str, fn: Any = None, /, **options: Any) -> Any:
     again), leaving the earlier one's callers on a freed operator; apart, each keeps its own."""
     import torch
 
+    return torch.library.custom_op(_op_name(name), fn, **options)
+
+
+def _op_name(name: str) -> str:
+    """``"ns::name"`` where host code names an op its file defines with ``custom_op`` (``register_fake("ns::name")``,
+    ``opcheck``...): the name the package defined it under (sourcesplit rewrites the string to this call)."""
     ns, sep, op = name.partition("::")
-    package = __name__.partition("._runtime.")[0] if "._runtime." in __name__ else "forge_aot"
-    return torch.library.custom_op(f"{package}__{ns}{sep}{op}", fn, **options)
+    return f"{__name__.partition('.')[0]}__{ns}{sep}{op}"  # <package>._runtime.host_driver: the package
+
+
+def _ops_namespace(ns: str) -> Any:
+    """``torch.ops.ns`` where host code calls an op its file defines with ``custom_op`` by name (sourcesplit
+    rewrites it to this call): the package's namespace of such ops."""
+    import torch
+
+    return getattr(torch.ops, _op_name(f"{ns}::").removesuffix("::"))
 
 
 HOST_RUNTIME = _HostRuntime()

@@ -321,6 +321,8 @@ class Kernel(KernelBase):
         guard = LAUNCHES.skip
         if guard is True:
             return
+        if guard:  # a custom op's real implementation runs (guard.py): checked before a pre-hook may write
+            guard.check(self, runtime)
         state = self._state(runtime, call)
         if self._runtime_key is not None:
             key = self._runtime_key(runtime)
@@ -342,6 +344,4 @@ class Kernel(KernelBase):
                 grid = grid(config.launch_meta)
             except KeyError:  # the grid function reads an argument by name, as Triton allows
                 grid = grid(self.named_args(runtime, call, config))
-        if guard:  # a custom op's real implementation runs (guard.py): no write into what its schema keeps
-            guard.check(self, runtime)
         self.backend.launch(self, state, config, grid, runtime, call, heur)
