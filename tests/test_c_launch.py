@@ -504,7 +504,7 @@ def _guard(rt, op, named):
         st = t.untyped_storage()
         ranges += [st.data_ptr(), st.data_ptr() + st.nbytes()]
     g = guard_mod.Guard(ranges)
-    g.ops, g.call = (op,) * len(named), [(op, list(named.items()))]
+    g.ops, g.call = (op,) * len(named), [(op, list(named), tuple(named.values()), {})]
     return g
 
 

@@ -38,8 +38,8 @@ def test_the_guard_keeps_every_unwritten_tensor_argument_and_is_lifted_after() -
     assert isinstance(g, guard.Guard) and g.ops == ("pkg.op", "pkg.op")
     # x and y's storage (once, though two views of it are passed), not the written out
     assert list(g) == [x.data_ptr(), x.data_ptr() + 32, y.data_ptr(), y.data_ptr() + 48]
-    ((op, bound),) = g.call
-    assert op == "pkg.op" and [n for n, _ in bound] == ["out", "x", "ys"] and bound[1][1] is x
+    ((op, names, args, kwargs),) = g.call
+    assert op == "pkg.op" and names == ["out", "x", "ys"] and args[1] is x and kwargs == {}
     assert LAUNCHES.skip is False
     # lifted when the host code raises too
     with pytest.raises(ZeroDivisionError):
@@ -60,7 +60,7 @@ def test_nested_custom_ops_keep_what_both_keep_and_meta_calls_stay_unlaunched() 
 
     _call(outer_host, (a, a), op="pkg.outer")
     assert list(inner[0]) == [a.data_ptr(), a.data_ptr() + 16, b.data_ptr(), b.data_ptr() + 20]
-    assert inner[0].ops == ("pkg.outer", "pkg.op") and [op for op, _ in inner[0].call] == ["pkg.outer", "pkg.op"]
+    assert inner[0].ops == ("pkg.outer", "pkg.op") and [c[0] for c in inner[0].call] == ["pkg.outer", "pkg.op"]
     # inside a Meta implementation (LAUNCHES.skip True) nothing launches: the guard does not replace that
     LAUNCHES.skip = True
     try:
