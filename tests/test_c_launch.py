@@ -509,7 +509,7 @@ def _guard(rt, op, named):
 
 
 @pytest.mark.parametrize("c_path", [True, False])
-def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, c_path) -> None:
+def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, tmp_path, c_path) -> None:
     """While a custom op's real implementation runs, LAUNCHES.skip holds its guard: a launch whose kernel writes
     through a pointer (the index's ``writes``) into a kept argument's storage is refused before it runs, naming the
     op, kernel, parameter and argument; one that only reads a kept argument launches, from C without the Python
@@ -517,7 +517,10 @@ def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, 
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     view_of_o = o[8:]  # a view: the same storage, another address
     cs.on(0, view_of_o)
-    add.spec["writes"] = ["out_ptr"]
+    spec = cs.kernel_spec(tmp_path, "w", ADD, specs=["xxxx"])
+    spec["writes"] = ["out_ptr"]  # what the index says the kernel writes through: its positions, read once
+    assert rt.Kernel("w", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path))).written_pos == (2,)
+    add.written_pos = (2,)
     assert rt.fastpath.use_c_launch(add, c_path) == c_path
     add[(4,)](x, y, o, 4096)  # registered on the C path
     fallbacks = []
@@ -543,7 +546,7 @@ def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, 
             add[(4,)](x, y, o, 4096)
         assert fake.calls == calls + 1
         # a kernel the index gives no writes launches under any guard, from C without the Python path
-        add.spec["writes"] = []
+        add.written_pos = ()
         rt.fastpath.use_c_launch(add, c_path)
         add[(4,)](x, y, o, 4096)  # registered again (the C path's cache is new)
         fallbacks.clear()
@@ -553,7 +556,7 @@ def test_a_custom_ops_guard_refuses_a_write_into_a_kept_argument(rt, fake, add, 
         rt.kernel.LAUNCHES.skip = False
         del add.run
     # no guard: the same calls launch as ever
-    add.spec["writes"] = ["out_ptr"]
+    add.written_pos = (2,)  # the index's writes: out_ptr
     rt.fastpath.use_c_launch(add, c_path)
     add[(4,)](x, y, o, 4096)
     assert fake.calls == calls + 4
@@ -565,7 +568,7 @@ def test_a_guard_refuses_before_the_configs_pre_hook_runs(rt, fake, tmp_path, c_
     refused before the pre-hook runs, on both paths."""
     x, y, o = _tensor(0), _tensor(0), _tensor(0)
     hooked = _kernel(rt, tmp_path, "hooked", ADD, specs=["xxxx"], pre_hook="zero")
-    hooked.spec["writes"] = ["out_ptr"]
+    hooked.written_pos = (2,)  # out_ptr
     ran = []
     hooked.pre_hooks["zero"] = lambda nargs: ran.append(nargs["out_ptr"].zero_())
     fake.block_size, fake.nparams = 48, 6

@@ -1539,13 +1539,14 @@ static int guard_allows(FastKernel *F, PyObject *guard, const CallKey *k, const 
     if (!w) return 1;
     if (w & k->descs) return 0;
     Py_ssize_t n = PyTuple_Size(guard);
-    for (int i = 0; i < F->n_ptr; i++) {
-        int p = F->ptr_pos[i];
-        if (!((w >> p) & 1) || k->ptypes[i] == Py_None || k->ptypes[i] == (PyObject *)&PyLong_Type) continue;
-        for (Py_ssize_t j = 0; j + 1 < n; j += 2) {
-            unsigned long long lo = as_u64(PyTuple_GetItem(guard, j)), hi = as_u64(PyTuple_GetItem(guard, j + 1));
-            if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
-            if (vals[p] >= lo && vals[p] < hi) return 0;
+    for (Py_ssize_t j = 0; j + 1 < n; j += 2) {   /* each range read once, against every written pointer */
+        unsigned long long lo = as_u64(PyTuple_GetItem(guard, j)), hi = as_u64(PyTuple_GetItem(guard, j + 1));
+        if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        for (int i = 0; i < F->n_ptr; i++) {
+            int p = F->ptr_pos[i];
+            if (((w >> p) & 1) && k->ptypes[i] != Py_None && k->ptypes[i] != (PyObject *)&PyLong_Type
+                && vals[p] >= lo && vals[p] < hi)
+                return 0;
         }
     }
     return 1;

@@ -91,8 +91,7 @@ def plan(kernel: Any) -> Any:
                             LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
                             _type_next(kernel), _param_slots(kernel, names), tuple(kernel.pointer_ints),
                             bytes(KINDS[t] for t in kernel.pointer_ints.values()),
-                            # what the kernel may write through: checked while a custom op's guard stands (guard.py)
-                            tuple(i for i, n in enumerate(kernel.runtime_names) if n in kernel.spec.get("writes", ())))
+                            kernel.written_pos)  # checked while a custom op's guard stands (guard.py)
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 

@@ -40,10 +40,9 @@ class Guard(tuple):  # type: ignore[type-arg]
 
     def check(self, kernel: Any, runtime: Any) -> None:
         """Raise, before ``kernel`` launches with ``runtime``, where it would write into a kept argument."""
-        writes = kernel.spec.get("writes", ())
-        for pos, param in enumerate(kernel.runtime_names):
-            value = runtime[pos]
-            if param not in writes or value is None or type(value) is int:
+        for pos in kernel.written_pos:
+            value, param = runtime[pos], kernel.runtime_names[pos]
+            if value is None or type(value) is int:
                 continue
             address = getattr(value, "base", value).data_ptr()  # a host-side TensorDescriptor writes its tensor
             for i in range(0, len(self), 2):

@@ -165,7 +165,12 @@ def _op_name(name: str) -> str:
     """``"ns::name"`` where host code names an op its file defines with ``custom_op`` (``register_fake("ns::name")``,
     ``opcheck``...): the name the package defined it under (sourcesplit rewrites the string to this call)."""
     ns, sep, op = name.partition("::")
-    return f"{__name__.partition('.')[0]}__{ns}{sep}{op}"  # <package>._runtime.host_driver: the package
+    return f"{_namespace(ns)}{sep}{op}"
+
+
+def _namespace(ns: str) -> str:
+    """The package's namespace for the ops a library defines in ``ns``: ``<package>__ns``."""
+    return f"{__name__.partition('.')[0]}__{ns}"  # <package>._runtime.host_driver: the package
 
 
 def _ops_namespace(ns: str) -> Any:
@@ -173,7 +178,7 @@ def _ops_namespace(ns: str) -> Any:
     rewrites it to this call): the package's namespace of such ops."""
     import torch
 
-    return getattr(torch.ops, _op_name(f"{ns}::").removesuffix("::"))
+    return getattr(torch.ops, _namespace(ns))
 
 
 HOST_RUNTIME = _HostRuntime()

@@ -101,6 +101,7 @@ class Kernel(KernelBase):
         self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
         self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
         self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
+        self.written_pos = tuple(i for i, n in enumerate(self.runtime_names) if n in spec.get("writes", ()))  # guard
         self.device_pos = self.ptr_pos + self.desc_pos  # a descriptor answers get_device() for its tensor
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
         # Pointer parameters a call may also pass an integer (manifest type ``*i32|i32``): position -> its type.
