@@ -5,7 +5,9 @@ five fp16 shapes, tuned by
   - serial ``triton.autotune`` in a fresh process with an empty ``TRITON_CACHE_DIR`` (compile + benchmark), then
     again with that cache warm (benchmark only: the difference is its compile time);
   - ``forge-aot tune`` (exhaustive search; ``--no-report``) on a temporary project from an empty build
-    directory, then again with ``--force`` and its binaries kept (benchmark only);
+    directory, then again with ``--force`` and its binaries kept (benchmark only), then that warm run twice more
+    with a ``forge-aot server`` running (the command and its workers forked from a process that imported torch
+    and Triton once; the server's own start is reported apart);
   - and, as the judge, this script timing every config at every shape itself (``triton.testing.do_bench``
     medians, rounds interleaved in rotating order), then its near-ties and every tool's pick again (Triton's
     ``do_bench_cudagraph``, more rounds; once on one set of operands, warm in L2, and once over rotated copies,
@@ -110,8 +112,12 @@ configs = [{{ BLOCK_M = 128, BLOCK_N = 256, BLOCK_K = 64, GROUP_M = 8, num_warps
     return root
 
 
-def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+def forge_tune(proj: Path, build: Path, *extra: str, socket: str | None = None) -> dict[str, Any]:
+    # Without a server unless given one (a user's running server must not speed up the plain rows).
+    env = dict(os.environ, PYTHONPATH=str(REPO), FORGE_AOT_SERVER="0")
+    if socket is not None:
+        env.pop("FORGE_AOT_SERVER")
+        env["FORGE_AOT_SERVER_SOCKET"] = socket
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "tune", "-q", "--no-report", "--kernel", "matmul",
                            "--build-dir", str(build), *extra], cwd=proj, env=env, capture_output=True, text=True)
@@ -137,6 +143,39 @@ def forge_tune(proj: Path, build: Path, *extra: str) -> dict[str, Any]:
             "records": (proj / "tuning" / "matmul.jsonl").read_text().splitlines(),
             "winners": {f"{m}x{n}x{k}": w["config_id"] for (m, n, k), w in winners.items()},
             "benchmarked": {f"{m}x{n}x{k}": w["search"]["benchmarked"] for (m, n, k), w in winners.items()}}
+
+
+def forge_tune_served(proj: Path, build: Path, *extra: str, runs: int = 2) -> tuple[list[dict[str, Any]], float]:
+    """The warm run again, ``runs`` times, with a `forge-aot server` running (on a private socket): the command and
+    its workers forked from a process that imported torch and Triton once. Returns the runs and the server's own
+    start (once per machine and session, like Triton's cache warm-up: reported apart, not added)."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from forge_aot import server
+
+    directory = Path(tempfile.mkdtemp(prefix="fsb-", dir="/tmp"))
+    directory.chmod(0o700)
+    path = str(directory / "s.sock")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("FORGE_AOT_SERVER", None)
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", path, "600"], env=env,
+                            start_new_session=True, stderr=subprocess.PIPE, text=True)
+    while server.server_info(path) is None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"forge-aot server did not start:\n{proc.stderr.read() if proc.stderr else ''}")
+        time.sleep(0.02)
+    started = time.perf_counter() - start
+    try:
+        done = [forge_tune(proj, build, "--force", *extra, socket=path) for _ in range(runs)]
+        forked = server.server_info(path)["forked"]
+        for d in done:
+            d["forked_in_all"] = forked
+    finally:
+        server.stop(path)
+        proc.wait(60)
+        shutil.rmtree(directory, ignore_errors=True)
+    return done, started
 
 
 def grid_of(m: int, n: int) -> Any:
@@ -243,6 +282,7 @@ def part_autotune(work: Path, jobs: int | None) -> dict[str, Any]:
     jobs_args = ("-j", str(jobs)) if jobs else ()
     f_cold = forge_tune(proj, build, *jobs_args)
     f_warm = forge_tune(proj, build, "--force", *jobs_args)
+    f_served, server_start_s = forge_tune_served(proj, build, *jobs_args)
     os.environ["TRITON_CACHE_DIR"] = str(cache)
     judged = judge(proj, small_space(), SHAPES, rounds=3)
     by_id = {cid(c): c for c in small_space()}
@@ -279,6 +319,10 @@ def part_autotune(work: Path, jobs: int | None) -> dict[str, Any]:
             "triton_cold_process_s": t_cold["process_wall"], "triton_warm_process_s": t_warm["process_wall"],
             "speedup_cold_process": t_cold["process_wall"] / f_cold["wall"],
             "speedup_warm_process": t_warm["process_wall"] / f_warm["wall"],
+            "server_start_s": server_start_s, "forge_served": f_served,
+            "forge_served_s": [f["wall"] for f in f_served],
+            "speedup_served": [t_warm["total"] / f["wall"] for f in f_served],
+            "speedup_served_process": [t_warm["process_wall"] / f["wall"] for f in f_served],
             "rows": rows}
 
 
@@ -344,6 +388,14 @@ def main() -> None:
                   + ", ".join(f"{k} {v:.2f}" for k, v in (fw.get("boot_stages") or {}).items()))
             for row, phases in fw.get("row_phases", {}).items():
                 print(f"    {row}: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items()))
+            served = ", ".join(f"{w:.1f} s ({x:.1f}x)" for w, x in zip(a["forge_served_s"], a["speedup_served"]))
+            print(f"  forge-aot tune    warm, forked from a running `forge-aot server` (started once in "
+                  f"{a['server_start_s']:.1f} s): {served}; as whole processes against triton's "
+                  + ", ".join(f"{x:.1f}x" for x in a["speedup_served_process"]))
+            for fs in a["forge_served"]:
+                print(f"    served timeline: workers up at {fs['boot_wall']:.2f} s, first row at "
+                      f"{fs['first_row_at']:.2f} s, outside tune() {fs['process_to_tune_s']:.2f} s; before the rows: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in fs["boot_stages"].items()))
             print(f"  forge-aot / triton wall clock: {a['speedup_cold']:.1f}x faster cold, {a['speedup_warm']:.1f}x "
                   "warm (triton: its first calls only; forge-aot: the whole command)")
             print(f"  both as whole processes (triton.autotune child {a['triton_cold_process_s']:.1f} s cold, "

@@ -365,6 +365,51 @@ def inspect_cmd(wheel: Path, as_json: bool) -> None:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
 
 
+@main.group("server")
+def server_group() -> None:
+    """A warm process that forge-aot forks its commands and workers from (torch and Triton imported once).
+
+    While it runs, every forge-aot command of this installation runs in a fork of it, and so do the compile and
+    benchmark workers: a warm `forge-aot tune` skips three `import torch`s. Each command still starts from a clean
+    fork (nothing one command loads reaches the next). It exits after --idle-timeout seconds unused."""
+
+
+@server_group.command("start")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="Exit after this many seconds with nothing to do.")
+def server_start(idle_timeout: float) -> None:
+    """Start this installation's server (nothing happens where it runs already)."""
+    from .server import start
+
+    try:
+        info = start(idle_timeout)
+    except ForgeError as exc:
+        _fail(exc)
+    state = "already running" if info.get("already") else "started"
+    click.echo(f"forge-aot server {state}: pid {info['pid']}, socket {info['socket']}")
+
+
+@server_group.command("stop")
+def server_stop() -> None:
+    """Stop this installation's server (processes it forked run on)."""
+    from .server import stop
+
+    click.echo("forge-aot server stopped" if stop() else "no forge-aot server was running")
+
+
+@server_group.command("status")
+def server_status() -> None:
+    """Say whether this installation's server runs (exit status 1 where it does not)."""
+    from .server import server_info, socket_path
+
+    info = server_info()
+    if info is None:
+        click.echo(f"no forge-aot server (socket {socket_path()})")
+        sys.exit(1)
+    click.echo(f"forge-aot server: pid {info['pid']}, up {time.time() - info['started']:.0f} s, "
+               f"{info['processes']} processes running, {info['forked']} forked in all, socket {info['socket']}")
+
+
 @main.command()
 def schema() -> None:
     """Print the JSON schema of kernel_manifest.toml."""
@@ -377,7 +422,16 @@ def entry() -> None:
     """The console script: ``main`` (click), then the process ends. Where a command imported torch (tune, build:
     the kernel files import it), the interpreter's teardown of torch takes a third of a second on the build
     machine and more on GPU hosts, after every result is written; once the output is flushed the process ends
-    without it. Library callers and ``main`` itself are unaffected."""
+    without it. Library callers and ``main`` itself are unaffected.
+
+    Where this installation's ``forge-aot server`` runs, the command runs in a fork of it instead (see server.py).
+    """
+    if sys.argv[1:2] not in (["server"], ["-h"], ["--help"], []):
+        from .server import forward
+
+        forwarded = forward(sys.argv[1:])
+        if forwarded is not None:
+            sys.exit(forwarded)
     try:
         main()
     except SystemExit as exc:

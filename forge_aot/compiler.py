@@ -67,9 +67,9 @@ class _Worker:
     """One compile process, reused across jobs until it crashes or times out."""
 
     def __init__(self, env: dict[str, str], cwd: Path | None) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "forge_aot._compile_worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1, cwd=cwd)
+        from .server import spawn_module
+
+        self.proc = spawn_module("forge_aot._compile_worker", env, cwd)  # forked by a running server, if any
         self.results: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []
         self.used = False

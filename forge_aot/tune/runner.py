@@ -17,7 +17,6 @@ import json
 import os
 import queue
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -33,6 +32,7 @@ from ..errors import ForgeError, ManifestError
 from ..manifest import load_manifest
 from ..plan import BuildPlan, ConfigChoice, job_for, make_plan
 from ..runtime import Expression, pick_cuda_target, pick_hip_target
+from ..server import spawn_module
 from ..targets import TARGETS
 from .apply import database_dir, source_hashes
 from .bench_worker import RESULT_MARK
@@ -195,7 +195,7 @@ class WorkerClient:
         self.gpu = gpu
         self.root = root
         self.timeout = timeout
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Any = None  # subprocess.Popen or server.ServerProcess
         self.events: queue.Queue[Any] = queue.Queue()
         self.stderr: deque[str] = deque(maxlen=60)
         self.setup_cmd: dict[str, Any] | None = None
@@ -214,9 +214,7 @@ class WorkerClient:
         events = self.events
         # FORGE_AOT_TUNE_WORKER swaps the worker module (the CPU tests use a simulated GPU that speaks the protocol).
         module = os.environ.get("FORGE_AOT_TUNE_WORKER", "forge_aot.tune.bench_worker")
-        proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
-                                cwd=self.root, bufsize=1)
+        proc = spawn_module(module, self.env, self.root)  # forked by a running `forge-aot server`, if any
         self.proc = proc
 
         def pump() -> None:

@@ -1,0 +1,269 @@
+"""``forge-aot server``: a warm process that forks forge-aot's commands and workers. Real servers, real forks, real
+sockets; each test's server listens on its own socket (never the user's)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from forge_aot import server
+
+REPO = Path(__file__).resolve().parent.parent
+ECHO = textwrap.dedent("""
+    import os, sys
+    import json
+    print("hello", json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(), "var": os.environ.get("FORGE_TEST_VAR"),
+          "torch": "torch" in sys.modules, "path0": sys.path[:2], "mark": getattr(json, "FORGE_MARK", None),
+          "pid": os.getpid()}), flush=True)
+    json.FORGE_MARK = "set by an earlier process"  # a preloaded module: the next fork must not see it
+    for line in sys.stdin:
+        if line.strip() == "exit":
+            sys.exit(7)
+        if line.strip() == "raise":
+            raise RuntimeError("boom")
+        if line.strip() == "hang":
+            time_ = __import__("time"); time_.sleep(600)
+        print("echo", line.strip(), flush=True)
+        print("err", line.strip(), file=sys.stderr, flush=True)
+""")
+
+
+def _start(path: Path, idle: float = 600) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(server.SERVER_ENV, None)
+    proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", str(path), str(idle)], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while server.server_info(str(path)) is None:
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the server did not come up"
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def sock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    # A short private directory: a Unix socket's path is limited to 107 bytes.
+    directory = Path(os.path.realpath(tempfile_dir())) / f"fst-{os.getpid()}-{threading.get_ident() % 10000}"
+    directory.mkdir(mode=0o700)
+    path = directory / "s.sock"
+    proc = _start(path)
+    try:
+        yield path
+    finally:
+        server.stop(str(path))
+        proc.wait(30)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def tempfile_dir() -> str:
+    import tempfile
+
+    return tempfile.gettempdir()
+
+
+@pytest.fixture()
+def echo_mod(tmp_path: Path) -> Path:
+    (tmp_path / "fst_echo.py").write_text(ECHO)
+    return tmp_path
+
+
+@pytest.fixture()
+def use(sock: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(server, "_SOCKET", [str(sock)])
+    monkeypatch.delenv(server.SERVER_ENV, raising=False)
+    return sock
+
+
+def _env(echo_mod: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(echo_mod), FORGE_TEST_VAR="from the caller")
+    env.pop(server.SERVER_ENV, None)
+    return {**env, **extra}
+
+
+def _hello(proc) -> dict:
+    import json
+
+    line = proc.stdout.readline()
+    assert line.startswith("hello "), line + proc.stderr.read()
+    return json.loads(line[len("hello "):])
+
+
+def test_a_forked_process_gets_the_callers_streams_env_cwd_and_path(use: Path, echo_mod: Path, tmp_path: Path) -> None:
+    before = server.server_info(str(use))["forked"]
+    proc = server.spawn_module("fst_echo", _env(echo_mod), tmp_path)
+    assert isinstance(proc, server.ServerProcess)
+    hello = _hello(proc)
+    assert hello["cwd"] == str(tmp_path) and hello["var"] == "from the caller" and hello["argv"] == []
+    assert hello["torch"], "the server imported torch before it forked"
+    assert hello["path0"] == [str(tmp_path), str(echo_mod)]  # as `python -m`: cwd, then PYTHONPATH
+    assert hello["pid"] == proc.pid and proc.poll() is None
+    proc.stdin.write("abc\n")
+    assert proc.stdout.readline() == "echo abc\n" and proc.stderr.readline() == "err abc\n"
+    proc.stdin.write("exit\n")
+    assert proc.wait(30) == 7 and proc.returncode == 7
+    assert server.server_info(str(use))["forked"] == before + 1
+
+
+def test_each_process_starts_from_a_clean_fork(use: Path, echo_mod: Path) -> None:
+    for _ in range(2):
+        proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+        assert _hello(proc)["mark"] is None
+        proc.stdin.close()
+        assert proc.wait(30) == 0
+
+
+def test_kill_wait_timeout_and_errors(use: Path, echo_mod: Path) -> None:
+    proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+    _hello(proc)
+    proc.stdin.write("hang\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(0.3)
+    proc.kill()
+    assert proc.wait(30) == -signal.SIGKILL
+    proc.kill()  # after its exit: nothing (its pid may be another process's)
+    proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+    _hello(proc)
+    proc.stdin.write("raise\n")
+    assert proc.wait(30) == 1
+    assert "RuntimeError: boom" in proc.stderr.read()
+
+
+def test_a_process_whose_caller_goes_away_is_killed(use: Path, echo_mod: Path, tmp_path: Path) -> None:
+    caller = textwrap.dedent(f"""
+        import sys
+        from forge_aot import server
+        server._SOCKET[:] = [{str(use)!r}]
+        proc = server.spawn_module("fst_echo", {_env(echo_mod)!r}, {str(echo_mod)!r})
+        print(proc.pid, flush=True)
+        proc.stdout.readline()
+        import time; time.sleep(600)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(server.SERVER_ENV, None)
+    parent = subprocess.Popen([sys.executable, "-c", caller], env=env, stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    os.kill(pid, 0)  # running
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the orphaned process still runs"
+        time.sleep(0.05)
+
+
+def test_without_a_server_or_when_turned_off_processes_start_as_new_interpreters(
+        use: Path, echo_mod: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    proc = server.spawn_module("fst_echo", _env(echo_mod, **{server.SERVER_ENV: "0"}), echo_mod)
+    assert isinstance(proc, subprocess.Popen) and not _hello(proc)["torch"]
+    proc.stdin.close()
+    assert proc.wait(30) == 0
+    monkeypatch.setattr(server, "_SOCKET", [str(tmp_path / "none.sock")])  # another installation's fingerprint
+    proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+    assert isinstance(proc, subprocess.Popen)
+    proc.stdin.close()
+    proc.wait(30)
+
+
+def test_the_cli_runs_in_the_server_with_the_same_output(use: Path, tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(REPO / "tests" / "fixtures" / "tune", project)
+    code = ("import sys; from forge_aot import server; server._SOCKET[:] = [sys.argv[1]]; sys.argv[1:2] = []; "
+            "from forge_aot.cli import entry; entry()")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(server.SERVER_ENV, None)
+    before = server.server_info(str(use))["forked"]
+    args = [sys.executable, "-c", code, str(use), "check", "--manifest", "kernel_manifest.toml"]
+    served = subprocess.run(args, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert server.server_info(str(use))["forked"] == before + 1
+    plain = subprocess.run(args, cwd=project, env={**env, server.SERVER_ENV: "0"}, capture_output=True, text=True,
+                           timeout=300)
+    assert served.returncode == plain.returncode == 0, served.stderr
+    assert served.stdout == plain.stdout and "scale" in served.stdout
+    usage = [*args[:4], "check", "--no-such-option"]
+    for env_ in (env, {**env, server.SERVER_ENV: "0"}):  # click names the program as the caller's argv[0] does
+        wrong = subprocess.run(usage, cwd=project, env=env_, capture_output=True, text=True, timeout=300)
+        assert wrong.returncode == 2 and wrong.stderr.startswith("Usage: -c check"), wrong.stderr
+    bad = [*args[:4], "check", "--manifest", "missing.toml"]
+    failed = subprocess.run(bad, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    assert failed.returncode != 0 and "missing.toml" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_idle_timeout_and_stop(tmp_path: Path) -> None:
+    directory = Path(tempfile_dir()) / f"fsi-{os.getpid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    try:
+        path = directory / "i.sock"
+        proc = _start(path, idle=1)
+        assert proc.wait(60) == 0 and not path.exists()
+        proc = _start(path)
+        assert server.stop(str(path)) and proc.wait(60) == 0 and not path.exists()
+        assert not server.stop(str(path)) and server.server_info(str(path)) is None
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_server_refuses_to_fork_with_threads_running() -> None:
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        assert "threads" in (server._check_forkable() or "")
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_the_socket_name_follows_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_SOCKET", [])
+    first = server.socket_path()
+    assert f"forge-aot-{os.getuid()}" in first and first.endswith(".sock")
+    module = Path(server.__file__)
+    st = module.stat()
+    try:
+        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        monkeypatch.setattr(server, "_SOCKET", [])
+        assert server.socket_path() != first  # edited sources: another server
+    finally:
+        os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.mark.slow
+def test_tune_forks_its_workers_from_the_server(use: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline with the simulated GPU worker (its compiles are real): every compile and benchmark worker is
+    forked, and the result is the one a run without the server gives."""
+    from forge_aot.tune.database import TuningDatabase
+    from forge_aot.tune.runner import TuneOptions, tune
+
+    monkeypatch.setenv("FORGE_AOT_TUNE_WORKER", "tests.fake_tune_worker")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    winners = {}
+    for mode in ("server", "plain"):
+        project = tmp_path / mode
+        shutil.copytree(REPO / "tests" / "fixtures" / "tune", project)
+        monkeypatch.setenv("FAKE_TUNE_LOG", str(tmp_path / f"{mode}.log"))
+        if mode == "plain":
+            monkeypatch.setenv(server.SERVER_ENV, "0")
+        before = server.server_info(str(use))["forked"]
+        run = tune(project / "kernel_manifest.toml", TuneOptions(kernels=("scale",), jobs=2,
+                                                                 build_dir=tmp_path / f"build-{mode}", report=False))
+        forked = server.server_info(str(use))["forked"] - before
+        assert [i.status for i in run.items] == ["tuned", "tuned"]
+        # one benchmark worker and its two restarts after the planted crash, and the compile workers
+        assert forked >= (3 + 1 if mode == "server" else 0) and (forked == 0) == (mode == "plain")
+        winners[mode] = {(r.key["n"], r.config_id) for r in TuningDatabase(project / "tuning").select(kind="winner")}
+    assert winners["server"] == winners["plain"] and len(winners["server"]) == 2
