@@ -391,7 +391,7 @@ def server_start(idle_timeout: float) -> None:
 
 @server_group.command("stop")
 def server_stop() -> None:
-    """Stop this installation's server (processes it forked run on)."""
+    """Stop this installation's server (it exits once the processes it forked have ended)."""
     from .server import stop
 
     click.echo("forge-aot server stopped" if stop() else "no forge-aot server was running")

@@ -345,6 +345,17 @@ class _Child:
         _exit(code)
 
 
+def _die_with(server_pid: int) -> None:
+    """A forked process is killed if the server dies (Linux): its exit could then be told to no one. A stopped
+    server waits for its forks instead."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != server_pid:  # it died before that took effect
+        os._exit(1)
+
+
 def _exit(code: Any) -> None:
     """Leave as the interpreter's exit would (non-daemon threads, atexit, streams), without tearing down modules
     the fork shares with the server."""
@@ -369,7 +380,8 @@ _FORKS = [0]
 
 
 def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...] = PRELOAD) -> _Child | None:
-    """Listen at ``path`` until ``idle_timeout`` seconds pass with no process and no request, or a stop request.
+    """Listen at ``path`` until ``idle_timeout`` seconds pass with no process and no request, or a stop request
+    (the socket then goes at once, and the server ends once its forks have, their exits told to their callers).
     Returns None in the server; in a forked process, the request it is to run. Raises ServerError where it cannot
     serve."""
     for name in preload:
@@ -383,9 +395,20 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
     _private_dir(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
+    ours = os.stat(path).st_ino
+
+    def stop_listening() -> None:  # the socket goes at once (a new server may bind it); forks are still served
+        nonlocal listener
+        if listener is not None:
+            listener.close()
+            listener = None
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == ours:
+                    os.unlink(path)
+
     me, started = os.getpid(), time.time()
     children: dict[int, socket.socket | None] = {}  # pid -> the caller's connection (None: caller gone)
     last = time.monotonic()
@@ -410,11 +433,11 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
                         _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
                     conn.close()
                 last = time.monotonic()
-            if not children and time.monotonic() - last > idle_timeout:
-                return None
+            if not children and (listener is None or time.monotonic() - last > idle_timeout):
+                return None  # stopped and drained, or idle
             watched = [c for c in children.values() if c is not None]
             try:
-                ready, _, _ = select.select([listener, wake_r, *watched], [], [], 1.0)
+                ready, _, _ = select.select([*([listener] if listener else []), wake_r, *watched], [], [], 1.0)
             except InterruptedError:
                 continue
             for sock in ready:
@@ -432,13 +455,13 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
                     sock.close()
                     children[pid] = None
                     continue
-                conn, _ = listener.accept()
+                conn, _ = sock.accept()
                 last = time.monotonic()
                 child = _accept(conn, children, me, started, path)
                 if child == "stop":
-                    return None
-                if isinstance(child, _Child):
-                    listener.close()
+                    stop_listening()
+                elif isinstance(child, _Child):
+                    sock.close()
                     signal.set_wakeup_fd(-1)
                     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     os.close(wake_r)
@@ -449,10 +472,7 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
             signal.set_wakeup_fd(-1)
             os.close(wake_r)
             os.close(wake_w)
-            listener.close()
-            with contextlib.suppress(OSError):
-                if os.path.exists(path):
-                    os.unlink(path)
+            stop_listening()
 
 
 def _accept(conn: socket.socket, children: dict[int, socket.socket | None], me: int, started: float,
@@ -485,9 +505,18 @@ def _accept(conn: socket.socket, children: dict[int, socket.socket | None], me: 
             os.close(fd)
         conn.close()
         return None
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # the caller starts the process itself
+        for fd in fds:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            _send(conn, {"error": f"fork: {exc}"})
+        conn.close()
+        return None
     _FORKS[0] += 1
     if pid == 0:
+        _die_with(me)
         for other in children.values():
             if other is not None:
                 other.close()
@@ -535,7 +564,8 @@ def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0) -> dict[str, 
 
 
 def stop(path: str | None = None) -> bool:
-    """Ask this installation's server to exit (its forked processes run on); whether one was running."""
+    """Ask this installation's server to stop: its socket goes at once (commands from then on start their own
+    processes), and it exits once the processes it forked have. Whether one was running."""
     sock = _connect(path or socket_path())
     if sock is None:
         return False

@@ -203,6 +203,27 @@ def test_the_cli_runs_in_the_server_with_the_same_output(use: Path, tmp_path: Pa
     assert failed.returncode != 0 and "missing.toml" in failed.stderr and "Traceback" not in failed.stderr
 
 
+def test_a_build_forked_from_the_server_writes_the_same_wheel(use: Path, tmp_path: Path) -> None:
+    """The command and its compile workers forked: the same bytes as a build without the server."""
+    wheels = {}
+    for mode in ("server", "plain"):
+        env = dict(os.environ, PYTHONPATH=str(REPO), **{server.SOCKET_ENV: str(use)})
+        env.pop(server.SERVER_ENV, None)
+        if mode == "plain":
+            env[server.SERVER_ENV] = "0"
+        before = server.server_info(str(use))["forked"]
+        done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "build", "-q", "-j", "2", "--target", "sm_90",
+                               "--wheel-platform", "x86_64", "--manifest", "benchmarks/launch/kernel_manifest.toml",
+                               "--out", str(tmp_path / mode), "--build-dir", str(tmp_path / f"build-{mode}")],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr
+        forked = server.server_info(str(use))["forked"] - before
+        assert (forked >= 2) if mode == "server" else forked == 0  # the command and a compile worker at least
+        (wheel,) = (tmp_path / mode).glob("*.whl")
+        wheels[mode] = wheel.read_bytes()
+    assert wheels["server"] == wheels["plain"]
+
+
 def test_idle_timeout_and_stop(tmp_path: Path) -> None:
     directory = Path(tempfile_dir()) / f"fsi-{os.getpid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
@@ -213,6 +234,42 @@ def test_idle_timeout_and_stop(tmp_path: Path) -> None:
         proc = _start(path)
         assert server.stop(str(path)) and proc.wait(60) == 0 and not path.exists()
         assert not server.stop(str(path)) and server.server_info(str(path)) is None
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_stopped_server_serves_its_running_forks_to_their_end_and_a_dead_one_takes_them_along(
+        echo_mod: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = Path(tempfile_dir()) / f"fss-{os.getpid()}"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    try:
+        path = directory / "s.sock"
+        proc = _start(path)
+        monkeypatch.setattr(server, "_SOCKET", [str(path)])
+        child = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+        _hello(child)
+        assert server.stop(str(path)) and not path.exists()  # no new forks from here on
+        assert isinstance(server.spawn_module("fst_echo", _env(echo_mod), echo_mod), subprocess.Popen)
+        child.stdin.write("abc\n")
+        assert child.stdout.readline() == "echo abc\n"  # still running, still answered
+        assert proc.poll() is None
+        child.stdin.write("exit\n")
+        assert child.wait(30) == 7 and proc.wait(30) == 0
+        # killed, not stopped: what it forked goes with it (nothing could report their exits)
+        proc = _start(path)
+        child = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+        _hello(child)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                os.kill(child.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "the fork outlived its server"
+            time.sleep(0.05)
+        assert child.wait(30) == -signal.SIGKILL
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
