@@ -9,17 +9,21 @@ has imported them costs milliseconds.
 
 Each request runs in a fresh fork, so nothing one command did (kernel files executed, modules imported, GPU
 contexts) reaches the next: the server itself never executes project code and never touches a GPU (it refuses to
-serve where an import initialised CUDA or started a thread Python does not know of... see ``_check_forkable``).
-A forked process gets the caller's standard streams (passed over the socket), working directory, environment,
-``sys.path`` as ``python -m`` would set it for that environment, and its exit status goes back to the caller;
-it is killed when its caller goes away. Only the caller's own user can connect (SO_PEERCRED; the socket lies in a
-directory only that user can enter). The socket's name carries a fingerprint of the interpreter, forge-aot's
-sources and the torch and Triton installations: a server of other code is never used, and it exits after
-``idle_timeout`` seconds with nothing to do.
+serve where an import initialised CUDA or started a Python thread; torch's import starts one native thread, as
+for every program that forks after importing torch, DataLoader workers included). A forked process gets the
+caller's standard streams (passed over the socket), working directory, environment, ``sys.path`` as ``python -m``
+would set it for that environment, and its exit status goes back to the caller; it is killed when its caller
+goes away, and when the server is killed. Only the server's own user can connect and the caller talks only to a
+server of its own user (SO_PEERCRED both ways; the socket lies in a directory of mode 700). Every request carries
+the caller's fingerprint of the interpreter, forge-aot's sources and the torch and Triton installations, and a
+server of other code refuses it (the socket's name carries it too). The server exits after ``idle_timeout``
+seconds with nothing to do.
 
-What a server cannot give a forked process: environment variables that torch or Triton read when they are
-imported come from the environment ``forge-aot server start`` ran in (``CUDA_VISIBLE_DEVICES`` and Triton's
-cache and compile settings are read later, so they follow each command's own environment).
+What a server cannot give a forked process: environment variables read when Python starts or when torch or
+Triton are imported (``PYTHONHASHSEED``, ``LD_LIBRARY_PATH`` for the libraries torch loaded, torch's import-time
+settings) come from the environment ``forge-aot server start`` ran in, and modules the server imported are the
+server's, whatever the caller's ``PYTHONPATH`` says. ``CUDA_VISIBLE_DEVICES`` and Triton's cache and compile
+settings are read later, so they follow each command's own environment.
 
 Used where present (``spawn_module``); ``FORGE_AOT_SERVER=0`` turns that off for a process and its children.
 """
@@ -32,8 +36,10 @@ import importlib.util
 import json
 import os
 import select
+import selectors
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -47,6 +53,7 @@ from .errors import ForgeError
 SERVER_ENV = "FORGE_AOT_SERVER"
 """``0`` in the environment: start processes with ``python -m`` even where a server runs."""
 SOCKET_ENV = "FORGE_AOT_SERVER_SOCKET"
+"""Another socket than this installation's default (the fingerprint is still checked)."""
 PRELOAD = ("torch", "triton", "triton.compiler", "triton.backends.compiler", "forge_aot.cli", "forge_aot.plan",
            "forge_aot.package", "forge_aot.tune.runner", "forge_aot.tune.bench_worker", "forge_aot._compile_worker",
            "forge_aot.trace", "forge_aot.introspect", "forge_aot.dev")
@@ -54,16 +61,23 @@ PRELOAD = ("torch", "triton", "triton.compiler", "triton.backends.compiler", "fo
 DEFAULT_IDLE = 900.0
 FORKED = False
 """Whether this process is one the server forked."""
-_MAX_HEADER = 1 << 20
+_MAX_FRAME = 1 << 22
+_REQUEST_SECONDS = 10.0
 
 
 class ServerError(ForgeError):
     """A server could not be started, reached or stopped."""
 
 
-def _fingerprint() -> str:
+_FINGERPRINT: list[str] = []
+
+
+def fingerprint() -> str:
     """Interpreter, forge-aot's sources (paths, sizes, modification times) and where torch and Triton are installed
-    (and when): what a forked process would run, as this process would import it."""
+    (their package directories and ``__init__`` files, as a reinstall changes them): what a forked process would
+    run, as this process would import it. Computed once per process."""
+    if _FINGERPRINT:
+        return _FINGERPRINT[0]
     package = Path(__file__).resolve().parent
     parts: list[Any] = [os.path.realpath(sys.executable), sys.prefix, sys.version, str(package)]
     for path in sorted(package.rglob("*.py")):
@@ -72,122 +86,151 @@ def _fingerprint() -> str:
     for name in ("torch", "triton"):
         spec = importlib.util.find_spec(name) if name not in sys.modules else sys.modules[name].__spec__
         origin = getattr(spec, "origin", None)
-        parts.append((name, origin, os.stat(origin).st_mtime_ns if origin else None))
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+        stamps = [(p, os.stat(p).st_mtime_ns) for p in (origin, os.path.dirname(origin))] if origin else None
+        parts.append((name, stamps))
+    _FINGERPRINT.append(hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16])
+    return _FINGERPRINT[0]
 
 
 _SOCKET: list[str] = []
 
 
 def socket_path() -> str:
-    """Where this installation's server listens (computed once per process); ``FORGE_AOT_SERVER_SOCKET`` names
-    another (then the caller, not the fingerprint, vouches that the server runs this code)."""
+    """Where this installation's server listens (computed once per process), or ``FORGE_AOT_SERVER_SOCKET``."""
     if not _SOCKET and os.environ.get(SOCKET_ENV):
         _SOCKET.append(os.environ[SOCKET_ENV])
     if not _SOCKET:
         base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-        _SOCKET.append(os.path.join(base, f"forge-aot-{os.getuid()}", f"server-{_fingerprint()}.sock"))
+        _SOCKET.append(os.path.join(base, f"forge-aot-{os.getuid()}", f"server-{fingerprint()}.sock"))
     return _SOCKET[0]
+
+
+def _private(directory: str) -> bool:
+    """Whether a directory is this user's own and nobody else's (not a link, mode without group/other bits)."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def _private_dir(path: str) -> None:
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    st = os.stat(directory)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise ServerError(f"{directory} must belong to this user and be private (mode 700)")
+    if not _private(directory):
+        raise ServerError(f"{directory} must be a directory of this user's, mode 700")
+
+
+def _peer_uid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _connect(path: str, timeout: float = 5.0) -> socket.socket | None:
+    """A connection to a server of this user's, in a directory nobody else can enter; else None."""
+    if not _private(os.path.dirname(path) or "."):
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
+        if _peer_uid(sock) != os.getuid():
+            raise OSError("another user's server")
     except OSError:
         sock.close()
         return None
     return sock
 
 
-def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+def _frame(message: dict[str, Any]) -> bytes:
     data = json.dumps(message).encode()
-    frame = len(data).to_bytes(4, "little") + data
-    if fds:
-        socket.send_fds(sock, [frame], list(fds))
-    else:
-        sock.sendall(frame)
+    return len(data).to_bytes(4, "little") + data
 
 
-def _recv(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | None, list[int]]:
-    """One framed message (and the descriptors sent with it); None where the peer closed first."""
-    fds: list[int] = []
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
+    frame = _frame(message)
+    sent = socket.send_fds(sock, [frame], list(fds)) if fds else 0  # the descriptors ride on the first bytes
+    sock.sendall(frame[sent:])
+
+
+def _recv(sock: socket.socket) -> dict[str, Any] | None:
+    """One framed message on a blocking socket (no descriptors); None where the peer closed first."""
     buf = b""
     while len(buf) < 4 or len(buf) < 4 + int.from_bytes(buf[:4], "little"):
-        if max_fds and not fds:
-            chunk, got, _, _ = socket.recv_fds(sock, 65536, max_fds)
-            fds.extend(got)
-        else:
-            chunk = sock.recv(65536)
+        chunk = sock.recv(65536)
         if not chunk:
-            for fd in fds:
-                os.close(fd)
-            return None, []
+            return None
         buf += chunk
-        if len(buf) >= 4 and int.from_bytes(buf[:4], "little") > _MAX_HEADER:
+        if len(buf) >= 4 and int.from_bytes(buf[:4], "little") > _MAX_FRAME:
             raise ValueError("message too large")
-    return json.loads(buf[4:4 + int.from_bytes(buf[:4], "little")]), fds
+    message = json.loads(buf[4:4 + int.from_bytes(buf[:4], "little")])
+    if not isinstance(message, dict):
+        raise ValueError("not a message")
+    return message
 
 
 def server_info(path: str | None = None) -> dict[str, Any] | None:
-    """The running server's pid, fingerprint and start time, or None where none answers."""
+    """The running server's pid, fingerprint, start time and counts, or None where none answers."""
     sock = _connect(path or socket_path())
     if sock is None:
         return None
     with sock:
         try:
             _send(sock, {"kind": "ping"})
-            reply, _ = _recv(sock)
+            return _recv(sock)
         except (OSError, ValueError):
             return None
-    return reply
 
 
 # --- the caller's side --------------------------------------------------------------------------------------------
 
 class ServerProcess:
-    """A process the server forked for this caller, used as a ``subprocess.Popen`` with text pipes is."""
+    """A process the server forked for this caller, used as a ``subprocess.Popen`` with text pipes is: ``poll``
+    never blocks, ``wait`` may be called from any thread, signals go through the server (which sends them only to
+    a process it has not reaped: no pid reuse)."""
 
-    def __init__(self, sock: socket.socket, pid: int, stdin: IO[str] | None, stdout: IO[str] | None,
-                 stderr: IO[str] | None) -> None:
+    def __init__(self, sock: socket.socket, pid: int) -> None:
         self._sock = sock
         self.pid = pid
-        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.stdin: IO[str] | None = None
+        self.stdout: IO[str] | None = None
+        self.stderr: IO[str] | None = None
         self.returncode: int | None = None
         self.args = ["<forge-aot server>", pid]
-        self._lock = threading.Lock()
+        self._reading = threading.Lock()  # one reader of the exit message at a time
+        self._writing = threading.Lock()
 
     def _read_exit(self, timeout: float | None) -> bool:
-        with self._lock:
-            if self.returncode is not None:
-                return True
-            return self._read_exit_locked(timeout)
-
-    def _read_exit_locked(self, timeout: float | None) -> bool:
-        ready, _, _ = select.select([self._sock], [], [], timeout)
-        if not ready:
+        """Whether the exit is known, waiting up to ``timeout`` (None: for ever) for it."""
+        if self.returncode is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._reading.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
             return False
         try:
-            self._sock.settimeout(None)
-            reply, _ = _recv(self._sock)
-        except (OSError, ValueError):
-            reply = None
-        # The server gone with it: as a process killed would read.
-        self.returncode = int(reply["returncode"]) if reply else -int(signal.SIGKILL)
-        self._sock.close()
-        return True
+            if self.returncode is not None:
+                return True
+            poller = select.poll()  # not select.select: a caller of many workers may hold descriptors past 1024
+            poller.register(self._sock, select.POLLIN)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not poller.poll(None if left is None else left * 1000):
+                return False
+            try:
+                self._sock.settimeout(None)
+                reply = _recv(self._sock)
+            except (OSError, ValueError):
+                reply = None
+            # The server gone with it (it takes its forks along): as a process killed reads.
+            self.returncode = int(reply["returncode"]) if reply and "returncode" in reply else -int(signal.SIGKILL)
+            self._sock.close()
+            return True
+        finally:
+            self._reading.release()
 
     def poll(self) -> int | None:
-        self._read_exit(0)
+        if self.returncode is None and self._reading.acquire(blocking=False):  # busy: another thread waits on it
+            self._reading.release()
+            self._read_exit(0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -197,9 +240,13 @@ class ServerProcess:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:  # not after its exit was reported: the pid may be another process's by then
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
+        """Safe from a signal handler: no lock the interrupted code may hold, one small write."""
+        if self.returncode is None and self._writing.acquire(blocking=False):
+            try:
+                with contextlib.suppress(OSError):
+                    self._sock.send(_frame({"signal": int(sig)}))
+            finally:
+                self._writing.release()
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
@@ -221,18 +268,18 @@ def run_in_server(module: str, args: list[str], env: dict[str, str] | None = Non
         return None
     request = {"kind": "spawn", "module": module, "args": list(args), "env": dict(os.environ if env is None else env),
                "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()), "function": function,
-               "argv0": sys.argv[0] if sys.argv else module,
+               "argv0": sys.argv[0] if sys.argv else module, "fingerprint": fingerprint(),
                "main_package": getattr(sys.modules.get("__main__"), "__package__", None)}
     try:
         _send(sock, request, fds)
-        reply, _ = _recv(sock)
+        reply = _recv(sock)
     except (OSError, ValueError):
         reply = None
     if not reply or "pid" not in reply:
         sock.close()
         return None
     sock.settimeout(None)
-    return ServerProcess(sock, int(reply["pid"]), None, None, None)
+    return ServerProcess(sock, int(reply["pid"]))
 
 
 def spawn_module(module: str, env: dict[str, str], cwd: str | os.PathLike[str] | None) -> Any:
@@ -257,24 +304,144 @@ def spawn_module(module: str, env: dict[str, str], cwd: str | os.PathLike[str] |
                             stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, bufsize=1)
 
 
-def forward(argv: list[str]) -> int | None:
-    """Run ``forge-aot argv`` in the server with this process's standard streams; its exit status, or None where
-    no server runs. Ctrl-C and SIGTERM reach the forked command."""
+def forward(argv: list[str], module: str = "forge_aot.cli", function: str | None = "entry") -> int | None:
+    """Run ``forge-aot argv`` (by default: the console script's function, so click names the program as here) in
+    the server with this process's standard streams; its exit status, or None where no server runs. Ctrl-C,
+    SIGTERM and SIGHUP reach the forked command; where it dies of a signal, this process dies of the same signal
+    (as the shell would see from the command run directly)."""
     if FORKED:  # already the server's fork of a command
         return None
-    proc = run_in_server("forge_aot.cli", argv, function="entry")  # as the console script: click's names
+    proc = run_in_server(module, argv, function=function)
     if proc is None:
         return None
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         previous[sig] = signal.signal(sig, lambda s, _f: proc.send_signal(s))
     try:
-        while True:
-            with contextlib.suppress(InterruptedError):
-                return proc.wait()
+        code = proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if code < 0:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+# --- the forked process -------------------------------------------------------------------------------------------
+
+class _Child:
+    """What a forked process runs: the request, until its exit."""
+
+    def __init__(self, request: dict[str, Any], fds: list[int]) -> None:
+        self.request, self.fds = request, fds
+
+    def run(self) -> None:
+        global FORKED
+        FORKED = True
+        req = self.request
+        code: Any = 0
+        try:
+            for target, fd in enumerate(self.fds[:3]):
+                os.dup2(fd, target)  # inheritable copies: what the process starts (ptxas) gets its streams
+            for fd in self.fds:
+                if fd > 2:
+                    os.close(fd)
+            self._streams(req["env"])
+            os.chdir(req["cwd"])
+            os.environ.clear()
+            os.environ.update(req["env"])
+            # sys.path as `python -m` builds it in that environment: the working directory (unless
+            # PYTHONSAFEPATH), PYTHONPATH, then the interpreter's own (the server's without its own PYTHONPATH).
+            own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            first = [] if os.environ.get("PYTHONSAFEPATH") else [req["cwd"]]
+            sys.path[:] = [*first, *own, *(p for p in _BASE_PATH if p not in own)]
+            sys.argv = [req["argv0"] if req.get("function") else req["module"], *req["args"]]
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._main(req)
+        except SystemExit as exc:
+            code = exc.code
+        except KeyboardInterrupt:
+            code = -int(signal.SIGINT)  # as Python's own exit after an uncaught Ctrl-C: dies of SIGINT
+        except BaseException:
+            import traceback
+
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+            code = 1
+        _exit(code)
+
+    @staticmethod
+    def _streams(env: dict[str, str]) -> None:
+        """Standard streams as a new interpreter in that environment makes them (PYTHONUNBUFFERED,
+        PYTHONIOENCODING; stderr backslash-escapes what it cannot encode)."""
+        encoding, _, errors = (env.get("PYTHONIOENCODING") or "").partition(":")
+        unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+        kw = {"encoding": encoding or None, "closefd": False}
+        sys.stdin = open(0, errors=errors or None, **kw)  # type: ignore[call-overload]  # noqa: SIM115
+        sys.stdout = open(1, "w", buffering=1, errors=errors or None, **kw)  # type: ignore[call-overload]  # noqa: SIM115
+        sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", **kw)  # type: ignore[call-overload]  # noqa: SIM115
+        if unbuffered:
+            for stream in (sys.stdout, sys.stderr):
+                stream.reconfigure(write_through=True)
+
+    @staticmethod
+    def _main(req: dict[str, Any]) -> None:
+        import warnings
+
+        with warnings.catch_warnings():  # the preloaded module itself: run again as __main__, as `-m` does
+            warnings.filterwarnings("ignore", "'.*' found in sys.modules after import of package", RuntimeWarning)
+            if req.get("function"):  # as called in the caller's process: its __main__ says how it was run
+                import types
+
+                main = sys.modules["__main__"] = types.ModuleType("__main__")
+                main.__package__ = req.get("main_package")
+                getattr(importlib.import_module(req["module"]), req["function"])()
+            else:
+                import runpy
+
+                runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+
+
+def _exit(code: Any) -> None:
+    """Leave as the interpreter's exit would (non-daemon threads, atexit, streams; 120 where the final flush
+    fails; a negative code: die of that signal), without tearing down modules the fork shares with the server."""
+    import atexit
+
+    if not isinstance(code, int):
+        if code is not None:
+            with contextlib.suppress(Exception):
+                print(code, file=sys.stderr)
+        code = 0 if code is None else 1
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # type: ignore[attr-defined]
+    with contextlib.suppress(Exception):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            code = code or 120
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    os._exit(code)
+
+
+def _die_with(server_pid: int) -> None:
+    """A forked process is killed if the server dies (Linux): its exit could then be told to no one. A stopped
+    server waits for its forks instead."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != server_pid:  # it died before that took effect
+        os._exit(1)
 
 
 # --- the server ---------------------------------------------------------------------------------------------------
@@ -289,94 +456,239 @@ def _check_forkable() -> str | None:
     return None
 
 
-class _Child:
-    """What a forked process runs: the request, until its exit."""
-
-    def __init__(self, request: dict[str, Any], fds: list[int]) -> None:
-        self.request, self.fds = request, fds
-
-    def run(self) -> None:
-        global FORKED
-        FORKED = True
-        req = self.request
-        for target, fd in enumerate(self.fds[:3]):
-            os.dup2(fd, target)
-        for fd in self.fds:
-            if fd > 2:
-                os.close(fd)
-        os.chdir(req["cwd"])
-        os.environ.clear()
-        os.environ.update(req["env"])
-        # sys.path as `python -m` builds it in that environment: the working directory, PYTHONPATH, then the
-        # interpreter's own (the server's path without its own PYTHONPATH entries).
-        own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [req["cwd"], *own, *(p for p in _BASE_PATH if p not in own)]
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115
-        sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.argv = [req["argv0"] if req.get("function") else req["module"], *req["args"]]
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        import runpy
-
-        code: Any = 0
-        import warnings
-
-        try:
-            with warnings.catch_warnings():  # the preloaded module itself: run again as __main__, as `-m` does
-                warnings.filterwarnings("ignore", "'.*' found in sys.modules after import of package",
-                                        RuntimeWarning)
-                if req.get("function"):  # as called in the caller's process: its __main__ (how it was run)
-                    import types
-
-                    main = sys.modules["__main__"] = types.ModuleType("__main__")
-                    main.__package__ = req.get("main_package")
-                    getattr(importlib.import_module(req["module"]), req["function"])()
-                else:
-                    runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
-        except SystemExit as exc:
-            code = exc.code
-        except KeyboardInterrupt:
-            code = 130
-        except BaseException:
-            import traceback
-
-            traceback.print_exc()
-            code = 1
-        _exit(code)
-
-
-def _die_with(server_pid: int) -> None:
-    """A forked process is killed if the server dies (Linux): its exit could then be told to no one. A stopped
-    server waits for its forks instead."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != server_pid:  # it died before that took effect
-        os._exit(1)
-
-
-def _exit(code: Any) -> None:
-    """Leave as the interpreter's exit would (non-daemon threads, atexit, streams), without tearing down modules
-    the fork shares with the server."""
-    import atexit
-
-    if not isinstance(code, int):
-        if code is not None:
-            with contextlib.suppress(Exception):
-                print(code, file=sys.stderr)
-        code = 0 if code is None else 1
-    with contextlib.suppress(Exception):
-        threading._shutdown()  # type: ignore[attr-defined]
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
-
-
 _BASE_PATH: list[str] = []
-_FORKS = [0]
+
+
+class _Pending:
+    """A connection whose request is still arriving (read without blocking, within a deadline)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn, self.buf, self.fds = conn, b"", []  # type: ignore[var-annotated]
+        self.deadline = time.monotonic() + _REQUEST_SECONDS
+
+    def read(self) -> dict[str, Any] | None:
+        """The request once whole; raises EOFError/ValueError where it never will be."""
+        data, fds, _, _ = socket.recv_fds(self.conn, 65536, 3, socket.MSG_CMSG_CLOEXEC)
+        self.fds.extend(fds)
+        if not data:
+            raise EOFError
+        self.buf += data
+        if len(self.buf) < 4:
+            return None
+        size = int.from_bytes(self.buf[:4], "little")
+        if size > _MAX_FRAME:
+            raise ValueError("message too large")
+        if len(self.buf) < 4 + size:
+            return None
+        message = json.loads(self.buf[4:4 + size])
+        if not isinstance(message, dict):
+            raise ValueError("not a message")
+        return message
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = []
+        self.conn.close()
+
+
+class _Server:
+    """The loop: accepts requests, forks, reaps, tells each caller its process's exit."""
+
+    def __init__(self, path: str, idle_timeout: float) -> None:
+        self.path, self.idle_timeout = path, idle_timeout
+        self.me, self.started, self.forks = os.getpid(), time.time(), 0
+        self.fingerprint = fingerprint()
+        self.children: dict[int, socket.socket | None] = {}  # pid -> its caller's connection (None: caller gone)
+        self.pending: dict[socket.socket, _Pending] = {}
+        self.last = time.monotonic()
+        _private_dir(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        self.listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        self.inode = os.stat(path).st_ino
+        # A child's exit wakes the loop at once (its caller waits on it): SIGCHLD writes to a pipe it watches.
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda _s, _f: None)
+        signal.set_wakeup_fd(self.wake_w)
+        self.selector = selectors.DefaultSelector()  # epoll: descriptors past 1024 are fine
+        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    def stop_listening(self) -> None:
+        """The socket goes at once (a new server may bind it); forks still running are served to their end."""
+        if self.listener is not None:
+            self.selector.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == self.inode:
+                    os.unlink(self.path)
+
+    def close(self) -> None:
+        self.stop_listening()
+        for pending in list(self.pending.values()):
+            pending.close()
+        signal.set_wakeup_fd(-1)
+        self.selector.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                self.selector.unregister(conn)
+                with contextlib.suppress(OSError):
+                    _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
+                conn.close()
+            self.last = time.monotonic()
+
+    def run(self) -> _Child | None:
+        while True:
+            self.reap()
+            now = time.monotonic()
+            for pending in [p for p in self.pending.values() if p.deadline < now]:  # too slow: dropped
+                self.selector.unregister(pending.conn)
+                del self.pending[pending.conn]
+                pending.close()
+            if not self.children and not self.pending and (
+                    self.listener is None or now - self.last > self.idle_timeout):
+                return None  # stopped and drained, or idle
+            for key, _ in self.selector.select(1.0):
+                try:
+                    child = self._event(key)
+                except Exception:  # one caller's trouble never ends the server (and its forks with it)
+                    child = None
+                if child is not None:
+                    return child
+
+    def _event(self, key: selectors.SelectorKey) -> _Child | None:
+        if key.data == "wake":
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_r, 512)
+        elif key.data == "listener":
+            try:
+                conn, _ = self.listener.accept()  # type: ignore[union-attr]
+            except OSError:  # out of descriptors, or the caller gave up: try again on the next round
+                time.sleep(0.01)
+                return None
+            self.last = time.monotonic()
+            if _peer_uid(conn) != os.getuid():
+                conn.close()
+                return None
+            conn.setblocking(False)
+            self.pending[conn] = _Pending(conn)
+            self.selector.register(conn, selectors.EVENT_READ, "pending")
+        elif key.data == "pending":
+            pending = self.pending[key.fileobj]  # type: ignore[index]
+            try:
+                request = pending.read()
+            except BlockingIOError:
+                request = None
+            except (OSError, EOFError, ValueError):
+                request, pending.deadline = None, 0.0  # dropped on the next round
+            if request is not None:
+                self.selector.unregister(pending.conn)
+                del self.pending[pending.conn]
+                pending.conn.setblocking(True)
+                pending.conn.settimeout(5)
+                return self._request(pending, request)
+        else:  # a caller's connection: a signal for its process, or it went away (and so does its process)
+            conn = key.fileobj
+            pid = next(p for p, c in self.children.items() if c is conn)
+            try:
+                conn.settimeout(1)  # type: ignore[union-attr]
+                message = _recv(conn)  # type: ignore[arg-type]
+            except (OSError, ValueError):
+                message = None
+            if message is not None:
+                with contextlib.suppress(ProcessLookupError, ValueError, TypeError):
+                    os.kill(pid, int(message["signal"]))  # not reaped yet: still this process's pid
+                return None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.selector.unregister(conn)
+            conn.close()  # type: ignore[union-attr]
+            self.children[pid] = None
+        return None
+
+    def _request(self, pending: _Pending, request: dict[str, Any]) -> _Child | None:
+        conn, fds = pending.conn, pending.fds
+        pending.fds = []
+        kind = request.get("kind")
+        if kind == "ping":
+            with contextlib.suppress(OSError):
+                _send(conn, {"pid": self.me, "started": self.started, "socket": self.path, "forked": self.forks,
+                             "processes": sum(1 for _ in self.children), "fingerprint": self.fingerprint})
+        elif kind == "stop":
+            self.stop_listening()  # before the answer: once stop() returns, the socket is gone
+            with contextlib.suppress(OSError):
+                _send(conn, {"stopping": self.me})
+        elif kind == "spawn" and len(fds) == 3 and request.get("fingerprint") == self.fingerprint:
+            return self._fork(conn, request, fds)
+        elif kind == "spawn":
+            why = "three descriptors expected" if len(fds) != 3 else "another installation's server"
+            with contextlib.suppress(OSError):
+                _send(conn, {"error": why})
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+
+    def _fork(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> _Child | None:
+        try:
+            pid = os.fork()
+        except OSError as exc:  # the caller starts the process itself
+            for fd in fds:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                _send(conn, {"error": f"fork: {exc}"})
+            conn.close()
+            return None
+        if pid == 0:
+            _die_with(self.me)
+            for other in [*(c for c in self.children.values() if c is not None), *self.pending]:
+                other.close()
+            for pending in self.pending.values():
+                for fd in pending.fds:
+                    os.close(fd)
+            conn.close()
+            if self.listener is not None:
+                self.listener.close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.selector.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            os.setpgid(0, 0)  # its own group: a terminal's Ctrl-C to the server's group does not reach it
+            return _Child(request, fds)
+        self.forks += 1
+        for fd in fds:
+            os.close(fd)
+        try:
+            _send(conn, {"pid": pid})
+        except OSError:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self.children[pid] = None
+            conn.close()
+            return None
+        conn.settimeout(None)
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, "child")
+        return None
 
 
 def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...] = PRELOAD) -> _Child | None:
@@ -392,149 +704,12 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
         raise ServerError(f"cannot serve forked processes: {why}")
     started_env = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     _BASE_PATH[:] = [p for p in sys.path[1:] if p not in started_env]
-    _private_dir(path)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
-    ours = os.stat(path).st_ino
-
-    def stop_listening() -> None:  # the socket goes at once (a new server may bind it); forks are still served
-        nonlocal listener
-        if listener is not None:
-            listener.close()
-            listener = None
-            with contextlib.suppress(OSError):
-                if os.stat(path).st_ino == ours:
-                    os.unlink(path)
-
-    me, started = os.getpid(), time.time()
-    children: dict[int, socket.socket | None] = {}  # pid -> the caller's connection (None: caller gone)
-    last = time.monotonic()
-    # A child's exit wakes the loop at once (its caller waits on it): SIGCHLD writes to a pipe select watches.
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.signal(signal.SIGCHLD, lambda _s, _f: None)
-    signal.set_wakeup_fd(wake_w)
+    server = _Server(path, idle_timeout)
     try:
-        while True:
-            while children:
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                conn = children.pop(pid, None)
-                if conn is not None:
-                    with contextlib.suppress(OSError):
-                        _send(conn, {"returncode": os.waitstatus_to_exitcode(status)})
-                    conn.close()
-                last = time.monotonic()
-            if not children and (listener is None or time.monotonic() - last > idle_timeout):
-                return None  # stopped and drained, or idle
-            watched = [c for c in children.values() if c is not None]
-            try:
-                ready, _, _ = select.select([*([listener] if listener else []), wake_r, *watched], [], [], 1.0)
-            except InterruptedError:
-                continue
-            for sock in ready:
-                if sock == wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(wake_r, 512)
-                    continue
-                if sock is not listener:  # a caller's connection: it went away, so does its process
-                    pid = next(p for p, c in children.items() if c is sock)
-                    with contextlib.suppress(OSError):
-                        if sock.recv(1):
-                            continue
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    sock.close()
-                    children[pid] = None
-                    continue
-                conn, _ = sock.accept()
-                last = time.monotonic()
-                child = _accept(conn, children, me, started, path)
-                if child == "stop":
-                    stop_listening()
-                elif isinstance(child, _Child):
-                    sock.close()
-                    signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    os.close(wake_r)
-                    os.close(wake_w)
-                    return child
+        return server.run()
     finally:
-        if os.getpid() == me:
-            signal.set_wakeup_fd(-1)
-            os.close(wake_r)
-            os.close(wake_w)
-            stop_listening()
-
-
-def _accept(conn: socket.socket, children: dict[int, socket.socket | None], me: int, started: float,
-            path: str) -> _Child | str | None:
-    """Answer one connection: None, "stop", or in a forked process the request it is to run."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-    if int.from_bytes(creds[4:8], "little") != os.getuid():
-        conn.close()
-        return None
-    conn.settimeout(10)
-    try:
-        request, fds = _recv(conn, max_fds=3)
-    except (OSError, ValueError):
-        conn.close()
-        return None
-    kind = (request or {}).get("kind")
-    if kind == "ping":
-        with contextlib.suppress(OSError):
-            _send(conn, {"pid": me, "started": started, "socket": path, "processes": len(children),
-                         "forked": _FORKS[0]})
-        conn.close()
-        return None
-    if kind == "stop":
-        with contextlib.suppress(OSError):
-            _send(conn, {"stopping": me})
-        conn.close()
-        return "stop"
-    if kind != "spawn" or len(fds) != 3:
-        for fd in fds:
-            os.close(fd)
-        conn.close()
-        return None
-    try:
-        pid = os.fork()
-    except OSError as exc:  # the caller starts the process itself
-        for fd in fds:
-            os.close(fd)
-        with contextlib.suppress(OSError):
-            _send(conn, {"error": f"fork: {exc}"})
-        conn.close()
-        return None
-    _FORKS[0] += 1
-    if pid == 0:
-        _die_with(me)
-        for other in children.values():
-            if other is not None:
-                other.close()
-        conn.close()
-        os.setpgid(0, 0)  # its own group: a terminal's Ctrl-C to the server's group does not reach it
-        return _Child(request, fds)  # type: ignore[arg-type]
-    for fd in fds:
-        os.close(fd)
-    conn.settimeout(None)
-    try:
-        _send(conn, {"pid": pid})
-        children[pid] = conn
-    except OSError:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        children[pid] = None
-        conn.close()
-    return None
+        if os.getpid() == server.me:
+            server.close()
 
 
 def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0) -> dict[str, Any]:
@@ -544,7 +719,7 @@ def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0) -> dict[str, 
     if info is not None:
         return {**info, "already": True}
     _private_dir(path)
-    log = path[:-len(".sock")] + ".log"
+    log = path[:-len(".sock")] + ".log" if path.endswith(".sock") else path + ".log"
     env = {k: v for k, v in os.environ.items() if k != SERVER_ENV}
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", path, str(idle_timeout)],

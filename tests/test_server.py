@@ -166,6 +166,55 @@ def test_a_process_whose_caller_goes_away_is_killed(use: Path, echo_mod: Path, t
         time.sleep(0.05)
 
 
+def test_a_server_of_other_code_refuses_and_the_caller_starts_its_own(use: Path, echo_mod: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(server, "_FINGERPRINT", ["another installation"])
+    before = server.server_info(str(use))["forked"]
+    proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+    assert isinstance(proc, subprocess.Popen) and server.server_info(str(use))["forked"] == before
+    proc.stdin.close()
+    proc.wait(30)
+
+
+def test_a_slow_or_broken_caller_neither_blocks_nor_ends_the_server(use: Path, echo_mod: Path) -> None:
+    import socket
+
+    idle = socket.socket(socket.AF_UNIX)
+    idle.connect(str(use))  # connects and says nothing
+    for garbage in (b"\x05\x00\x00\x00[1,2]", b"\xff\xff\xff\x7f", b"\x03\x00\x00\x00{x}"):
+        bad = socket.socket(socket.AF_UNIX)
+        bad.connect(str(use))
+        bad.sendall(garbage)
+        bad.close()
+    start = time.monotonic()
+    proc = server.spawn_module("fst_echo", _env(echo_mod), echo_mod)
+    assert isinstance(proc, server.ServerProcess) and _hello(proc)["torch"]
+    proc.stdin.close()
+    assert proc.wait(30) == 0 and time.monotonic() - start < 5  # not behind the silent caller's 10 s
+    idle.close()
+    assert server.server_info(str(use)) is not None
+
+
+def test_ctrl_c_reaches_a_forwarded_process_and_its_caller_dies_of_it(use: Path, echo_mod: Path) -> None:
+    """The caller forwards Ctrl-C (its handler never waits on a lock the waiting thread holds); the fork dies of
+    SIGINT as Python does after an uncaught KeyboardInterrupt, and so does the caller, as the shell would see."""
+    caller = textwrap.dedent(f"""
+        import sys
+        from forge_aot import server
+        server._SOCKET[:] = [{str(use)!r}]
+        sys.exit(server.forward([], module="fst_echo", function=None))
+    """)
+    env = dict(_env(echo_mod), PYTHONPATH=os.pathsep.join([str(REPO), str(echo_mod)]))
+    proc = subprocess.Popen([sys.executable, "-c", caller], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, cwd=echo_mod)
+    assert proc.stdout.readline().startswith("hello ")
+    proc.stdin.write("hang\n")
+    proc.stdin.flush()
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == -signal.SIGINT
+
+
 def test_without_a_server_or_when_turned_off_processes_start_as_new_interpreters(
         use: Path, echo_mod: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     proc = server.spawn_module("fst_echo", _env(echo_mod, **{server.SERVER_ENV: "0"}), echo_mod)
@@ -287,6 +336,7 @@ def test_the_server_refuses_to_fork_with_threads_running() -> None:
 
 def test_the_socket_name_follows_the_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "_SOCKET", [])
+    monkeypatch.setattr(server, "_FINGERPRINT", [])
     first = server.socket_path()
     assert f"forge-aot-{os.getuid()}" in first and first.endswith(".sock")
     module = Path(server.__file__)
@@ -294,6 +344,7 @@ def test_the_socket_name_follows_the_code(tmp_path: Path, monkeypatch: pytest.Mo
     try:
         os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
         monkeypatch.setattr(server, "_SOCKET", [])
+        monkeypatch.setattr(server, "_FINGERPRINT", [])
         assert server.socket_path() != first  # edited sources: another server
     finally:
         os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
