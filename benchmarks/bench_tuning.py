@@ -326,6 +326,19 @@ def part_autotune(work: Path, jobs: int | None) -> dict[str, Any]:
             "rows": rows}
 
 
+def part_served(work: Path, jobs: int | None, runs: int = 2) -> dict[str, Any]:
+    """forge-aot tune's start-up alone: the autotune part's project tuned cold, then warm (``--force``, binaries
+    kept) ``runs`` times without a server and ``runs`` times with one, interleaved by block."""
+    proj = project(work / "p48", small_space(), SHAPES, "exhaustive")
+    build = work / "forge-build"
+    jobs_args = ("-j", str(jobs)) if jobs else ()
+    cold = forge_tune(proj, build, *jobs_args)
+    warm = [forge_tune(proj, build, "--force", *jobs_args) for _ in range(runs)]
+    served, server_start_s = forge_tune_served(proj, build, *jobs_args, runs=runs)
+    return {"cold_s": cold["wall"], "warm_s": [w["wall"] for w in warm], "served_s": [w["wall"] for w in served],
+            "server_start_s": server_start_s, "cold": cold, "warm": warm, "served": served}
+
+
 def part_guided(work: Path, jobs: int | None) -> dict[str, Any]:
     build = work / "forge-build-260"
     jobs_args = ("-j", str(jobs)) if jobs else ()
@@ -347,7 +360,9 @@ def part_guided(work: Path, jobs: int | None) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["autotune", "guided", "all"], default="all")
+    ap.add_argument("--part", choices=["autotune", "guided", "served", "all"], default="all",
+                    help="served: only forge-aot tune's own start-up, warm, without and with a forge-aot server "
+                         "(no Triton autotuning, no judge; a minute)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("-j", "--jobs", type=int)
     ap.add_argument("--triton-child", action="store_true", help=argparse.SUPPRESS)
@@ -361,6 +376,16 @@ def main() -> None:
     result: dict[str, Any] = {"device": torch.cuda.get_device_name()}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        if args.part == "served":
+            v = result["served"] = part_served(work, args.jobs)
+            print(f"\nforge-aot tune, same project as part autotune, {result['device']}: cold {v['cold_s']:.1f} s, "
+                  f"warm (no server) " + ", ".join(f"{w:.1f} s" for w in v["warm_s"]) + "; with a running "
+                  f"forge-aot server (started once in {v['server_start_s']:.1f} s): "
+                  + ", ".join(f"{w:.1f} s" for w in v["served_s"]))
+            for label, runs in (("warm", v["warm"]), ("served", v["served"])):
+                for r in runs:
+                    print(f"  {label}: workers up at {r['boot_wall']:.2f} s, first row at {r['first_row_at']:.2f} s, "
+                          f"rows {r['benchmark_seconds']:.2f} s, outside tune() {r['process_to_tune_s']:.2f} s")
         if args.part in ("autotune", "all"):
             a = result["autotune"] = part_autotune(work, args.jobs)
             print(f"\nserial triton.autotune vs forge-aot tune: matmul fp16, {a['configs']} configs x "
