@@ -400,7 +400,7 @@ def server_stop() -> None:
 @server_group.command("status")
 def server_status() -> None:
     """Say whether this installation's server runs (exit status 1 where it does not)."""
-    from .server import server_info, socket_path
+    from .server import fingerprint, server_info, socket_path
 
     info = server_info()
     if info is None:
@@ -408,6 +408,10 @@ def server_status() -> None:
         sys.exit(1)
     click.echo(f"forge-aot server: pid {info['pid']}, up {time.time() - info['started']:.0f} s, "
                f"{info['processes']} processes running, {info['forked']} forked in all, socket {info['socket']}")
+    if info.get("fingerprint") != fingerprint():
+        click.echo(f"  it runs other code than this installation (fingerprint {info.get('fingerprint')}, here "
+                   f"{fingerprint()}): commands here start their own processes")
+        sys.exit(1)
 
 
 @main.command()

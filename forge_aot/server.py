@@ -696,6 +696,7 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
     (the socket then goes at once, and the server ends once its forks have, their exits told to their callers).
     Returns None in the server; in a forked process, the request it is to run. Raises ServerError where it cannot
     serve."""
+    fingerprint()  # before the imports, as a caller computes it (an import may write bytecode caches)
     for name in preload:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)

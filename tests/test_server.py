@@ -273,6 +273,15 @@ def test_a_build_forked_from_the_server_writes_the_same_wheel(use: Path, tmp_pat
     assert wheels["server"] == wheels["plain"]
 
 
+def test_server_status_says_whether_one_serves_this_installation(use: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(server.SERVER_ENV, None)
+    for socket_, rc, text in ((use, 0, "forked in all"), (tmp_path / "none.sock", 1, "no forge-aot server")):
+        done = subprocess.run([sys.executable, "-m", "forge_aot.cli", "server", "status"], capture_output=True,
+                              text=True, env={**env, server.SOCKET_ENV: str(socket_)}, timeout=120)
+        assert done.returncode == rc and text in done.stdout, done.stdout + done.stderr
+
+
 def test_idle_timeout_and_stop(tmp_path: Path) -> None:
     directory = Path(tempfile_dir()) / f"fsi-{os.getpid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
