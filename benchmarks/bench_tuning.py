@@ -153,18 +153,10 @@ def forge_tune_served(proj: Path, build: Path, *extra: str, runs: int = 2) -> tu
         sys.path.insert(0, str(REPO))
     from forge_aot import server
 
-    directory = Path(tempfile.mkdtemp(prefix="fsb-", dir="/tmp"))
-    directory.chmod(0o700)
+    directory = Path(tempfile.mkdtemp(prefix="fsb-", dir="/tmp"))  # mode 700
     path = str(directory / "s.sock")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop("FORGE_AOT_SERVER", None)
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", path, "600"], env=env,
-                            start_new_session=True, stderr=subprocess.PIPE, text=True)
-    while server.server_info(path) is None:
-        if proc.poll() is not None:
-            raise RuntimeError(f"forge-aot server did not start:\n{proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.02)
+    proc = server.start(600, path=path, env=dict(os.environ, PYTHONPATH=str(REPO)))["process"]
     started = time.perf_counter() - start
     try:
         done = [forge_tune(proj, build, "--force", *extra, socket=path) for _ in range(runs)]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -444,22 +441,9 @@ def entry() -> None:
         code = 0
     if "torch" not in sys.modules:
         sys.exit(code)
-    if not isinstance(code, int):  # None (success) or a message, as sys.exit would treat them
-        if code is not None:
-            with contextlib.suppress(Exception):
-                print(code, file=sys.stderr)
-        code = 0 if code is None else 1
-    # What the interpreter's exit still owes before the teardown is skipped: joining non-daemon threads, atexit
-    # handlers (logging's flush, weakref finalizers, profilers, coverage), then the standard streams.
-    threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads end first, as at a normal exit
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            try:
-                stream.flush()
-            except Exception:
-                code = code or 120  # as Python's own exit when the final flush fails
-    os._exit(code)
+    from .server import exit_without_teardown
+
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from typing import Any
 from .errors import CompileError
 from .plan import BinarySpec, BuildPlan, CompileJob, ConfigChoice, EntryPlan, job_for
 from .runtime import SPEC_INT_ONE, SPEC_ONE
+from .server import spawn_module
 from .targets import TARGETS
 
 
@@ -67,8 +68,6 @@ class _Worker:
     """One compile process, reused across jobs until it crashes or times out."""
 
     def __init__(self, env: dict[str, str], cwd: Path | None) -> None:
-        from .server import spawn_module
-
         self.proc = spawn_module("forge_aot._compile_worker", env, cwd)  # forked by a running server, if any
         self.results: queue.Queue[str | None] = queue.Queue()
         self.stderr: list[str] = []

@@ -373,7 +373,7 @@ class _Child:
             with contextlib.suppress(Exception):
                 traceback.print_exc()
             code = 1
-        _exit(code)
+        exit_without_teardown(code)
 
     @staticmethod
     def _streams(env: dict[str, str]) -> None:
@@ -407,9 +407,12 @@ class _Child:
                 runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
 
 
-def _exit(code: Any) -> None:
-    """Leave as the interpreter's exit would (non-daemon threads, atexit, streams; 120 where the final flush
-    fails; a negative code: die of that signal), without tearing down modules the fork shares with the server."""
+def exit_without_teardown(code: Any) -> None:
+    """End the process as the interpreter's exit would, less its teardown of modules: non-daemon threads joined,
+    atexit handlers (logging's flush, weakref finalizers, profilers, coverage), the standard streams flushed (120
+    where that fails, as Python's own exit); a non-int code as ``sys.exit`` treats it; a negative one: die of that
+    signal. For the console script once torch is imported (its teardown takes a third of a second and more), and
+    for a fork, whose modules are the server's."""
     import atexit
 
     if not isinstance(code, int):
@@ -418,14 +421,15 @@ def _exit(code: Any) -> None:
                 print(code, file=sys.stderr)
         code = 0 if code is None else 1
     with contextlib.suppress(Exception):
-        threading._shutdown()  # type: ignore[attr-defined]
+        threading._shutdown()  # type: ignore[attr-defined]  # non-daemon threads end first, as at a normal exit
     with contextlib.suppress(Exception):
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            code = code or 120
+        if stream is not None:
+            try:
+                stream.flush()
+            except Exception:
+                code = code or 120
     if code < 0:
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
@@ -713,15 +717,17 @@ def serve(path: str, idle_timeout: float = DEFAULT_IDLE, preload: tuple[str, ...
             server.close()
 
 
-def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0) -> dict[str, Any]:
-    """Start this installation's server (detached, its log beside its socket) unless one runs; its info."""
-    path = socket_path()
+def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0, path: str | None = None,
+          env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start a server at ``path`` (this installation's socket by default), detached, its log beside its socket,
+    unless one runs there; its info, with ``process`` (the ``Popen``) where this call started it."""
+    path = path or socket_path()
     info = server_info(path)
     if info is not None:
         return {**info, "already": True}
     _private_dir(path)
     log = path[:-len(".sock")] + ".log" if path.endswith(".sock") else path + ".log"
-    env = {k: v for k, v in os.environ.items() if k != SERVER_ENV}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != SERVER_ENV}
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", path, str(idle_timeout)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd="/",
@@ -730,11 +736,11 @@ def start(idle_timeout: float = DEFAULT_IDLE, wait: float = 300.0) -> dict[str, 
     while time.monotonic() < deadline:
         info = server_info(path)
         if info is not None:
-            return {**info, "already": False, "log": log}
+            return {**info, "already": False, "log": log, "process": proc}
         if proc.poll() is not None:
             tail = Path(log).read_text(errors="replace")[-2000:]
             raise ServerError(f"the server exited at start ({proc.returncode}):\n{tail}")
-        time.sleep(0.05)
+        time.sleep(0.02)
     proc.kill()
     raise ServerError(f"the server did not answer within {wait:g} s (log: {log})")
 

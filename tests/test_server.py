@@ -39,16 +39,9 @@ ECHO = textwrap.dedent("""
 
 
 def _start(path: Path, idle: float = 600) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop(server.SERVER_ENV, None)
-    proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", str(path), str(idle)], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while server.server_info(str(path)) is None:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert time.monotonic() < deadline, "the server did not come up"
-        time.sleep(0.05)
-    return proc
+    info = server.start(idle, wait=120, path=str(path), env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert not info["already"]
+    return info["process"]
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,42 @@ def _records(project: Path, kernel: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def served() -> Any:
+    """A `forge-aot server` on a private socket: its path, and a function counting the processes it forked."""
+    from forge_aot import server
+
+    directory = Path(tempfile.mkdtemp(prefix="fsg-", dir="/tmp"))  # mode 700
+    path = directory / "s.sock"
+    proc = server.start(600, path=str(path), env=dict(os.environ, PYTHONPATH=str(REPO)))["process"]
+    yield str(path), lambda: server.server_info(str(path))["forked"]
+    server.stop(str(path))
+    proc.wait(60)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+MODES = ["plain", "server"]
+"""Each tune runs as a command of its own, and again with a `forge-aot server` running: then the command, its
+compile workers and its benchmark worker (and the worker restarted after the planted crash) are forks of a process
+that imported torch and never touched the GPU, and the run must decide as a run without it does."""
+
+
+def _mode_env(mode: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    return {"FORGE_AOT_SERVER_SOCKET": request.getfixturevalue("served")[0]} if mode == "server" else {
+        "FORGE_AOT_SERVER": "0"}
+
+
+@pytest.fixture(scope="module", params=MODES)
+def tuned(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     project = tmp_path_factory.mktemp("tune") / "project"
     shutil.copytree(FIXTURES / "tune", project)
-    result = _tune(project, "--kernel", "scale", "--kernel", "accumulate", "--kernel", "accumulate_forgot_reset")
+    forked = request.getfixturevalue("served")[1] if request.param == "server" else None
+    before = forked() if forked else 0
+    result = _tune(project, "--kernel", "scale", "--kernel", "accumulate", "--kernel", "accumulate_forgot_reset",
+                   env=_mode_env(request.param, request))
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stderr
+    if forked:  # the command, a worker and its restart after the planted crash, at least one compile worker
+        assert forked() - before >= 1 + 2 + 1
     return project
 
 
@@ -110,53 +139,12 @@ def test_accumulating_kernel_tunes_with_reset(tuned: Path) -> None:
     assert wrong and all("reset" in r["error"] for r in wrong)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A `forge-aot server` on a private socket, its pid and the number of processes it forked so far."""
-    from forge_aot import server
-
-    directory = Path(tempfile.mkdtemp(prefix="fsg-", dir="/tmp"))
-    directory.chmod(0o700)
-    path = directory / "s.sock"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    env.pop(server.SERVER_ENV, None)
-    proc = subprocess.Popen([sys.executable, "-m", "forge_aot.server", str(path), "600"], env=env,
-                            start_new_session=True, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while server.server_info(str(path)) is None:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    yield str(path), lambda: server.server_info(str(path))["forked"]
-    server.stop(str(path))
-    proc.wait(60)
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def test_a_tune_forked_from_the_server_is_the_same_tune(served: Any, tmp_path: Path) -> None:
-    """`forge-aot tune` with a server running: the command, its compile workers and its benchmark worker (and the
-    worker restarted after the planted crash) are forks of a process that imported torch and never touched the
-    GPU, and the run decides as a run without it does: planted configs rejected, verified winners, reset kept."""
-    path, forked = served
-    project = tmp_path / "project"
-    shutil.copytree(FIXTURES / "tune", project)
-    before = forked()
-    result = _tune(project, "--kernel", "scale", "--kernel", "accumulate", "--kernel", "accumulate_forgot_reset",
-                   env={"FORGE_AOT_SERVER_SOCKET": path})
-    assert result.returncode == 0, result.stderr
-    assert forked() - before >= 1 + 2 + 1  # the command, a worker and its restart, at least one compile worker
-    test_small_space_picks_a_verified_winner(project)
-    test_planted_wrong_and_faulting_configs_are_survived_and_reported(project)
-    test_accumulating_kernel_tunes_with_reset(project)
-    test_hanging_config_times_out(tmp_path / "hang", env={"FORGE_AOT_SERVER_SOCKET": path})
-
-
-def test_hanging_config_times_out(tmp_path: Path, env: dict[str, str] | None = None) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_hanging_config_times_out(tmp_path: Path, mode: str, request: pytest.FixtureRequest) -> None:
     project = tmp_path / "tune"
-    if not project.exists():
-        shutil.copytree(FIXTURES / "tune", project)
+    shutil.copytree(FIXTURES / "tune", project)
     hang = project / "hang"
-    result = _tune(hang, "--timeout", "20", env=env)
+    result = _tune(hang, "--timeout", "20", env=_mode_env(mode, request))
     assert result.returncode == 0, result.stderr
     records = _records(hang, "scale")
     (timeout,) = [r for r in records if r["config_id"] == "BLOCK1024-MODE3-w4-s3"]
