@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from .runtime.entry import unspellable
+from .runtime.custom_ops import unspellable
 from .runtime.host_modules import host_signature
 from .runtime.torch_ops import fake_call, layout, storage_id
 

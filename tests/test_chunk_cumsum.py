@@ -34,7 +34,7 @@ def test_a_default_the_schema_cannot_spell_is_optional_and_comes_back(realworld_
     implementations hand the host function its own default where the call left it out."""
     import torch
 
-    from forge_aot.runtime.entry import _host_defaults
+    from forge_aot.runtime.custom_ops import _host_defaults
 
     schema = realworld_plan.modules["chunk_cumsum"]["schemas"]["_chunk_cumsum_fwd"]
     assert schema == ("(Tensor dt, Tensor A, int chunk_size, Tensor? dt_bias=None, bool dt_softplus=False, "

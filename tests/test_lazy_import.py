@@ -1,7 +1,8 @@
 """`import <package>` registers the ops and loads nothing else; the first use loads the op's host module.
 
 Runs the repository's wheel (unpacked, as pip lays it out) in fresh processes on the CPU: which modules an
-import loads, that torch.ops.<package>.<op> exists right after import, that torch.compile(fullgraph=True) traces
+import loads, that torch.ops.<package>.<op> exists right after import (its custom ops defined on the first look-up,
+or at import where the namespace was looked up before), that torch.compile(fullgraph=True) traces
 an exported op as one custom op before anything was loaded, that the first call binds only its own host module,
 and that importing a host module by name binds it too.
 """
@@ -62,6 +63,68 @@ def test_import_loads_only_the_entry_point_and_defines_the_custom_ops(site: Path
     host = [m for m in res["call"] if m.startswith("forge_kernels._ops.")]
     assert host == ["forge_kernels._ops.softmax"] and res["error"] == "UnsupportedDeviceError"
     assert "softmax" in res["doc"] and res["sig"] == "(x: torch.Tensor) -> torch.Tensor"
+
+
+COUNT_DEFINES = textwrap.dedent("""
+    import json, sys, threading, torch
+    defined = []
+    define = torch.library.Library.define
+    torch.library.Library.define = lambda self, schema, *a, **k: (defined.append(schema.split("(")[0]),
+                                                                  define(self, schema, *a, **k))[1]
+""")
+
+
+def test_custom_ops_are_defined_on_first_need_not_at_import(site: Path) -> None:
+    """``import <package>`` defines no custom op: the first look-up in ``torch.ops.<package>`` defines them all,
+    once, also when eight threads look up at once."""
+    res = _run(site, COUNT_DEFINES + textwrap.dedent("""
+        import forge_kernels
+        at_import = list(defined)
+        packets = []
+        barrier = threading.Barrier(8)
+        def look_up():
+            barrier.wait()
+            packets.append(torch.ops.forge_kernels.softmax)
+        threads = [threading.Thread(target=look_up) for _ in range(8)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(json.dumps({"at_import": at_import, "defined": sorted(defined), "same": len(set(map(id, packets))),
+                          "schema": str(torch.ops.forge_kernels.matmul.default._schema),
+                          "loaded": "forge_kernels._runtime.custom_ops" in sys.modules}))
+    """))
+    assert res["at_import"] == [] and res["defined"] == ["matmul", "softmax", "vector_add"]
+    assert res["same"] == 1 and res["loaded"] is True
+    assert res["schema"].startswith("forge_kernels::matmul(Tensor a, Tensor b")
+
+
+def test_a_namespace_looked_up_before_the_import_gets_the_ops_at_import(site: Path) -> None:
+    """Where ``torch.ops.<package>`` exists before the import (a failed torch.export.load, code that looked), it is
+    left as it is and the ops are defined at import, as before."""
+    res = _run(site, COUNT_DEFINES + textwrap.dedent("""
+        before = hasattr(torch.ops.forge_kernels, "softmax")
+        import forge_kernels
+        print(json.dumps({"before": before, "at_import": sorted(defined),
+                          "op": str(torch.ops.forge_kernels.softmax.default._schema)}))
+    """))
+    assert res["before"] is False and res["at_import"] == ["matmul", "softmax", "vector_add"]
+    assert res["op"] == "forge_kernels::softmax(Tensor x) -> Tensor"
+
+
+def test_preload_defines_the_custom_ops(site: Path) -> None:
+    """For look-ups that do not pass through Python (an AOTInductor package's proxy executor): ``preload()``."""
+    res = _run(site, COUNT_DEFINES + textwrap.dedent("""
+        import forge_kernels
+        try:
+            forge_kernels.preload()
+        except Exception as exc:  # no GPU here: the binaries do not load
+            error = type(exc).__name__
+        else:
+            error = None
+        print(json.dumps({"defined": sorted(defined), "error": error,
+                          "dispatcher": torch._C._dispatch_has_kernel_for_dispatch_key("forge_kernels::softmax",
+                                                                                       "Meta")}))
+    """))
+    assert res["defined"] == ["matmul", "softmax", "vector_add"] and res["dispatcher"] is True
 
 
 def test_importing_a_host_module_binds_its_kernel_handles(site: Path) -> None:
@@ -126,7 +189,7 @@ def test_an_exported_program_saved_on_a_cpu_machine_loads_where_the_package_is_i
                                                                                          tmp_path: Path) -> None:
     """torch.export with a dynamic row count, saved (a CPU machine: only the fake implementation runs), then loaded
     in a fresh process: the graph keeps the package's custom op and the dynamic size; loading needs the package
-    imported (the op is defined at import), and loading it loads no host code."""
+    imported (its look-up defines the op), and loading it loads no host code."""
     path = tmp_path / "softmax.pt2"
     res = _run(site, f"""
         import json, torch

@@ -221,3 +221,71 @@ def test_pip_uninstall_removes_the_bundle(repo_wheel: Path, tmp_path: Path) -> N
     assert _bundle(site).is_file()
     subprocess.run([str(py), "-m", "pip", "uninstall", "-q", "-y", "forge_kernels"], check=True)
     assert not (site / "forge_kernels").exists()
+
+
+def test_import_runs_the_first_call_modules_from_the_bundle_without_their_docstrings(site: Path) -> None:
+    """With a valid bundle, ``import <package>`` runs the modules every first call needs, from the bundle; their
+    functions' and classes' docstrings and annotations are left out, each module's own docstring is kept."""
+    _run(site)
+    code = textwrap.dedent("""
+        import json, sys, forge_kernels
+        rt = sys.modules["forge_kernels._runtime"]
+        loaded = {n.rsplit(".", 1)[1]: type(m.__spec__.loader).__name__ for n, m in sys.modules.items()
+                  if n.startswith("forge_kernels._runtime.")}
+        print(json.dumps({"loaded": loaded, "first_call": list(rt.FIRST_CALL),
+                          "class_doc": rt.kernel.Kernel.__doc__, "module_doc": bool(rt.kernel.__doc__),
+                          "annotations": rt.tables.rank_rows.__annotations__,
+                          "on_package": all(getattr(rt, n) is sys.modules["forge_kernels._runtime." + n]
+                                            for n in rt.FIRST_CALL if n != "host_triton")}))
+    """)
+    res = _run(site, code)
+    assert {n: res["loaded"].get(n) for n in res["first_call"]} == {n: "_BundleLoader" for n in res["first_call"]}
+    assert "torch_ops" not in res["loaded"]  # bundled, but imported where needed only
+    assert res["class_doc"] is None and res["module_doc"] is True and res["annotations"] == {}
+    assert res["on_package"] is True
+
+
+def test_the_bundled_bytecode_runs_as_the_source_does(tmp_path: Path) -> None:
+    """What the bundle leaves out changes no behaviour: same results, same line numbers in tracebacks."""
+    from forge_aot.runtime.bundling import module_bytecode
+
+    src = tmp_path / "sample.py"
+    src.write_text(textwrap.dedent('''
+        """Module docstring."""
+        from __future__ import annotations
+        LIMIT: int = 3
+        """An attribute's docstring."""
+
+        class Box:
+            """A class docstring."""
+            size: int = 2
+
+            def grow(self, by: int = 1) -> int:
+                """A method docstring."""
+                return self.size + by
+
+        def only_a_docstring(x: int) -> None:
+            """Nothing else."""
+
+        def fails() -> None:
+            raise ValueError("here")
+    '''))
+    import marshal
+    import traceback
+
+    plain, stripped = {}, {}
+    exec(compile(src.read_text(), str(src), "exec"), plain)
+    exec(marshal.loads(module_bytecode(str(src))), stripped)
+    assert stripped["__doc__"] == plain["__doc__"] == "Module docstring."
+    assert stripped["Box"]().grow(5) == plain["Box"]().grow(5) == 7 and stripped["LIMIT"] == 3
+    assert stripped["__annotations__"] == plain["__annotations__"] == {"LIMIT": "int"}
+    assert stripped["Box"].__doc__ is None and stripped["Box"].grow.__annotations__ == {}
+    assert stripped["only_a_docstring"](1) is None
+    lines = []
+    for ns in (plain, stripped):
+        try:
+            ns["fails"]()
+        except ValueError as exc:
+            lines.append(traceback.extract_tb(exc.__traceback__)[-1].lineno)
+    raised = next(i for i, line in enumerate(src.read_text().splitlines(), 1) if "raise" in line)
+    assert lines == [raised, raised]

@@ -13,34 +13,35 @@ tree and in the wheel. One module per concern:
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
+- ``custom_ops``: the ops' torch custom ops, defined on first need;
+- ``dev_binding``: binding every host module at once (forge-aot's tracing, tuning and development mode);
 - ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing), ``fake_env``;
 - ``descriptors``: host-side tensor descriptors and their kernel parameters (lazy);
-- ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``).
+- ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
+- ``bundling``: writing the bytecode bundle (below).
 
 Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (and
 ``torch_ops`` where the package's ops have autograd).
 
-In a wheel, the modules a first call needs also load from one file, their cached bytecode gathered into
-``_bundle.py``'s cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where
-Python writes bytecode, or by ``write_bundle()``. It is used while it was written for these sources (the build's
-fingerprint, handed over by the package's ``__init__``) and every module file keeps the size and modification time
-it had then. One file read instead of twelve trips through the import system's finders and bytecode caches:
-the modules' imports alone 3.8 -> 2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py);
-import + first call 0.1 - 1.1 ms less (bench_cold_start.py --op-only), as reading the bundle moves part of the cost
-to ``import <package>``. Where there is no valid bundle, imports are the import system's own.
+In a wheel, the modules a first call needs also load from one file, their bytecode gathered into ``_bundle.py``'s
+cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where Python writes
+bytecode, or by ``write_bundle()``, less the docstrings and annotations nothing reads at run time (see
+``bundling``). It is used while it was written for these sources (the build's fingerprint, handed over by the
+package's ``__init__``) and every module file keeps the size and modification time it had then; the modules of
+FIRST_CALL then run at ``import <package>``. One file read instead of twelve trips through the import system's
+finders and bytecode caches: the modules' imports alone 3.8 -> 2.2 ms per fresh process on the H100 host
+(scripts/probe_runtime_bundle.py). Where there is no valid bundle, imports are the import system's own.
 """
 
 from __future__ import annotations
 
 import _imp
-import contextlib
 import importlib
 import marshal
 import os
 import sys
-import threading
 import types
-from importlib.machinery import SourceFileLoader
+from importlib.machinery import ModuleSpec, SourceFileLoader
 from typing import Any
 
 _EXPORTS = {
@@ -53,13 +54,13 @@ _EXPORTS = {
     "Expression": "expressions",
     "INDEX_FORMAT": "host_modules",
     "bind_module": "host_modules",
-    "bind_ops": "host_modules",
+    "bind_ops": "dev_binding",
     "exec_host_module": "host_modules",
-    "imports_first": "host_modules",
-    "project_names_bound": "host_modules",
+    "imports_first": "dev_binding",
+    "project_names_bound": "dev_binding",
     "load_index": "host_modules",
-    "register_torch_ops": "host_modules",
-    "register_custom_ops": "entry",
+    "register_torch_ops": "dev_binding",
+    "register_custom_ops": "custom_ops",
     "route_in_module": "torch_ops",
     "ROUTING": "torch_ops",
     "load_package": "entry",
@@ -112,7 +113,8 @@ _EXPORTS = {
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
                         "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "local_imports",
-                        "packing", "tables", "torch_ops", "fake_env"})
+                        "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
+                        "dev_binding"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -147,11 +149,17 @@ sys.modules[__name__].__class__ = _Runtime
 
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
-BUNDLED = ("entry", "torch_ops", "errors", "host_triton", "packing", "tables", "drivers", "cuda", "fastpath", "kernel",
-           "launch", "host_modules")
+BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "tables", "drivers", "cuda",
+           "fastpath", "kernel", "launch", "host_modules")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
-``torch_ops`` at import where the ops have autograd, else when torch.compile or torch.export first trace one)."""
-_BUNDLE_FORMAT = b"forge-aot runtime bundle 2\n"
+``custom_ops`` and ``torch_ops`` when torch.compile or torch.export first trace an op, or ``torch.ops.<package>``
+is first used; ``torch_ops`` at import where the ops have a result rule)."""
+FIRST_CALL = ("entry", "errors", "host_triton", "packing", "tables", "drivers", "fastpath", "kernel", "cuda", "launch",
+              "host_modules")
+"""The bundled modules ``import <package>`` and every op's first call import, in the order they import each
+other: where the bundle is valid they run at ``import <package>``, straight from the bundle, not through the
+import system's finders."""
+_BUNDLE_FORMAT = b"forge-aot runtime bundle 3\n"
 _IN_A_WHEEL = __name__.endswith("._runtime")
 """Shipped as ``<package>._runtime`` (the source tree's copy, imported by the build tools, bundles nothing)."""
 _FINGERPRINT: str | None = None
@@ -187,8 +195,33 @@ def use_bundle(fingerprint: str) -> None:
     codes = _read_bundle(path, fingerprint)
     if codes is None:
         BUNDLE_WANTED = True
-    else:
-        sys.meta_path.insert(0, _BundleFinder(__name__, codes))
+        return
+    finder = _BundleFinder(__name__, codes)
+    sys.meta_path.insert(0, finder)
+    package = sys.modules[__name__]
+    for name in FIRST_CALL:
+        _load_bundled(finder, package, name)
+
+
+def _load_bundled(finder: _BundleFinder, package: types.ModuleType, name: str) -> None:
+    """Run a bundled module now, as the import system would (its spec, loader and attributes; in sys.modules and
+    on the package), without its finders and locks: this runs while ``import <package>`` holds the package's
+    import lock, so no other thread imports from it. 0.25 ms less per fresh process than eleven imports through
+    the finder (locally). A module that fails is left to the import system, whose import then raises as it would."""
+    fullname = f"{__name__}.{name}"
+    spec = None if fullname in sys.modules else finder.find_spec(fullname)
+    if spec is None:  # imported already (by a module before), or not in the bundle
+        return
+    import importlib.util
+
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[fullname] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        sys.modules.pop(fullname, None)
+        return
+    setattr(package, name, sys.modules[fullname])
 
 
 def _read_bundle(path: str, fingerprint: str) -> dict[str, Any] | None:
@@ -228,81 +261,18 @@ def first_call_done() -> None:
             write_bundle()
 
 
-def _checked_bytecode(cached: str, source: str) -> bytes | None:
-    """The code part of a .pyc that the import system would accept for ``source`` as it is now, else None."""
-    from importlib.util import MAGIC_NUMBER, source_hash
-
-    with open(cached, "rb") as f:
-        pyc = f.read()
-    if pyc[:4] != MAGIC_NUMBER:
-        return None
-    flags = int.from_bytes(pyc[4:8], "little")
-    if flags == 0:  # timestamp .pyc (PEP 552): the source's mtime and size
-        st = os.stat(source)
-        if (int.from_bytes(pyc[8:12], "little") != int(st.st_mtime) & 0xFFFFFFFF
-                or int.from_bytes(pyc[12:16], "little") != st.st_size & 0xFFFFFFFF):
-            return None
-    elif flags in (1, 3):  # hash-based .pyc (SOURCE_DATE_EPOCH installs): the source's hash, checked here either way
-        with open(source, "rb") as f:
-            if pyc[8:16] != source_hash(f.read()):
-                return None
-    else:
-        return None
-    return pyc[16:]
-
-
-def _module_bytecode(name: str) -> bytes:
-    """A module's bytecode as the import system would load it now: its .pyc where that matches the source, else
-    the source compiled as the import system compiles it (no .pyc: ``pip install --no-compile``, uv)."""
-    module = importlib.import_module(f".{name}", __name__)
-    cached = getattr(module, "__cached__", None)
-    code = None
-    if cached:
-        with contextlib.suppress(OSError):
-            code = _checked_bytecode(cached, _source(name))
-    if code is None:
-        loader = SourceFileLoader(module.__name__, _source(name))
-        code = marshal.dumps(loader.source_to_code(loader.get_data(_source(name)), _source(name)))
-    return code
-
-
 def write_bundle() -> bool:
-    """Write the bundle now (for example while baking an image with PYTHONDONTWRITEBYTECODE set): import the
-    modules in BUNDLED and gather their bytecode, atomically, with the permissions Python gives a .pyc. Never
-    raises. Returns whether it wrote (False at once where the bytecode directory is not writable)."""
+    """Write the bundle now (for example while baking an image with PYTHONDONTWRITEBYTECODE set): the modules in
+    BUNDLED compiled from their sources (see ``bundling``). Never raises. Returns whether it wrote (False at once
+    where the bytecode directory is not writable)."""
     path = _bundle_path()
     if path is None or _FINGERPRINT is None:
         return False
-    directory = os.path.dirname(path)
-    tmp = None
     try:
-        os.makedirs(directory, exist_ok=True)
-        if not os.access(directory, os.W_OK):
-            return False  # a read-only or another user's installation: not worth gathering anything
-        table, chunks, offset = [], [], 0
-        for name in BUNDLED:
-            code = _module_bytecode(name)
-            st = os.stat(_source(name))
-            table.append((name, st.st_mtime_ns, st.st_size, offset, len(code)))
-            chunks.append(code)
-            offset += len(code)
-        from importlib.util import MAGIC_NUMBER
-
-        header = marshal.dumps((_FINGERPRINT, table))
-        # As the import system writes a .pyc: the source's permissions (owner-writable, umask applied), a
-        # private temporary name, then one rename.
-        mode = (os.stat(_source("_bundle")).st_mode | 0o200) & 0o666
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_EXCL | os.O_CREAT | os.O_WRONLY, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_BUNDLE_FORMAT + MAGIC_NUMBER + len(header).to_bytes(4, "little") + header + b"".join(chunks))
-        os.replace(tmp, path)
-        return True
+        from .bundling import write
     except Exception:  # imports stay the import system's own
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
         return False
+    return write(path, _FINGERPRINT, BUNDLED, _source, _BUNDLE_FORMAT)
 
 
 class _BundleLoader(SourceFileLoader):
@@ -311,10 +281,10 @@ class _BundleLoader(SourceFileLoader):
 
     def __init__(self, fullname: str, path: str, codes: dict[str, Any], name: str) -> None:
         super().__init__(fullname, path)
-        self.codes, self.name = codes, name
+        self.codes, self.short = codes, name  # (``name`` is the loader's full module name)
 
     def get_code(self, fullname: str) -> Any:
-        data = self.codes.pop(self.name, None)  # taken once: the bundle's memory goes as the modules load
+        data = self.codes.pop(self.short, None)  # taken once: the bundle's memory goes as the modules load
         if data is not None:
             try:
                 code = marshal.loads(data)
@@ -341,8 +311,6 @@ class _BundleFinder:
         name = fullname[len(self.prefix):]
         if name not in self.codes:
             return None
-        from importlib.machinery import ModuleSpec
-
         origin = _source(name)
         spec = ModuleSpec(fullname, _BundleLoader(fullname, origin, self.codes, name), origin=origin)
         spec.has_location = True  # __file__ and __cached__ as for the module's own file

@@ -1,9 +1,9 @@
 """The package entry point: ``import <package>`` registers the ops and loads nothing else.
 
 At import, a generated package hands over its ops table (op → host module, torch.library schema), written into
-its ``__init__.py`` at build time, so import parses no index and runs no host code: it defines the ops that have
-a schema as torch custom ops (``torch.ops.<package>.<op>`` exists from then on) and returns the exported
-callables. The first call of an op (or its custom op, ``preload``, an exported class, importing
+its ``__init__.py`` at build time, so import parses no index and runs no host code: it puts ``torch.ops.<package>``
+in place, which defines the ops that have a schema as torch custom ops when first needed (see ``custom_ops``), and
+returns the exported callables. The first call of an op (or its custom op, ``preload``, an exported class, importing
 ``<package>._ops.<module>``) loads the rest of the runtime, the index and that host module with its kernel
 handles, once, under a lock. This module imports only the standard library (and torch for custom ops)."""
 
@@ -15,9 +15,6 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import Any
-
-LIBRARIES: list[Any] = []
-"""torch.library.Library objects of the packages loaded in this process (they must stay alive)."""
 
 
 def exported(package: str, module: str, name: str) -> Any:
@@ -42,6 +39,8 @@ class Package:
         self.builtins: dict[str, Any] | None = None
         self._imported_as: dict[str, str] | None = None
         self._index_parts: dict[str, dict[str, Any]] = {}
+        self.define_custom_ops: Callable[[], None] = lambda: None
+        """Defines the package's custom ops now (see custom_ops.define_lazily); ``preload`` calls it."""
 
     def module(self, mod: str) -> Any:
         """The host module ``mod``, run with its kernel handles bound (the first time)."""
@@ -115,8 +114,11 @@ class Package:
         return fn
 
     def preload(self, device: Any = None) -> int:
-        """Bind every host module, then load every binary the device can run (see BinaryBackend.preload)."""
+        """Define the custom ops, bind every host module, then load every binary the device can run (see
+        BinaryBackend.preload)."""
         from .host_modules import load_index
+
+        self.define_custom_ops()
 
         for mod in sorted(load_index(self.root)["modules"]):
             self.module(mod)
@@ -231,94 +233,80 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
-def unspellable(default: Any) -> bool:
-    """A default a torch schema cannot spell: a non-finite float, alone or in a list (the parser takes no ``inf``).
-    The build makes such an argument optional with the default None in the schema; ``_host_defaults`` undoes it."""
-    import math
+class Pending:
+    """A package's custom ops, defined once by ``define()`` (any thread; a look-up made while they are being
+    defined, as ``Library.define`` makes, sees what is defined so far)."""
 
-    values = default if isinstance(default, (list, tuple)) else (default,)
-    return any(isinstance(v, float) and not math.isfinite(v) for v in values)
+    def __init__(self, namespace: str, ops: dict[str, tuple[Any, ...]],
+                 function: Callable[[str], Callable[..., Any]],
+                 host_attr: Callable[[str, str], Callable[..., Any]]) -> None:
+        self.args = (namespace, ops, function, host_attr)
+        self.lock = threading.RLock()
+        self.done = self.running = False
+
+    def define(self) -> None:
+        if self.done:
+            return
+        with self.lock:
+            if self.done or self.running:
+                return
+            self.running = True
+            try:
+                from .custom_ops import register_custom_ops
+
+                register_custom_ops(*self.args)
+                self.done = True
+            finally:
+                self.running = False
 
 
 @functools.cache
-def _unspelled(fn: Callable[..., Any]) -> tuple[tuple[int, str, Any], ...]:
-    """(position, name, default) of the host function's parameters whose default no schema spells; read once."""
-    from .host_modules import host_signature
-    return tuple((i, p.name, p.default) for i, p in enumerate(host_signature(fn).parameters.values())
-                 if unspellable(p.default))
+def _lazy_namespace() -> type:
+    import torch._ops
+
+    class LazyNamespace(torch._ops._OpNamespace):  # type: ignore[misc,name-defined]
+        """``torch.ops.<package>``: the package's custom ops are defined on the first look-up of an op in it."""
+
+        def __init__(self, name: str, pending: Pending) -> None:
+            super().__init__(name)
+            self._forge_pending = pending
+
+        def __getattr__(self, op_name: str) -> Any:
+            if op_name.startswith("__"):  # introspection (copy, pickle, inspect) defines nothing
+                return super().__getattr__(op_name)
+            pending = self._forge_pending
+            pending.define()
+            with pending.lock:  # one OpOverloadPacket per op, also where threads look it up at once
+                cached = vars(self).get(op_name)
+                return cached if cached is not None else super().__getattr__(op_name)
+
+    # _OpNamespace names its ops' module after its own (torch.export writes ``torch.ops.<package>.<op>`` from it)
+    LazyNamespace.__module__ = torch._ops._OpNamespace.__module__
+    LazyNamespace.__qualname__ = "LazyNamespace"
+    return LazyNamespace
 
 
-def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The call with None put back to the host function's default where the schema could not spell it."""
-    for i, name, default in _unspelled(fn):
-        if i < len(args) and args[i] is None:
-            args = (*args[:i], default, *args[i + 1:])
-        elif kwargs.get(name, 0) is None:
-            kwargs = {**kwargs, name: default}
-    return args, kwargs
-
-
-def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qualified: str, schema: str,
-                     rule: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """A custom op's real implementation (the host code, held to the schema ``qualified`` has: ``guard.guarded``) and
-    its Meta one (``torch_ops.fake_call``); with a result rule, both pad the host code's results to the schema's."""
-    guard: list[Any] = []  # guard.guarded and the schema's arguments, from the first call (what compiled graphs call)
-
-    def real(*args: Any, **kwargs: Any) -> Any:
-        if not guard:
-            from .guard import arguments, guarded
-            guard.extend((guarded, *arguments(qualified, schema)))
-        fn = function(op)
-        call = _host_defaults(fn, args, kwargs) if _unspelled(fn) else (args, kwargs)
-        return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
-
-    def meta(*args: Any, **kwargs: Any) -> Any:
-        from .guard import own
-        from .torch_ops import fake_call, pad  # the runtime loads on first use, not at import
-
-        fn = function(op)
-        # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
-        fn = getattr(fn, "_init_fn", fn)
-        out = fake_call(fn, *_host_defaults(fn, args, kwargs))
-        return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
-
-    return real, meta
-
-
-def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
-                        function: Callable[[str], Callable[..., Any]],
-                        host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
-    """Define ``torch.ops.<namespace>.<op>`` for every op of ``ops`` (see op_table) that has a schema; returns
-    the ops defined. ``function(op)``: the op's host function; ``host_attr(op, name)``: another function of its
-    host module. The real implementation is the host code; the Meta one the host code with launches skipped (the
-    shapes, dtypes and strides of a real call; a tenth of torch.library.register_fake's cost, which reads the
-    caller's source). A recorded (setup_context, backward) is its autograd (``register_autograd``), the backward
-    run with ``torch_ops.ROUTING.custom`` set. Everything resolves on first use: registering loads no host code."""
-    with_schema = {op: spec for op, spec in ops.items() if spec[1]}
+def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Callable[[str], Callable[..., Any]],
+                  host_attr: Callable[[str, str], Callable[..., Any]]) -> tuple[set[str], Callable[[], None]]:
+    """The ops of ``ops`` (see op_table) that are custom ops (those with a schema), and what defines them now:
+    ``torch.ops.<namespace>`` defines them on first need (see ``custom_ops``) where it can be put in place, else
+    they are defined here. ``function`` and ``host_attr``: see custom_ops.register_custom_ops."""
+    with_schema = {op for op, spec in ops.items() if spec[1]}
     if not with_schema:
-        return set()
+        return set(), lambda: None
     import torch
 
-    lib = torch.library.Library(namespace, "FRAGMENT")
-    LIBRARIES.append(lib)
-    custom: set[str] = set()
-    for op, (_, schema, *autograd) in sorted(with_schema.items()):
-        rule = autograd[1] if len(autograd) > 1 else None
-        try:
-            lib.define(f"{op}{schema}")
-        except RuntimeError:
-            continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule)
-        lib.impl(op, real, "CompositeExplicitAutograd")
-        lib.impl(op, meta, "Meta")
-        if autograd and autograd[0]:
-            from .torch_ops import autograd_functions
-
-            setup_context, backward = autograd_functions(host_attr, op, *autograd[0])
-            torch.library.register_autograd(f"{namespace}::{op}", backward, setup_context=setup_context, lib=lib)
-        custom.add(op)
-    return custom
+    pending = Pending(namespace, ops, function, host_attr)
+    try:
+        placed = namespace not in vars(torch.ops)
+        if placed:
+            setattr(torch.ops, namespace, _lazy_namespace()(namespace, pending))
+            torch.ops._dir.append(namespace)  # as _Ops.__getattr__ records a namespace it makes
+    except Exception:  # a torch whose torch.ops differs: define them now
+        placed = False
+    if not placed:
+        pending.define()
+    return with_schema, pending.define
 
 
 PACKAGES: dict[str, Package] = {}
@@ -342,7 +330,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
     def host_attr(op: str, name: str) -> Callable[..., Any]:
         return getattr(state.module(ops[op][0]), name)
 
-    custom = register_custom_ops(package, ops, state.function, host_attr)
+    custom, state.define_custom_ops = define_lazily(package, ops, state.function, host_attr)
     if exports or any(len(spec) > 2 and spec[2] for spec in ops.values()):  # host code may call ops by name
         state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom, ops[op]) for op in sorted(ops)}

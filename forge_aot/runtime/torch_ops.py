@@ -1,4 +1,4 @@
-"""What the exported ops' torch custom ops run (``entry.register_custom_ops`` defines them at import): the Meta
+"""What the exported ops' torch custom ops run (``custom_ops.register_custom_ops`` defines them on first need): the Meta
 implementation, the manifest's autograd functions, the routing of a custom op's backward through custom ops, and the
 padding of results whose structure follows an argument.
 
@@ -22,7 +22,7 @@ class _Routing(threading.local):
 
 
 ROUTING = _Routing()
-"""``ROUTING.custom`` is set while a custom op's backward runs (see entry.register_custom_ops): the exported ops it
+"""``ROUTING.custom`` is set while a custom op's backward runs (see custom_ops.register_custom_ops): the exported ops it
 calls go through their custom ops, as while torch.compile traces, because under AOTAutograd the backward sees
 fake tensors, which only a custom op's fake implementation can take."""
 
