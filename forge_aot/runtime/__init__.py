@@ -20,8 +20,8 @@ tree and in the wheel. One module per concern:
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
 - ``bundling``: writing the bytecode bundle (below).
 
-Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (and
-``torch_ops`` where the package's ops have autograd).
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (also the
+modules of FIRST_CALL where the bundle below is valid, and ``torch_ops`` where an op's results follow an argument).
 
 In a wheel, the modules a first call needs also load from one file, their bytecode gathered into ``_bundle.py``'s
 cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where Python writes

@@ -86,4 +86,3 @@ def write(path: str, fingerprint: str, names: tuple[str, ...], source: Any, head
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         return False
-

@@ -234,8 +234,8 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
 
 
 class Pending:
-    """A package's custom ops, defined once by ``define()`` (any thread; a look-up made while they are being
-    defined, as ``Library.define`` makes, sees what is defined so far)."""
+    """A package's custom ops, defined once by ``define()``, from any thread (others wait; a look-up the defining
+    thread makes meanwhile, as ``Library.define`` makes one, sees what is defined so far)."""
 
     def __init__(self, namespace: str, ops: dict[str, tuple[Any, ...]],
                  function: Callable[[str], Callable[..., Any]],
