@@ -1,5 +1,5 @@
 """Binding every host module at once, beside the project's own modules: the build's tracing, tuning and
-development mode (``forge_aot``), and tests. A generated package binds one host module at a time, on first use
+development mode of forge-aot, and tests. A generated package binds one host module at a time, on first use
 (``entry.Package.module``), and never loads this module."""
 
 from __future__ import annotations
