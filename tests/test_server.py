@@ -377,3 +377,26 @@ def test_tune_forks_its_workers_from_the_server(use: Path, tmp_path: Path, monke
         assert forked >= (3 + 1 if mode == "server" else 0) and (forked == 0) == (mode == "plain")
         winners[mode] = {(r.key["n"], r.config_id) for r in TuningDatabase(project / "tuning").select(kind="winner")}
     assert winners["server"] == winners["plain"] and len(winners["server"]) == 2
+
+
+def test_without_a_server_socket_no_fingerprint_is_computed(tmp_path: Path) -> None:
+    """A command or worker started where this user runs no server looks at one directory and computes nothing
+    else (the fingerprint stats every forge-aot source); with a socket there, it looks for its own."""
+    code = textwrap.dedent("""
+        import json, os, sys
+        from forge_aot import server
+        none = server.run_in_server("json", [])
+        os.makedirs(server._socket_dir(), mode=0o700)
+        before = list(server._FINGERPRINT)
+        open(os.path.join(server._socket_dir(), "server-other.sock"), "w").close()
+        still_none = server.run_in_server("json", [])
+        print(json.dumps({"none": none is None, "before": before, "still_none": still_none is None,
+                          "computed": bool(server._FINGERPRINT)}))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in (server.SOCKET_ENV, server.SERVER_ENV)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**env, "XDG_RUNTIME_DIR": str(tmp_path), "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    assert json.loads(proc.stdout) == {"none": True, "before": [], "still_none": True, "computed": True}

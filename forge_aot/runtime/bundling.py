@@ -16,6 +16,7 @@ import contextlib
 import marshal
 import os
 import threading
+from collections.abc import Callable
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
@@ -54,7 +55,7 @@ def module_bytecode(path: str) -> bytes:
     return marshal.dumps(compile(tree, path, "exec", dont_inherit=True))
 
 
-def write(path: str, fingerprint: str, names: tuple[str, ...], source: Any, head: bytes) -> bool:
+def write(path: str, fingerprint: str, names: tuple[str, ...], source: Callable[[str], str], head: bytes) -> bool:
     """Write the bundle of the modules ``names`` (``source(name)``: a module's file) to ``path``, atomically, with
     the permissions Python gives a .pyc. Never raises; returns whether it wrote (False at once where the directory
     is not writable: a read-only or another user's installation)."""

@@ -233,7 +233,7 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
 
 
-class Pending:
+class LazyCustomOps:
     """A package's custom ops, defined once by ``define()``, from any thread (others wait; a look-up the defining
     thread makes meanwhile, as ``Library.define`` makes one, sees what is defined so far)."""
 
@@ -267,7 +267,7 @@ def _lazy_namespace() -> type:
     class LazyNamespace(torch._ops._OpNamespace):  # type: ignore[misc,name-defined]
         """``torch.ops.<package>``: the package's custom ops are defined on the first look-up of an op in it."""
 
-        def __init__(self, name: str, pending: Pending) -> None:
+        def __init__(self, name: str, pending: LazyCustomOps) -> None:
             super().__init__(name)
             self._forge_pending = pending
 
@@ -296,7 +296,7 @@ def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Cal
         return set(), lambda: None
     import torch
 
-    pending = Pending(namespace, ops, function, host_attr)
+    pending = LazyCustomOps(namespace, ops, function, host_attr)
     try:
         placed = namespace not in vars(torch.ops)
         if placed:
