@@ -27,7 +27,7 @@ from .extension import FILENAME as EXTENSION_FILENAME
 from .extension import Extension, build_extension, native_arch
 from .index import build_index, path_component
 from .plan import BuildPlan
-from .runtime.entry import op_table
+from .runtime.host_modules import op_table
 
 
 def _template(name: str) -> str:

@@ -1331,10 +1331,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                           "do not show its kernels writing those arguments"
     for mod_name, mod in sorted(modules.items()):
         for op in sorted(mod.get("autograd", {})):
-            if not mod["schemas"].get(op):
+            if not mod["schemas"].get(op) or op in mod.get("buffers", {}):
                 kernel = next(n for n, kp in kernels.items() if kp.module == mod_name and op in kp.entry.ops)
-                raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' has no torch.library schema "
-                             f"({mod['schema_notes'][op]}): give it type annotations so it can be a custom op")
+                why = f"has no torch.library schema ({mod['schema_notes'][op]}): give it type annotations so it " \
+                    "can be a custom op" if not mod["schemas"].get(op) else \
+                    f"leaves its output buffer {mod['buffers'][op][0]} out of its schema (None in every traced " \
+                    "call), so its setup_context would see other inputs than the host code takes: a backward for "\
+                    "such an op is not supported"
+                raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' {why}")
     for mod in modules.values():
         src = mod.pop("source")
         mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))

@@ -93,9 +93,11 @@ all ``Tensor``: torch functionalizes a mutating custom op only if every result i
 
 def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, str, ResultRule | None]:
     """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None), a reason, and the
-    rule giving each call its result structure where that follows an argument (else None)."""
-    import torch
-
+    rule giving each call its result structure where that follows an argument (else None). An output buffer the
+    examples always leave None (mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out =
+    torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffer`` says which): a
+    caller's ``out`` would be written and returned, which no custom op may do, so calls passing one stay Python
+    calls (``runtime.entry.without_buffer``); a rule's positions are then the schema's."""
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         text = str(declared)
@@ -103,9 +105,54 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     sig = host_signature(fn)
     buffer = _output_buffer(calls)
     if buffer is not None:
-        return None, (f"argument {buffer} is an output buffer: None in every traced call, the op puts a tensor "
-                      "there that it writes or returns, so a call passing one would get it back written (a custom "
-                      "op's outputs may not alias its inputs)"), None
+        reduced = _without_buffer(sig, calls, buffer)
+        if reduced is None:
+            return None, (f"argument {buffer} is an output buffer the op writes or returns, and some traced call "
+                          "passes one (a custom op's outputs may not alias its inputs)"), None
+        schema, how, rule = _schema(fn, *reduced)
+        if schema is None:
+            return None, how, None
+        return schema, (f"{how}; without its output buffer {buffer} (None in every traced call: a call passing "
+                        "one runs as Python, the others as the custom op)"), rule
+    return _schema(fn, sig, calls)
+
+
+def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
+    """The output buffer ``op_schema`` leaves out of the op's schema (see there), as (name, position among the
+    host function's parameters, -1 for a keyword-only one), or None."""
+    buffer = _output_buffer(calls)
+    if buffer is None:
+        return None
+    params = list(host_signature(fn).parameters.values())
+    p = next(p for p in params if p.name == buffer)
+    return buffer, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)
+
+
+def _without_buffer(sig: inspect.Signature, calls: list[Call], buffer: str,
+                    ) -> tuple[inspect.Signature, list[Call]] | None:
+    """The signature and the traced calls without the output buffer ``buffer``, or None where a call passes one
+    (or a call does not bind)."""
+    reduced = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != buffer])
+    out = []
+    for args, kwargs, *rest in calls:
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError:
+            return None
+        if bound.arguments.pop(buffer, None) is not None:
+            return None
+        call = inspect.BoundArguments(reduced, bound.arguments)  # type: ignore[arg-type]
+        if len(rest) > 2:
+            rest = [rest[0], rest[1], {n: v for n, v in rest[2].items() if n != buffer}, *rest[3:]]
+        out.append((call.args, call.kwargs, *rest))
+    return reduced, out
+
+
+def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
+            ) -> tuple[str | None, str, ResultRule | None]:
+    """``op_schema`` for the parameters of ``sig`` (the host function's, less an output buffer)."""
+    import torch
+
     written = _written_arguments(sig, calls)
     if not written:
         try:

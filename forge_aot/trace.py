@@ -237,7 +237,7 @@ class Tracer:
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
-        from .schema import meta_mismatch, op_schema
+        from .schema import meta_mismatch, op_schema, output_buffer
 
         for mod_name, mod in sorted(modules.items()):
             module = self.modules[mod_name]
@@ -290,6 +290,9 @@ class Tracer:
                     mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
+                buffer = output_buffer(fn, op_calls[op]) if mod["schemas"][op] else None
+                if buffer is not None:
+                    mod.setdefault("buffers", {})[op] = list(buffer)
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

@@ -1147,12 +1147,13 @@ def test_a_meta_implementation_under_fake_gpu_tensors_sees_their_gpu() -> None:
     assert seen[-1] == ("meta", False)
 
 
-def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -> None:
+def test_an_output_buffer_left_none_by_every_example_is_left_out_of_the_schema(tmp_path) -> None:
     """mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out = torch.empty_like(x) if out is None else
-    out``. Examples that never pass ``out`` had typed it ``Tensor? out=None`` (what the op's code puts there), a schema
-    saying a caller's ``out`` is neither written nor returned, which it is: the op stays Python calls, with the
-    reason, also where type annotations give a schema. A scratch the op's code makes for a None argument that it
-    neither writes nor returns keeps its type."""
+    out``. Typed ``Tensor? out=None`` (what the op's code puts there), the schema would say a caller's ``out`` is
+    neither written nor returned, which it is; a schema without the buffer is the op's custom op for the calls that
+    leave it None (the others run as Python: tests/test_chunk_bmm_bwd.py), also where type annotations give the
+    schema. A scratch the op's code makes for a None argument that it neither writes nor returns keeps its type; an
+    example passing the buffer costs the op its custom op."""
     (tmp_path / "k.py").write_text(textwrap.dedent('''\
         import torch
         import triton
@@ -1192,11 +1193,21 @@ def test_an_output_buffer_left_none_by_every_example_is_no_custom_op(tmp_path) -
         'source = "k.py:scale_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
         'ops = ["scale", "scale_like", "scale_annotated"]\n')
     module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
-    assert module["schemas"]["scale"] is None
-    assert module["schema_notes"]["scale"].startswith("argument out is an output buffer: None in every traced call")
+    assert module["schemas"]["scale"] == "(Tensor x) -> Tensor"
+    assert module["schema_notes"]["scale"] == ("from the traced examples; without its output buffer out (None in "
+                                               "every traced call: a call passing one runs as Python, the others "
+                                               "as the custom op)")
     assert module["schemas"]["scale_like"] == "(Tensor x, Tensor? like=None) -> Tensor"
-    assert module["schemas"]["scale_annotated"] is None  # type annotations say no more about it
-    assert module["schema_notes"]["scale_annotated"].startswith("argument out is an output buffer")
+    assert module["schemas"]["scale_annotated"] == "(Tensor x) -> Tensor"
+    assert module["schema_notes"]["scale_annotated"].startswith("from the type annotations; without its output")
+    assert module["buffers"] == {"scale": ["out", 1], "scale_annotated": ["out", 1]}
+
+    (tmp_path / "k.py").write_text((tmp_path / "k.py").read_text() + "    scale(torch.randn(10), torch.empty(10))\n")
+    module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
+    assert module["schemas"]["scale"] is None and module["buffers"] == {"scale_annotated": ["out", 1]}
+    assert module["schema_notes"]["scale"] == ("argument out is an output buffer the op writes or returns, and "
+                                               "some traced call passes one (a custom op's outputs may not alias "
+                                               "its inputs)")
 
 
 def test_an_in_place_torch_write_into_an_argument_marks_it_written(tmp_path) -> None:

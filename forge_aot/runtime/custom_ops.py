@@ -50,8 +50,16 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return args, kwargs
 
 
+def _with_buffer(buffer: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The schema's positional arguments as the host function takes them: None back in the place of an output
+    buffer the schema leaves out (``entry.without_buffer``) where later arguments come by position."""
+    if buffer is None or not 0 <= buffer[1] < len(args):
+        return args
+    return (*args[:buffer[1]], None, *args[buffer[1]:])
+
+
 def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qualified: str, schema: str,
-                     rule: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+                     rule: Any = None, buffer: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """A custom op's real implementation (the host code, held to the schema ``qualified`` has: ``guard.guarded``) and
     its Meta one (``torch_ops.fake_call``); with a result rule, both pad the host code's results to the schema's."""
     guard: list[Any] = []  # guard.guarded and the schema's arguments, from the first call (what compiled graphs call)
@@ -61,7 +69,8 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
             from .guard import arguments, guarded
             guard.extend((guarded, *arguments(qualified, schema)))
         fn = function(op)
-        call = _host_defaults(fn, args, kwargs) if _unspelled(fn) else (args, kwargs)
+        host_args = _with_buffer(buffer, args)
+        call = _host_defaults(fn, host_args, kwargs) if _unspelled(fn) else (host_args, kwargs)
         return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
@@ -71,7 +80,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
         fn = function(op)
         # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
         fn = getattr(fn, "_init_fn", fn)
-        out = fake_call(fn, *_host_defaults(fn, args, kwargs))
+        out = fake_call(fn, *_host_defaults(fn, _with_buffer(buffer, args), kwargs))
         return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
 
     return real, meta
@@ -80,7 +89,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
 def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
                         function: Callable[[str], Callable[..., Any]],
                         host_attr: Callable[[str, str], Callable[..., Any]]) -> set[str]:
-    """Define ``torch.ops.<namespace>.<op>`` for every op of ``ops`` (see op_table) that has a schema; returns
+    """Define ``torch.ops.<namespace>.<op>`` for every op of ``ops`` (host_modules.op_table) that has a schema; returns
     the ops defined. ``function(op)``: the op's host function; ``host_attr(op, name)``: another function of its
     host module. The real implementation is the host code; the Meta one the host code with launches skipped (the
     shapes, dtypes and strides of a real call; a tenth of torch.library.register_fake's cost, which reads the
@@ -95,12 +104,12 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
     LIBRARIES.append(lib)
     custom: set[str] = set()
     for op, (_, schema, *autograd) in sorted(with_schema.items()):
-        rule = autograd[1] if len(autograd) > 1 else None
+        rule, buffer = [*autograd[1:3], None, None][:2]
         try:
             lib.define(f"{op}{schema}")
         except RuntimeError:
             continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule)
+        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule, buffer)
         lib.impl(op, real, "CompositeExplicitAutograd")
         lib.impl(op, meta, "Meta")
         if autograd and autograd[0]:

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .entry import export, op_table
-from .host_modules import bind_module
+from .entry import export
+from .host_modules import bind_module, op_table
 from .kernel import Kernel
 
 

@@ -190,13 +190,16 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         import torch
 
         is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
+        buffer = buffer_of(spec)
         if rule is not None:
             from .torch_ops import unpad
 
         def exported(*args: Any, **kwargs: Any) -> Any:
             if is_compiling() and without_grad(differentiable, args, kwargs):
-                out = getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
-                return out if rule is None else unpad(rule, out, args, kwargs, f"{namespace}.{op}")
+                call = (args, kwargs) if buffer is None else without_buffer(buffer, args, kwargs)
+                if call is not None:  # (a call passing the output buffer runs as Python)
+                    out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
+                    return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
@@ -219,18 +222,21 @@ def rule_of(spec: tuple[Any, ...]) -> Any:
     return spec[3] if len(spec) > 3 else None
 
 
-def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
-    """op → (host module, schema or None[, (setup_context, backward) or None[, result rule]]) from an index's
-    ``modules``: the table the build writes into a generated ``__init__`` and that ``register_custom_ops`` reads
-    (the rule, schema.ResultRule as a tuple, where an argument selects the result's structure)."""
-    def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
-        ag, r = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op)
-        rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],
-                      r.get("fill", False))
-        return (ag and tuple(ag), rule) if rule else (tuple(ag),) if ag else ()
+def buffer_of(spec: tuple[Any, ...]) -> Any:
+    """An op table entry's output buffer left out of its schema, (name, position or -1), or None."""
+    return spec[4] if len(spec) > 4 else None
 
-    return {op: (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
-            for mod, spec in sorted(modules.items()) for op in spec["ops"]}
+
+def without_buffer(buffer: tuple[str, int], args: tuple[Any, ...], kwargs: dict[str, Any],
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """A call as the custom op takes it, its output buffer (left None by every example, out of the schema) taken
+    out; None where the call passes one (it runs as Python: a custom op may not write and return its input)."""
+    name, position = buffer
+    if 0 <= position < len(args):
+        return None if args[position] is not None else ((*args[:position], *args[position + 1:]), kwargs)
+    if name not in kwargs:
+        return args, kwargs
+    return None if kwargs[name] is not None else (args, {k: v for k, v in kwargs.items() if k != name})
 
 
 class LazyCustomOps:
@@ -288,7 +294,7 @@ def _lazy_namespace() -> type:
 
 def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Callable[[str], Callable[..., Any]],
                   host_attr: Callable[[str, str], Callable[..., Any]]) -> tuple[set[str], Callable[[], None]]:
-    """The ops of ``ops`` (see op_table) that are custom ops (those with a schema), and what defines them now:
+    """The ops of ``ops`` (host_modules.op_table) that are custom ops (those with a schema), and what defines them now:
     ``torch.ops.<namespace>`` defines them on first need (see ``custom_ops``) where it can be put in place, else
     they are defined here. ``function`` and ``host_attr``: see custom_ops.register_custom_ops."""
     with_schema = {op for op, spec in ops.items() if spec[1]}
@@ -319,7 +325,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None
     them; without it they are read from the index (packages generated before the table existed). ``exports``:
     name → host module of the classes and functions it exports as they are (see ``exported``)."""
     if ops is None:
-        from .host_modules import load_index
+        from .host_modules import load_index, op_table
 
         ops = op_table(load_index(root)["modules"])
     state = PACKAGES[package] = Package(package, root, ops)

@@ -216,3 +216,21 @@ def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str
         exported.__name__ = exported.__qualname__ = op
         exported.__module__, exported.__doc__ = owner.__module__, owner.__doc__
         exported.__signature__ = host_signature(fn)  # type: ignore[attr-defined]
+
+
+def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """op → (host module, schema or None[, (setup_context, backward) or None[, result rule[, output buffer]]])
+    from an index's ``modules``: the table the build writes into a generated ``__init__`` and that
+    ``register_custom_ops`` reads (the rule, schema.ResultRule as a tuple, where an argument selects the result's
+    structure; the buffer, (name, position), where the schema leaves one out: ``without_buffer``)."""
+    def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
+        ag, r, b = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op), spec.get("buffers", {}).get(op)
+        rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],
+                      r.get("fill", False))
+        items = [ag and tuple(ag), rule, b and tuple(b)]
+        while items and not items[-1]:
+            items.pop()
+        return tuple(items)
+
+    return {op: (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
+            for mod, spec in sorted(modules.items()) for op in spec["ops"]}
