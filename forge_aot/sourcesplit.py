@@ -245,12 +245,16 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
     return b"".join(lines).decode()
 
 
-def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] | None:
-    """The branch of a top-level block that guards Triton, if ``stmt`` is one: an ``if`` / ``else`` one of whose
-    branches imports Triton and defines kernels at its own level while no other branch defines any (bitsandbytes:
-    ``if not is_triton_available():`` a stub op, ``else:`` Triton's imports, the kernel and the op), or a ``try`` that
-    does so, its handlers catching ImportError. Else None: a block that does not import Triton itself (``if DEBUG:``
-    helper kernels), a ``__main__`` block, a kernel in a handler (the path without Triton)."""
+def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str], decide: Callable[[ast.expr], bool | None] | None = None,
+                   ) -> list[ast.stmt] | None:
+    """The branch of a top-level block that guards Triton, if ``stmt`` is one: an ``if`` whose test ``decide`` answers
+    from Triton's availability and features (``if _HAS_TRITON:``, ``if triton is not None:``, ``if
+    TRITON_HAS_REDUCE:`` ... ``else:``: see ``_triton_guard``), the branch it takes where that defines kernels at its
+    own level; an ``if`` / ``else`` one of whose branches imports Triton and defines kernels while no other branch
+    defines any (bitsandbytes: ``if not is_triton_available():`` a stub op, ``else:`` Triton's imports, the kernel
+    and the op); or a ``try`` that does so, its handlers catching ImportError. Else None: a block that neither
+    imports Triton nor tests for it (``if DEBUG:`` helper kernels), a ``__main__`` block, a kernel in a handler (the
+    path without Triton)."""
     if isinstance(stmt, ast.If) and not _is_main_guard(stmt):
         branches = [stmt.body, stmt.orelse]
     elif isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody \
@@ -258,6 +262,12 @@ def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] |
         branches = [stmt.body, *(h.body for h in stmt.handlers)]
     else:
         return None
+    taken = decide(stmt.test) if decide is not None and isinstance(stmt, ast.If) else None
+    if taken is not None:  # the branch the build takes, whatever the other defines (a kernel per Triton feature)
+        kept = stmt.body if taken else stmt.orelse  # type: ignore[attr-defined]
+        if not any(_is_kernel(s, wrappers) for s in kept) or kept[0].lineno == stmt.lineno:
+            return None
+        return kept
     with_kernels = [b for b in branches if any(_is_kernel(s, wrappers) for s in b)]
     if len(with_kernels) != 1 or with_kernels[0][0].lineno == stmt.lineno:  # ``if c: x`` on one line: left alone
         return None
@@ -269,24 +279,34 @@ def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str]) -> list[ast.stmt] |
 
 
 def _flatten_kernel_branches(text: str, tree: ast.Module, wrappers: frozenset[str],
+                             decide: Callable[[ast.expr], bool | None] | None = None,
                              ) -> tuple[str, dict[str, tuple[int, int, int]]]:
-    """The source with each top-level block that has a ``_kernel_branch`` replaced by that branch, dedented, on the
-    same lines (the other branches and the block's own lines blank; the lines inside a string that spans lines as
-    written, so its value stays), and the kernels so brought to module level, each with the block's line and the
-    branch's first and last lines. The build imports the file with Triton and the GPU's answers, so that branch is the
-    one it runs (the plan checks, ``plan.check_kernel_branches``); the wheel, which has no Triton, must run it too
-    rather than the fallback (bitsandbytes' ``quantize_rowwise`` returning None)."""
+    """The source with each top-level block that has a ``_kernel_branch`` replaced by that branch (see
+    ``_replace_blocks``), and the kernels so brought to module level, each with the block's line and the branch's
+    first and last lines. The build imports the file with Triton and the GPU's answers, so that branch is the one it
+    runs (the plan checks, ``plan.check_kernel_branches``); the wheel, which has no Triton, must run it too rather
+    than the fallback (bitsandbytes' ``quantize_rowwise`` returning None)."""
+    kept = {id(stmt): branch for stmt in tree.body if (branch := _kernel_branch(stmt, wrappers, decide)) is not None}
+    moved = {s.name: (stmt.lineno, _first_line(kept[id(stmt)][0]), kept[id(stmt)][-1].end_lineno or 0)
+             for stmt in tree.body if id(stmt) in kept for s in kept[id(stmt)]
+             if isinstance(s, ast.FunctionDef) and _is_kernel(s, wrappers)}
+    return _replace_blocks(text, tree, kept), moved
+
+
+def _replace_blocks(text: str, tree: ast.Module, kept: dict[int, list[ast.stmt]]) -> str:
+    """The source with each top-level block ``kept`` names (by id) replaced by the statements given for it (one of
+    its branches), dedented, on the same lines: the other branches and the block's own lines blank, the lines inside
+    a string that spans lines as written, so its value stays."""
     lines = _split_lines(text, keepends=True)
-    moved: dict[str, tuple[int, int, int]] = {}
     for stmt in tree.body:
-        kept = _kernel_branch(stmt, wrappers)
-        if kept is None:
+        branch = kept.get(id(stmt))
+        if branch is None:
             continue
-        first, last = _first_line(kept[0]), kept[-1].end_lineno or kept[-1].lineno  # type: ignore[arg-type]
-        in_string = {line for s in kept for n in ast.walk(s) if isinstance(n, (ast.Constant, ast.JoinedStr))
+        first, last = _first_line(branch[0]), branch[-1].end_lineno or branch[-1].lineno
+        in_string = {line for s in branch for n in ast.walk(s) if isinstance(n, (ast.Constant, ast.JoinedStr))
                      and (not isinstance(n, ast.Constant) or isinstance(n.value, (str, bytes)))
                      for line in range(n.lineno + 1, (n.end_lineno or n.lineno) + 1)}
-        indent = kept[0].col_offset
+        indent = branch[0].col_offset
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
             if first - 1 <= i < last:
                 line = lines[i]
@@ -294,9 +314,84 @@ def _flatten_kernel_branches(text: str, tree: ast.Module, wrappers: frozenset[st
                     lines[i] = line[min(indent, len(line) - len(line.lstrip(" \t"))):]
             else:
                 lines[i] = "\n"
-        moved.update({s.name: (stmt.lineno, first, last) for s in kept
-                      if isinstance(s, ast.FunctionDef) and _is_kernel(s, wrappers)})
-    return "".join(lines), moved
+    return "".join(lines)
+
+
+def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callable[[ast.expr], bool | None]]:
+    """How the build, which has Triton, reads a file that guards its Triton use, for the wheel (which has none) to
+    read it the same way: the source, its tree and the test decider ``_kernel_branch`` takes.
+
+    A top-level ``try`` importing Triton, whose body is nothing but Triton imports (each of which imports here) and
+    flags set to constants, its handlers catching ImportError (``try: import triton; _HAS_TRITON = True`` / ``except
+    ImportError: _HAS_TRITON = False``, or ``triton = None``), is replaced by its body, as the build runs it: else
+    the wheel's copy would run the handler, and host code testing the flag would take its fallback. The decider
+    answers a test made of the file's Triton names, the top-level names set before it to values made of those (the
+    flags, ``TRITON_HAS_REDUCE = hasattr(tl, "reduce")``) and builtins (``if _HAS_TRITON:``, ``if triton is not
+    None:``, ``if _TRITON_AVAILABLE and libdevice is not None:``) with its value here where the file reaches it, or
+    None for any other test."""
+    import builtins
+
+    env: dict[str, Any] = {"__builtins__": builtins}
+
+    def imports(stmts: list[ast.stmt]) -> bool:
+        try:
+            exec(compile(ast.Module(stmts, []), "<triton guard>", "exec"), env)
+        except Exception:
+            return False
+        return True
+
+    kept: dict[int, list[ast.stmt]] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and stmt.handlers \
+                and all(_catches_import_error(h) for h in stmt.handlers) \
+                and any(_is_triton_import(s) for s in stmt.body) \
+                and all((_is_triton_import(s) and not _reexported_aliases(s)) or isinstance(s, ast.Pass)
+                        or _literal_assignment(s) for s in stmt.body) \
+                and imports([s for s in stmt.body if _is_triton_import(s)]):
+            kept[id(stmt)] = stmt.body
+    if kept:
+        text = _replace_blocks(text, tree, kept)
+        tree = ast.parse(text)
+    def value(expr: ast.expr) -> Any:
+        """The expression's value here where it reads only what ``env`` holds and builtins (never the driver, which
+        answers per GPU), else ``...``."""
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        if not names <= env.keys() | set(dir(builtins)) or "driver" in ast.unparse(expr) or any(
+                isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(expr)):
+            return ...
+        try:
+            return eval(compile(ast.Expression(expr), "<triton guard>", "eval"), dict(env))
+        except Exception:
+            return ...
+
+    decisions: dict[int, bool] = {}  # id of a top-level if's test -> its value where the file reaches it
+    for stmt in tree.body:  # in order: Triton's imports, then flags and feature probes (``hasattr(tl, "reduce")``)
+        found = value(stmt.test if isinstance(stmt, ast.If) else stmt.value) if isinstance(stmt, ast.If) or (
+            isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)) else ...
+        if isinstance(stmt, ast.If) and found is not ...:
+            decisions[id(stmt.test)] = bool(found)
+        for name in _defined_names(stmt):
+            env.pop(name, None)  # bound anew: unknown, but for Triton's imports and the values below
+        if _is_triton_import(stmt) and not _reexported_aliases(stmt):  # Triton's own modules only
+            imports([stmt])
+        elif isinstance(stmt, ast.Assign) and (found is None or isinstance(found, (bool, int, float, str))):
+            env[stmt.targets[0].id] = found  # type: ignore[attr-defined]
+
+    def decide(test: ast.expr) -> bool | None:
+        return decisions.get(id(test))
+
+    return text, tree, decide
+
+
+def _literal_assignment(stmt: ast.stmt) -> bool:
+    """``NAME = <literal>`` (names only): a flag."""
+    if not isinstance(stmt, ast.Assign) or not all(isinstance(t, ast.Name) for t in stmt.targets):
+        return False
+    try:
+        ast.literal_eval(stmt.value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
@@ -999,8 +1094,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     branch_kernels: dict[str, tuple[int, int, int]] = {}
-    if not helper and any(_kernel_branch(s, wrappers) for s in tree.body):
-        text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers)
+    text, tree, decide = _triton_guard(text, tree)
+    if not helper and any(_kernel_branch(s, wrappers, decide) for s in tree.body):
+        text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers, decide)
         tree = ast.parse(text, filename=str(path))
     triton_names = _triton_names(tree)
     frozen = _freeze_triton_probes(text, tree, triton_names)

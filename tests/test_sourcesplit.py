@@ -232,7 +232,9 @@ def test_host_provided_imports_anywhere_in_host_code_bind_the_runtimes(tmp_path:
                  "    from triton.runtime import driver\n    return TD, driver, HOST_DESC, x\n")
     src = parse_source(f, {"op"})
     lines = src.host_source.splitlines()
-    assert lines[3] == "    TensorDescriptor = triton.tools.tensor_descriptor.TensorDescriptor"
+    # the try: its body, as the build (which has Triton) runs it (sourcesplit._triton_guard)
+    assert lines[3] == "TensorDescriptor = triton.tools.tensor_descriptor.TensorDescriptor"
+    assert lines[4] == "HOST_DESC = True" and "HOST_DESC = False" not in src.host_source
     assert lines[13] == "    TD = triton.tools.tensor_descriptor.TensorDescriptor"
     assert lines[14] == "    driver = triton.runtime.driver"
     assert "from triton" not in src.host_source and src.reads_device
@@ -267,18 +269,33 @@ def test_tritons_host_helpers_imported_by_name_are_the_runtimes(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(("block", "where"), [
-    ("if triton is None:\n    def op(x):\n        return None\nelse:\n", "the if block at line 5"),
+    ("if not triton_usable():\n    def op(x):\n        return None\nelse:\n", "the if block at line 5"),
     ("def _lazy_init():\n", "the function _lazy_init at line 5"),
 ])
 def test_a_kernel_inside_a_block_is_named_with_where_it_is(tmp_path: Path, block: str, where: str) -> None:
-    """bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao inside a lazy-init
-    function: forge-aot reads module-level kernels, and says where these are instead of finding none."""
+    """Kernels under a test the build cannot answer from Triton's names (a project's own check whose branch imports
+    no Triton), or inside a lazy-init function (torchao): forge-aot reads module-level kernels, and says where these
+    are instead of finding none. (``if triton is None:`` ... ``else:`` is read as the build takes it:
+    ``test_a_test_of_tritons_names_takes_the_branch_the_build_takes``.)"""
     f = tmp_path / "k.py"
     f.write_text("import triton\nimport triton.language as tl\n\n\n" + block
                  + "    @triton.jit\n    def k(x):\n        pass\n")
     with pytest.raises(SourceError, match=f"k.py:{block.count(chr(10)) + 6}: k is a @triton.jit function inside "
                                           f"{where}: forge-aot reads kernels"):
         parse_source(f, {"op"})
+
+
+def test_a_test_of_tritons_names_takes_the_branch_the_build_takes(tmp_path: Path) -> None:
+    """``if triton is None:`` a stub op, ``else:`` the kernel: the build has Triton, so the else branch, brought to
+    module level on its own lines; the stub is left out."""
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nimport triton.language as tl\n\n\nif triton is None:\n    def op(x):\n"
+                 "        return None\nelse:\n    @triton.jit\n    def k(x):\n        pass\n\n"
+                 "    def op(x):\n        k[(1,)](x)\n        return x\n")
+    src = parse_source(f, {"op"})
+    assert src.kernels["k"].line == 10 and src.branch_kernels == {"k": (5, 9, 15)}
+    assert src.host_source.splitlines()[12:15] == ["def op(x):", "    k[(1,)](x)", "    return x"]
+    assert "return None" not in src.host_source
 
 
 TRY_FALLBACK = """\
