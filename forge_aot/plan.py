@@ -1356,7 +1356,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                  {m: mod["host_source"] for m, mod in modules.items()})
     aliased = {name for mod in modules.values() for name in mod.get("imported_as", ())}
     texts = {name: (None, False) if name in aliased else
-             (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True).host_source
+             (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True,
+                           wrappers=frozenset(m.project.launch_wrappers)).host_source
               if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
     for mod in modules.values():
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}

@@ -1055,3 +1055,69 @@ def test_an_op_taken_through_its_packages_re_export_reaches_the_bound_kernel(tmp
     assert plan.modules["aop"]["schemas"]["add_twice"] == "(Tensor x) -> Tensor"
     assert any(e.kernel == "add" for e in plan.entries)
     assert real is None or real.add.__module__ == "rxp.zk"  # the project's own package is back afterwards
+
+
+def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code_reaches(tmp_path: Path) -> None:
+    """FlagGems: every kernel wears ``@libentry()`` (``project.launch-wrappers``), and an op file's ``from flag_gems
+    import runtime`` runs the package ``__init__``, which imports every op family: the shipped helper modules'
+    kernels wear it too. The wrapper was applied to the manifest's kernel files only, so the build refused a
+    helper module's kernel for the very decorator the manifest lists (found by session 38's hunt over FlagGems'
+    layernorm)."""
+    pkg = tmp_path / "gemsish"
+    (pkg / "other").mkdir(parents=True)
+    (pkg / "ops").mkdir()
+    (pkg / "__init__.py").write_text("from gemsish.other.tuned import tuned_kernel  # noqa: F401\n")
+    (pkg / "wrappers.py").write_text("def libentry():\n    return lambda fn: fn\n")
+    (pkg / "other" / "__init__.py").write_text("")
+    (pkg / "other" / "tuned.py").write_text(textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+        from gemsish.wrappers import libentry
+
+
+        @libentry()
+        @triton.jit
+        def tuned_kernel(x_ptr, n, B: tl.constexpr):
+            pass
+        '''))
+    (pkg / "ops" / "__init__.py").write_text("")
+    (pkg / "ops" / "add.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from gemsish import wrappers  # noqa: F401  (runs the package __init__, as flag_gems' ops do)
+        from gemsish.wrappers import libentry
+
+
+        @libentry()
+        @triton.jit
+        def add_one_kernel(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+        def add_one(x):
+            add_one_kernel[(triton.cdiv(x.numel(), 1024),)](x, x.numel(), BLOCK=1024)
+
+
+        def examples(device="cuda"):
+            add_one(torch.zeros(4096, device=device))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\nlaunch-wrappers = ["libentry"]\n\n'
+        '[kernels.add_one]\nsource = "gemsish/ops/add.py:add_one_kernel"\nops = ["add_one"]\n'
+        'signature = { x_ptr = "*fp32" }\nexamples = "examples"\n')
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("gemsish")
+    shipped = plan.modules["add"]["local_sources"]
+    tuned = shipped["gemsish.other.tuned"][0]  # its kernel, as every shipped helper's: a kernel-side stand-in
+    assert "tuned_kernel = __forge_kernel_side__('tuned_kernel', __name__)" in tuned and "@libentry" not in tuned
