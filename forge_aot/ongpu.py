@@ -46,7 +46,8 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
     backward = torch.autograd.function.BackwardCFunction
     try:
         with patched_while_inside(backward, "apply", _under_innermost_home), \
-                patched_while_inside(backward, "apply_boxed", _under_innermost_home), _mode(home)():
+                patched_while_inside(backward, "apply_boxed", _under_innermost_home), \
+                patched_while_inside(torch.library.Library, "impl", _cuda_impl_serves_cpu), _mode(home)():
             yield
     finally:
         homes.pop()
@@ -89,6 +90,44 @@ def _under_innermost_home(real: Any) -> Any:
             return real(ctx, *args)
 
     return entry
+
+
+def _on_cpu() -> bool:
+    homes = getattr(_LOCAL, "homes", None)
+    return bool(homes) and homes[-1] == "cpu"
+
+
+def _cuda_impl_serves_cpu(real: Any) -> Any:
+    """``Library.impl(name, fn, "CUDA")`` (vLLM's ``direct_register_custom_op``) registers ``fn`` for CPU too while
+    this thread's tensors are CPU ones answering as CUDA: torch's dispatcher routes them by where they are, so host
+    code calling its op by ``torch.ops.<ns>.<name>`` (as the library's callers do) would find no kernel."""
+    def impl(self: Any, op_name: Any, fn: Any, dispatch_key: str = "", *args: Any, **kwargs: Any) -> Any:
+        out = real(self, op_name, fn, dispatch_key, *args, **kwargs)
+        if dispatch_key == "CUDA" and _on_cpu():
+            with contextlib.suppress(RuntimeError):  # registered for CPU already: the library's own then
+                real(self, op_name, recorded_through_globals(fn), "CPU", *args, **kwargs)
+        return out
+
+    return impl
+
+
+def recorded_through_globals(fn: Any) -> Any:
+    """``fn``, calling what its module's global of its name is at call time where that is the trace's recorder of
+    ``fn`` (``Tracer.run_examples``): a call through torch's dispatcher then counts as an example's call of the op
+    (what it writes goes into its schema), as a direct call does."""
+    import inspect
+
+    # the module of the function as written (vLLM's ops wear @torch.inference_mode(): a wrapper from torch)
+    scope, name = getattr(inspect.unwrap(fn), "__globals__", None), getattr(fn, "__name__", None)
+    if scope is None or name is None:
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        current = scope.get(name)
+        return (current if getattr(current, "__forge_traced__", None) is fn else fn)(*args, **kwargs)
+
+    return call
 
 
 @functools.cache

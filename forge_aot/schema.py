@@ -44,6 +44,8 @@ def _type_of(value: Any) -> str | None:
         return "float"
     if isinstance(value, str):
         return "str"
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        return "Tensor[]"  # vLLM's LoRA ops take the weights of each slice as a list
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return "int[]"
     if isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) and not isinstance(v, bool)

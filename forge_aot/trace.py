@@ -264,6 +264,7 @@ class Tracer:
                         written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
                         op_calls[op].append((args, kwargs, result, written, replaced))
                     return result
+                call.__forge_traced__ = fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
                 return call
 
             for op, fn in originals.items():
