@@ -1456,14 +1456,56 @@ def imported_launch_sites(path: Path, text: str,
             for site in _launch_sites(stmt, set(local))]
 
 
+def _kernel_choices(expr: ast.expr, kernels: set[str]) -> list[str] | None:
+    """The kernels an expression picks among (``A``, ``A if gemma else B``, ``(A, B)[i]``), or None for any other."""
+    if isinstance(expr, (ast.Name, ast.Attribute)) and ast.unparse(expr) in kernels:
+        return [ast.unparse(expr)]
+    if isinstance(expr, ast.IfExp):
+        body, orelse = _kernel_choices(expr.body, kernels), _kernel_choices(expr.orelse, kernels)
+        return None if body is None or orelse is None else [*body, *(k for k in orelse if k not in body)]
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, (ast.Tuple, ast.List)) and expr.value.elts:
+        picks = [_kernel_choices(e, kernels) for e in expr.value.elts]
+        return None if any(p is None for p in picks) else list(dict.fromkeys(k for p in picks for k in p or ()))
+    return None
+
+
+def _kernel_aliases(fn: ast.stmt, kernels: set[str]) -> dict[str, list[str]]:
+    """Local names a function binds only to kernels (Unsloth's ``fx = _gemma_rms_layernorm_forward if gemma else
+    _rms_layernorm_forward`` then ``fx[grid](...)``): name -> the kernels it may be."""
+    found: dict[str, list[str]] = {}
+    other: set[str] = set()
+    for node in ast.walk(fn):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)) else []
+        for t in targets:
+            if not isinstance(t, ast.Name) or t.id in kernels:
+                continue
+            picks = _kernel_choices(node.value, kernels) if isinstance(node, (ast.Assign, ast.AnnAssign)) \
+                and node.value is not None else None
+            if picks is None:
+                other.add(t.id)
+            else:
+                found[t.id] = [*found.get(t.id, []), *(k for k in picks if k not in found.get(t.id, []))]
+    return {name: picks for name, picks in found.items() if name not in other}
+
+
 def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     """``kernel[grid](...)`` and ``kernel.warmup(..., grid=...)`` calls (a warmup binds its arguments as the
-    launch of the compiled kernel it returns)."""
+    launch of the compiled kernel it returns); a local name bound only to kernels launches each of them
+    (``_kernel_aliases``)."""
     out = []
+    aliases = _kernel_aliases(fn, kernels)
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call):
             continue
         f = node.func
+        if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in aliases:
+            star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            out += [LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
+                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
+                               tuple(k.arg for k in node.keywords if k.arg is not None), star)
+                    for kernel in aliases[f.value.id]]
+            continue
         kernel = None
         if isinstance(f, ast.Subscript) and isinstance(f.value, (ast.Name, ast.Attribute)) \
                 and ast.unparse(f.value) in kernels:
