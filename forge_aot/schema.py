@@ -222,6 +222,10 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             if replaced is not None:
                 t = f"{replaced.removesuffix('?')}?"
                 guessed.append(f"{name} as the op's code fills it in")
+        if t is None and seen[name] == {"None"}:
+            t = _annotated_optional(fn, p)
+            if t is not None:
+                guessed.append(f"{name} as annotated")
         if t is not None and name in written:  # Tensor(a!): the op writes it (torch.compile functionalizes)
             t = t.replace("Tensor", f"Tensor({chr(ord('a') + written.index(name))}!)")
         if t is None and seen[name] == {"None"}:
@@ -303,6 +307,25 @@ def _returns(results: set[tuple[str, ...]]) -> str | None:
 
 _LEGACY_TENSOR = re.compile(r"\btorch\.(?:cuda\.)?(?:Long|Int|Short|Char|Byte|Bool|Half|BFloat16|Float|Double)Tensor\b")
 """torch's legacy tensor type names (``torch.LongTensor``), which annotations use for a tensor of that dtype."""
+
+
+def _annotated_optional(fn: Any, p: inspect.Parameter) -> str | None:
+    """The schema type of a parameter that every traced call leaves None, from its own annotation where that is an
+    optional schema type (flash-attn's ``precomputed_lse: Optional[torch.Tensor] = None`` in a function whose other
+    annotations ``infer_schema`` does not take whole: no result annotation, an unannotated ``process_group``)."""
+    import torch
+
+    if p.annotation is inspect.Parameter.empty:
+        return None
+    one = inspect.Signature([p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)],
+                            return_annotation=None)
+    try:
+        schema = torch.library.infer_schema(_plain_tensor_annotations(fn, one), mutates_args=())
+    except Exception:  # not a schema type
+        return None
+    found = re.match(rf"\(([\w\[\]?]+) {p.name}=None\)", schema)
+    # ``lse: torch.Tensor = None`` means optional, as its default says (see ``_schema``'s annotation path)
+    return f"{found.group(1).removesuffix('?')}?" if found else None
 
 
 def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:

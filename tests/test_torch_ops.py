@@ -1253,3 +1253,30 @@ def test_an_in_place_torch_write_into_an_argument_marks_it_written(tmp_path) -> 
     assert module["schemas"]["fresh_doubled"] == "(Tensor x) -> Tensor"
     # the index tells the runtime's guard what the kernel writes through
     assert plan.kernels["copy"].spec_json()["writes"] == ["c"]
+
+
+def test_an_argument_none_in_every_call_takes_its_own_annotation_where_the_whole_signature_gives_none() -> None:
+    """flash-attn's ``cross_entropy_loss(logits, labels, ..., precomputed_lse: Optional[torch.Tensor] = None, ...)``
+    has no result annotation, so ``infer_schema`` takes none of its annotations and the schema comes from the traced
+    calls, where every call leaves ``precomputed_lse`` None: its own annotation types it (the message had said
+    "annotate it" of an annotated argument; session 38's hunt). A parameter neither annotated nor ever given a value
+    is still refused, by name."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    # (this file's annotations are strings, read where it was written: as flash-attn's Optional[...] are)
+    def op(x: torch.Tensor, lse: torch.Tensor | None = None, scale: float | None = None,
+           plain: torch.Tensor = None, ignore_index: int = -100):
+        return x * 2
+
+    call = ((torch.ones(3),), {}, torch.ones(3) * 2, [], {})
+    schema, how, _ = op_schema(op, [call])
+    assert schema == ("(Tensor x, Tensor? lse=None, float? scale=None, Tensor? plain=None, int ignore_index=-100) "
+                      "-> Tensor")
+    assert how == "from the traced examples; lse as annotated, scale as annotated, plain as annotated"
+
+    def unannotated(x: torch.Tensor, process_group=None):
+        return x * 2
+
+    assert op_schema(unannotated, [call])[1].startswith("argument process_group is None in every traced call")
