@@ -46,8 +46,7 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
     backward = torch.autograd.function.BackwardCFunction
     try:
         with patched_while_inside(backward, "apply", _under_innermost_home), \
-                patched_while_inside(backward, "apply_boxed", _under_innermost_home), \
-                patched_while_inside(torch.library.Library, "impl", _cuda_impl_serves_cpu), _mode(home)():
+                patched_while_inside(backward, "apply_boxed", _under_innermost_home), _mode(home)():
             yield
     finally:
         homes.pop()
@@ -92,18 +91,28 @@ def _under_innermost_home(real: Any) -> Any:
     return entry
 
 
-def _on_cpu() -> bool:
-    homes = getattr(_LOCAL, "homes", None)
-    return bool(homes) and homes[-1] == "cpu"
+@contextlib.contextmanager
+def cuda_registrations_serve_cpu() -> Iterator[None]:
+    """While the build binds host modules and runs their examples (on CPU tensors answering as CUDA ones, on a
+    machine with a GPU too): ``Library.impl(name, fn, "CUDA")`` (vLLM's ``direct_register_custom_op``) registers
+    ``fn`` for CPU as well. Torch's dispatcher routes by where a tensor is, so host code calling its op by
+    ``torch.ops.<ns>.<name>`` (as the library's callers do) would find no kernel. Nests; this thread only."""
+    import torch
+
+    depth = getattr(_LOCAL, "mirror", 0)
+    _LOCAL.mirror = depth + 1
+    try:
+        with patched_while_inside(torch.library.Library, "impl", _cuda_impl_serves_cpu):
+            yield
+    finally:
+        _LOCAL.mirror = depth
 
 
 def _cuda_impl_serves_cpu(real: Any) -> Any:
-    """``Library.impl(name, fn, "CUDA")`` (vLLM's ``direct_register_custom_op``) registers ``fn`` for CPU too while
-    this thread's tensors are CPU ones answering as CUDA: torch's dispatcher routes them by where they are, so host
-    code calling its op by ``torch.ops.<ns>.<name>`` (as the library's callers do) would find no kernel."""
+    """``Library.impl`` inside ``cuda_registrations_serve_cpu``."""
     def impl(self: Any, op_name: Any, fn: Any, dispatch_key: str = "", *args: Any, **kwargs: Any) -> Any:
         out = real(self, op_name, fn, dispatch_key, *args, **kwargs)
-        if dispatch_key == "CUDA" and _on_cpu():
+        if dispatch_key == "CUDA" and getattr(_LOCAL, "mirror", 0):
             with contextlib.suppress(RuntimeError):  # registered for CPU already: the library's own then
                 real(self, op_name, recorded_through_globals(fn), "CPU", *args, **kwargs)
         return out

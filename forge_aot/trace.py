@@ -20,7 +20,7 @@ from typing import Any
 from . import runtime as rt
 from .errors import SourceError
 from .introspect import as_host_call
-from .ongpu import machine_has_gpu, patched_while_inside, tensors_on_gpu
+from .ongpu import cuda_registrations_serve_cpu, machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
 from .runtime.host_modules import applied_function, host_signature
 from .runtime.kernel import LAUNCHES
@@ -184,7 +184,8 @@ class Tracer:
         # where the machine has no GPU (on one with a GPU they are real: helper modules stay imported for the
         # process, dev mode's and the benchmarks' kernels then get real GPU tensors from them).
         with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read), \
-                (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches():
+                (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches(), \
+                cuda_registrations_serve_cpu():
             self._bind_all(kernels, modules)
 
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
@@ -272,7 +273,7 @@ class Tracer:
             try:
                 for fn_name in sorted(mod["examples"]):
                     try:
-                        with tensors_on_gpu("cpu"), no_triton_launches():
+                        with tensors_on_gpu("cpu"), no_triton_launches(), cuda_registrations_serve_cpu():
                             getattr(module, fn_name)("cpu")
                     except TritonLaunch as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached {exc}"

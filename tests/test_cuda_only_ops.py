@@ -4,8 +4,9 @@ vLLM registers its Triton ops with ``direct_register_custom_op``: ``Library("vll
 ``impl(name, fn, dispatch_key="CUDA")``, and its callers use ``torch.ops.vllm.<name>``. On the CPU build machine the
 examples' tensors are CPU tensors answering as CUDA ones, and torch's dispatcher routes by where a tensor is: such a
 call found no kernel and the build stopped (found by session 38's hunt over vLLM's LoRA ``sgmv_shrink``). While the
-build runs host code with CPU tensors, a CUDA registration serves CPU too (``ongpu._cuda_impl_serves_cpu``), through
-the trace's recorder, so the call counts as the op's example (what it writes goes into its schema); a list of
+build binds host code and runs its examples, a CUDA registration serves CPU too
+(``ongpu.cuda_registrations_serve_cpu``; on a machine with a GPU too, whose examples run on CPU tensors as well),
+through the trace's recorder, so the call counts as the op's example (what it writes goes into its schema); a list of
 tensors is ``Tensor[]``.
 
 CPU: the plan of a vLLM-style file (an op under ``@torch.inference_mode()`` taking a list of weights, registered for
