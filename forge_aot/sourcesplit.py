@@ -1478,7 +1478,10 @@ def _kernel_aliases(fn: ast.stmt, kernels: set[str]) -> dict[str, list[str]]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)) else []
         for t in targets:
-            if not isinstance(t, ast.Name) or t.id in kernels:
+            if not isinstance(t, ast.Name):  # ``fx, gx = A, B``, ``for fx in ...``: not read, so never an alias
+                other.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
+                continue
+            if t.id in kernels:
                 continue
             picks = _kernel_choices(node.value, kernels) if isinstance(node, (ast.Assign, ast.AnnAssign)) \
                 and node.value is not None else None

@@ -28,7 +28,8 @@ def test_a_kernel_picked_into_a_local_name_is_launched_there(realworld_plan) -> 
 
 
 def test_kernel_aliases_are_names_bound_only_to_kernels(tmp_path) -> None:
-    """``fx = A``, ``A if c else B``, ``(A, B)[i]``: each kernel; a name also bound to anything else is none."""
+    """``fx = A``, ``A if c else B``, ``(A, B)[i]``: each kernel; a name also bound to anything else (by unpacking
+    too) is none."""
     import ast
 
     from forge_aot.sourcesplit import _kernel_aliases
@@ -42,6 +43,8 @@ def test_kernel_aliases_are_names_bound_only_to_kernels(tmp_path) -> None:
             other = A if c else make()
             mixed = A
             mixed = x
+            pair = A
+            pair, other2 = B, x
             fx[(1,)](x)
     ''')).body[0]
     assert _kernel_aliases(fn, {"A", "B", "C"}) == {"fx": ["A", "B"], "gx": ["A", "B", "C"], "hx": ["A", "B"]}
