@@ -7,7 +7,11 @@ count only ``if S.device.type == "cuda"``; bitsandbytes asserts ``x.is_cuda``), 
 tensors are on the GPU. ROCm's torch names its devices "cuda" too. A torch-function mode answers; it is
 thread-local, as torch's modes are, except for the autograd engine's entry into a Function's backward, which is
 patched process-wide while any thread traces (the engine runs backwards without the caller's modes), acting for the
-threads that trace only (``patched_while_inside``, which the trace's Triton-launch guard uses too)."""
+threads that trace only (``patched_while_inside``, which the trace's Triton-launch guard uses too).
+
+Torch's dispatcher routes by where a tensor really is, so an op a library registers for CUDA only (vLLM's
+``Library.impl(..., dispatch_key="CUDA")``) serves CPU too while the build binds host code and runs its examples:
+``cuda_registrations_serve_cpu``."""
 
 from __future__ import annotations
 

@@ -11,6 +11,11 @@ line runs.
 A ``@triton.heuristics`` decorator is plain Python over the call's arguments: its lines become a host-side
 registration ``__forge_heuristics__("kernel", {...})`` at the same line numbers, so the packaged runtime
 evaluates the author's own lambdas with Triton's semantics.
+
+A file that guards its Triton use is read as the build, which has Triton, runs it (``_triton_guard``,
+``_kernel_branch``): a ``try`` that only imports Triton and sets flags is its body, and a top-level block whose test
+reads Triton's availability or features is the branch the build takes, so the wheel (which has no Triton) neither
+takes the library's torch fallback nor misses its kernels.
 """
 
 from __future__ import annotations
