@@ -222,13 +222,8 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
     def visit(node: ast.AST) -> None:
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         if isinstance(node, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp)) and names & triton_names \
-                and names <= (triton_names | _PROBE_NAMES) and _uses_triton(node, triton_names, driver_ok=False) \
-                and "driver" not in ast.unparse(node) \
-                and not any(isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(node)):
-            try:
-                value = eval(compile(ast.Expression(node), "<triton probe>", "eval"), dict(env))
-            except Exception:
-                value = ...
+                and _uses_triton(node, triton_names, driver_ok=False):
+            value = _build_time_value(node, env, triton_names | _PROBE_NAMES)
             if value is None or isinstance(value, (bool, int, float, str)):
                 found.append((node, value))
                 return
@@ -358,16 +353,7 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
         text = _replace_blocks(text, tree, kept)
         tree = ast.parse(text)
     def value(expr: ast.expr) -> Any:
-        """The expression's value here where it reads only what ``env`` holds and builtins (never the driver, which
-        answers per GPU), else ``...``."""
-        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-        if not names <= env.keys() | set(dir(builtins)) or "driver" in ast.unparse(expr) or any(
-                isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(expr)):
-            return ...
-        try:
-            return eval(compile(ast.Expression(expr), "<triton guard>", "eval"), dict(env))
-        except Exception:
-            return ...
+        return _build_time_value(expr, env, env.keys() | set(dir(builtins)))
 
     decisions: dict[int, bool] = {}  # id of a top-level if's test -> its value where the file reaches it
     for stmt in tree.body:  # in order: Triton's imports, then flags and feature probes (``hasattr(tl, "reduce")``)
@@ -386,6 +372,20 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
         return decisions.get(id(test))
 
     return text, tree, decide
+
+
+def _build_time_value(expr: ast.expr, env: dict[str, Any], allowed: set[str] | Any) -> Any:
+    """An expression's value at build time, evaluated in ``env``, where it names only ``allowed`` names, never the
+    driver (which answers per GPU) and defines nothing (no lambda, walrus or comprehension); else (or where it
+    raises) ``...``. What both Triton feature probes (``_freeze_triton_probes``) and guards (``_triton_guard``) read."""
+    names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+    if not names <= allowed or "driver" in ast.unparse(expr) or any(
+            isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(expr)):
+        return ...
+    try:
+        return eval(compile(ast.Expression(expr), "<triton at build time>", "eval"), dict(env))
+    except Exception:
+        return ...
 
 
 def _literal_assignment(stmt: ast.stmt) -> bool:

@@ -261,14 +261,20 @@ def _forget_package(top: str) -> None:
         del sys.modules[name]
 
 
-def _plan_of(manifest: Path):
+def _plan_of(manifest: Path, package: str = "unslothish", importable: Path | None = None):
+    """The project's plan for sm_90, its package forgotten afterwards (``importable``: a folder on sys.path
+    meanwhile, for helper packages its files import by their project name)."""
     from forge_aot.manifest import load_manifest
     from forge_aot.plan import make_plan
 
+    if importable is not None:
+        sys.path.insert(0, str(importable))
     try:
         return make_plan(load_manifest(manifest), ["sm_90"])
     finally:
-        _forget_package("unslothish")
+        if importable is not None:
+            sys.path.remove(str(importable))
+        _forget_package(package)
 
 
 def _two_file_package_project(root: Path) -> Path:
@@ -1109,15 +1115,7 @@ def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code
         '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\nlaunch-wrappers = ["libentry"]\n\n'
         '[kernels.add_one]\nsource = "gemsish/ops/add.py:add_one_kernel"\nops = ["add_one"]\n'
         'signature = { x_ptr = "*fp32" }\nexamples = "examples"\n')
-    from forge_aot.manifest import load_manifest
-    from forge_aot.plan import make_plan
-
-    sys.path.insert(0, str(tmp_path))
-    try:
-        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
-    finally:
-        sys.path.remove(str(tmp_path))
-        _forget_package("gemsish")
+    plan = _plan_of(tmp_path / "kernel_manifest.toml", "gemsish", tmp_path)
     shipped = plan.modules["add"]["local_sources"]
     tuned = shipped["gemsish.other.tuned"][0]  # its kernel, as every shipped helper's: a kernel-side stand-in
     assert "tuned_kernel = __forge_kernel_side__('tuned_kernel', __name__)" in tuned and "@libentry" not in tuned

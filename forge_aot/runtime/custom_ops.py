@@ -69,7 +69,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
             from .guard import arguments, guarded
             guard.extend((guarded, *arguments(qualified, schema)))
         fn = function(op)
-        host_args = _with_buffer(buffer, args)
+        host_args = args if buffer is None else _with_buffer(buffer, args)
         call = _host_defaults(fn, host_args, kwargs) if _unspelled(fn) else (host_args, kwargs)
         return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
 
