@@ -54,7 +54,16 @@ from .runtime import (
     rank_rows,
     variant_id,
 )
-from .sourcesplit import KernelSource, LaunchSite, SourceFile, asks_device, imported_launch_sites, parse_source
+from .sourcesplit import (
+    KernelSource,
+    LaunchSite,
+    SourceFile,
+    asks_device,
+    imported_launch_sites,
+    library_namespaces,
+    parse_source,
+    rename_library_namespaces,
+)
 from .targets import TARGETS, trace_gpus
 
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
@@ -1359,6 +1368,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
              (parse_source(lm.path, None if lm.used is None else set(lm.used), helper=True,
                            wrappers=frozenset(m.project.launch_wrappers)).host_source
               if lm.path.is_file() else "", lm.package) for name, lm in sorted(shipped.items())}
+    # Ops shipped code defines with ``Library("ns", ...)``: in the package's own namespace, in every file it ships.
+    namespaces = library_namespaces([mod["host_source"] for mod in modules.values()]
+                                    + [text for text, _ in texts.values() if text])
+    for mod in modules.values():
+        mod["host_source"] = rename_library_namespaces(mod["host_source"], namespaces)
+    texts = {name: (text and rename_library_namespaces(text, namespaces), package)
+             for name, (text, package) in texts.items()}
     for mod in modules.values():
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
     data_files = _data_files(loaded, modules, files_read)

@@ -551,6 +551,88 @@ def _import_from(stmt: ast.ImportFrom, aliases: list[ast.alias]) -> str:
     return f"from {'.' * stmt.level}{stmt.module or ''} import {names}"
 
 
+def _op_reference_spans(stmts: list[ast.stmt], names: set[str], namespaces: set[str], any_op: bool,
+                        spans: dict[int, list[tuple[int, int, str]]], skip: frozenset[int] = frozenset()) -> None:
+    """Add to ``spans`` (line index -> (start, end byte offset, replacement)) the references of ``stmts`` to ops
+    the package defines in its own namespace (``<package>__ns``, host_driver._namespace): a string naming one of
+    ``names`` (or, with ``any_op``, any ``"ns::op"`` of ``namespaces``) → ``triton._op_name(...)``;
+    ``torch.ops.ns`` → ``triton._ops_namespace(ns)``; with ``any_op``, a ``Library("ns", ...)``'s namespace →
+    ``triton._namespace(ns)``. Strings inside those calls already, and the nodes ``skip`` (ids), are left."""
+    done = set(skip) | {id(a) for stmt in stmts for c in ast.walk(stmt) if isinstance(c, ast.Call)
+            and ast.unparse(c.func) in _RENAMED_CALLS for a in c.args}
+    libraries = {id(c.args[0]) for stmt in stmts for c in ast.walk(stmt) if any_op and isinstance(c, ast.Call)
+                 and c.args and _is_library_call(c)}
+    attributes = {f"torch.ops.{n}": n for n in namespaces}
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if not isinstance(node, (ast.Constant, ast.Attribute)) or node.lineno != node.end_lineno \
+                    or id(node) in done:
+                continue
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                ns, sep, op = node.value.partition("::")
+                if id(node) in libraries and node.value in namespaces:
+                    text = f"triton._namespace({node.value!r})"
+                elif node.value in names or (any_op and sep and ns in namespaces and op.isidentifier()):
+                    text = f"triton._op_name({node.value!r})"
+                else:
+                    continue
+            elif isinstance(node, ast.Attribute) and ast.unparse(node) in attributes:
+                text = f"triton._ops_namespace({attributes[ast.unparse(node)]!r})"
+            else:
+                continue
+            spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0, text))
+
+
+_RENAMED_CALLS = frozenset({"triton._op_name", "triton._ops_namespace", "triton._namespace"})
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "_prims", "quantized", "sparse", "torchvision"})
+"""Namespaces torch or its libraries define: a ``Library`` on one adds to theirs, never the project's own."""
+
+
+def _is_library_call(call: ast.Call) -> bool:
+    """``Library(...)`` / ``torch.library.Library(...)`` (any spelling ending in ``Library``)."""
+    return ast.unparse(call.func).rpartition(".")[2] == "Library"
+
+
+def _apply_spans(lines: list[str], spans: dict[int, list[tuple[int, int, str]]]) -> None:
+    for i, found in spans.items():
+        raw = lines[i].encode()
+        for start, end, text in sorted(found, reverse=True):
+            raw = raw[:start] + text.encode() + raw[end:]
+        lines[i] = raw.decode()
+
+
+def library_namespaces(texts: list[str]) -> set[str]:
+    """The namespaces shipped code defines ops in with ``Library("ns", "DEF")`` or ``Library("ns", "FRAGMENT")``
+    (vLLM's ``direct_register_custom_op``: ``Library("vllm", "FRAGMENT")`` in ``vllm/utils``, its callers in the
+    kernel files using ``torch.ops.vllm.<op>``), a literal name torch does not own."""
+    found: set[str] = set()
+    for text in texts:
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call) or not node.args or not _is_library_call(node):
+                continue
+            kind = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "kind"),
+                                                                  None)
+            ns = node.args[0]
+            if isinstance(ns, ast.Constant) and isinstance(ns.value, str) and ns.value not in _TORCH_NAMESPACES \
+                    and isinstance(kind, ast.Constant) and kind.value in ("DEF", "FRAGMENT"):
+                found.add(ns.value)
+    return found
+
+
+def rename_library_namespaces(text: str, namespaces: set[str]) -> str:
+    """Shipped code with every reference to the ``namespaces`` shipped code defines with ``Library`` in the
+    package's own (``<package>__ns``, line for line): the library's ``Library("ns", ...)``, ``torch.ops.ns`` and
+    ``"ns::op"`` strings, across all the files the package ships. Under the library's name, a process importing
+    the wheel and the library itself would stop at the second definition of an op."""
+    if not namespaces:
+        return text
+    lines = _split_lines(text, keepends=True)
+    spans: dict[int, list[tuple[int, int, str]]] = {}
+    _op_reference_spans(ast.parse(text).body, set(), namespaces, True, spans)
+    _apply_spans(lines, spans)
+    return "".join(lines)
+
+
 def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
     """Rewrite, in place and line for line, host code's ``from torch.library import wrap_triton`` (and
     ``triton_op``, ``capture_triton``, ``custom_op``) to bind the runtime's stand-ins, and
@@ -562,18 +644,10 @@ def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
                and ast.unparse(c.func).rpartition(".")[2] == "custom_op" and isinstance(c.args[0], ast.Constant)
                and isinstance(c.args[0].value, str) and "::" in c.args[0].value]
     names = {d.value for d in defined}
-    namespaces = {f"torch.ops.{n.partition('::')[0]}": n.partition("::")[0] for n in names}
+    if names:  # (the definitions themselves stay: _custom_op renames them)
+        _op_reference_spans(host, names, {n.partition("::")[0] for n in names}, False, spans,
+                            frozenset(id(d) for d in defined))
     for stmt in host:
-        for node in ast.walk(stmt) if names else ():
-            if not isinstance(node, (ast.Constant, ast.Attribute)) or node.lineno != node.end_lineno:
-                continue
-            if isinstance(node, ast.Constant) and node.value in names and all(node is not d for d in defined):
-                text = f"triton._op_name({node.value!r})"
-            elif isinstance(node, ast.Attribute) and ast.unparse(node) in namespaces:
-                text = f"triton._ops_namespace({namespaces[ast.unparse(node)]!r})"
-            else:
-                continue
-            spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0, text))
         for node in ast.walk(stmt):
             if isinstance(node, ast.ImportFrom) and node.module in _TORCH_LIBRARY_MODULES and node.level == 0 \
                     and any(a.name in TORCH_TRITON for a in node.names):
@@ -586,11 +660,7 @@ def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
                     and ast.unparse(node.value) in _TORCH_LIBRARY_MODULES:
                 spans.setdefault(node.lineno - 1, []).append((node.col_offset, node.end_col_offset or 0,
                                                              f"triton.{TORCH_TRITON[node.attr]}"))
-    for i, found in spans.items():
-        raw = lines[i].encode()
-        for start, end, text in sorted(found, reverse=True):
-            raw = raw[:start] + text.encode() + raw[end:]
-        lines[i] = raw.decode()
+    _apply_spans(lines, spans)
 
 
 def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:

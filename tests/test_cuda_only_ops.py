@@ -175,3 +175,170 @@ def test_the_wheel_runs_the_op_both_ways_in_a_fresh_process(tmp_path: Path) -> N
     res = _run_fresh(code, target)
     assert res["max_err"] < 1e-5 and not res["triton"], res
 
+
+
+# vLLM's layout: the library object and its registration helper in a utils module, the ops registered by the kernel
+# files and called by name (``torch.ops.vllm.<op>``) wherever they are used.
+VLLM_UTILS = '''\
+import torch
+from torch.library import Library
+
+hunt_lib = Library("hunt_vllmlib", "FRAGMENT")
+
+
+def direct_register_custom_op(op_name, op_func, mutates_args, fake_impl=None, target_lib=None,
+                              dispatch_key="CUDA"):
+    my_lib = target_lib or hunt_lib
+    my_lib.define(op_name + torch.library.infer_schema(op_func, mutates_args=mutates_args))
+    my_lib.impl(op_name, op_func, dispatch_key=dispatch_key)
+    if fake_impl is not None:
+        my_lib._register_fake(op_name, fake_impl)
+'''
+
+VLLM_KERNELS = '''\
+import torch
+import triton
+import triton.language as tl
+
+from vllmish.utils import direct_register_custom_op
+
+
+@triton.jit
+def _shift_kernel(x_ptr, out_ptr, n, shift, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + shift, mask=mask)
+
+
+def _shifted(x: torch.Tensor, output: torch.Tensor, shift: float) -> None:
+    n = x.numel()
+    _shift_kernel[(triton.cdiv(n, 1024),)](x, output, n, shift, BLOCK=1024)
+
+
+def _shifted_fake(x, output, shift) -> None:
+    return
+
+
+direct_register_custom_op("shifted", _shifted, ["output"], fake_impl=_shifted_fake)
+
+
+def shift_by(x: torch.Tensor, shift: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    torch.ops.hunt_vllmlib.shifted(x, out, shift)
+    assert torch.ops.hunt_vllmlib.shifted.default.name() == "hunt_vllmlib::shifted"
+    return out
+
+
+def examples(device="cuda"):
+    for n in (1000, 4099):
+        shift_by(torch.randn(n, device=device), 0.25)
+'''
+
+
+def _vllm_project(root: Path, namespace: str = "hunt_vllmlib") -> Path:
+    """(Each test its own namespace: what a plan's examples define stays defined in the test process.)"""
+    (root / "vllmish" / "ops").mkdir(parents=True)
+    (root / "vllmish" / "__init__.py").write_text("")
+    (root / "vllmish" / "ops" / "__init__.py").write_text("")
+    (root / "vllmish" / "utils.py").write_text(VLLM_UTILS.replace("hunt_vllmlib", namespace))
+    (root / "vllmish" / "ops" / "shift.py").write_text(VLLM_KERNELS.replace("hunt_vllmlib", namespace))
+    (root / "kernel_manifest.toml").write_text(textwrap.dedent('''\
+        [project]
+        name = "forge_test_vllmlib"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.shift]
+        source = "vllmish/ops/shift.py:_shift_kernel"
+        ops = ["shift_by"]
+        signature = { x_ptr = "*fp32", out_ptr = "*fp32" }
+        examples = "examples"
+    '''))
+    return root / "kernel_manifest.toml"
+
+
+def test_shipped_code_defines_a_librarys_ops_in_the_packages_namespace_across_files(tmp_path: Path) -> None:
+    plan = _plan(_vllm_project(tmp_path / "p"))
+    (mod,) = plan.modules.values()
+    host = mod["host_source"]
+    assert "triton._ops_namespace('hunt_vllmlib').shifted(x, out, shift)" in host
+    assert "triton._ops_namespace('hunt_vllmlib').shifted.default.name() == triton._op_name('hunt_vllmlib::shifted')" \
+        in host
+    assert "torch.ops.hunt_vllmlib" not in host
+    utils, _ = mod["local_sources"]["vllmish.utils"]
+    assert 'hunt_lib = Library(triton._namespace(\'hunt_vllmlib\'), "FRAGMENT")' in utils
+    # line for line: tracebacks point at the author's lines
+    assert len(utils.splitlines()) == len(VLLM_UTILS.splitlines())
+
+
+def test_library_namespaces_are_the_literal_definitions_torch_does_not_own() -> None:
+    from forge_aot.sourcesplit import library_namespaces, rename_library_namespaces
+
+    text = textwrap.dedent('''\
+        import torch
+        a = torch.library.Library("mine", "DEF")
+        b = Library("frag", kind="FRAGMENT")
+        c = Library("aten", "FRAGMENT")  # adds to torch's own
+        d = Library("theirs", "IMPL")  # implements another library's ops
+        e = Library(name_from_elsewhere, "DEF")
+        x = torch.ops.mine.op(torch.ops.theirs.op, "frag::op", "frag::", "aten::add", torch.ops.aten.add)
+        ''')
+    assert library_namespaces([text]) == {"mine", "frag"}
+    renamed = rename_library_namespaces(text, {"mine", "frag"})
+    assert 'Library(triton._namespace(\'mine\'), "DEF")' in renamed
+    assert 'Library(triton._namespace(\'frag\'), kind="FRAGMENT")' in renamed
+    assert ('x = triton._ops_namespace(\'mine\').op(torch.ops.theirs.op, triton._op_name(\'frag::op\'), "frag::", '
+            '"aten::add", torch.ops.aten.add)') in renamed
+    assert 'Library("aten", "FRAGMENT")' in renamed and 'Library("theirs", "IMPL")' in renamed
+    assert rename_library_namespaces(renamed, {"mine", "frag"}) == renamed  # renamed references stay as they are
+
+
+@pytest.mark.slow
+def test_the_wheel_and_the_library_define_their_ops_side_by_side_in_one_process(tmp_path: Path) -> None:
+    """A process importing the library and the wheel of its kernels (vLLM with its Triton kernels built ahead of
+    time): each defines its own ops; the wheel's are ``<package>__<namespace>::<op>``."""
+    from tests.test_localmods import _installed, _run_fresh
+
+    root = tmp_path / "p"
+    target = _installed(_vllm_project(root, "hunt_vllmwheel"), tmp_path)
+    code = textwrap.dedent(f'''\
+        import json, sys
+        import torch
+        sys.path.insert(0, {str(root)!r})
+        import vllmish.ops.shift  # the library itself: defines hunt_vllmwheel::shifted
+        sys.modules["triton"] = None  # the wheel never imports Triton
+        import forge_test_vllmlib
+        import forge_test_vllmlib._ops.shift as host  # binds the host code: its registrations run
+        ours = torch.ops.forge_test_vllmlib__hunt_vllmwheel.shifted.default
+        theirs = torch.ops.hunt_vllmwheel.shifted.default
+        print(json.dumps({{"ours": ours.name(), "theirs": theirs.name(),
+                          "utils": host.direct_register_custom_op.__module__}}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res == {"ours": "forge_test_vllmlib__hunt_vllmwheel::shifted", "theirs": "hunt_vllmwheel::shifted",
+                   "utils": "forge_test_vllmlib._ops._local.vllmish.utils"}, res
+
+
+@pytest.mark.gpu
+def test_the_wheels_op_runs_beside_the_librarys_own_in_one_process(tmp_path: Path) -> None:
+    from tests.test_localmods import _installed, _run_fresh
+
+    root = tmp_path / "p"
+    target = _installed(_vllm_project(root, "hunt_vllmgpu"), tmp_path)
+    code = textwrap.dedent(f'''\
+        import json, sys
+        import torch
+        sys.path.insert(0, {str(root)!r})
+        import vllmish.ops.shift as theirs  # the library itself (with Triton: it compiles its own kernel)
+        import forge_test_vllmlib
+        errs = []
+        for n in (1000, 4099, 77):
+            x = torch.randn(n + 1, device="cuda")[1:]  # 4 bytes past the allocation
+            want = x.double() + 0.25
+            errs.append((forge_test_vllmlib.shift_by(x, 0.25).double() - want).abs().max().item())
+            errs.append((theirs.shift_by(x, 0.25).double() - want).abs().max().item())
+        torch.cuda.synchronize()
+        print(json.dumps({{"max_err": max(errs)}}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res["max_err"] < 1e-6, res

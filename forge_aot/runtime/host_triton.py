@@ -221,7 +221,8 @@ class _HostTriton(types.ModuleType):
 
     HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__")
 
-    LAZY = ("runtime", "_wrap_triton", "_triton_op", "_custom_op", "_op_name", "_ops_namespace")
+    LAZY = ("runtime", "_wrap_triton", "_triton_op", "_custom_op", "_op_name", "_ops_namespace",
+            "_namespace")
     """From ``host_driver``, loaded where host code first reads them: ``triton.runtime.driver`` and torch.library's
     Triton entry points (see sourcesplit.TORCH_TRITON), which most host code never touches."""
 
