@@ -13,8 +13,10 @@ included). Prints a table and writes JSON (--json).
 A second table puts the wheel's import + first call of a small op (vector_add, fp16, 1M elements; CUDA context up
 and inputs allocated before the clock starts) beside its floor: a process that does only what any first launch
 of that binary must do, with no runtime at all (the output's torch.empty, reading the cubin, cuModuleLoadData,
-cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose. The
-wheel runs with its runtime's bytecode bundle (written after a first call, or by ``write_bundle()``) and without
+cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose, and
+"floor + host code": that floor plus loading the wheel's C extension and running the op's host module and host
+function (a stand-in kernel handle launching the same binary), the least any runtime that keeps the op's host code
+Python must spend (a launch plan executed by the C extension included). The wheel runs with its runtime's bytecode bundle (written after a first call, or by ``write_bundle()``) and without
 (a fresh install's first process), interleaved; the matmul table and the stages run with it. ``--baseline DIR``
 adds another build of the package (installed with ``pip install --target DIR``, for example the previous commit's
 wheel) to that table, with its own bundle, interleaved: a change's effect measured in one run.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -185,6 +188,72 @@ CHILD_FLOOR = textwrap.dedent("""
                       "max_abs_err": err}))
 """)
 
+CHILD_HOST_FLOOR = textwrap.dedent("""
+    # A lower bound for any runtime that keeps the op's host code Python (the build's launch plan run by the C
+    # extension included): the floor's work, plus loading the wheel's C extension (its dlopen) and running the
+    # op's host module file (its cached bytecode, as an import reads it) and host function, whose kernel handle
+    # is a stand-in that launches the binary the wheel chose through ctypes. No package import, no index, no
+    # table, no binding: only what such a runtime could not leave out.
+    import ctypes, importlib.util, json, sys, time, types
+    import torch
+    n = int(sys.argv[1])
+    binary = json.loads(sys.argv[2])
+    host_file, ext_file, block_size = sys.argv[3], sys.argv[4], int(sys.argv[5])
+    assert binary["scratch"] == [0, 0], "the floor passes null scratch pointers: a binary that needs none"
+    x = torch.randn(n, device="cuda", dtype=torch.float16)
+    y = torch.randn(n, device="cuda", dtype=torch.float16)
+    torch.cuda.synchronize()
+    cu = ctypes.CDLL("libcuda.so.1")
+
+    def check(r, what):
+        if r != 0:
+            raise RuntimeError(f"{what}: CUresult {r}")
+
+    class Launch:
+        def __init__(self, grid):
+            self.grid = grid
+
+        def __call__(self, *args):
+            grid = self.grid({"BLOCK_SIZE": block_size}) if callable(self.grid) else self.grid
+            with open(binary["path"], "rb") as f:
+                image = f.read()
+            module, function = ctypes.c_void_p(), ctypes.c_void_p()
+            check(cu.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+            check(cu.cuModuleGetFunction(ctypes.byref(function), module, binary["function"].encode()),
+                  "cuModuleGetFunction")
+            values = [ctypes.c_uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int32(a)
+                      for a in args]
+            values = [values[i] for i in binary["kept"]] + [ctypes.c_uint64(0), ctypes.c_uint64(0)]
+            params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            check(cu.cuLaunchKernel(function, grid[0], 1, 1, binary["block"], 1, 1, binary["shared"], stream, params,
+                                    None), "cuLaunchKernel")
+
+    class Handle:
+        def __getitem__(self, grid):
+            return Launch(grid)
+
+    t0 = time.perf_counter()
+    if ext_file:
+        spec = importlib.util.spec_from_file_location("_fastlaunch", ext_file)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    spec = importlib.util.spec_from_file_location("forge_host_floor", host_file)
+    host = importlib.util.module_from_spec(spec)
+    host.__dict__.update(triton=types.SimpleNamespace(cdiv=lambda a, b: (a + b - 1) // b),
+                         __forge_kernel_side__=lambda name, module: Handle())
+    spec.loader.exec_module(host)
+    out = host.vector_add(x, y)
+    torch.cuda.synchronize()
+    t_first = time.perf_counter()
+    err = (out.double() - (x.double() + y.double())).abs().max().item()
+    print(json.dumps({"import_pkg": 0.0, "first_call": t_first - t0, "import_and_first_call": t_first - t0,
+                      "max_abs_err": err}))
+""")
+
+HOST_FILES = ("import json, glob, os, forge_kernels as p; d = os.path.dirname(p.__file__); "
+              "print(json.dumps({'host': os.path.join(d, '_ops', 'vector_add.py'), "
+              "'ext': (glob.glob(os.path.join(d, '_runtime', '_fastlaunch*.so')) + [''])[0]}))")
+
 CHILD_JIT = textwrap.dedent("""
     import json, sys, time
     t0 = time.perf_counter()
@@ -296,7 +365,8 @@ def main() -> None:
                                                                   *filter(None, [base_env.get("PYTHONPATH")])]))
         if _write_bundle(baseline_env):
             modes.append("baseline (bundle)")
-    op_runs: dict[str, list[dict]] = {m: [] for m in [*modes, "floor (ctypes)"]}
+    op_runs: dict[str, list[dict]] = {m: [] for m in [*modes, "floor (ctypes)", "floor + host code"]}
+    host_files = _run(HOST_FILES, [], base_env)
     # The first process on a fresh install runs without the bundle (and writes it where Python writes bytecode).
     no_bundle = dict(base_env, PYTHONDONTWRITEBYTECODE="1")
     for _ in range(args.repeats):  # interleaved: the host's speed drifts between rounds
@@ -310,8 +380,12 @@ def main() -> None:
             else:
                 Path(bundle_path).unlink(missing_ok=True)
             op_runs[mode].append(_run(CHILD_OP, [str(args.op_size)], no_bundle))
-        op_runs["floor (ctypes)"].append(_run(CHILD_FLOOR, [str(args.op_size),
-                                                            json.dumps(op_runs[modes[0]][-1]["binary"])], base_env))
+        binary = op_runs[modes[0]][-1]["binary"]
+        op_runs["floor (ctypes)"].append(_run(CHILD_FLOOR, [str(args.op_size), json.dumps(binary)], base_env))
+        block_size = re.search(r"BLOCK_SIZE(\d+)", binary["config"])
+        op_runs["floor + host code"].append(_run(CHILD_HOST_FLOOR, [
+            str(args.op_size), json.dumps(binary), host_files["host"], host_files["ext"],
+            block_size.group(1) if block_size else "0"], base_env))
     if has_bundle:
         _write_bundle(base_env)
     op_summary = {}
