@@ -211,15 +211,25 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     is_available.real = real_is_available  # type: ignore[attr-defined]
     stand_ins["is_available"] = is_available
     stand_ins["device"] = stand_ins["device_of"] = _NoDeviceSwitch
+    raw_stream: dict[str, Any] = {}
     if not real_is_available():
         # FlagGems' random ops read the Philox seed and offset from torch.cuda.default_generators[device]
         # (``get_state()`` viewed as two int64) and advance it: torch without CUDA has none
         stand_ins["default_generators"] = (_TraceGenerator(),)
+        # What host code does around its launches on the GPU it answers as, nothing on a machine without one:
+        # choosing the tensors' device (vLLM's LoRA ops), waiting for it, its streams (Unsloth's kernels/utils.py
+        # reads every device's raw stream at import, torch._C's own function included).
+        stand_ins.update(set_device=_no_op, synchronize=_no_op, current_stream=_TraceStream,
+                         default_stream=_TraceStream, stream=_TraceStreamContext)
+        if not hasattr(torch._C, "_cuda_getCurrentRawStream"):
+            raw_stream["_cuda_getCurrentRawStream"] = lambda device=None: 0
     saved = {name: getattr(torch.cuda, name) for name in stand_ins}
     versions = {"cuda": torch.version.cuda, "hip": torch.version.hip}
     try:
         for name, fn in stand_ins.items():
             setattr(torch.cuda, name, fn)
+        for name, fn in raw_stream.items():
+            setattr(torch._C, name, fn)
         hip = TARGETS[target].backend == "hip"
         torch.version.cuda = None if hip else (versions["cuda"] or STAND_IN_VERSIONS["cuda"])
         torch.version.hip = (versions["hip"] or STAND_IN_VERSIONS["hip"]) if hip else None
@@ -227,7 +237,46 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
     finally:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
+        for name in raw_stream:
+            delattr(torch._C, name)
         torch.version.cuda, torch.version.hip = versions["cuda"], versions["hip"]
+
+
+def _no_op(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class _TraceStream:
+    """``torch.cuda.current_stream()`` / ``default_stream()`` while the build traces without a GPU: the null stream
+    of the one device it answers as (``cuda_stream`` 0), whose waits return at once."""
+
+    cuda_stream = 0
+
+    def __init__(self, device: Any = None) -> None:
+        import torch
+
+        self.device = torch.device("cuda", 0)
+
+    def synchronize(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        return True
+
+    wait_stream = wait_event = record_event = _no_op  # type: ignore[assignment]
+
+
+class _TraceStreamContext:
+    """``with torch.cuda.stream(s):`` while the build traces without a GPU: switches nothing."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Any:
+        return self.stream
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
 
 
 class _TraceGenerator:
@@ -257,13 +306,31 @@ class _TraceGenerator:
 
 
 class _NoDeviceSwitch:
-    """``torch.cuda.device(...)`` / ``device_of(...)`` while the build traces: switches nothing."""
+    """``torch.cuda.device(...)`` / ``device_of(...)`` while the build traces: switches nothing. Its ``idx`` is the
+    index asked for, as torch's (Unsloth keys a table of streams by ``torch.cuda.device(i).idx``): an integer, a
+    device's index (0, the one device the trace answers as, for ``"cuda"``), a tensor's, -1 for None or the CPU."""
 
     def __init__(self, device: Any = None) -> None:
-        self.idx = -1
+        self.idx = _device_index(device)
 
     def __enter__(self) -> _NoDeviceSwitch:
         return self
 
     def __exit__(self, *exc: Any) -> bool:
         return False
+
+
+def _device_index(device: Any) -> int:
+    import torch
+
+    if device is None or isinstance(device, bool):
+        return -1
+    if isinstance(device, int):
+        return device
+    if isinstance(device, torch.Tensor):
+        return device.get_device()
+    try:
+        where = torch.device(device)
+    except (TypeError, RuntimeError):
+        return -1
+    return -1 if where.type == "cpu" else (where.index if where.index is not None else 0)

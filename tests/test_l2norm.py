@@ -110,6 +110,66 @@ def test_host_code_gated_on_is_available_and_the_backend_traces_as_the_target(tm
                                                          "gfx942": "BLOCK=256"}
 
 
+def test_host_code_that_picks_waits_for_and_streams_its_device_traces(tmp_path) -> None:
+    """What host code does around its launches on the GPU it answers as: Unsloth's kernels/utils.py reads every
+    device's raw stream at import (keyed by ``torch.cuda.device(i).idx``), vLLM's LoRA ops set the tensors' device,
+    others wait for it or launch on a stream. On a machine without a GPU these had raised (``torch._C`` without
+    ``_cuda_getCurrentRawStream``, "Torch not compiled with CUDA enabled") and the build stopped."""
+    import textwrap
+
+    import torch
+
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import ctypes
+
+        import torch
+        import triton
+        import triton.language as tl
+
+        DEVICE_COUNT = torch.cuda.device_count()
+        _CUDA_STREAMS = {
+            (index := torch.cuda.device(i).idx): ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(index))
+            for i in range(DEVICE_COUNT)
+        }
+        CUDA_STREAMS = [None] * (max(_CUDA_STREAMS.keys()) + 1)
+        for k, v in _CUDA_STREAMS.items():
+            CUDA_STREAMS[k] = v
+
+
+        @triton.jit
+        def scale_kernel(X, Y, n, s, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * s, mask=offs < n)
+
+
+        def scale(x, s):
+            y = torch.empty_like(x)
+            torch.cuda.set_device(x.device)
+            assert torch.cuda.device_of(x).idx == torch.cuda.device("cuda").idx == 0
+            with torch.cuda.stream(torch.cuda.current_stream(x.device)):
+                scale_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), s, BLOCK=256)
+            torch.cuda.current_stream().synchronize()
+            torch.cuda.synchronize()
+            return y
+
+
+        def examples(device):
+            scale(torch.randn(1000, device=device), 0.5)
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "streams"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+        '[kernels.scale]\nsource = "k.py:scale_kernel"\nops = ["scale"]\nsignature = { X = "*fp32" }\n'
+        'examples = "examples"\n')
+    real = torch.cuda.synchronize
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert {e.variant for e in plan.entries} == {"BLOCK=256"}
+    assert torch.cuda.synchronize is real and hasattr(torch._C, "_cuda_getCurrentRawStream") == \
+        torch.backends.cuda.is_built()  # the stand-ins are gone after the trace
+
+
 def test_a_helper_that_asks_the_device_makes_its_kernel_files_trace_per_target(tmp_path) -> None:
     from forge_aot.localmods import local_imports
     from forge_aot.plan import _helpers_ask_device
