@@ -225,6 +225,33 @@ def read_do_not_specialize(path: str, function: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names[v] if isinstance(v, int) else str(v) for v in found))
 
 
+def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
+    """The defaults of ``names``, constexpr parameters whose defaults the source computes (vLLM's prefix_prefill:
+    ``FP8_MIN: tl.constexpr = float8_info.min``), as the imported kernel's function holds them (for the build's
+    first target, which the import sees): numbers, booleans, strings, None or Triton element types."""
+    import inspect
+
+    try:
+        obj = getattr(load_kernel_module(path), function)
+    except Exception as exc:
+        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    while hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers, then the JITFunction
+        obj = obj.fn
+    parameters = inspect.signature(obj).parameters
+    out: dict[str, Any] = {}
+    for name in names:
+        value = parameters[name].default
+        value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
+        if type(value).__module__.startswith("triton") and str(value) in HOST_DTYPES:  # tl.float32 and the like
+            value = HostDtype(f"tl.{value}")
+        elif not isinstance(value, (bool, int, float, str, type(None))):
+            raise SourceError(f"{path}: the default of {function}'s constexpr parameter '{name}' is a "
+                              f"{type(value).__name__} ({value!r}); a packaged kernel takes numbers, booleans, "
+                              "strings, None or element types there")
+        out[name] = value
+    return out
+
+
 def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list[str]]:
     """The ``@triton.autotune`` of ``function`` in ``path`` (None if it has none) and the names its
     ``@triton.heuristics`` compute, in Triton's order of evaluation."""

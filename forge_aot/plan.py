@@ -36,6 +36,7 @@ from .introspect import (
     make_importable,
     make_kernel_importable,
     read_decorators,
+    read_defaults,
     read_do_not_specialize,
 )
 from .localmods import LocalModule, direct_imports, local_imports, merge_local
@@ -55,6 +56,7 @@ from .runtime import (
     variant_id,
 )
 from .sourcesplit import (
+    COMPUTED_DEFAULT,
     KernelSource,
     LaunchSite,
     SourceFile,
@@ -791,6 +793,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         else:
             raise _error(loaded, f"{at}.signature", f"runtime parameter '{p.name}' of {func} has no type (give it "
                          "one, or an examples function whose calls show it)")
+    computed = [n for n, v in defaults.items() if v is COMPUTED_DEFAULT]
+    if computed:  # defaults the source computes: as the imported kernel holds them
+        defaults.update(read_defaults(str(path), func, computed))
     for n in k.signature:
         if n not in names:
             raise _error(loaded, f"{at}.signature.{n}", f"{func} has no parameter '{n}'", close_match(n, names))

@@ -36,11 +36,23 @@ _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics",
                "gluon.jit": "jit", "experimental.gluon.jit": "jit"}
 
 
+class _ComputedDefault:
+    """A parameter default the source does not spell as a value (vLLM's prefix_prefill: ``FP8_MIN: tl.constexpr =
+    float8_info.min``, ``float8_info = torch.finfo(...)`` at import): the plan reads it from the imported kernel."""
+
+    def __repr__(self) -> str:
+        return "COMPUTED_DEFAULT"
+
+
+COMPUTED_DEFAULT: Any = _ComputedDefault()
+
+
 @dataclass(frozen=True)
 class KernelParam:
     name: str
     constexpr: bool
     default: Any = None
+    """The default's value, or COMPUTED_DEFAULT where Python computes it when the ``def`` runs."""
     has_default: bool = False
 
 
@@ -781,7 +793,8 @@ def _is_wrapper(dec: ast.expr, wrappers: frozenset[str]) -> bool:
 
 def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> list[KernelParam]:
     """The kernel's parameters; a default that names a module constant (``BLOCK: tl.constexpr = BLOCK_DEFAULT``)
-    takes its value from ``constants``, as Python binds it when the ``def`` runs."""
+    takes its value from ``constants``, as Python binds it when the ``def`` runs; any other expression is
+    COMPUTED_DEFAULT."""
     args = fn.args
     positional = [*args.posonlyargs, *args.args]
     defaults: list[Any] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
@@ -796,13 +809,14 @@ def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> lis
         if has_default:
             try:
                 value = ast.literal_eval(d)
-            except ValueError:
-                has_default = isinstance(d, ast.Name) and d.id in (constants or {})
-                value = (constants or {}).get(d.id) if isinstance(d, ast.Name) else None
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                value = COMPUTED_DEFAULT
+                if isinstance(d, ast.Name) and d.id in (constants or {}):
+                    value = (constants or {})[d.id]
                 # ``ACC_TYPE: tl.constexpr = tl.float32``: a Triton element type, as host code would pass it
                 if isinstance(d, ast.Attribute) and d.attr in HOST_DTYPES \
                         and ast.unparse(d.value) in ("tl", "language", "triton.language"):
-                    value, has_default = HostDtype(f"tl.{d.attr}"), True
+                    value = HostDtype(f"tl.{d.attr}")
         out.append(KernelParam(a.arg, "constexpr" in annotation, value, has_default))
     return out
 

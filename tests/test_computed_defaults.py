@@ -1,0 +1,107 @@
+"""Constexpr defaults the source computes, as vLLM's prefix_prefill writes them: ``FP8_MIN: tl.constexpr =
+float8_info.min`` with ``float8_info = torch.finfo(...)`` at import, and a default naming a module value that is no
+literal (``2 ** 10``). The build read only literal defaults, so such a parameter had none: the library's own launch,
+which leaves it out, failed in the examples ("missing the constexpr argument 'FP8_MIN'"). Now the plan takes the
+value the imported kernel's function holds.
+
+CPU: the plan's defaults and variants. GPU: the wheel in a fresh process against torch."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+float8_info = torch.finfo(torch.float8_e4m3fn)
+DEFAULT_BLOCK = 2 ** 8
+
+
+@triton.jit
+def clamp_kernel(x, out, n, BLOCK: tl.constexpr = DEFAULT_BLOCK,
+                 FP8_MIN: tl.constexpr = float8_info.min,
+                 FP8_MAX: tl.constexpr = float8_info.max,
+                 ACC: tl.constexpr = tl.float32):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    y = tl.clamp(tl.load(x + offs, mask=m).to(ACC), FP8_MIN, FP8_MAX)
+    tl.store(out + offs, y, mask=m)
+
+
+def clamp_fp8_range(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    clamp_kernel[(triton.cdiv(n, DEFAULT_BLOCK),)](x, out, n)
+    return out
+
+
+def examples(device="cuda"):
+    for n in (1000, 4099):
+        clamp_fp8_range(torch.randn(n, device=device) * 1000)
+'''
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True)
+    (root / "k.py").write_text(KERNEL)
+    (root / "kernel_manifest.toml").write_text(textwrap.dedent('''\
+        [project]
+        name = "forge_test_defaults"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.clamp]
+        source = "k.py:clamp_kernel"
+        ops = ["clamp_fp8_range"]
+        signature = { x = "*fp32" }
+        examples = "examples"
+    '''))
+    return root / "kernel_manifest.toml"
+
+
+def test_defaults_the_source_computes_are_the_imported_kernels() -> None:
+    import tempfile
+
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = make_plan(load_manifest(_project(Path(tmp) / "p")), ["sm_90"])
+    (kernel,) = plan.kernels.values()
+    assert kernel.constexpr_defaults == {"BLOCK": 256, "FP8_MIN": -448.0, "FP8_MAX": 448.0, "ACC": "tl.float32"}
+    assert {e.variant for e in plan.entries} == {"BLOCK=256,FP8_MIN=-448.0,FP8_MAX=448.0,ACC=tl.float32"}
+
+
+def test_a_default_of_another_kind_is_named(tmp_path: Path) -> None:
+    from forge_aot.errors import SourceError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    manifest = _project(tmp_path / "p")
+    k = tmp_path / "p" / "k.py"
+    k.write_text(k.read_text().replace("float8_info.min,", "float8_info,"))
+    with pytest.raises(SourceError, match=r"constexpr parameter 'FP8_MIN' is a finfo"):
+        make_plan(load_manifest(manifest), ["sm_90"])
+
+
+@pytest.mark.gpu
+def test_the_wheel_launches_with_the_computed_defaults(tmp_path: Path) -> None:
+    from tests.test_localmods import _installed, _run_fresh
+
+    target = _installed(_project(tmp_path / "p"), tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_test_defaults
+        errs = []
+        for n in (1000, 4099, 77):
+            x = (torch.randn(n + 1, device="cuda") * 1000)[1:]  # 4 bytes past the allocation
+            errs.append((forge_test_defaults.clamp_fp8_range(x) - x.clamp(-448.0, 448.0)).abs().max().item())
+        print(json.dumps({"max_err": max(errs)}))
+        ''')
+    assert _run_fresh(code, target)["max_err"] == 0.0
