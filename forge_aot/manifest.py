@@ -137,13 +137,15 @@ class KernelEntry:
     source: str
     """``path/to/file.py:function`` relative to the manifest; the function is decorated ``@triton.jit``,
     optionally under ``@triton.autotune`` and ``@triton.heuristics``."""
-    signature: dict[str, str]
+    ops: tuple[str, ...] = ()
+    """Host functions in the same source file that the package exports (``package.op(...)``)."""
+    signature: dict[str, str] = field(default_factory=dict)
     """Type of every runtime (non-constexpr) parameter: ``*fp16``/``*T`` for pointers, ``i32``, ``i64``,
     ``fp32``… for scalars, ``tensordesc<T>`` for a host-side ``TensorDescriptor`` (its block shape comes from the
     call or the config's pre-hook), ``*i32|i32`` for a parameter calls pass either a tensor or an integer
-    (flash-attn's rotary ``SEQLEN_OFFSETS``). ``T`` stands for a type variable from ``dtypes``."""
-    ops: tuple[str, ...] = ()
-    """Host functions in the same source file that the package exports (``package.op(...)``)."""
+    (flash-attn's rotary ``SEQLEN_OFFSETS``). ``T`` stands for a type variable from ``dtypes``. With
+    ``examples``, the parameters left out are typed from the traced calls (each type variable needs one pointer
+    typed with it here), and the table may be left out."""
     dtypes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Type variables and the element types built for each, e.g. ``T = ["fp16", "bf16"]``; one build per
     combination. At run time the dtype of the first tensor argument typed ``*T`` selects the build."""
@@ -575,8 +577,9 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
                 raise r.error(f"{at}.dtypes.{tv}[{i}]",
                               f"unknown element type '{dt}' (accepted: {', '.join(ELEMENT_TYPES)})",
                               close_match(dt, ELEMENT_TYPES))
-    if not k.signature:
-        raise r.error(f"{at}.signature", "list the kernel's runtime parameters and their types")
+    if not k.signature and k.examples is None:
+        raise r.error(f"{at}.signature", "list the kernel's runtime parameters and their types (or name an "
+                      "examples function: its calls type them)")
     pointer_vars: set[str] = set()
     for pname, ty in k.signature.items():
         desc = rt.desc_dtype(ty)
@@ -629,7 +632,7 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
             raise r.error(f"{at}.derive.{dname}", str(exc)) from None
     int_params = {n for n, t in k.signature.items() if t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32",
                                                                 "u64")}
-    for i, pname in enumerate(k.do_not_specialize):
+    for i, pname in enumerate(k.do_not_specialize if k.examples is None else ()):  # (else: the plan checks)
         if pname not in k.signature:
             raise r.error(f"{at}.do-not-specialize[{i}]", f"'{pname}' is not a runtime parameter (accepted: "
                           f"{', '.join(k.signature)})", close_match(pname, k.signature))

@@ -813,6 +813,11 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # A constexpr parameter named like a launch option (the tutorial softmax's num_stages) is one axis: as with
     # Triton, the call's keyword sets both the parameter and the compile option (see preferences).
     axes = [*type_axes, *call_constexprs, *(a for a in launch_axes if a not in call_constexprs)]
+    runtime_names = [n for n, ty in params if ty not in ("meta", "constexpr", "heuristic")]
+    for i, n in enumerate(k.do_not_specialize):  # (the manifest checked them against a signature it had)
+        if n not in runtime_names:
+            raise _error(loaded, f"{at}.do-not-specialize[{i}]", f"'{n}' is not a runtime parameter of {func} "
+                         f"(accepted: {', '.join(runtime_names)})", close_match(n, runtime_names))
     dns = set(ks.do_not_specialize if ks.do_not_specialize is not None else read_do_not_specialize(str(path), func)) \
         | set(k.do_not_specialize)
     # A parameter that takes a pointer or an integer is always specialized: its binaries differ in what they take.

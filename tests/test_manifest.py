@@ -230,3 +230,72 @@ def test_console_script_lets_non_daemon_threads_finish(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "done"
+
+
+SIGNATURELESS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * s, mask=offs < n)
+
+
+def scale(x, s):
+    out = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), s, BLOCK=256)
+    return out
+
+
+def examples(device="cuda"):
+    for dtype in DTYPES:
+        scale(torch.randn(1000, device=device, dtype=dtype), 0.5)
+'''
+
+
+def _signatureless(root: Path, dtypes: str = "(torch.float16,)", extra: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "k.py").write_text(SIGNATURELESS.replace("DTYPES", dtypes))
+    (root / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_nosig"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+        f'[kernels.scale]\nsource = "k.py:scale_kernel"\nops = ["scale"]\nexamples = "examples"\n{extra}')
+    return root / "kernel_manifest.toml"
+
+
+def test_with_examples_the_signature_may_be_left_out(tmp_path: Path) -> None:
+    """The traced calls type every runtime parameter, as Triton's JIT types the values (all three hunts over real
+    files in session 39 had to write a one-entry signature first: "required key is missing")."""
+    plan = make_plan(load_manifest(_signatureless(tmp_path)), ["sm_90"])
+    assert plan.kernels["scale"].params[:4] == [("x_ptr", "*fp16"), ("out_ptr", "*fp16"), ("n", "i32"),
+                                                ("s", "fp32")]
+
+
+def test_without_signature_or_examples_the_message_names_both(tmp_path: Path) -> None:
+    manifest = _signatureless(tmp_path)
+    manifest.write_text(manifest.read_text().replace('examples = "examples"\n', ""))
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "kernels.scale.signature" in result.output \
+        and "examples function" in result.output, result.output
+
+
+def test_without_signature_tensors_of_several_dtypes_ask_for_a_type_variable(tmp_path: Path) -> None:
+    manifest = _signatureless(tmp_path, "(torch.float16, torch.float32)")
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "kernels.scale.signature.x_ptr" in result.output \
+        and "give it a type variable of dtypes" in result.output, result.output
+    # what the message asks for: one pointer typed with the variable, the rest still from the calls
+    manifest = _signatureless(tmp_path, "(torch.float16, torch.float32)",
+                              'signature = { x_ptr = "*T" }\ndtypes = { T = ["fp16", "fp32"] }\n')
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert plan.kernels["scale"].params[:2] == [("x_ptr", "*T"), ("out_ptr", "*T")]
+
+
+def test_without_signature_do_not_specialize_names_a_runtime_parameter(tmp_path: Path) -> None:
+    manifest = _signatureless(tmp_path, extra='do-not-specialize = ["m"]\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "kernels.scale.do-not-specialize[0]" in result.output \
+        and "'m' is not a runtime parameter of scale_kernel (accepted: x_ptr, out_ptr, n, s)" in result.output, \
+        result.output
