@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -219,12 +220,16 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         # What host code does around its launches on the GPU it answers as, nothing on a machine without one:
         # choosing the tensors' device (vLLM's LoRA ops), waiting for it, its streams (Unsloth's kernels/utils.py
         # reads every device's raw stream at import, torch._C's own function included).
-        stand_ins.update(set_device=_no_op, synchronize=_no_op, current_stream=_TraceStream,
-                         default_stream=_TraceStream, stream=_TraceStreamContext)
+        # (Each its own function: torch._dynamo's trace rules, built on first use, refuse one object under two
+        # names of different rules.)
+        stand_ins.update(set_device=lambda device: None, synchronize=lambda device=None: None,
+                         current_stream=_TraceStream, default_stream=_TraceStream, stream=_TraceStreamContext)
         if not hasattr(torch._C, "_cuda_getCurrentRawStream"):
             raw_stream["_cuda_getCurrentRawStream"] = lambda device=None: 0
     saved = {name: getattr(torch.cuda, name) for name in stand_ins}
     versions = {"cuda": torch.version.cuda, "hip": torch.version.hip}
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    rules_built = rules is not None and rules.get_torch_obj_rule_map.cache_info().currsize > 0
     try:
         for name, fn in stand_ins.items():
             setattr(torch.cuda, name, fn)
@@ -240,10 +245,9 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         for name in raw_stream:
             delattr(torch._C, name)
         torch.version.cuda, torch.version.hip = versions["cuda"], versions["hip"]
-
-
-def _no_op(*args: Any, **kwargs: Any) -> None:
-    return None
+        rules = sys.modules.get("torch._dynamo.trace_rules")
+        if rules is not None and not rules_built:  # built while torch.cuda held the stand-ins: again from torch's own
+            rules.get_torch_obj_rule_map.cache_clear()
 
 
 class _TraceStream:
@@ -263,7 +267,14 @@ class _TraceStream:
     def query(self) -> bool:
         return True
 
-    wait_stream = wait_event = record_event = _no_op  # type: ignore[assignment]
+    def wait_stream(self, stream: Any) -> None:
+        return None
+
+    def wait_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any = None) -> None:
+        return None
 
 
 class _TraceStreamContext:

@@ -170,6 +170,24 @@ def test_host_code_that_picks_waits_for_and_streams_its_device_traces(tmp_path) 
         torch.backends.cuda.is_built()  # the stand-ins are gone after the trace
 
 
+def test_dynamos_rules_built_during_the_trace_are_built_again_from_torchs_own_functions() -> None:
+    """torch._dynamo maps torch's functions to tracing rules once, on first use, refusing one object under two names
+    of different rules: a kernel file whose import reached it during the trace (bitsandbytes' int8 matmul, through
+    its imports) stopped the build while two stand-ins were one function; and a map built from the stand-ins would
+    not know torch's own functions afterwards."""
+    import torch
+    import torch._dynamo.trace_rules as rules
+
+    from forge_aot.targets import torch_answers_as
+
+    rules.get_torch_obj_rule_map.cache_clear()
+    with torch_answers_as("sm_90"):
+        assert torch.cuda.synchronize in rules.get_torch_obj_rule_map()  # the stand-in, built without a complaint
+    assert rules.get_torch_obj_rule_map.cache_info().currsize == 0
+    built = rules.get_torch_obj_rule_map()
+    assert torch.cuda.synchronize in built and torch.cuda.get_device_capability in built
+
+
 def test_a_helper_that_asks_the_device_makes_its_kernel_files_trace_per_target(tmp_path) -> None:
     from forge_aot.localmods import local_imports
     from forge_aot.plan import _helpers_ask_device

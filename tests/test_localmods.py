@@ -1119,3 +1119,66 @@ def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code
     shipped = plan.modules["add"]["local_sources"]
     tuned = shipped["gemsish.other.tuned"][0]  # its kernel, as every shipped helper's: a kernel-side stand-in
     assert "tuned_kernel = __forge_kernel_side__('tuned_kernel', __name__)" in tuned and "@libentry" not in tuned
+
+
+def test_a_helper_the_kernel_file_imports_and_never_uses_is_left_out(tmp_path: Path) -> None:
+    """bitsandbytes' int8 matmul imports ``early_config_prune, estimate_matmul_time`` from its performance model for
+    a ``prune_configs_by`` it left commented out: shipped as host code, the helper was refused (it asks Triton's
+    testing module for the GPU's TFLOPS). A name nothing uses is left out of the shipped imports (so is the helper);
+    one ``__all__`` lists stays, as other code may take it from the file."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    root = tmp_path / "p"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "perf_model.py").write_text(textwrap.dedent('''\
+        import triton
+
+
+        def bandwidth():
+            return triton.testing.get_dram_gbps()
+
+
+        def estimate(nbytes):
+            return nbytes / bandwidth()
+
+
+        def unrelated():
+            return 1
+        '''))
+    (root / "pkg" / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from .perf_model import estimate, unrelated
+        from typing import Optional
+
+        __all__ = ["double", "unrelated"]
+
+
+        @triton.jit
+        def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        def double(x):
+            y = torch.empty_like(x)
+            _double[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+            return y
+
+
+        def examples(device="cuda"):
+            double(torch.randn(1001, device=device))
+        '''))
+    (root / "kernel_manifest.toml").write_text(
+        '[project]\nname = "forge_test_unused"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+        '[kernels.double]\nsource = "pkg/k.py:_double"\nops = ["double"]\nexamples = "examples"\n')
+    plan = make_plan(load_manifest(root / "kernel_manifest.toml"), ["sm_90"])
+    (mod,) = plan.modules.values()
+    assert "from .perf_model import unrelated\n" in mod["host_source"]  # __all__ lists it: kept
+    assert "Optional" not in mod["host_source"]
+    shipped = mod["local_sources"]["pkg.perf_model"][0]
+    assert "def unrelated" in shipped and "get_dram_gbps" not in shipped
