@@ -1357,8 +1357,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                         else f"'{node.id}', which is Triton")
                 raise SourceError(f"{path}:{node.lineno}: host code uses {what}; packaged ops run without Triton")
             if isinstance(node, ast.Name) and node.id in kernel_side and node_root is not by_name.get(node.id):
+                configs = by_name.get(node.id) is not None and any(
+                    isinstance(c, ast.Call) and ast.unparse(c.func).rpartition(".")[2] == "Config"
+                    for c in ast.walk(by_name[node.id]))
+                hint = ("; host code that picks among triton.Config objects at run time (torchao's int_matmul "
+                        "searches them with its own autotuner) cannot be packaged: put the configs in the kernel's "
+                        "@triton.autotune or the manifest's tune.configs, which the build tunes into its tables"
+                        if configs else "")
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
-                                  f"line {kernel_side[node.id]}")
+                                  f"line {kernel_side[node.id]}{hint}")
     host_class_names = {s.name for s in host if isinstance(s, ast.ClassDef)}
     for stmt in host:
         name = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \

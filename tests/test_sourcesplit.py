@@ -34,6 +34,10 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     ("def op(x):\n    return triton.language.arange(0, 4)\n", "triton.language"),
     ("def op(x):\n    import triton\n    return x\n", "imports Triton"),
     ("DTYPE = tl.arange(0, 4)\n\ndef op(x):\n    return DTYPE\n", "defined with Triton"),
+    # torchao's int_matmul: a module-level list of configs its own autotuner searches at run time
+    ("CONFIGS = [triton.Config({'B': 64}, num_warps=4)]\n\ndef op(x):\n    return CONFIGS[0].kwargs\n",
+     r"defined with Triton on line 8; host code that picks among triton.Config objects at run time .* "
+     r"@triton.autotune or the manifest's tune.configs"),
 ])
 def test_host_code_may_not_need_triton(tmp_path: Path, body: str, message: str) -> None:
     f = tmp_path / "k.py"
