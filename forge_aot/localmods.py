@@ -107,6 +107,9 @@ def _imported_names(tree: ast.AST, module: LocalModule | None,
 
     out: list[tuple[str, frozenset[str] | None]] = []
     kept = kernel_only_imports(tree) if host and isinstance(tree, ast.Module) else {}
+    # What a module (not a package's __init__, whose imports are what it exports) takes and never uses is imported,
+    # not used: its module still runs, but a definition there that needs Triton is the wheel's stand-in, no error.
+    referenced = referenced_names(tree) if host and not (module is not None and module.package) else None
     for node in ast.walk(tree):
         aliases = kept.get(node, getattr(node, "names", ()))  # type: ignore[call-overload]
         if isinstance(node, ast.Import):
@@ -115,9 +118,23 @@ def _imported_names(tree: ast.AST, module: LocalModule | None,
             target = import_from_target(node, module)
             if target:
                 names = [a.name for a in aliases]
-                out.append((target, None if "*" in names else frozenset(names)))
+                out.append((target, None if "*" in names else frozenset(
+                    n for n, a in zip(names, aliases) if referenced is None or (a.asname or n) in referenced)))
                 out += [(f"{target}.{n}", None) for n in names if n != "*"]  # submodules, if files
     return out
+
+
+def referenced_names(tree: ast.AST) -> set[str]:
+    """The names a module's code reads (its imports aside), and those its ``__all__`` lists: what it uses of
+    what it imports (bitsandbytes' int8 matmul imports ``estimate_matmul_time`` from its Triton performance model for
+    a ``prune_configs_by`` it left commented out)."""
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+                isinstance(t, ast.Name) and t.id == "__all__"
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            names |= {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return names
 
 
 def import_from_target(node: ast.ImportFrom, module: LocalModule | None) -> str | None:

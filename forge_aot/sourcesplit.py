@@ -688,29 +688,22 @@ def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:
 
 
 def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
-                         heuristics: list[ast.expr], unused: bool = False) -> dict[ast.stmt, list[ast.alias]]:
+                         heuristics: list[ast.expr]) -> dict[ast.stmt, list[ast.alias]]:
     """Imports of the host code that bind names only kernels use (flash-linear-attention's kernel files take
     ``exp`` and ``@triton.jit`` helpers from ``fla.ops.utils.op``): each such ``import`` → the aliases host code does
     use (none: the statement belongs to the kernels and is left out of the host code, so the wheel neither needs
-    the helper nor runs it; the build's compile still imports the file whole). With ``unused`` (a kernel file, whose
-    names no other module takes), also the names of a ``from ... import`` that nothing uses, unless ``__all__``
-    lists them (bitsandbytes' int8 matmul imports ``estimate_matmul_time`` for a ``prune_configs_by`` it left
-    commented out: a helper of Triton's performance model, which host code may not run)."""
+    the helper nor runs it; the build's compile still imports the file whole). A name nothing uses stays imported,
+    as the author wrote it (its module may be imported for what its import does; see localmods.referenced_names)."""
     kernel_uses = set().union(*(_names_in(s) for s in kernel_side))
     host_uses = set().union(*(_names_in(s) for s in host if not isinstance(s, (ast.Import, ast.ImportFrom))),
                             *(_names_in(h) for h in heuristics))
-    if unused:
-        host_uses |= {e.value for s in host if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                      and "__all__" in _defined_names(s) for e in ast.walk(s)
-                      if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     out: dict[ast.stmt, list[ast.alias]] = {}
     for stmt in host:
         if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or (
                 isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"):
             continue
         bound = {(a.asname or a.name.split(".")[0]): a for a in stmt.names if a.name != "*"}
-        only_kernels = {n for n in bound if n not in host_uses and (n in kernel_uses or (
-            unused and isinstance(stmt, ast.ImportFrom)))}
+        only_kernels = {n for n in bound if n in kernel_uses and n not in host_uses}
         # Triton re-exported next to host names: never the host's (it has the runtime's triton, and its tl types)
         only_kernels |= {a.name for a in _reexported_aliases(stmt)}
         if not only_kernels or (isinstance(stmt, ast.Import) and len(only_kernels) < len(bound)):
@@ -1315,7 +1308,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             for n in _defined_names(stmt):
                 kernel_side[n] = stmt.lineno
     narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked],
-                                    [_heuristics_values(d) for _, d in heuristics], unused=not helper)
+                                    [_heuristics_values(d) for _, d in heuristics])
     for stmt, kept in narrowed.items():
         if not kept:
             host.remove(stmt)

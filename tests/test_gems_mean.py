@@ -77,9 +77,11 @@ def test_device_switches_of_traced_calls_on_a_machine_with_a_gpu(monkeypatch) ->
     cpu = torch.zeros(1)
     with torch_answers_as("sm_90"), tensors_on_gpu("cpu"):
         assert cpu.device == torch.device("cuda", 0)
-        for device in (cpu.device, cpu.device.index, None, "cpu", "cuda:1", torch.device("cuda", 0), 0):
+        # its idx is the index asked for, as torch's (Unsloth keys its streams by torch.cuda.device(i).idx)
+        for device, idx in ((cpu.device, 0), (cpu.device.index, 0), (None, -1), ("cpu", -1), ("cuda:1", 1),
+                            (torch.device("cuda", 0), 0), (0, 0), ("cuda", 0)):
             with torch.cuda.device(device) as switched:
-                assert isinstance(switched, torch.cuda.device) and switched.idx == -1
+                assert isinstance(switched, torch.cuda.device) and switched.idx == idx, (device, switched.idx)
         with torch.cuda.device_of(cpu):
             pass
     assert torch.cuda.device is real  # restored

@@ -1121,11 +1121,13 @@ def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code
     assert "tuned_kernel = __forge_kernel_side__('tuned_kernel', __name__)" in tuned and "@libentry" not in tuned
 
 
-def test_a_helper_the_kernel_file_imports_and_never_uses_is_left_out(tmp_path: Path) -> None:
+@pytest.mark.slow
+def test_a_name_the_kernel_file_imports_and_never_uses_may_need_triton(tmp_path: Path) -> None:
     """bitsandbytes' int8 matmul imports ``early_config_prune, estimate_matmul_time`` from its performance model for
     a ``prune_configs_by`` it left commented out: shipped as host code, the helper was refused (it asks Triton's
-    testing module for the GPU's TFLOPS). A name nothing uses is left out of the shipped imports (so is the helper);
-    one ``__all__`` lists stays, as other code may take it from the file."""
+    testing module for the GPU's TFLOPS). A name a module takes and never uses is imported, not used: the import
+    stays as written (the helper still runs), and there the name is a stand-in where it needs Triton. A name the
+    module's ``__all__`` lists counts as used (it is exported)."""
     from forge_aot.manifest import load_manifest
     from forge_aot.plan import make_plan
 
@@ -1134,6 +1136,8 @@ def test_a_helper_the_kernel_file_imports_and_never_uses_is_left_out(tmp_path: P
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "perf_model.py").write_text(textwrap.dedent('''\
         import triton
+
+        LOADED = []
 
 
         def bandwidth():
@@ -1146,14 +1150,16 @@ def test_a_helper_the_kernel_file_imports_and_never_uses_is_left_out(tmp_path: P
 
         def unrelated():
             return 1
+
+
+        LOADED.append(True)
         '''))
     (root / "pkg" / "k.py").write_text(textwrap.dedent('''\
         import torch
         import triton
         import triton.language as tl
 
-        from .perf_model import estimate, unrelated
-        from typing import Optional
+        from .perf_model import LOADED, estimate, unrelated
 
         __all__ = ["double", "unrelated"]
 
@@ -1178,7 +1184,19 @@ def test_a_helper_the_kernel_file_imports_and_never_uses_is_left_out(tmp_path: P
         '[kernels.double]\nsource = "pkg/k.py:_double"\nops = ["double"]\nexamples = "examples"\n')
     plan = make_plan(load_manifest(root / "kernel_manifest.toml"), ["sm_90"])
     (mod,) = plan.modules.values()
-    assert "from .perf_model import unrelated\n" in mod["host_source"]  # __all__ lists it: kept
-    assert "Optional" not in mod["host_source"]
+    assert "from .perf_model import LOADED, estimate, unrelated\n" in mod["host_source"]
     shipped = mod["local_sources"]["pkg.perf_model"][0]
     assert "def unrelated" in shipped and "get_dram_gbps" not in shipped
+    assert "estimate = __forge_kernel_side__('estimate', __name__)" in shipped
+    target = _installed(root / "kernel_manifest.toml", tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = sys.modules["pkg"] = None
+        import forge_test_unused._ops.k as host
+        try:
+            host.estimate(1)
+        except Exception as exc:
+            refused = type(exc).__name__
+        print(json.dumps({"loaded": host.LOADED, "unrelated": host.unrelated(), "refused": refused}))
+        '''), target)
+    assert res == {"loaded": [True], "unrelated": 1, "refused": "ForgeRuntimeError"}, res
