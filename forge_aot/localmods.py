@@ -120,7 +120,9 @@ def _imported_names(tree: ast.AST, module: LocalModule | None,
                 names = [a.name for a in aliases]
                 out.append((target, None if "*" in names else frozenset(
                     n for n, a in zip(names, aliases) if referenced is None or (a.asname or n) in referenced)))
-                out += [(f"{target}.{n}", None) for n in names if n != "*"]  # submodules, if files
+                # submodules, if files: whole where read (``perf_model.estimate(...)``), else imported only
+                out += [(f"{target}.{n}", None if referenced is None or (a.asname or n) in referenced else frozenset())
+                        for n, a in zip(names, aliases) if n != "*"]
     return out
 
 

@@ -1127,7 +1127,8 @@ def test_a_name_the_kernel_file_imports_and_never_uses_may_need_triton(tmp_path:
     a ``prune_configs_by`` it left commented out: shipped as host code, the helper was refused (it asks Triton's
     testing module for the GPU's TFLOPS). A name a module takes and never uses is imported, not used: the import
     stays as written (the helper still runs), and there the name is a stand-in where it needs Triton. A name the
-    module's ``__all__`` lists counts as used (it is exported)."""
+    module's ``__all__`` lists counts as used (it is exported). A module imported whole and never read is imported
+    only, likewise."""
     from forge_aot.manifest import load_manifest
     from forge_aot.plan import make_plan
 
@@ -1160,6 +1161,7 @@ def test_a_name_the_kernel_file_imports_and_never_uses_may_need_triton(tmp_path:
         import triton.language as tl
 
         from .perf_model import LOADED, estimate, unrelated
+        from . import perf_model as _perf_model  # noqa: F401  (as a whole module, never read either)
 
         __all__ = ["double", "unrelated"]
 
@@ -1185,6 +1187,7 @@ def test_a_name_the_kernel_file_imports_and_never_uses_may_need_triton(tmp_path:
     plan = make_plan(load_manifest(root / "kernel_manifest.toml"), ["sm_90"])
     (mod,) = plan.modules.values()
     assert "from .perf_model import LOADED, estimate, unrelated\n" in mod["host_source"]
+    assert "from . import perf_model as _perf_model" in mod["host_source"]
     shipped = mod["local_sources"]["pkg.perf_model"][0]
     assert "def unrelated" in shipped and "get_dram_gbps" not in shipped
     assert "estimate = __forge_kernel_side__('estimate', __name__)" in shipped
@@ -1197,6 +1200,7 @@ def test_a_name_the_kernel_file_imports_and_never_uses_may_need_triton(tmp_path:
             host.estimate(1)
         except Exception as exc:
             refused = type(exc).__name__
-        print(json.dumps({"loaded": host.LOADED, "unrelated": host.unrelated(), "refused": refused}))
+        print(json.dumps({"loaded": host.LOADED, "unrelated": host.unrelated(), "refused": refused,
+                          "same": host._perf_model.unrelated is host.unrelated}))
         '''), target)
-    assert res == {"loaded": [True], "unrelated": 1, "refused": "ForgeRuntimeError"}, res
+    assert res == {"loaded": [True], "unrelated": 1, "refused": "ForgeRuntimeError", "same": True}, res
