@@ -242,8 +242,9 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
     for name in names:
         value = parameters[name].default
         value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
-        if type(value).__module__.startswith("triton") and str(value) in HOST_DTYPES:  # tl.float32 and the like
-            value = HostDtype(f"tl.{value}")
+        by_short_name = {short: attr for attr, short in HOST_DTYPES.items()}
+        if type(value).__module__.startswith("triton") and str(value) in by_short_name:  # tl.float32 and the like
+            value = HostDtype(f"tl.{by_short_name[str(value)]}")
         elif not isinstance(value, (bool, int, float, str, type(None))):
             raise SourceError(f"{path}: the default of {function}'s constexpr parameter '{name}' is a "
                               f"{type(value).__name__} ({value!r}); a packaged kernel takes numbers, booleans, "

@@ -584,7 +584,8 @@ def _op_reference_spans(stmts: list[ast.stmt], names: set[str], namespaces: set[
                 ns, sep, op = node.value.partition("::")
                 if id(node) in libraries and node.value in namespaces:
                     text = f"triton._namespace({node.value!r})"
-                elif node.value in names or (any_op and sep and ns in namespaces and op.isidentifier()):
+                elif node.value in names or (any_op and sep and ns in namespaces
+                                             and op.partition(".")[0].isidentifier()):  # "ns::op" or "ns::op.out"
                     text = f"triton._op_name({node.value!r})"
                 else:
                     continue

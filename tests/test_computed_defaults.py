@@ -20,13 +20,14 @@ import triton.language as tl
 
 float8_info = torch.finfo(torch.float8_e4m3fn)
 DEFAULT_BLOCK = 2 ** 8
+ACC_TYPE = tl.float32
 
 
 @triton.jit
 def clamp_kernel(x, out, n, BLOCK: tl.constexpr = DEFAULT_BLOCK,
                  FP8_MIN: tl.constexpr = float8_info.min,
                  FP8_MAX: tl.constexpr = float8_info.max,
-                 ACC: tl.constexpr = tl.float32):
+                 ACC: tl.constexpr = ACC_TYPE):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     y = tl.clamp(tl.load(x + offs, mask=m).to(ACC), FP8_MIN, FP8_MAX)

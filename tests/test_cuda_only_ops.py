@@ -281,14 +281,14 @@ def test_library_namespaces_are_the_literal_definitions_torch_does_not_own() -> 
         c = Library("aten", "FRAGMENT")  # adds to torch's own
         d = Library("theirs", "IMPL")  # implements another library's ops
         e = Library(name_from_elsewhere, "DEF")
-        x = torch.ops.mine.op(torch.ops.theirs.op, "frag::op", "frag::", "aten::add", torch.ops.aten.add)
+        x = torch.ops.mine.op(torch.ops.theirs.op, "frag::op", "frag::", "aten::add", torch.ops.aten.add, "mine::o.out")
         ''')
     assert library_namespaces([text]) == {"mine", "frag"}
     renamed = rename_library_namespaces(text, {"mine", "frag"})
     assert 'Library(triton._namespace(\'mine\'), "DEF")' in renamed
     assert 'Library(triton._namespace(\'frag\'), kind="FRAGMENT")' in renamed
     assert ('x = triton._ops_namespace(\'mine\').op(torch.ops.theirs.op, triton._op_name(\'frag::op\'), "frag::", '
-            '"aten::add", torch.ops.aten.add)') in renamed
+            '"aten::add", torch.ops.aten.add, triton._op_name(\'mine::o.out\'))') in renamed
     assert 'Library("aten", "FRAGMENT")' in renamed and 'Library("theirs", "IMPL")' in renamed
     assert rename_library_namespaces(renamed, {"mine", "frag"}) == renamed  # renamed references stay as they are
 
