@@ -184,7 +184,9 @@ class KernelEntry:
     """A host function of the same file that calls the ops on representative inputs (``examples(device)``,
     run on the CPU at build time with the kernel launches recorded, not run). What the calls pass —
     call-site values, key values, argument specializations — decides which binaries are built; their keys
-    are added to the table rows. Left out of the wheel."""
+    are added to the table rows. Left out of the wheel. ``path/to/file.py:function`` names one of another file,
+    whose host code launches this kernel (Liger's ``element_mul_kernel`` lives in ``ops/utils.py`` and its cross
+    entropy launches it)."""
     tune: TuneSpace = field(default_factory=TuneSpace)
     """The tuning space."""
     targets: tuple[str, ...] | None = None
@@ -659,8 +661,10 @@ def _validate_kernel(name: str, k: KernelEntry, root: Path, r: _Reader) -> None:
     for bname, vals in k.buckets.items():
         if not vals:
             raise r.error(f"{at}.buckets.{bname}", "list at least one value")
-    if k.examples is not None and not _is_identifier(k.examples):
-        raise r.error(f"{at}.examples", f"'{k.examples}' is not a function name")
+    if k.examples is not None:
+        file, sep, func = k.examples.rpartition(":")
+        if not _is_identifier(func) or (sep and not file.endswith(".py")):
+            raise r.error(f"{at}.examples", f"'{k.examples}' is not a function name (or 'path/to/file.py:function')")
     t = k.tune
     for mname, vals in t.meta.items():
         if mname in k.signature or mname in call_site or mname in RESERVED_META:

@@ -1232,6 +1232,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                               "build_only": set(), "source": sources[path], "package": packages[path]})
 
     kernel_paths = {mf.kernel_source(root, k)[0] for k in m.kernels.values()}
+    foreign_examples: list[tuple[str, str]] = []
     for path in ops_by_file:  # every host file parsed first: launches of imported kernels count for them too
         host_module(path, needs_kernels=path in kernel_paths)
     foreign = _imported_launches(m, root, sources, local)
@@ -1252,7 +1253,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             _no_class_op(loaded, f"kernels.{name}.ops[{i}]", src, op)
             if op not in mod["ops"]:
                 mod["ops"].append(op)
-        if k.examples is not None:
+        if k.examples is not None and ":" in k.examples:  # another file's, once every file of the package is read
+            foreign_examples.append((name, k.examples))
+        elif k.examples is not None:
             if k.examples not in src.host_functions:
                 raise _error(loaded, f"kernels.{name}.examples", f"no host function '{k.examples}' in {file}",
                              close_match(k.examples, src.host_functions))
@@ -1288,6 +1291,16 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod["ops"].append(op_name)
         if o.examples is not None:
             mod["examples"].add(o.examples)
+    for name, text in foreign_examples:  # the examples of another kernel or op file, whose host code launches it
+        efile, _, fn_name = text.rpartition(":")
+        epath = (root / efile).resolve()
+        if epath not in sources:
+            raise _error(loaded, f"kernels.{name}.examples", f"{efile} is none of the package's kernel or op files "
+                         "(name the examples function of a file whose host code launches the kernel)")
+        if fn_name not in sources[epath].host_functions:
+            raise _error(loaded, f"kernels.{name}.examples", f"no host function '{fn_name}' in {efile}",
+                         close_match(fn_name, sources[epath].host_functions))
+        modules[module_names[epath]]["examples"].add(fn_name)
     for name, file in m.exports.items():  # classes and functions exported as they are (a library's nn.Modules)
         path = (root / file).resolve()
         mod = host_module(path, needs_kernels=path in kernel_paths)
