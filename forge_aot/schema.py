@@ -150,6 +150,24 @@ def _without_buffer(sig: inspect.Signature, calls: list[Call], buffer: str,
     return reduced, out
 
 
+def _aliasing(arguments: Any, result: Any) -> str | None:
+    """Why a traced call's results could not be a custom op's (which may alias neither its inputs nor each other:
+    torch.compile would reuse their memory), or None: a result that is an input or a view of one (Liger's swiglu
+    returns ``a.view(-1, n)``), two results over one storage (Liger's sparsemax returns ``out_flat`` and a view of
+    it)."""
+    import torch
+
+    inputs = {storage_id(v) for v in arguments if isinstance(v, torch.Tensor)}
+    flat = result if isinstance(result, tuple) else (result,)
+    outputs = [storage_id(r) for r in flat if isinstance(r, torch.Tensor)]
+    if any(o in inputs for o in outputs):
+        return "it returns one of its inputs or a view of one (a custom op's outputs may not alias its inputs)"
+    if len(set(outputs)) < len(outputs):
+        return ("two of its results share memory, one a view of the other (a custom op's outputs may not alias each "
+                "other)")
+    return None
+
+
 def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             ) -> tuple[str | None, str, ResultRule | None]:
     """``op_schema`` for the parameters of ``sig`` (the host function's, less an output buffer)."""
@@ -162,6 +180,14 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
         except Exception:  # annotations missing or not schema types: try the traced calls
             pass
         else:
+            for args, kwargs, result, *_ in calls:  # the annotations say nothing of what the results share
+                try:
+                    bound = sig.bind(*args, **kwargs)
+                except TypeError:
+                    continue
+                why = _aliasing(bound.arguments.values(), result)
+                if why is not None:
+                    return None, why, None
             # ``scale: float = None`` (flash-linear-attention writes it so) infers ``float scale=None``, which refuses
             # the None its own default is: optional, as the default says
             for name, p in sig.parameters.items():
@@ -196,11 +222,9 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             keyed.append(({}, ("()",)))
             continue
         flat = result if isinstance(result, tuple) else (result,)
-        # an input, or a view of one (Liger's swiglu returns a.view(-1, n)): the same storage
-        inputs = {storage_id(v) for v in bound.arguments.values() if isinstance(v, torch.Tensor)}
-        if any(isinstance(r, torch.Tensor) and storage_id(r) in inputs for r in flat):
-            return None, ("it returns one of its inputs or a view of one (a custom op's outputs may not alias its "
-                          "inputs)"), None
+        why = _aliasing(bound.arguments.values(), result)
+        if why is not None:
+            return None, why, None
         kinds = tuple(_type_of(r) for r in flat)
         if any(k not in ("Tensor", "None") for k in kinds) or (result is None and not written):
             return None, f"it returns {type(result).__name__}, not tensors", None

@@ -55,6 +55,31 @@ def test_an_annotated_parameter_defaulting_to_none_is_optional_in_the_schema() -
     assert torch.ops.forge_test_none_default.op(torch.ones(2), None, None, None).tolist() == [1.0, 1.0]
 
 
+def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
+    """A custom op's results may alias neither its inputs nor each other (torch.compile would reuse their memory):
+    annotations say nothing of that, so the traced calls are checked for annotated host functions too (SGLang's
+    ``static_quant_fp8`` returns the caller's ``x_s``; Liger's sparsemax returns ``out_flat`` and a view of it, which
+    had been checked against the inputs only)."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("def op(x: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:\n    return x, s\n",
+         namespace)
+    x, s, out = torch.ones(4), torch.ones(1), torch.zeros(4)
+    schema, why, _ = op_schema(namespace["op"], [((x, s), {}, (out, s))])
+    assert schema is None and why.startswith("it returns one of its inputs or a view of one"), why
+    schema, why, _ = op_schema(namespace["op"], [((x, s), {}, (out.view(2, 2), out))])
+    assert schema is None and why.startswith("two of its results share memory"), why
+    schema, why, _ = op_schema(namespace["op"], [((x, s), {}, (out, torch.zeros(1)))])
+    assert why == "from the type annotations" and schema == "(Tensor x, Tensor s) -> (Tensor, Tensor)"
+    namespace = {"torch": torch}
+    exec("def op(x, s):\n    return x, s\n", namespace)  # from the traced calls alike
+    schema, why, _ = op_schema(namespace["op"], [((x, s), {}, (out[:2], out[2:]))])
+    assert schema is None and why.startswith("two of its results share memory"), why
+
+
 def test_fake_implementation_gives_the_host_codes_shapes_without_launching() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
