@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1363,7 +1363,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     host_class_names = {s.name for s in host if isinstance(s, ast.ClassDef)}
     for stmt in host:
         name = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
-            else _applied_function(stmt, host_class_names)
+            else _applied_function(stmt, host_class_names, host_defs - host_class_names)
         if name is not None:
             host_defs.add(name)
             names_used[name] = frozenset(_names_in(stmt))
@@ -1435,13 +1435,18 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                       or any(asks_device(stmt) for stmt in host))
 
 
-def _applied_function(stmt: ast.stmt, classes: set[str]) -> str | None:
+def _applied_function(stmt: ast.stmt, classes: set[str], functions: Collection[str] = ()) -> str | None:
     """``NAME`` of a top-level ``NAME = Cls.apply`` whose ``Cls`` the file's host code defines: a
     ``torch.autograd.Function``'s apply taken as the file's function (Triton's tutorial 05, ``layer_norm =
-    LayerNorm.apply``), so it may be an op or an export; else None."""
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "apply" \
-            and isinstance(stmt.value.value, ast.Name) and stmt.value.value.id in classes:
+    LayerNorm.apply``), so it may be an op or an export; or of ``NAME = fn``, another name of a host function the
+    file defined before (SGLang's ``per_token_group_quant_fp8 = _per_token_group_quant_8bit_raw``); else None."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return None
+    value = stmt.value
+    if isinstance(value, ast.Attribute) and value.attr == "apply" and isinstance(value.value, ast.Name) \
+            and value.value.id in classes:
+        return stmt.targets[0].id
+    if isinstance(value, ast.Name) and value.id in functions:
         return stmt.targets[0].id
     return None
 
