@@ -13,6 +13,7 @@ import hashlib
 import os
 import sys
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,20 @@ def load_kernel_module(path: str) -> types.ModuleType:
             # dont_inherit: this module's own `from __future__ import annotations` must not reach the user's file
             # (its annotations would become strings: torch.library.infer_schema then refuses them).
             code = compile(f.read(), path, "exec", dont_inherit=True)
+        from .trace import TritonLaunch, no_triton_launches  # (trace imports this module)
+
         try:
             # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
             with torch_answers_as(target) if target is not None else contextlib.nullcontext(), \
-                    tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext():
+                    tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext(), no_triton_launches():
                 exec(code, module.__dict__)
+        except TritonLaunch as exc:  # the Triton tutorials check their kernels against torch at module level
+            sys.modules.pop(name, None)
+            line = next((t.tb_lineno for t in _tracebacks(exc.__traceback__)
+                         if t.tb_frame.f_code is code), None)  # the statement of the module's own code
+            raise SourceError(f"{path}:{line}: the file launches a kernel when it is imported (a script's check or "
+                              "benchmark?); the build imports kernel files to read their kernels and compiles them "
+                              "without running any: put such code under 'if __name__ == \"__main__\":'") from None
         except BaseException:
             sys.modules.pop(name, None)
             _check_reexported_triton(path, module)  # a placeholder Triton: say so, rather than how it then failed
@@ -149,6 +159,12 @@ def load_kernel_module(path: str) -> types.ModuleType:
         _check_reexported_triton(path, module)
         _modules[path] = module
     return module
+
+
+def _tracebacks(tb: Any) -> Iterator[Any]:
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
 
 
 def _check_reexported_triton(path: str, module: types.ModuleType) -> None:
@@ -198,13 +214,20 @@ def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> s
                       f"packaged host code can call it by name (got {fn!r})")
 
 
+def imported_kernel_module(path: str) -> types.ModuleType:
+    """``load_kernel_module``, its failure a SourceError naming the file (one it raised itself as it is)."""
+    try:
+        return load_kernel_module(path)
+    except SourceError:
+        raise
+    except Exception as exc:
+        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+
+
 def kernel_defined_on(path: str, function: str, first: int, last: int) -> bool:
     """Whether importing the kernel file (with Triton, as the build's first target) defines ``function`` as a Triton
     kernel (under any autotuner, heuristics or launch wrapper) whose definition starts on lines ``first``..``last``."""
-    try:
-        obj = getattr(load_kernel_module(path), function, None)
-    except Exception as exc:
-        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    obj = getattr(imported_kernel_module(path), function, None)
     jit = base_jit_function(obj)
     code = getattr(getattr(jit, "fn", None), "__code__", None)
     return type(jit).__name__ == "JITFunction" and code is not None and first <= code.co_firstlineno <= last
@@ -214,10 +237,7 @@ def read_do_not_specialize(path: str, function: str) -> tuple[str, ...]:
     """The parameters a kernel's ``@triton.jit(do_not_specialize=..., do_not_specialize_on_alignment=...)``
     computes (flash-linear-attention: ``['T', 'scale'] if IS_NVIDIA_HOPPER else ['T']``), as the imported
     ``JITFunction`` holds them (for the build's first target, which the import sees)."""
-    try:
-        obj = getattr(load_kernel_module(path), function)
-    except Exception as exc:
-        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    obj = getattr(imported_kernel_module(path), function)
     while not hasattr(obj, "do_not_specialize") and hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers
         obj = obj.fn
     names = list(getattr(obj, "arg_names", ()))
@@ -231,10 +251,7 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
     first target, which the import sees): numbers, booleans, strings, None or Triton element types."""
     import inspect
 
-    try:
-        obj = getattr(load_kernel_module(path), function)
-    except Exception as exc:
-        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    obj = getattr(imported_kernel_module(path), function)
     while hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers, then the JITFunction
         obj = obj.fn
     parameters = inspect.signature(obj).parameters
@@ -256,10 +273,7 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
 def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list[str]]:
     """The ``@triton.autotune`` of ``function`` in ``path`` (None if it has none) and the names its
     ``@triton.heuristics`` compute, in Triton's order of evaluation."""
-    try:
-        module = load_kernel_module(path)
-    except Exception as exc:
-        raise SourceError(f"{path}: importing the kernel file failed: {type(exc).__name__}: {exc}") from None
+    module = imported_kernel_module(path)
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction
 
