@@ -402,6 +402,7 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     passed_on: dict[str, Any] = {}
     came_in_none: dict[int, set[str]] = {}
     previous = sys.getprofile()
+    copies = _parameter_copies(code, nones)
 
     def on_event(frame: Any, event: str, arg: Any) -> None:
         f_code = frame.f_code
@@ -415,6 +416,9 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
             values = {n: frame.f_locals.get(n) for n in names}
             if f_code is code:  # the outermost frame of the op returns last
                 own.update(values)
+                for local, name in copies.items():  # vLLM: ``x_q = out_q`` / ``if x_q is None: x_q = ...``
+                    if name in names and own.get(name) is None:
+                        own[name] = frame.f_locals.get(local)
             else:
                 for n, v in values.items():
                     if v is not None:
@@ -428,6 +432,25 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     replaced = {n: v for n, v in passed_on.items() if own.get(n) is None}
     replaced.update({n: v for n, v in own.items() if v is not None})
     return result, replaced
+
+
+def _parameter_copies(code: Any, params: set[str]) -> dict[str, str]:
+    """Locals of the op's own code that a top-level ``local = param`` copies one of ``params`` into (vLLM's
+    ``per_token_group_quant_fp8``: ``x_q = out_q``, then ``if x_q is None: x_q = torch.empty(...)``): local -> param.
+    Read from the function's source; none where it is not at hand."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(code)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    fn = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    return {} if fn is None else {
+        stmt.targets[0].id: stmt.value.id for stmt in fn.body
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+        and isinstance(stmt.value, ast.Name) and stmt.value.id in params and stmt.targets[0].id not in params}
 
 
 def tuning_variant(kp: KernelPlan, assignment: dict[str, Any]) -> dict[str, Any]:

@@ -1177,8 +1177,9 @@ def test_an_output_buffer_left_none_by_every_example_is_left_out_of_the_schema(t
     out``. Typed ``Tensor? out=None`` (what the op's code puts there), the schema would say a caller's ``out`` is
     neither written nor returned, which it is; a schema without the buffer is the op's custom op for the calls that
     leave it None (the others run as Python: tests/test_chunk_bmm_bwd.py), also where type annotations give the
-    schema. A scratch the op's code makes for a None argument that it neither writes nor returns keeps its type; an
-    example passing the buffer costs the op its custom op."""
+    schema; also where the op's code copies the buffer to a local it tests (vLLM's ``x_q = out_q``). A scratch the
+    op's code makes for a None argument that it neither writes nor returns keeps its type; an example passing the
+    buffer costs the op its custom op."""
     (tmp_path / "k.py").write_text(textwrap.dedent('''\
         import torch
         import triton
@@ -1208,15 +1209,25 @@ def test_an_output_buffer_left_none_by_every_example_is_left_out_of_the_schema(t
             return scale(x, out)
 
 
+        @torch.inference_mode()
+        def scale_copied(x: torch.Tensor, out_q: torch.Tensor | None = None) -> torch.Tensor:
+            x_q = out_q  # vLLM's per_token_group_quant_fp8: the buffer copied to a local, that local tested
+            if x_q is None:
+                x_q = torch.empty_like(x)
+            scale_kernel[(triton.cdiv(x.numel(), 256),)](x, x_q, x.numel(), BLOCK=256)
+            return x_q
+
+
         def examples(device="cpu"):
             scale(torch.randn(1000, device=device))
             scale_like(torch.randn(1000, device=device))
             scale_annotated(torch.randn(1000, device=device))
+            scale_copied(torch.randn(1000, device=device))
     '''))
     (tmp_path / "kernel_manifest.toml").write_text(
         '[project]\nname = "forge_test_out_buffer"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
         'source = "k.py:scale_kernel"\nsignature = { a = "*fp32" }\nexamples = "examples"\n'
-        'ops = ["scale", "scale_like", "scale_annotated"]\n')
+        'ops = ["scale", "scale_like", "scale_annotated", "scale_copied"]\n')
     module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
     assert module["schemas"]["scale"] == "(Tensor x) -> Tensor"
     assert module["schema_notes"]["scale"] == ("from the traced examples; without its output buffer out (None in "
@@ -1225,11 +1236,13 @@ def test_an_output_buffer_left_none_by_every_example_is_left_out_of_the_schema(t
     assert module["schemas"]["scale_like"] == "(Tensor x, Tensor? like=None) -> Tensor"
     assert module["schemas"]["scale_annotated"] == "(Tensor x) -> Tensor"
     assert module["schema_notes"]["scale_annotated"].startswith("from the type annotations; without its output")
-    assert module["buffers"] == {"scale": ["out", 1], "scale_annotated": ["out", 1]}
+    assert module["schemas"]["scale_copied"] == "(Tensor x) -> Tensor"
+    assert module["buffers"] == {"scale": ["out", 1], "scale_annotated": ["out", 1], "scale_copied": ["out_q", 1]}
 
     (tmp_path / "k.py").write_text((tmp_path / "k.py").read_text() + "    scale(torch.randn(10), torch.empty(10))\n")
     module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
-    assert module["schemas"]["scale"] is None and module["buffers"] == {"scale_annotated": ["out", 1]}
+    assert module["schemas"]["scale"] is None
+    assert module["buffers"] == {"scale_annotated": ["out", 1], "scale_copied": ["out_q", 1]}
     assert module["schema_notes"]["scale"] == ("argument out is an output buffer the op writes or returns, and "
                                                "some traced call passes one (a custom op's outputs may not alias "
                                                "its inputs)")
