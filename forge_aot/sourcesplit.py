@@ -1357,7 +1357,9 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 hint = ("; host code that picks among triton.Config objects at run time (torchao's int_matmul "
                         "searches them with its own autotuner) cannot be packaged: put the configs in the kernel's "
                         "@triton.autotune or the manifest's tune.configs, which the build tunes into its tables"
-                        if configs else "")
+                        if configs else "; module code that runs it when the file is imported (a script's benchmark, "
+                        "as the Triton tutorials end with): put such code under 'if __name__ == \"__main__\":'"
+                        if isinstance(node_root, ast.Expr) else "")
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
                                   f"line {kernel_side[node.id]}{hint}")
     host_class_names = {s.name for s in host if isinstance(s, ast.ClassDef)}

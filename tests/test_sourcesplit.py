@@ -34,6 +34,10 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     ("def op(x):\n    return triton.language.arange(0, 4)\n", "triton.language"),
     ("def op(x):\n    import triton\n    return x\n", "imports Triton"),
     ("DTYPE = tl.arange(0, 4)\n\ndef op(x):\n    return DTYPE\n", "defined with Triton"),
+    # the Triton tutorials end with their benchmark, run at import: script code
+    ("@triton.testing.perf_report([])\ndef bench(n):\n    pass\n\nbench.run(print_data=True)\n",
+     r"host code uses 'bench', defined with Triton on line 9; module code that runs it when the file is imported .*"
+     r"if __name__ == \"__main__\":"),
     # torchao's int_matmul: a module-level list of configs its own autotuner searches at run time
     ("CONFIGS = [triton.Config({'B': 64}, num_warps=4)]\n\ndef op(x):\n    return CONFIGS[0].kwargs\n",
      r"defined with Triton on line 8; host code that picks among triton.Config objects at run time .* "
