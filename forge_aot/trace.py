@@ -9,6 +9,7 @@ examples function must not depend on their values.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import sys
@@ -402,7 +403,7 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     passed_on: dict[str, Any] = {}
     came_in_none: dict[int, set[str]] = {}
     previous = sys.getprofile()
-    copies = _parameter_copies(code, nones)
+    copies = {local: name for local, name in _parameter_copies(code).items() if name in nones}
 
     def on_event(frame: Any, event: str, arg: Any) -> None:
         f_code = frame.f_code
@@ -434,10 +435,11 @@ def _with_nones_replaced(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: 
     return result, replaced
 
 
-def _parameter_copies(code: Any, params: set[str]) -> dict[str, str]:
-    """Locals of the op's own code that a top-level ``local = param`` copies one of ``params`` into (vLLM's
+@functools.cache
+def _parameter_copies(code: Any) -> dict[str, str]:
+    """Locals of a function's code that a top-level ``local = param`` copies a parameter into (vLLM's
     ``per_token_group_quant_fp8``: ``x_q = out_q``, then ``if x_q is None: x_q = torch.empty(...)``): local -> param.
-    Read from the function's source; none where it is not at hand."""
+    Read from the function's source once (the examples call an op many times); none where it is not at hand."""
     import ast
     import inspect
     import textwrap
@@ -447,6 +449,7 @@ def _parameter_copies(code: Any, params: set[str]) -> dict[str, str]:
     except (OSError, TypeError, SyntaxError):
         return {}
     fn = tree.body[0] if tree.body and isinstance(tree.body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    params = set(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
     return {} if fn is None else {
         stmt.targets[0].id: stmt.value.id for stmt in fn.body
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
