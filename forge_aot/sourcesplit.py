@@ -1006,10 +1006,12 @@ def _language_aliases(tree: ast.Module) -> set[str]:
 def _element_type_nodes(tree: ast.Module, aliases: set[str]) -> frozenset[int]:
     """In ``tl.bfloat16`` / ``triton.language.float16`` (read, not assigned): the ``tl`` name or the
     ``triton.language`` attribute, which host code may use: the runtime's ``triton.language`` has Triton's
-    element types, so host code can pass one to a kernel as a constexpr (vLLM's ``compute_type``)."""
+    element types, so host code can pass one to a kernel as a constexpr (vLLM's ``compute_type``), and their
+    class ``tl.dtype`` (vLLM's ``invoke_fused_moe_kernel(..., compute_type: tl.dtype, ...)`` annotates with it)."""
     out: set[int] = set()
     for n in ast.walk(tree):
-        if isinstance(n, ast.Attribute) and n.attr in HOST_DTYPES and isinstance(n.ctx, ast.Load):
+        if isinstance(n, ast.Attribute) and (n.attr in HOST_DTYPES or n.attr == "dtype") \
+                and isinstance(n.ctx, ast.Load):
             v = n.value
             if (isinstance(v, ast.Name) and v.id in aliases) or ast.unparse(v) == "triton.language":
                 out.add(id(v))
@@ -1359,7 +1361,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                         "@triton.autotune or the manifest's tune.configs, which the build tunes into its tables"
                         if configs else "; module code that runs it when the file is imported (a script's benchmark, "
                         "as the Triton tutorials end with): put such code under 'if __name__ == \"__main__\":'"
-                        if isinstance(node_root, ast.Expr) else "")
+                        if isinstance(node_root, (ast.Expr, ast.For, ast.While, ast.If, ast.With)) else "")
                 raise SourceError(f"{path}:{node.lineno}: host code uses '{node.id}', defined with Triton on "
                                   f"line {kernel_side[node.id]}{hint}")
     host_class_names = {s.name for s in host if isinstance(s, ast.ClassDef)}

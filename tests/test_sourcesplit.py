@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -610,3 +611,34 @@ def test_a_pre_hook_left_out_as_triton_code_is_named_when_bound(tmp_path: Path) 
     with pytest.raises(ForgeRuntimeError, match="config pre-hook 'hook' of k uses Triton, so the packaged host code "
                                                 "leaves it out"):
         exec_host_module("_hooked", str(f), {"k": Handle()}, src.host_source)
+
+
+def test_tl_dtype_in_host_code_is_the_runtimes_element_type_class(tmp_path: Path) -> None:
+    """vLLM's ``invoke_fused_moe_kernel(..., compute_type: tl.dtype, ...)``: an annotation Python evaluates when the
+    ``def`` runs, which made the whole host function (and its callers) kernel-side. The runtime's ``triton.language``
+    has ``dtype``, the class of its element types, as it has the element types."""
+    from forge_aot.runtime import KERNEL_SIDE_HOOK, HostDtype, host_triton
+
+    f = tmp_path / "k.py"
+    f.write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(x_ptr, n, compute_type: tl.constexpr):
+            pass
+
+
+        def invoke(x: torch.Tensor, compute_type: tl.dtype) -> None:
+            scale_kernel[(1,)](x, x.numel(), compute_type=compute_type)
+
+
+        def scale(x):
+            invoke(x, tl.bfloat16)
+        '''))
+    src = parse_source(f, {"scale"})
+    namespace = {"triton": host_triton, KERNEL_SIDE_HOOK: lambda name, module: None, "__name__": "k"}
+    exec(compile(src.host_source, str(f), "exec", dont_inherit=True), namespace)
+    assert namespace["invoke"].__annotations__["compute_type"] is HostDtype
