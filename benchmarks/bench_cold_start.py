@@ -16,8 +16,9 @@ of that binary must do, with no runtime at all (the output's torch.empty, readin
 cuModuleGetFunction, cuLaunchKernel through ctypes, the synchronize) on the very binary the wheel chose, and
 "floor + host code": that floor plus loading the wheel's C extension and running the op's host module and host
 function (a stand-in kernel handle launching the same binary), the least any runtime that keeps the op's host code
-Python must spend (a launch plan executed by the C extension included). The wheel runs with its runtime's bytecode bundle (written after a first call, or by ``write_bundle()``) and without
-(a fresh install's first process), interleaved; the matmul table and the stages run with it. ``--baseline DIR``
+Python must spend (a launch plan executed by the C extension included). The wheel runs with its runtime's bytecode
+bundle (written after a first call, or by ``write_bundle()``) and without (a fresh install's first process),
+interleaved; the matmul table and the stages run with it. ``--baseline DIR``
 adds another build of the package (installed with ``pip install --target DIR``, for example the previous commit's
 wheel) to that table, with its own bundle, interleaved: a change's effect measured in one run.
 
