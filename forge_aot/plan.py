@@ -615,6 +615,18 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
                         "type and an example that passes one to build that too")
         return "*i8"
     why = "no traced call launches it" if not values else ""
+    descriptors = [v for v in present if hasattr(v, "block_shape") and hasattr(v, "base")]
+    if present and len(descriptors) == len(present):  # host-side TensorDescriptors (the tutorials' TMA kernels)
+        for tv, source in kp.type_args.items():
+            if all(v is None or ((c.named or {}).get(source) is not None and rt.dtype_name(v.base.dtype)
+                                 == rt.dtype_name(_tensor_of(c.named[source]).dtype)) for c, v in values):
+                return f"tensordesc<{tv}>"
+        dtypes = sorted({rt.dtype_name(v.base.dtype) for v in present})
+        if len(dtypes) == 1:
+            return f"tensordesc<{dtypes[0]}>"
+        raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the "
+                     f"traced calls do not give it one: its descriptors are over {', '.join(dtypes)} tensors: give it "
+                     "a type variable of dtypes (tensordesc<T>)")
     tensors = [v for v in present if hasattr(v, "dtype") and hasattr(v, "data_ptr")]
     ints = [v for v in present if type(v) is int]
     if tensors and ints and len(tensors) + len(ints) == len(present):
@@ -642,6 +654,11 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
         why = f"the traced calls pass {sorted({type(v).__name__ for v in present})}"
     raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the traced "
                  f"calls do not give it one: {why}")
+
+
+def _tensor_of(value: Any) -> Any:
+    """A tensor argument, or the tensor a host-side descriptor describes."""
+    return value.base if hasattr(value, "block_shape") and hasattr(value, "base") else value
 
 
 def respecialize(kp: KernelPlan, call: TracedCall) -> TracedCall:

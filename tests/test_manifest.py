@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -299,3 +300,68 @@ def test_without_signature_do_not_specialize_names_a_runtime_parameter(tmp_path:
     assert result.exit_code == 2 and "kernels.scale.do-not-specialize[0]" in result.output \
         and "'m' is not a runtime parameter of scale_kernel (accepted: x_ptr, out_ptr, n, s)" in result.output, \
         result.output
+
+
+def test_host_side_tensor_descriptors_are_typed_from_the_traced_calls(tmp_path: Path) -> None:
+    """A parameter the examples pass host-side ``TensorDescriptor``s (the tutorials' TMA kernels) is typed
+    ``tensordesc<dtype>`` from them (the third hunt's tutorial 06 had to list ``tensordesc<fp16>`` four times): the
+    plan is the one the written signature gives, binaries included."""
+    source = (REPO / "benchmarks" / "launch" / "launch_kernels.py").resolve()
+
+    def plan_of(signature: str):
+        (tmp_path / "kernel_manifest.toml").write_text(
+            '[project]\nname = "forge_test_desc"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+            f'[kernels.add_desc]\nsource = "{source}:add_desc_kernel"\nops = ["add_desc"]\n'
+            f'signature = {{ {signature} }}\nexamples = "examples"\n')
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
+        binaries = {(e.variant, row.preferences[0].id, b) for e in plan.entries for rows in e.tables.values()
+                    for row in rows for b in plan.binaries_for(e, row.key, row.preferences[0])}
+        return plan.kernels["add_desc"], binaries
+
+    written, written_binaries = plan_of('x_desc = "tensordesc<fp32>", y_desc = "tensordesc<fp32>", '
+                                        'o_desc = "tensordesc<fp32>", M = "i32", N = "i32"')
+    typed, typed_binaries = plan_of('M = "i32"')
+    assert typed.params == written.params and typed.params[0] == ("x_desc", "tensordesc<fp32>")
+    assert typed.spec_params == written.spec_params and typed_binaries == written_binaries and typed_binaries
+
+
+def test_descriptors_over_tensors_of_a_type_variable_take_it(tmp_path: Path) -> None:
+    """Descriptors over fp16 and bf16 tensors in the traced calls: the type variable their first one has (one
+    parameter typed with it, as for pointers), or, with none, the message asks for one."""
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+        @triton.jit
+        def copy_kernel(x_desc, o_desc, BM: tl.constexpr, BN: tl.constexpr):
+            o_desc.store([0, 0], x_desc.load([0, 0]))
+
+
+        def copy(x):
+            out = torch.empty_like(x)
+            M, N = x.shape
+            descs = [TensorDescriptor(t, [M, N], [N, 1], [32, 32]) for t in (x, out)]
+            copy_kernel[(1,)](*descs, BM=32, BN=32)
+            return out
+
+
+        def examples(device="cpu"):
+            for dtype in (torch.float16, torch.bfloat16):
+                copy(torch.randn(64, 64, device=device, dtype=dtype))
+        '''))
+
+    def manifest(signature: str) -> Path:
+        (tmp_path / "kernel_manifest.toml").write_text(
+            '[project]\nname = "forge_test_desc_tv"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+            f'[kernels.copy]\nsource = "k.py:copy_kernel"\nops = ["copy"]\n{signature}examples = "examples"\n')
+        return tmp_path / "kernel_manifest.toml"
+
+    plan = make_plan(load_manifest(manifest('signature = { x_desc = "tensordesc<T>" }\n'
+                                            'dtypes = { T = ["fp16", "bf16"] }\n')), ["sm_90"])
+    assert plan.kernels["copy"].params[:2] == [("x_desc", "tensordesc<T>"), ("o_desc", "tensordesc<T>")]
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest(""))])
+    assert result.exit_code == 2 and "kernels.copy.signature.x_desc" in result.output \
+        and "its descriptors are over bf16, fp16 tensors: give it a type variable" in result.output, result.output
