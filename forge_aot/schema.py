@@ -253,6 +253,10 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
         if t is not None and name in written:  # Tensor(a!): the op writes it (torch.compile functionalizes)
             t = t.replace("Tensor", f"Tensor({chr(ord('a') + written.index(name))}!)")
         if t is None and seen[name] == {"None"}:
+            if p.annotation is not inspect.Parameter.empty:  # vLLM's ``custom_routing_function: Optional[Callable]``
+                shown = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
+                return None, (f"argument {name} is None in every traced call and annotated {shown}, which is no "
+                              "schema type (tensors, numbers, bools, strings, dtypes, lists of them)"), None
             return None, (f"argument {name} is None in every traced call, so its type is unknown: annotate it, or "
                           "pass a value in the examples"), None
         if t is None:

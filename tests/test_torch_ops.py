@@ -80,6 +80,22 @@ def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
     assert schema is None and why.startswith("two of its results share memory"), why
 
 
+def test_an_argument_annotated_with_no_schema_type_is_named_as_such() -> None:
+    """vLLM's ``fused_moe(..., custom_routing_function: Optional[Callable] = None)``: None in every traced call and
+    annotated, with a type no schema has; the message had said "annotate it"."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("from typing import Callable, Optional\n\n"
+         "def op(x: torch.Tensor, fn: Optional[Callable] = None) -> torch.Tensor:\n    return x.clone()\n",
+         namespace)  # as the library writes it (annotations as objects)
+    schema, why, _ = op_schema(namespace["op"], [((torch.ones(2),), {}, torch.ones(2))])
+    assert schema is None and why.startswith("argument fn is None in every traced call and annotated "
+                                             "Optional[Callable], which is no schema type"), why
+
+
 def test_fake_implementation_gives_the_host_codes_shapes_without_launching() -> None:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
