@@ -226,11 +226,16 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
                          current_stream=_TraceStream, default_stream=_TraceStream, stream=_TraceStreamContext)
         if not hasattr(torch._C, "_cuda_getCurrentRawStream"):
             raw_stream["_cuda_getCurrentRawStream"] = lambda device=None: 0
+    # Host code's own torch.compile'd helpers (Cut Cross-Entropy's sort_logit_avg) run eagerly while the build traces:
+    # the trace's tensors only answer as the GPU's (compiling for it needs it: dynamo saves its RNG state first), and
+    # with dynamo merely disabled a fullgraph compile refuses to run at all.
+    compile_eager = _compile_eager()
     saved = {name: getattr(torch.cuda, name) for name in stand_ins}
     versions = {"cuda": torch.version.cuda, "hip": torch.version.hip}
     rules = sys.modules.get("torch._dynamo.trace_rules")
     rules_built = rules is not None and rules.get_torch_obj_rule_map.cache_info().currsize > 0
     try:
+        compile_eager.__enter__()
         for name, fn in stand_ins.items():
             setattr(torch.cuda, name, fn)
         for name, fn in raw_stream.items():
@@ -248,6 +253,24 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         rules = sys.modules.get("torch._dynamo.trace_rules")
         if rules is not None and not rules_built:  # built while torch.cuda held the stand-ins: again from torch's own
             rules.get_torch_obj_rule_map.cache_clear()
+        compile_eager.__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _compile_eager() -> Iterator[None]:
+    """``torch.compile`` gives the function back as it is (as a decorator too), as it was after."""
+    import torch
+
+    real = torch.compile
+
+    def compile(model: Any = None, **options: Any) -> Any:  # torch.compile's stand-in
+        return (lambda fn: fn) if model is None else model
+
+    torch.compile = compile  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.compile = real
 
 
 class _TraceStream:

@@ -170,6 +170,55 @@ def test_host_code_that_picks_waits_for_and_streams_its_device_traces(tmp_path) 
         torch.backends.cuda.is_built()  # the stand-ins are gone after the trace
 
 
+def test_host_codes_torch_compiled_helpers_run_eagerly_while_traced(tmp_path) -> None:
+    """Cut Cross-Entropy's host code calls ``@torch.compile(fullgraph=True, dynamic=True)`` helpers around its kernels
+    (``sort_logit_avg``): compiling them for the GPU the trace's tensors answer as asked CPU torch for the CUDA RNG
+    state, and the examples failed. While the build traces, ``torch.compile`` gives the function back as it is."""
+    import textwrap
+
+    import torch
+
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "k.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(X, Y, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+        @torch.compile(fullgraph=True, dynamic=True)
+        def _order(x):
+            return torch.argsort(x).to(torch.int32)
+
+
+        softcap = torch.compile(lambda x, c: torch.tanh(x / c) * c)
+
+
+        def scale(x):
+            y = torch.empty_like(x)
+            scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+            return softcap(y, 30.0), _order(x)
+
+
+        def examples(device="cuda"):
+            scale(torch.randn(1001, device=device))
+    '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "compiled_helpers"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
+        '[kernels.scale]\nsource = "k.py:scale_kernel"\nops = ["scale"]\nexamples = "examples"\n')
+    real = torch.compile
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
+    assert plan.modules["k"]["schemas"]["scale"] == "(Tensor x) -> (Tensor, Tensor)"
+    assert torch.compile is real
+
+
 def test_dynamos_rules_built_during_the_trace_are_built_again_from_torchs_own_functions() -> None:
     """torch._dynamo maps torch's functions to tracing rules once, on first use, refusing one object under two names
     of different rules: a kernel file whose import reached it during the trace (bitsandbytes' int8 matmul, through
