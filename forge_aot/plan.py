@@ -72,7 +72,7 @@ INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 UNTYPED = "?"
 """The type of a runtime parameter the manifest leaves out, until the traced calls type it (``infer_signature``)."""
 FLOAT_TYPES = ("fp16", "bf16", "fp32", "fp64")
-HEURISTIC_OPTIONS = ("num_warps", "num_stages", "maxnreg")
+HEURISTIC_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 """Launch options a ``@triton.heuristics`` may compute instead of a constexpr parameter."""
 _PASSED = object()
 """Stands for a tensor where the build asks whether a heuristic depends on an argument being None."""
