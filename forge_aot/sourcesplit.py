@@ -364,8 +364,14 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
     if kept:
         text = _replace_blocks(text, tree, kept)
         tree = ast.parse(text)
+
     def value(expr: ast.expr) -> Any:
-        return _build_time_value(expr, env, env.keys() | set(dir(builtins)))
+        """Where ``expr`` is a literal or reads a name known so far (Triton's, a flag's), its value; else ``...``
+        (the file's other module code is its own import's business, not evaluated again here)."""
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        if names and not names & (env.keys() - {"__builtins__"}):
+            return ...
+        return _build_time_value(expr, env, env.keys() | set(_VALUE_BUILTINS))
 
     decisions: dict[int, bool] = {}  # id of a top-level if's test -> its value where the file reaches it
     for stmt in tree.body:  # in order: Triton's imports, then flags and feature probes (``hasattr(tl, "reduce")``)
@@ -386,16 +392,26 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
     return text, tree, decide
 
 
+_VALUE_BUILTINS = {name: getattr(__import__("builtins"), name) for name in (
+    "abs", "all", "any", "bool", "callable", "dict", "divmod", "float", "frozenset", "getattr", "hasattr", "int",
+    "isinstance", "issubclass", "len", "list", "max", "min", "repr", "round", "set", "sorted", "str", "tuple",
+    "type")}
+"""The builtins a build-time value may call: none that writes, reads files or input, or runs code (``open``,
+``print``, ``exec``, ``__import__``...), which the file's own import at build time runs once already."""
+
+
 def _build_time_value(expr: ast.expr, env: dict[str, Any], allowed: set[str] | Any) -> Any:
-    """An expression's value at build time, evaluated in ``env``, where it names only ``allowed`` names, never the
-    driver (which answers per GPU) and defines nothing (no lambda, walrus or comprehension); else (or where it
-    raises) ``...``. What both Triton feature probes (``_freeze_triton_probes``) and guards (``_triton_guard``) read."""
+    """An expression's value at build time, evaluated in ``env`` with the side-effect-free builtins only, where it
+    names only ``allowed`` names, never the driver (which answers per GPU) and defines nothing (no lambda, walrus or
+    comprehension); else (or where it raises) ``...``. What both Triton feature probes (``_freeze_triton_probes``) and
+    guards (``_triton_guard``) read."""
     names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
     if not names <= allowed or "driver" in ast.unparse(expr) or any(
             isinstance(n, (ast.Lambda, ast.NamedExpr, ast.comprehension)) for n in ast.walk(expr)):
         return ...
     try:
-        return eval(compile(ast.Expression(expr), "<triton at build time>", "eval"), dict(env))
+        return eval(compile(ast.Expression(expr), "<triton at build time>", "eval"),
+                    {**env, "__builtins__": _VALUE_BUILTINS})
     except Exception:
         return ...
 

@@ -642,3 +642,34 @@ def test_tl_dtype_in_host_code_is_the_runtimes_element_type_class(tmp_path: Path
     namespace = {"triton": host_triton, KERNEL_SIDE_HOOK: lambda name, module: None, "__name__": "k"}
     exec(compile(src.host_source, str(f), "exec", dont_inherit=True), namespace)
     assert namespace["invoke"].__annotations__["compute_type"] is HostDtype
+
+
+def test_reading_a_guarded_file_runs_none_of_its_other_module_code(tmp_path: Path, capsys) -> None:
+    """The guard reader (``_triton_guard``) evaluates Triton's flags and feature probes where the file sets them, and
+    nothing else: module code such as ``LOG = open(...)`` or ``BANNER = print(...)`` is its own import's business at
+    build time (once), never run again by reading the file; builtins that write, read or run code are never called."""
+    log = tmp_path / "side_effect.log"
+    f = tmp_path / "k.py"
+    f.write_text(textwrap.dedent(f'''\
+        try:
+            import triton
+            import triton.language as tl
+            _HAS_TRITON = True
+        except ImportError:
+            _HAS_TRITON = False
+        LOG = open({str(log)!r}, "w")
+        BANNER = print("side effect")
+        HAS_REDUCE = _HAS_TRITON and hasattr(tl, "reduce")
+        WRITES = _HAS_TRITON and open({str(log)!r}, "w")
+
+        if HAS_REDUCE:
+            @triton.jit
+            def k(x):
+                pass
+
+
+        def op(x):
+            return x
+        '''))
+    src = parse_source(f, {"op"})
+    assert "k" in src.kernels and not log.exists() and "side effect" not in capsys.readouterr().out
