@@ -100,11 +100,14 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
         return set()
     import torch
 
+    from .entry import buffer_of, rule_of
+
     lib = torch.library.Library(namespace, "FRAGMENT")
     LIBRARIES.append(lib)
     custom: set[str] = set()
-    for op, (_, schema, *autograd) in sorted(with_schema.items()):
-        rule, buffer = [*autograd[1:3], None, None][:2]
+    for op, spec in sorted(with_schema.items()):
+        _, schema, *autograd = spec
+        rule, buffer = rule_of(spec), buffer_of(spec)
         try:
             lib.define(f"{op}{schema}")
         except RuntimeError:
