@@ -617,13 +617,9 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
     why = "no traced call launches it" if not values else ""
     descriptors = [v for v in present if hasattr(v, "block_shape") and hasattr(v, "base")]
     if present and len(descriptors) == len(present):  # host-side TensorDescriptors (the tutorials' TMA kernels)
-        for tv, source in kp.type_args.items():
-            if all(v is None or ((c.named or {}).get(source) is not None and rt.dtype_name(v.base.dtype)
-                                 == rt.dtype_name(_tensor_of(c.named[source]).dtype)) for c, v in values):
-                return f"tensordesc<{tv}>"
-        dtypes = sorted({rt.dtype_name(v.base.dtype) for v in present})
-        if len(dtypes) == 1:
-            return f"tensordesc<{dtypes[0]}>"
+        element, dtypes = _element_type(kp, values)
+        if element is not None:
+            return f"tensordesc<{element}>"
         raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the "
                      f"traced calls do not give it one: its descriptors are over {', '.join(dtypes)} tensors: give it "
                      "a type variable of dtypes (tensordesc<T>)")
@@ -634,14 +630,9 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
         pointer = _type_of_values(loaded, kp, name, [c for c, v in values if v is None or type(v) is not int], at)
         return f"{pointer}|{'i32' if all(-(2**31) <= v < 2**31 for v in ints) else 'i64'}"
     if len(tensors) == len(present) and not why:
-        for tv, source in kp.type_args.items():
-            if all(v is None or ((c.named or {}).get(source) is not None
-                                 and rt.dtype_name(v.dtype) == rt.dtype_name(c.named[source].dtype))
-                   for c, v in values):
-                return f"*{tv}"
-        dtypes = sorted({rt.dtype_name(v.dtype) for v in present})
-        if len(dtypes) == 1:
-            return f"*{dtypes[0]}"
+        element, dtypes = _element_type(kp, values)
+        if element is not None:
+            return f"*{element}"
         why = f"its tensors are {', '.join(dtypes)}: give it a type variable of dtypes"
     elif present and all(type(v) is bool for v in present):
         return "i1"
@@ -654,6 +645,18 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
         why = f"the traced calls pass {sorted({type(v).__name__ for v in present})}"
     raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the traced "
                  f"calls do not give it one: {why}")
+
+
+def _element_type(kp: KernelPlan, values: list[tuple[TracedCall, Any]]) -> tuple[str | None, list[str]]:
+    """The element type of a parameter's tensors (a descriptor's: its tensor's) in the traced calls: the type
+    variable whose tensor has their dtype in every call, else their one dtype; None and their dtypes where they have
+    several."""
+    for tv, source in kp.type_args.items():
+        if all(v is None or ((c.named or {}).get(source) is not None and rt.dtype_name(_tensor_of(v).dtype)
+                             == rt.dtype_name(_tensor_of(c.named[source]).dtype)) for c, v in values):
+            return tv, []
+    dtypes = sorted({rt.dtype_name(_tensor_of(v).dtype) for _, v in values if v is not None})
+    return (dtypes[0] if len(dtypes) == 1 else None), dtypes
 
 
 def _tensor_of(value: Any) -> Any:
