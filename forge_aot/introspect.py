@@ -255,11 +255,11 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
     while hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers, then the JITFunction
         obj = obj.fn
     parameters = inspect.signature(obj).parameters
+    by_short_name = {short: attr for attr, short in HOST_DTYPES.items()}  # str(tl.float32) is "fp32"
     out: dict[str, Any] = {}
     for name in names:
         value = parameters[name].default
         value = getattr(value, "value", value) if type(value).__name__ == "constexpr" else value
-        by_short_name = {short: attr for attr, short in HOST_DTYPES.items()}
         if type(value).__module__.startswith("triton") and str(value) in by_short_name:  # tl.float32 and the like
             value = HostDtype(f"tl.{by_short_name[str(value)]}")
         elif not isinstance(value, (bool, int, float, str, type(None))):
