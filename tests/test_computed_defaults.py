@@ -48,21 +48,10 @@ def examples(device="cuda"):
 
 
 def _project(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "k.py").write_text(KERNEL)
-    (root / "kernel_manifest.toml").write_text(textwrap.dedent('''\
-        [project]
-        name = "forge_test_defaults"
-        version = "0.1.0"
-        targets = ["sm_90"]
+    from tests.test_localmods import one_file_project
 
-        [kernels.clamp]
-        source = "k.py:clamp_kernel"
-        ops = ["clamp_fp8_range"]
-        signature = { x = "*fp32" }
-        examples = "examples"
-    '''))
-    return root / "kernel_manifest.toml"
+    return one_file_project(root, "forge_test_defaults", KERNEL, "clamp_kernel", ["clamp_fp8_range"],
+                            'signature = { x = "*fp32" }\n')
 
 
 def test_defaults_the_source_computes_are_the_imported_kernels() -> None:

@@ -41,12 +41,9 @@ def examples(device="cuda"):
 
 
 def _project(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "k.py").write_text(KERNEL)
-    (root / "kernel_manifest.toml").write_text(
-        '[project]\nname = "forge_test_num_ctas"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
-        '[kernels.scale]\nsource = "k.py:_scale_kernel"\nops = ["scale"]\nexamples = "examples"\n')
-    return root / "kernel_manifest.toml"
+    from tests.test_localmods import one_file_project
+
+    return one_file_project(root, "forge_test_num_ctas", KERNEL, "_scale_kernel", ["scale"], entry="scale")
 
 
 def test_a_heuristic_may_compute_num_ctas(tmp_path: Path) -> None:

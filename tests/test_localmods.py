@@ -133,6 +133,20 @@ def _installed(manifest: Path, tmp_path: Path) -> Path:
     return target
 
 
+def one_file_project(root: Path, name: str, source: str, kernel: str, ops: list[str], extra: str = "",
+                     entry: str = "k") -> Path:
+    """A project of one kernel file ``k.py`` (``source``) whose kernel ``kernel`` serves ``ops``, traced from its
+    ``examples`` function, for sm_90 (``entry``: the manifest entry's name; ``extra``: more of it); its manifest's
+    path."""
+    root.mkdir(parents=True)
+    (root / "k.py").write_text(source)
+    (root / "kernel_manifest.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n'
+        f'[kernels.{entry}]\nsource = "k.py:{kernel}"\nops = {ops!r}\nexamples = "examples"\n{extra}'
+        .replace("'", '"'))
+    return root / "kernel_manifest.toml"
+
+
 def _run_fresh(code: str, target: Path) -> dict:
     """``code`` in a fresh process that has only the installed package importable (not the project, not forge-aot);
     its last line of output, as JSON."""

@@ -40,12 +40,9 @@ def examples(device="cuda"):
 
 
 def _project(root: Path) -> Path:
-    root.mkdir(parents=True)
-    (root / "k.py").write_text(KERNEL)
-    (root / "kernel_manifest.toml").write_text(
-        '[project]\nname = "forge_test_alias"\nversion = "0.1"\ntargets = ["sm_90"]\n\n'
-        '[kernels.scale]\nsource = "k.py:_scale_kernel"\nops = ["scale_by_three"]\nexamples = "examples"\n')
-    return root / "kernel_manifest.toml"
+    from tests.test_localmods import one_file_project
+
+    return one_file_project(root, "forge_test_alias", KERNEL, "_scale_kernel", ["scale_by_three"])
 
 
 def test_an_op_may_be_another_name_of_a_host_function(tmp_path: Path) -> None:
