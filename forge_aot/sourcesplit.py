@@ -1112,9 +1112,11 @@ def _heuristics_values(dec: ast.expr) -> ast.expr:
     return arg
 
 
-def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: ast.Call) -> None:
+def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: ast.Call, outermost: bool = False,
+                      ) -> None:
     """Rewrite a ``@triton.heuristics(VALUES)`` decorator, in place, as ``__forge_heuristics__(kernel, VALUES)``
-    on the same lines (blank lines inside the open parenthesis keep the count)."""
+    on the same lines (blank lines inside the open parenthesis keep the count); ``outermost``: one applied by
+    rebinding the kernel, after the decorators above its def, as ``__forge_heuristics__(kernel, VALUES, True)``."""
     arg = _heuristics_values(dec)
     first, last = dec.lineno - 1, (dec.end_lineno or dec.lineno) - 1
     a_first, a_last = arg.lineno - 1, (arg.end_lineno or arg.lineno) - 1
@@ -1127,20 +1129,23 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
         new += text[1:]
     else:
         new += text
-    new[-1] += ")"
+    new[-1] += ", True)" if outermost else ")"
     new += [""] * (last - first + 1 - len(new))
     lines[first:last + 1] = [ln + "\n" for ln in new]
 
 
-def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
+def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int]]:
     """Kernels wrapped by assignment instead of decoration, as Unsloth writes them (``def _rope_embedding(...)``,
     then ``_rope_embedding = triton.jit(_rope_embedding)`` and ``_rope_embedding = triton.heuristics({...})(
     _rope_embedding)``): each top-level ``NAME = W(NAME)`` / ``NAME = W(...)(NAME)`` after ``def NAME`` whose ``W`` is
     ``triton.jit``, ``triton.heuristics`` or ``triton.autotune`` becomes that def's decorator (the last one
-    outermost, as Python applies them), in the tree this parse reads. Returns the ids of those assignments: the
-    kernel side of the file, as decorators are (a heuristics' values still become host code on their lines)."""
+    outermost, as Python applies them), in the tree this parse reads. Returns the ids of those assignments (the
+    kernel side of the file, as decorators are; a heuristics' values still become host code on their lines) and of
+    the decorators they became: such a heuristics, applied after every one before it, runs first (Cut
+    Cross-Entropy rebinds one that sets ``BLOCK_D`` over one that reads it), so its host copy registers first."""
     functions: dict[str, ast.FunctionDef] = {}
     rebinding: set[int] = set()
+    rebound: set[int] = set()
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef):
             functions[stmt.name] = stmt
@@ -1165,7 +1170,8 @@ def _decorate_rebound_kernels(tree: ast.Module) -> set[int]:
             continue
         functions[target.id].decorator_list.insert(0, dec)
         rebinding.add(id(stmt))
-    return rebinding
+        rebound.add(id(dec))
+    return rebinding, rebound
 
 
 def _module_level_stores(stmt: ast.stmt) -> set[str]:
@@ -1219,7 +1225,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                           and _DESCRIPTOR_MODULE in {getattr(stmt, "module", None), *(a.name for a in stmt.names)}
                           for a in stmt.names}
     element_types = _element_type_nodes(tree, language_aliases)
-    rebinding = _decorate_rebound_kernels(tree)
+    rebinding, rebound = _decorate_rebound_kernels(tree)
     kernels: dict[str, KernelSource] = {}
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
@@ -1406,7 +1412,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             lines[line - 1] = "; ".join(f"{n} = {KERNEL_SIDE_HOOK}({n!r}, __name__)" for n in sorted(names)) + "\n"
     original = _split_lines(text)
     for name, dec in heuristics if not helper else ():  # a helper's kernels are never the package's: left blank
-        _heuristics_lines(lines, original, name, dec)
+        _heuristics_lines(lines, original, name, dec, outermost=id(dec) in rebound)
     host_tl = any(isinstance(n, ast.Name) and n.id == "tl" and id(n) in element_types
                   for stmt in host for n in ast.walk(stmt))
     for stmt, kept in narrowed.items():

@@ -43,9 +43,10 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
         module.__file__ = filename
     by_function = {getattr(k, "function", name): k for name, k in kernels.items()}
 
-    def register_heuristics(function: str, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
+    def register_heuristics(function: str, values: dict[str, Callable[[dict[str, Any]], Any]],
+                            outermost: bool = False) -> None:
         if function in by_function:  # else a kernel the package has no entry for (no shipped code launches it)
-            by_function[function].add_heuristics(values)
+            by_function[function].add_heuristics(values, outermost)
 
     def kernel_side(name: str, module: str) -> Any:  # where the file defines a kernel (or other Triton code)
         return kernels[name] if name in kernels else KernelSide(name, module)

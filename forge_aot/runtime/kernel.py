@@ -142,13 +142,14 @@ class Kernel(KernelBase):
     def __repr__(self) -> str:
         return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
 
-    def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]]) -> None:
-        """Register one ``@triton.heuristics`` decorator's values (outer decorators register first)."""
+    def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]], outermost: bool = False) -> None:
+        """Register one ``@triton.heuristics`` decorator's values: after those before (decorators register outer
+        first), or, ``outermost`` (applied by rebinding the kernel, after them), before them."""
         for name in values:  # all checked before any is added: a failed call changes nothing
             if name not in self.heuristic_names:
                 raise ForgeRuntimeError(f"{self.function}: heuristic '{name}' is not a constexpr parameter the "
                                         f"package knows as heuristic ({self.heuristic_names})")
-        self.heuristics.extend(values.items())
+        self.heuristics = [*values.items(), *self.heuristics] if outermost else [*self.heuristics, *values.items()]
         if self._fast is not None:
             fastpath.use_c_launch(self, True)  # the C path calls the heuristics too: re-read with them
 

@@ -1,0 +1,91 @@
+"""``@triton.heuristics`` applied by rebinding the kernel after its def, as Cut Cross-Entropy and Unsloth write it
+(``K = triton.heuristics({...})(K)``). Each rebinding wraps everything before it, so Triton runs it first: Cut
+Cross-Entropy rebinds heuristics that set ``BLOCK_D`` over one that reads ``args["BLOCK_D"]``. The host copy
+registered the rebound values after those before them, in the file's order, and the build refused the kernel
+("the host copy ... gives ['EVEN', 'BLOCK', ...], the decorator ['BLOCK', ..., 'EVEN']"); a rebound heuristics now
+registers before them, so the packaged host code runs every kernel's heuristics in Triton's order.
+
+CPU: the split host code, the plan's heuristic order and its binaries. GPU: the wheel against torch, where each
+heuristic reads the one set before it."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def _scale_kernel(X, Y, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(Y + offs, tl.load(X + offs) * 2)
+    else:
+        tl.store(Y + offs, tl.load(X + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+# applied after the decorators, each wrapping what is above it: Triton runs BLOCK, then num_warps, then EVEN
+_scale_kernel = triton.heuristics({"num_warps": lambda args: 4 if args["BLOCK"] <= 256 else 8})(_scale_kernel)
+_scale_kernel = triton.heuristics({"BLOCK": lambda args: 128})(_scale_kernel)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel[lambda META: (triton.cdiv(n, META["BLOCK"]),)](x, y, n)
+    return y
+
+
+def examples(device="cuda"):
+    for n in (1001, 1024):
+        scale(torch.randn(n, device=device))
+'''
+
+
+def _project(root: Path) -> Path:
+    from tests.test_localmods import one_file_project
+
+    return one_file_project(root, "forge_test_rebound", KERNEL, "_scale_kernel", ["scale"], entry="scale")
+
+
+def test_a_rebound_heuristics_registers_before_those_it_wraps(tmp_path: Path) -> None:
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from forge_aot.sourcesplit import parse_source
+
+    manifest = _project(tmp_path / "p")
+    host = parse_source(manifest.parent / "k.py", {"scale"}).host_source.splitlines()
+    assert host[5].startswith("__forge_heuristics__('_scale_kernel', {\"EVEN\"") and host[5].endswith("})")
+    rebound = [line for line in host if line.startswith("__forge_heuristics__(") and line.endswith(", True)")]
+    assert [line.split("{")[1].split(":")[0] for line in rebound] == ['"num_warps"', '"BLOCK"']
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    kp = plan.kernels["scale"]
+    assert [name for name, _ in kp.heuristics] == ["BLOCK", "num_warps", "EVEN"]
+    binaries = {(dict(b.heur)["BLOCK"], dict(b.heur)["EVEN"], dict(b.heur)["num_warps"]) for e in plan.entries
+                for rows in e.tables.values() for row in rows for b in plan.binaries_for(e, row.key, row.preferences[0])}
+    assert binaries == {(128, False, 4), (128, True, 4)}
+
+
+@pytest.mark.gpu
+def test_the_wheel_runs_the_heuristics_in_tritons_order(tmp_path: Path) -> None:
+    from tests.test_localmods import _installed, _run_fresh
+
+    target = _installed(_project(tmp_path / "p"), tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_test_rebound
+        errs = []
+        for n in (1001, 1024, 77, 4096):
+            x = torch.randn(n + 1, device="cuda")[1:]
+            errs.append((forge_test_rebound.scale(x) - x * 2).abs().max().item())
+        print(json.dumps({"max_err": max(errs)}))
+        ''')
+    assert _run_fresh(code, target)["max_err"] == 0.0
