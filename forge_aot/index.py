@@ -22,7 +22,8 @@ DESCRIPTOR_FIELDS = ("descs", "tensordesc_meta")
 
 def binary_path(sidecar: dict[str, Any], config_id: str, binary_id: str) -> str:
     variant, config = path_component(sidecar["variant"]), path_component(config_id)
-    return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config}/{binary_id}.{sidecar['format']}"
+    binary = path_component(binary_id)
+    return f"_forge/bin/{sidecar['kernel']}/{sidecar['target']}/{variant}/{config}/{binary}.{sidecar['format']}"
 
 
 def compile_reason(failures: list[str]) -> str:

@@ -270,9 +270,11 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
     return out
 
 
-def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list[str]]:
+def read_decorators(path: str, function: str, on_def: bool = True, tune_table: str = "tune",
+                    ) -> tuple[AutotuneInfo | None, list[str]]:
     """The ``@triton.autotune`` of ``function`` in ``path`` (None if it has none) and the names its
-    ``@triton.heuristics`` compute, in Triton's order of evaluation."""
+    ``@triton.heuristics`` compute, in Triton's order of evaluation. ``on_def`` False: the source has no
+    ``@triton.autotune`` on the def, so an autotuner found is one host code applied after it (refused)."""
     module = imported_kernel_module(path)
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction
@@ -292,6 +294,11 @@ def read_decorators(path: str, function: str) -> tuple[AutotuneInfo | None, list
         obj = obj.fn
     if tuner is None:
         return None, heuristics
+    if not on_def:
+        raise SourceError(f"{path}: host code applies triton.autotune to {function} after its def (a decorator a "
+                          "helper returns, as Cut Cross-Entropy's where CCE_AUTOTUNE is set): forge-aot tunes at "
+                          "build time from the decorators on the def; put @triton.autotune there, or list the configs "
+                          f"in the manifest's [{tune_table}] and build where the helper returns triton.heuristics")
     where = f"{path}: @triton.autotune of {function}"
     configs = []
     for c in tuner.configs:

@@ -59,16 +59,20 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def patched_while_inside(cls: type, name: str, wrapper: Any) -> Iterator[None]:
+def patched_while_inside(cls: type, name: str, wrapper: Any, inherited: bool = False) -> Iterator[None]:
     """``cls.name`` replaced by ``wrapper(the class's own)`` while any thread is inside (installed by the first,
     removed by the last, under a lock), so overlapping threads leave the class as it was; the wrapper decides from
-    its thread's own state whether to act. Nothing where the class has no such attribute of its own."""
+    its thread's own state whether to act. Nothing where the class has no such attribute of its own, unless
+    ``inherited``: then ``wrapper(what it inherits)`` stands in the class while inside."""
     key = (cls, name)
     with _PATCH_LOCK:
         entry = _PATCHES.get(key)
         if entry is None:
             real = cls.__dict__.get(name)
-            if real is not None:
+            if real is None and inherited:
+                entry = _PATCHES[key] = [0, None]
+                setattr(cls, name, wrapper(getattr(cls, name)))
+            elif real is not None:
                 entry = _PATCHES[key] = [0, real]
                 setattr(cls, name, wrapper(real))
         if entry is not None:
@@ -80,7 +84,10 @@ def patched_while_inside(cls: type, name: str, wrapper: Any) -> Iterator[None]:
             with _PATCH_LOCK:
                 entry[0] -= 1
                 if entry[0] == 0:
-                    setattr(cls, name, entry[1])
+                    if entry[1] is None:
+                        delattr(cls, name)
+                    else:
+                        setattr(cls, name, entry[1])
                     del _PATCHES[key]
 
 

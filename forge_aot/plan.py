@@ -183,7 +183,8 @@ def path_component(name: str) -> str:
     (CSV) would have to quote (``T=fp16,BLOCK_SIZE=1024`` → ``T=fp16_BLOCK_SIZE=1024``), and, past
     ``PATH_COMPONENT_MAX`` characters, its first 64 characters and a hash of the whole id: a kernel with many
     call-site constexprs (SGLang's extend attention passes a dozen, some with long names) has variant ids longer
-    than the 255 bytes a file name may have."""
+    than the 255 bytes a file name may have, and a kernel with many heuristics binary ids (Cut Cross-Entropy's
+    backward computes seventeen values)."""
     flat = name.replace(",", "_")
     # a string constexpr may hold anything ("../x", a slash, non-ASCII): such ids are spelt safely and hashed too
     safe = re.sub(r"[^A-Za-z0-9_=.+\-]", "_", flat)
@@ -215,7 +216,7 @@ class CompileJob:
     @property
     def binary_stem(self) -> str:
         return (f"{self.kernel}/{self.target}/{path_component(self.variant)}/{path_component(self.config.id)}/"
-                f"{self.binary.id}")
+                f"{path_component(self.binary.id)}")
 
     def to_json(self) -> dict[str, Any]:
         extra: dict[str, Any] = {"descriptors": {n: list(s) for n, s in self.binary.descs}} if self.binary.descs \
@@ -732,8 +733,8 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     check_kernel_branches(src, path)
     ks: KernelSource = src.kernels[func]
     names = [p.name for p in ks.params]
-    autotune, heuristic_names = (read_decorators(str(path), func) if (ks.autotuned or ks.has_heuristics)
-                                 else (None, []))
+    autotune, heuristic_names = (read_decorators(str(path), func, ks.autotuned, f"kernels.{name}.tune")
+                                 if (ks.autotuned or ks.has_heuristics or ks.rewrapped) else (None, []))
     if ks.autotuned and autotune is None:  # a decorator read as an autotuner for its configs= and key= only
         raise SourceError(f"{path}:{ks.line}: {func} has a decorator with configs= and key= that does not make a "
                           "Triton Autotuner (triton.runtime.autotuner.Autotuner or a subclass): forge-aot cannot "

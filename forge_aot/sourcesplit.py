@@ -87,6 +87,10 @@ class KernelSource:
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``tl.store``, atomics, a descriptor's ``store``; see
     ``_pointer_flow``): what makes an op that passes a tensor there mutate it."""
+    rewrapped: bool = False
+    """Whether host code wraps the kernel again after its def in a call that is not Triton's own (Cut
+    Cross-Entropy's ``K = cce_forward_autotune()(K)``): its decorators are then read from the kernel Triton builds
+    (``introspect.read_decorators``), the line stays host code."""
 
     @property
     def autotuned(self) -> bool:
@@ -234,7 +238,7 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
     def visit(node: ast.AST) -> None:
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         if isinstance(node, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp)) and names & triton_names \
-                and _uses_triton(node, triton_names, driver_ok=False):
+                and _uses_triton(node, triton_names, driver_ok=False, decorators_ok=False):
             value = _build_time_value(node, env, triton_names | _PROBE_NAMES)
             if value is None or isinstance(value, (bool, int, float, str)):
                 found.append((node, value))
@@ -523,7 +527,11 @@ def _host_import(stmt: ast.stmt) -> dict[str, str] | None:
     return None
 
 
-_HOST_HELPERS = ("cdiv", "next_power_of_2")
+_DECORATOR_HELPERS = ("heuristics", "Config", "autotune")
+"""Host helpers for decorators host code applies after a kernel's def (see runtime/host_decorators.py): allowed
+where host code reaches them, but a definition using them counts as Triton code where nothing shipped reaches it
+(a config list an ``@triton.autotune`` on a def reads stays out of the wheel)."""
+_HOST_HELPERS = ("cdiv", "next_power_of_2", *_DECORATOR_HELPERS)
 """What ``from triton import ...`` may bring into host code: the helpers the runtime's ``triton`` has."""
 
 
@@ -857,8 +865,61 @@ def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelPa
     return tuple(dict.fromkeys(names))
 
 
-def _names_in(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+def _names_in(node: ast.AST, skip: frozenset[int] | set[int] = frozenset()) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and id(n) not in skip}
+
+
+def _triton_annotations(statements: list[ast.stmt], triton_names: set[str], element_types: frozenset[int],
+                        ) -> list[ast.expr]:
+    """The annotations of host functions that name Triton, each on one line (Cut Cross-Entropy's ``def
+    cce_forward_autotune() -> Callable[..., autotuner.Autotuner | autotuner.Heuristics]``): without ``from
+    __future__ import annotations`` Python evaluates them at the def, so the shipped copy has them as strings
+    (``_replace_spans``), which nothing in host code reads; one over several lines stays what it is (an error), and
+    one naming ``constexpr`` marks a kernel's parameter (a def left undecorated is Triton code, not host code)."""
+    names = triton_names - {"triton"}
+    allowed = set(_HostTriton.HOST_HELPERS)
+
+    def names_triton(ann: ast.expr) -> bool:  # (a ``tl.constexpr`` parameter makes a kernel, not host code)
+        return "constexpr" not in ast.unparse(ann) and any(
+            (isinstance(n, ast.Name) and n.id in names and id(n) not in element_types)
+            or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton"
+                and n.attr not in allowed) for n in ast.walk(ann))
+
+    out = []
+    for stmt in statements:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                params = (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg)
+                for ann in (*(p.annotation for p in params if p is not None), node.returns):
+                    if ann is not None and ann.lineno == ann.end_lineno and names_triton(ann):
+                        out.append(ann)
+    return out
+
+
+def _replace_spans(lines: list[str], spans: list[tuple[ast.expr, Callable[[str], str]]]) -> None:
+    """Each expression's source text ``t`` replaced, in ``lines``, by ``text(t)`` on its first line, the lines it
+    spanned after that left empty (the file's line numbers stay). Spans must not overlap."""
+    for node, text in sorted(spans, key=lambda s: (s[0].lineno, s[0].col_offset), reverse=True):  # right to left
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        head, tail = lines[first].encode("utf-8"), lines[last].encode("utf-8")  # (offsets count UTF-8 bytes)
+        start, end = node.col_offset, node.end_col_offset or node.col_offset
+        source = b"".join([head[start:]] + [ln.encode("utf-8") for ln in lines[first + 1:last]] + [tail[:end]]) \
+            if last > first else head[start:end]
+        lines[first] = (head[:start] + text(source.decode("utf-8")).encode("utf-8") + tail[end:]).decode("utf-8")
+        for i in range(first + 1, last + 1):
+            lines[i] = "\n"
+
+
+def _host_autotune_calls(statements: list[ast.stmt]) -> list[ast.Call]:
+    """The ``triton.autotune(...)`` calls in host code (Cut Cross-Entropy's helper returns one where
+    ``CCE_AUTOTUNE`` is set, else ``triton.heuristics``). The build reads the decorators a kernel got from the kernel
+    Triton built, and refuses an autotuner applied after the def; the shipped copy calls ``triton.autotune()``,
+    which raises (runtime/host_decorators.py), so what the arguments name (configs, pruning functions using
+    ``triton.testing``) is never run there: Triton code, as unreached definitions are."""
+    return [node for stmt in statements for node in ast.walk(stmt)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "autotune"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "triton"]
 
 
 _POINTER_FUNCTIONS = ("make_block_ptr", "advance", "make_tensor_descriptor", "multiple_of", "max_contiguous",
@@ -950,11 +1011,12 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
 
 
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
-                 element_types: frozenset[int] = frozenset(), skip: frozenset[int] = frozenset()) -> bool:
+                 element_types: frozenset[int] = frozenset(), skip: frozenset[int] = frozenset(),
+                 decorators_ok: bool = True) -> bool:
     """Whether code needs Triton itself (not just the host helpers ``triton.cdiv`` / ``next_power_of_2``, nor,
-    where ``driver_ok``, ``triton.runtime.driver``, which the runtime answers too, nor the element types
-    ``tl.bfloat16`` whose nodes are in ``element_types``)."""
-    helpers = set(_HostTriton.HOST_HELPERS) - {"runtime"}
+    where ``decorators_ok``, those of ``_DECORATOR_HELPERS``, nor, where ``driver_ok``, ``triton.runtime.driver``,
+    which the runtime answers too, nor the element types ``tl.bfloat16`` whose nodes are in ``element_types``)."""
+    helpers = set(_HostTriton.HOST_HELPERS) - {"runtime", *(() if decorators_ok else _DECORATOR_HELPERS)}
     driver = _driver_attributes(node) if driver_ok else set()
     for n in ast.walk(node):
         if id(n) in skip:  # a guarded Triton import and what follows it (see _guarded_triton_imports)
@@ -1134,7 +1196,7 @@ def _heuristics_lines(lines: list[str], original: list[str], kernel: str, dec: a
     lines[first:last + 1] = [ln + "\n" for ln in new]
 
 
-def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int]]:
+def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int], set[str]]:
     """Kernels wrapped by assignment instead of decoration, as Unsloth writes them (``def _rope_embedding(...)``,
     then ``_rope_embedding = triton.jit(_rope_embedding)`` and ``_rope_embedding = triton.heuristics({...})(
     _rope_embedding)``): each top-level ``NAME = W(NAME)`` / ``NAME = W(...)(NAME)`` after ``def NAME`` whose ``W`` is
@@ -1142,10 +1204,12 @@ def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int]]:
     outermost, as Python applies them), in the tree this parse reads. Returns the ids of those assignments (the
     kernel side of the file, as decorators are; a heuristics' values still become host code on their lines) and of
     the decorators they became: such a heuristics, applied after every one before it, runs first (Cut
-    Cross-Entropy rebinds one that sets ``BLOCK_D`` over one that reads it), so its host copy registers first."""
+    Cross-Entropy rebinds one that sets ``BLOCK_D`` over one that reads it), so its host copy registers first.
+    Third, the defs some other call wraps that way (``K = helper()(K)``: see ``KernelSource.rewrapped``)."""
     functions: dict[str, ast.FunctionDef] = {}
     rebinding: set[int] = set()
     rebound: set[int] = set()
+    rewrapped: set[str] = set()
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef):
             functions[stmt.name] = stmt
@@ -1166,12 +1230,14 @@ def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int]]:
             dec = ast.copy_location(ast.Call(func=call.func, args=[], keywords=call.keywords), call) \
                 if call.keywords else call.func  # triton.jit(f), triton.jit(f, do_not_specialize=[...])
         if dec is None or _decorator_kind(dec) is None:
+            if wrapped:
+                rewrapped.add(target.id)
             functions.pop(target.id, None)
             continue
         functions[target.id].decorator_list.insert(0, dec)
         rebinding.add(id(stmt))
         rebound.add(id(dec))
-    return rebinding, rebound
+    return rebinding, rebound, rewrapped
 
 
 def _module_level_stores(stmt: ast.stmt) -> set[str]:
@@ -1225,7 +1291,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                           and _DESCRIPTOR_MODULE in {getattr(stmt, "module", None), *(a.name for a in stmt.names)}
                           for a in stmt.names}
     element_types = _element_type_nodes(tree, language_aliases)
-    rebinding, rebound = _decorate_rebound_kernels(tree)
+    rebinding, rebound, rewrapped = _decorate_rebound_kernels(tree)
     kernels: dict[str, KernelSource] = {}
     kernel_stmts: list[ast.FunctionDef] = []
     heuristics: list[tuple[str, ast.Call]] = []
@@ -1256,7 +1322,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             params = _params(stmt, constants)  # type: ignore[arg-type]
             kernels[stmt.name] = KernelSource(  # type: ignore[union-attr]
                 stmt.name, stmt.lineno, params, tuple(k for k, _ in decorators),  # type: ignore[union-attr]
-                _do_not_specialize(stmt, decorators[-1][1], params))  # type: ignore[arg-type]
+                _do_not_specialize(stmt, decorators[-1][1], params),  # type: ignore[arg-type]
+                rewrapped=stmt.name in rewrapped)  # type: ignore[union-attr]
             kernel_stmts.append(stmt)  # type: ignore[arg-type]
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _host_import(stmt) is not None:
@@ -1292,20 +1359,29 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # shipped reaches, like a decorator's ``is_cuda()``, stays out of the wheel.)
     constexpr_globals = _constexpr_globals(rest, triton_names, element_types)
     guarded_skip, guarded = _guarded_triton_imports(rest)
+    annotations = _triton_annotations(rest, triton_names, element_types)
+    tuner_calls = _host_autotune_calls(rest)
+    tuner_args = {id(n) for c in tuner_calls for n in ast.walk(c) if n is not c.func and n is not c.func.value} | \
+        {id(n) for a in annotations for n in ast.walk(a)}  # type: ignore[attr-defined]
+    guarded_skip = guarded_skip | tuner_args
+    with_decorators = triton_names | {a.asname or a.name for s in tree.body if isinstance(s, ast.ImportFrom)
+                                      and s.module == "triton" and s.level == 0 for a in s.names
+                                      if a.name in _DECORATOR_HELPERS}
     direct = {id(s) for s in rest if id(s) not in constexpr_globals
-              and _uses_triton(s, triton_names, element_types=element_types, skip=guarded_skip)}
+              and _uses_triton(s, with_decorators, element_types=element_types, skip=guarded_skip,
+                               decorators_ok=False)}
     triton_side = set(direct)
     changed = True
     while changed:
         changed = False
         defined = {n for s in rest if id(s) in triton_side for n in _defined_names(s)}
         for stmt in rest:
-            if id(stmt) not in triton_side and _names_in(stmt) & defined:
+            if id(stmt) not in triton_side and _names_in(stmt, tuner_args) & defined:
                 triton_side.add(id(stmt))
                 changed = True
     triton_side |= {id(s) for s in rest if id(s) not in constexpr_globals
-                    and _uses_triton(s, triton_names, driver_ok=False, element_types=element_types,
-                                     skip=guarded_skip)}
+                    and _uses_triton(s, with_decorators, driver_ok=False, element_types=element_types,
+                                     skip=guarded_skip, decorators_ok=False)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
     if helper and ops is None:
         ops = set(by_name)  # a module imported whole: every definition is host code
@@ -1315,7 +1391,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     todo: list[ast.AST] = [*roots, *(_heuristics_values(d) for _, d in heuristics)]
     while todo:
         node = todo.pop()
-        for n in _names_in(node) | (_defined_names(node) if isinstance(node, ast.stmt) else set()):
+        for n in _names_in(node, tuner_args) | (_defined_names(node) if isinstance(node, ast.stmt) else set()):
             s = by_name.get(n)
             if s is not None and id(s) not in reached_ids:
                 reached_ids.add(id(s))
@@ -1329,8 +1405,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             blanked.append(stmt)
         else:
             host.append(stmt)
-        if id(stmt) in direct:
-            for n in _defined_names(stmt):
+        if id(stmt) in direct and _uses_triton(stmt, triton_names, element_types=element_types, skip=guarded_skip):
+            for n in _defined_names(stmt):  # (one using only what _DECORATOR_HELPERS name may be reached)
                 kernel_side[n] = stmt.lineno
     narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked],
                                     [_heuristics_values(d) for _, d in heuristics])
@@ -1448,8 +1524,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # code alike (FlagGems: ``try: from triton.tools.tensor_descriptor import TensorDescriptor`` / ``except``).
     nested = [n for stmt in host for n in ast.walk(stmt) if n is not stmt and isinstance(n, ast.ImportFrom)
               and _host_import(n) is not None]
+    # (``from triton import Config`` for a decorator's config list binds nothing: host code does not read it)
+    read = {n for stmt in host for n in _names_in(stmt, tuner_args)}
     for stmt in [*host_imports, *nested]:
-        _replace_statement(lines, stmt, "; ".join(f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()))
+        _replace_statement(lines, stmt, "; ".join(
+            f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()
+            if n in read or what.rpartition(".")[2] not in _DECORATOR_HELPERS))
+    # (a blanked def's annotations and calls are gone already)
+    _replace_spans(lines, [(a, repr) for a in annotations if id(a) in host_ids]
+                   + [(c, lambda _: "triton.autotune()") for c in tuner_calls if id(c) in host_ids])
     return SourceFile(path=path, kernels=kernels, host_source="".join(lines),
                       host_functions=frozenset(host_defs), kernel_refs=kernel_refs, launches=tuple(launches),
                       host_classes=frozenset(host_class_names), branch_kernels=branch_kernels,

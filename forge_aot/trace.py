@@ -160,6 +160,11 @@ class TraceKernel(rt.Kernel):
         self.records.append(TracedCall(self.name, self.axis_values(runtime, call), key,
                                        rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0]))
 
+    @property
+    def arg_names(self) -> list[str]:
+        """As a ``JITFunction``'s: what Triton's ``heuristics`` decorator reads of the function it wraps."""
+        return self.param_names
+
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
         """``kernel.warmup(...)``: recorded as the launch it prepares; its figures are placeholders (no binary
         exists yet; see PlaceholderCompiled)."""
@@ -682,7 +687,8 @@ def no_triton_launches() -> Iterator[None]:
     try:
         with patched_while_inside(JITFunction, "run", _refused_in_guarded_threads), \
                 patched_while_inside(Autotuner, "run", _refused_in_guarded_threads), \
-                patched_while_inside(Heuristics, "run", _refused_in_guarded_threads):
+                patched_while_inside(Heuristics, "run", _refused_in_guarded_threads), \
+                patched_while_inside(Heuristics, "__new__", _heuristics_on_handles, inherited=True):
             yield
     finally:
         _GUARD.depth = depth
@@ -709,6 +715,21 @@ def _refused_in_guarded_threads(run: Any) -> Any:
                            "launches it); launch it from one of those, as the wheel runs only their host code")
 
     return guarded
+
+
+def _heuristics_on_handles(new: Any) -> Any:
+    """Triton's ``Heuristics`` made over a recording handle (host code applying ``triton.heuristics`` a project
+    helper module, imported with Triton, returned: Cut Cross-Entropy's ``K = cce_forward_autotune()(K)``): the
+    values register on the handle, outermost, and the handle stands for the wrapper, as the wheel's
+    ``triton.heuristics`` does (runtime/host_decorators.py)."""
+
+    def heuristics_new(cls: type, fn: Any = None, arg_names: Any = None, values: Any = None) -> Any:
+        if isinstance(fn, TraceKernel) and getattr(_GUARD, "depth", 0):
+            fn.add_heuristics(values, True)
+            return fn
+        return new(cls)
+
+    return staticmethod(heuristics_new)
 
 
 def _library_frame(filename: str) -> bool:

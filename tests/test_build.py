@@ -402,3 +402,41 @@ def test_long_variant_and_config_ids_get_short_file_names(tmp_path: Path) -> Non
     read = [b["path"] for spec in part["kernels"].values() for v in spec["variants"].values()
             for t in v["targets"].values() for c in t["configs"].values() for b in c["binaries"].values()]
     assert set(read) == paths
+
+
+def test_long_binary_ids_get_short_file_names(tmp_path: Path) -> None:
+    """Cut Cross-Entropy's backward kernel computes seventeen ``@triton.heuristics`` values, each part of a binary's
+    id: every such binary failed to write ("[Errno 36] File name too long", on the H200 in session 40). Binary ids
+    are shortened as variant and config ids are, and the wheel's index names the files it holds."""
+    import zipfile
+
+    from forge_aot.runtime.host_modules import load_index
+
+    flags = [f"HAS_A_RATHER_LONG_HEURISTIC_FLAG_{i}" for i in range(8)]
+    (tmp_path / "k.py").write_text(
+        "import torch\nimport triton\nimport triton.language as tl\n\n\n"
+        f"@triton.heuristics({{{', '.join(f'{f!r}: lambda args: args[{chr(39)}n{chr(39)}] > 4000' for f in flags)}}})\n"
+        f"@triton.jit\ndef k(X, Y, n, {', '.join(f'{f}: tl.constexpr' for f in flags)}, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    tl.store(Y + offs, tl.load(X + offs, mask=offs < n), mask=offs < n)\n\n\n"
+        "def copy(x):\n    y = torch.empty_like(x)\n"
+        "    k[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)\n    return y\n\n\n"
+        "def examples(device):\n    for n in (4096, 1000):\n"
+        "        copy(torch.empty(n, dtype=torch.float16, device=device))\n")
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "longheur"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.k]\n'
+        'source = "k.py:k"\nops = ["copy"]\nsignature = { X = "*fp16" }\nexamples = "examples"\n'
+        'constexprs = { BLOCK = [1024] }\n')
+    result = build(tmp_path / "kernel_manifest.toml", out_dir=tmp_path / "dist", build_dir=tmp_path / "work",
+                   platforms=["any"])
+    ids = {b.id for e in result.plan.entries for rows in e.tables.values() for row in rows
+           for b in result.plan.binaries_for(e, row.key, row.preferences[0])}
+    assert len(ids) >= 2 and all(len(i) > 255 for i in ids)
+    with zipfile.ZipFile(result.wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "site")
+    assert max(len(part) for n in names for part in n.split("/")) <= 97 + len(".cubin")
+    index = load_index(str(tmp_path / "site" / "longheur"), "k")
+    paths = [b["path"] for spec in index["kernels"].values() for v in spec["variants"].values()
+             for t in v["targets"].values() for c in t["configs"].values() for b in c["binaries"].values()]
+    assert len(paths) == len(ids) and all(f"longheur/{p}" in names for p in paths)

@@ -69,7 +69,8 @@ def test_a_rebound_heuristics_registers_before_those_it_wraps(tmp_path: Path) ->
     kp = plan.kernels["scale"]
     assert [name for name, _ in kp.heuristics] == ["BLOCK", "num_warps", "EVEN"]
     binaries = {(dict(b.heur)["BLOCK"], dict(b.heur)["EVEN"], dict(b.heur)["num_warps"]) for e in plan.entries
-                for rows in e.tables.values() for row in rows for b in plan.binaries_for(e, row.key, row.preferences[0])}
+                for rows in e.tables.values() for row in rows
+                for b in plan.binaries_for(e, row.key, row.preferences[0])}
     assert binaries == {(128, False, 4), (128, True, 4)}
 
 

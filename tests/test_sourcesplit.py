@@ -39,16 +39,26 @@ def test_host_code_keeps_line_numbers_and_drops_kernels() -> None:
     ("@triton.testing.perf_report([])\ndef bench(n):\n    pass\n\nbench.run(print_data=True)\n",
      r"host code uses 'bench', defined with Triton on line 9; module code that runs it when the file is imported .*"
      r"if __name__ == \"__main__\":"),
-    # torchao's int_matmul: a module-level list of configs its own autotuner searches at run time
-    ("CONFIGS = [triton.Config({'B': 64}, num_warps=4)]\n\ndef op(x):\n    return CONFIGS[0].kwargs\n",
-     r"defined with Triton on line 8; host code that picks among triton.Config objects at run time .* "
-     r"@triton.autotune or the manifest's tune.configs"),
+    # torchao's int_matmul: a module-level list of configs its own autotuner searches at run time (do_bench)
+    ("CONFIGS = [triton.Config({'B': 64}, num_warps=4)]\n\ndef op(x):\n    return triton.testing.do_bench("
+     "lambda: CONFIGS[0])\n", r"host code uses triton.testing"),
 ])
 def test_host_code_may_not_need_triton(tmp_path: Path, body: str, message: str) -> None:
     f = tmp_path / "k.py"
     f.write_text("import triton\nimport triton.language as tl\n\n@triton.jit\ndef k(x):\n    pass\n\n" + body)
     with pytest.raises(SourceError, match=message):
         parse_source(f, {"op"})
+
+
+def test_host_code_may_build_triton_configs(tmp_path: Path) -> None:
+    """``triton.Config`` is a host value (Cut Cross-Entropy builds heuristics from one's ``all_kwargs()``): host
+    code that reads one ships, with the runtime's ``triton.Config``; a config list nothing shipped reads does not."""
+    f = tmp_path / "k.py"
+    f.write_text("import triton\n\n@triton.autotune(configs=SPACE, key=[])\n@triton.jit\ndef k(x):\n    pass\n\n"
+                 "SPACE = [triton.Config({'B': 32})]\nCONFIGS = [triton.Config({'B': 64}, num_warps=4)]\n\n"
+                 "def op(x):\n    return CONFIGS[0].all_kwargs()\n")
+    host = parse_source(f, {"op"}).host_source
+    assert "CONFIGS = [triton.Config(" in host and "SPACE = __forge_kernel_side__('SPACE', __name__)" in host
 
 
 AUTOTUNED = """\
@@ -182,7 +192,9 @@ def test_kernels_wrapped_by_assignment_are_kernels_as_decorated_ones(tmp_path: P
 
 def test_host_op_reaching_a_triton_helper_is_refused(tmp_path: Path) -> None:
     f = tmp_path / "k.py"
-    f.write_text(AUTOTUNED.replace("    return x\n", "    return len(get_configs())\n"))
+    # (a list of triton.Config alone is a host value: test_host_code_may_build_triton_configs)
+    f.write_text(AUTOTUNED.replace("    return x\n", "    return len(get_configs())\n")
+                 .replace("for w in (4, 8)]", "for w in (4, 8)] + [tl.arange(0, 4)]"))
     with pytest.raises(SourceError, match="get_configs"):
         parse_source(f, {"op"})
 
@@ -273,9 +285,13 @@ def test_tritons_host_helpers_imported_by_name_are_the_runtimes(tmp_path: Path) 
     # imported beside other Triton names (kernel side): the helpers still bind the runtime's, the rest stay Triton's
     f.write_text(f.read_text().replace("next_power_of_2 as np2", "jit, next_power_of_2 as np2, Config"))
     assert parse_source(f, {"op"}).host_source.splitlines()[2] == "cdiv = triton.cdiv; np2 = triton.next_power_of_2"
-    f.write_text(f.read_text().replace("    BLOCK = min(", "    Config({})\n    BLOCK = min("))
-    with pytest.raises(SourceError, match="'Config'"):
+    f.write_text(f.read_text().replace("    BLOCK = min(", "    jit(op)\n    BLOCK = min("))
+    with pytest.raises(SourceError, match="'jit'"):
         parse_source(f, {"op"})
+    # a triton.Config host code builds is the runtime's (runtime/host_decorators.py), bound only where it is read
+    f.write_text(f.read_text().replace("    jit(op)\n", "    Config({})\n"))
+    assert parse_source(f, {"op"}).host_source.splitlines()[2] == \
+        "cdiv = triton.cdiv; np2 = triton.next_power_of_2; Config = triton.Config"
 
 
 @pytest.mark.parametrize(("block", "where"), [

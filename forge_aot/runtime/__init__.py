@@ -10,6 +10,7 @@ tree and in the wheel. One module per concern:
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
+- ``host_decorators``: ``triton.heuristics`` and ``triton.Config`` in host code (lazy);
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
@@ -114,7 +115,7 @@ _EXPORTS = {
 _SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
                         "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "local_imports",
                         "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
-                        "dev_binding"})
+                        "dev_binding", "host_decorators"})
 __all__ = sorted(_EXPORTS)
 
 

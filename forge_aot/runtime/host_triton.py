@@ -219,7 +219,8 @@ def _built_with() -> str:
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
-    HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__")
+    HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__", "heuristics", "Config",
+                    "autotune")
 
     LAZY = ("runtime", "_wrap_triton", "_triton_op", "_custom_op", "_op_name", "_ops_namespace",
             "_namespace")
@@ -245,6 +246,12 @@ class _HostTriton(types.ModuleType):
         if name == "__version__":  # FLA's version checks: the Triton the package's binaries were compiled with
             self.__version__ = _built_with()
             return self.__version__
+        if name in ("heuristics", "Config", "autotune"):  # a kernel's decorators applied in host code
+            from . import host_decorators
+
+            value = getattr(host_decorators, "HostConfig" if name == "Config" else name)
+            setattr(self, name, value)
+            return value
         if name in self.LAZY:
             from . import host_driver
 
