@@ -877,7 +877,7 @@ def _triton_annotations(statements: list[ast.stmt], triton_names: set[str], elem
     (``_replace_spans``), which nothing in host code reads; one over several lines stays what it is (an error), and
     one naming ``constexpr`` marks a kernel's parameter (a def left undecorated is Triton code, not host code)."""
     names = triton_names - {"triton"}
-    allowed = set(_HostTriton.HOST_HELPERS)
+    allowed = set(_HostTriton.HOST_HELPERS) - {"runtime"}  # (``triton.runtime.autotuner.Heuristics`` too)
 
     def names_triton(ann: ast.expr) -> bool:  # (a ``tl.constexpr`` parameter makes a kernel, not host code)
         return "constexpr" not in ast.unparse(ann) and any(
@@ -1361,9 +1361,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     guarded_skip, guarded = _guarded_triton_imports(rest)
     annotations = _triton_annotations(rest, triton_names, element_types)
     tuner_calls = _host_autotune_calls(rest)
-    tuner_args = {id(n) for c in tuner_calls for n in ast.walk(c) if n is not c.func and n is not c.func.value} | \
-        {id(n) for a in annotations for n in ast.walk(a)}  # type: ignore[attr-defined]
-    guarded_skip = guarded_skip | tuner_args
+    # What the shipped copy never evaluates: a host triton.autotune(...)'s arguments, annotations naming Triton.
+    never_run = {id(n) for c in tuner_calls for a in (*c.args, *(k.value for k in c.keywords)) for n in ast.walk(a)} \
+        | {id(n) for a in annotations for n in ast.walk(a)}
+    guarded_skip = guarded_skip | never_run
     with_decorators = triton_names | {a.asname or a.name for s in tree.body if isinstance(s, ast.ImportFrom)
                                       and s.module == "triton" and s.level == 0 for a in s.names
                                       if a.name in _DECORATOR_HELPERS}
@@ -1376,7 +1377,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         changed = False
         defined = {n for s in rest if id(s) in triton_side for n in _defined_names(s)}
         for stmt in rest:
-            if id(stmt) not in triton_side and _names_in(stmt, tuner_args) & defined:
+            if id(stmt) not in triton_side and _names_in(stmt, never_run) & defined:
                 triton_side.add(id(stmt))
                 changed = True
     triton_side |= {id(s) for s in rest if id(s) not in constexpr_globals
@@ -1391,7 +1392,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     todo: list[ast.AST] = [*roots, *(_heuristics_values(d) for _, d in heuristics)]
     while todo:
         node = todo.pop()
-        for n in _names_in(node, tuner_args) | (_defined_names(node) if isinstance(node, ast.stmt) else set()):
+        for n in _names_in(node, never_run) | (_defined_names(node) if isinstance(node, ast.stmt) else set()):
             s = by_name.get(n)
             if s is not None and id(s) not in reached_ids:
                 reached_ids.add(id(s))
@@ -1525,7 +1526,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     nested = [n for stmt in host for n in ast.walk(stmt) if n is not stmt and isinstance(n, ast.ImportFrom)
               and _host_import(n) is not None]
     # (``from triton import Config`` for a decorator's config list binds nothing: host code does not read it)
-    read = {n for stmt in host for n in _names_in(stmt, tuner_args)}
+    read = {n for stmt in host for n in _names_in(stmt, never_run)}
     for stmt in [*host_imports, *nested]:
         _replace_statement(lines, stmt, "; ".join(
             f"{n} = {what}" for n, what in (_host_import(stmt) or {}).items()

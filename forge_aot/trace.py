@@ -723,9 +723,9 @@ def _heuristics_on_handles(new: Any) -> Any:
     values register on the handle, outermost, and the handle stands for the wrapper, as the wheel's
     ``triton.heuristics`` does (runtime/host_decorators.py)."""
 
-    def heuristics_new(cls: type, fn: Any = None, arg_names: Any = None, values: Any = None) -> Any:
+    def heuristics_new(cls: type, fn: Any = None, *args: Any, **kwargs: Any) -> Any:  # (fn, arg_names, values)
         if isinstance(fn, TraceKernel) and getattr(_GUARD, "depth", 0):
-            fn.add_heuristics(values, True)
+            fn.add_heuristics(args[1] if len(args) > 1 else kwargs["values"], True)
             return fn
         return new(cls)
 

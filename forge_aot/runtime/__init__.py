@@ -10,7 +10,7 @@ tree and in the wheel. One module per concern:
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
-- ``host_decorators``: ``triton.heuristics`` and ``triton.Config`` in host code (lazy);
+- ``host_decorators``: ``triton.heuristics``, ``triton.Config`` and ``triton.autotune`` in host code (lazy);
 - ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
