@@ -925,6 +925,9 @@ def _host_autotune_calls(statements: list[ast.stmt]) -> list[ast.Call]:
 _POINTER_FUNCTIONS = ("make_block_ptr", "advance", "make_tensor_descriptor", "multiple_of", "max_contiguous",
                       "max_constancy", "where", "cast", "broadcast_to", "reshape", "view", "expand_dims")
 """``tl`` functions whose result may still point into the memory their arguments point into."""
+_NO_POINTER_ATTRIBUTES = ("dtype", "element_ty", "shape", "type", "numel")
+"""Attributes of a pointer (or tensor, block pointer, descriptor) that point nowhere: ``acc.to(ptr.dtype.
+element_ty)`` (Cut Cross-Entropy's backward) derives no pointer from ``ptr``."""
 _PURE_BUILTINS = ("min", "max", "range", "len", "int", "float", "bool", "isinstance", "hasattr", "getattr", "print")
 """Python functions a kernel may call (at compile time) that write through no pointer."""
 _WRITES = ("store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or", "atomic_xchg",
@@ -963,7 +966,7 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
         """The parameters an expression's value may point into: not through what a ``tl`` function computes
         (a load gives values) except the functions that give pointers back, nor through a helper of the file
         that returns none of its pointer arguments."""
-        if node is None:
+        if node is None or (isinstance(node, ast.Attribute) and node.attr in _NO_POINTER_ATTRIBUTES):
             return set()
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_language(node.func.value) \
                 and node.func.attr not in _POINTER_FUNCTIONS:

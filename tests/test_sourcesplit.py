@@ -485,13 +485,14 @@ def k(out, x, acc, desc, lock, blk, other, n, stride, BLOCK: tl.constexpr):
     p = tl.make_block_ptr(blk, (n,), (1,), (0,), (BLOCK,), (0,))
     tl.store(p, v)
     fancy_store(other, v.to(tl.float16))         # a helper from elsewhere: counted as writing what it is given
+    fancy_store(other, v.to(x.dtype.element_ty))  # x's element type points nowhere (Cut Cross-Entropy's backward)
 """
 
 
 def test_the_parameters_a_kernel_writes_through(tmp_path: Path) -> None:
     """What makes an op that passes a tensor there write it (its custom op's ``Tensor(a!)``): stores, atomics and
     descriptor stores, through assignments, block pointers and the file's helpers; a helper from another module
-    may write whatever it is given; a loaded value is no pointer."""
+    may write whatever it is given; a loaded value, and a pointer's ``.dtype`` / ``.shape``, are no pointers."""
     path = tmp_path / "k.py"
     path.write_text(WRITES)
     src = parse_source(path)
