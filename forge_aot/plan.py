@@ -642,6 +642,12 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
             -(2**63) <= v < 2**63 for v in present) else "u64"
     elif present and all(isinstance(v, float) for v in present):  # a tl.constexpr(float) global included
         return "fp32"
+    elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        # SGLang's quantization passes torch.iinfo bounds (int) on its int8 path, finfo bounds (float) on fp8
+        why = (f"the traced calls pass int and float (Triton's JIT compiles a binary for each, integer arithmetic "
+               f"in one): give it one type where the kernel computes the same with either, signature = {{ {name} = "
+               f"\"fp32\" }} under [{at.rpartition('.')[0]}] (ints are then passed as floats), or pass one type from "
+               "the host code")
     elif not why:
         why = f"the traced calls pass {sorted({type(v).__name__ for v in present})}"
     raise _error(loaded, f"{at}.{name}", f"runtime parameter '{name}' of {kp.function} has no type, and the traced "

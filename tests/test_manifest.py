@@ -294,6 +294,20 @@ def test_without_signature_tensors_of_several_dtypes_ask_for_a_type_variable(tmp
     assert plan.kernels["scale"].params[:2] == [("x_ptr", "*T"), ("out_ptr", "*T")]
 
 
+def test_without_signature_a_scalar_passed_as_int_and_float_asks_for_one_type(tmp_path: Path) -> None:
+    """SGLang's quantization passes ``torch.iinfo`` bounds (ints) on one path and ``finfo`` bounds (floats) on
+    another to one parameter: Triton's JIT compiles a binary for each type. The message says what to write; with it
+    the calls' ints are passed as floats."""
+    manifest = _signatureless(tmp_path)
+    source = tmp_path / "k.py"
+    source.write_text(source.read_text() + "    scale(torch.randn(77, device=device, dtype=torch.float16), 3)\n")
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "kernels.scale.signature.s" in result.output and "pass int and float" in \
+        result.output and 'signature = { s = "fp32" } under [kernels.scale]' in result.output, result.output
+    manifest.write_text(manifest.read_text() + 'signature = { s = "fp32" }\n')
+    assert make_plan(load_manifest(manifest), ["sm_90"]).kernels["scale"].params[3] == ("s", "fp32")
+
+
 def test_without_signature_do_not_specialize_names_a_runtime_parameter(tmp_path: Path) -> None:
     manifest = _signatureless(tmp_path, extra='do-not-specialize = ["m"]\n')
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
