@@ -204,6 +204,31 @@ class AutotuneInfo:
     """The decorator's own ``pre_hook`` / ``post_hook`` (names), used only while tuning."""
 
 
+TUNER_OWN_HOOK = "<its @triton.autotune's own>"
+"""A pruning hook the plan names by where it is, not by a name: the build's tuning only (``tuner_hook``)."""
+
+
+def _hook_name(fn: Any, module: types.ModuleType) -> str:
+    """A ``prune_configs_by`` hook by its top-level name in the kernel file, else ``TUNER_OWN_HOOK``: gemlite writes
+    ``{"early_config_prune": lambda c, n, **kw: list(kernel_config_pruner(c, n, **kw))}``. Only the build's tuning
+    calls these (``tune.candidates.apply_prune_hooks``), in a process that imports the kernel file with Triton."""
+    name = getattr(fn, "__name__", "")
+    return str(name) if name and module.__dict__.get(name) is fn else TUNER_OWN_HOOK
+
+
+def tuner_hook(module: types.ModuleType, function: str, hook: str, name: str) -> Any:
+    """The pruning hook ``name`` (``early_config_prune`` or ``perf_model``: ``hook``) of ``function`` in the imported
+    kernel file ``module``: the function of that name, or, for ``TUNER_OWN_HOOK``, the one its autotuner holds."""
+    if name != TUNER_OWN_HOOK:
+        return getattr(module, name)
+    from triton.runtime.autotuner import Autotuner
+
+    obj = getattr(module, function)
+    while not isinstance(obj, Autotuner) and hasattr(obj, "fn"):
+        obj = obj.fn
+    return getattr(obj, hook)
+
+
 def _function_name(fn: Any, module: types.ModuleType, what: str, line: str) -> str | None:
     if fn is None:
         return None
@@ -310,9 +335,9 @@ def read_decorators(path: str, function: str, on_def: bool = True, tune_table: s
                         "pre_hook": _function_name(c.pre_hook, module, "a Config pre_hook", where)})
     prune: dict[str, Any] = {}
     if tuner.early_config_prune is not None:
-        prune["early_config_prune"] = _function_name(tuner.early_config_prune, module, "early_config_prune", where)
+        prune["early_config_prune"] = _hook_name(tuner.early_config_prune, module)
     if tuner.perf_model is not None:
-        prune["perf_model"] = _function_name(tuner.perf_model, module, "perf_model", where)
+        prune["perf_model"] = _hook_name(tuner.perf_model, module)
         prune["top_k"] = tuner.configs_top_k
     hooks = {}
     if tuner.user_defined_pre_hook:

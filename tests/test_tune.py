@@ -933,3 +933,59 @@ def test_the_worker_times_a_warm_row_without_flush_or_rotation() -> None:
     worker._rotation = lambda records: pytest.fail("a warm row rotates no copies")
     _, prepare, rotating = Worker.replay(worker, [])
     assert prepare is None and rotating is None
+
+
+LAMBDA_PRUNER = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def kernel_config_pruner(configs, nargs, **kwargs):
+    for c in configs:
+        if c.kwargs["BLOCK"] <= max(nargs["n"], 128):
+            yield c
+
+
+# gemlite's style: the hook is a lambda over a generator function
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256, 512, 1024)], key=["n"],
+                 prune_configs_by={"early_config_prune": lambda c, n, **kw: list(kernel_config_pruner(c, n, **kw))})
+@triton.jit
+def add_one_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add_one(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    add_one_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    return y
+
+
+def examples(device="cuda"):
+    for n in (300, 5000):
+        add_one(torch.randn(n, device=device, dtype=torch.float16))
+
+
+def tune_inputs(key, variant, device):
+    return (torch.randn(key["n"], device=device, dtype=torch.float16),)
+'''
+
+
+def test_a_pruning_hook_that_is_a_lambda_prunes_the_tuning_candidates(tmp_path: Path) -> None:
+    """gemlite passes ``prune_configs_by={"early_config_prune": lambda ...}``: no top-level name, so the plan was
+    refused ("must be a function defined at the top level of the kernel file"). Only the build's tuning calls the
+    hook, with the kernel file imported with Triton, so the plan names it as the autotuner's own and the tuning
+    takes it from there."""
+    from forge_aot.introspect import TUNER_OWN_HOOK
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_lambda_prune", LAMBDA_PRUNER, "add_one_kernel",
+                                ["add_one"], extra='\n[kernels.k.tune]\ninputs = "tune_inputs"\n')
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert plan.kernels["k"].autotune.prune == {"early_config_prune": TUNER_OWN_HOOK}
+    items = {i.key_dict["n"]: i for i in make_items(plan)}
+    assert {c.meta["BLOCK"] for c in items[300].candidates} == {128, 256}
+    assert all(TUNER_OWN_HOOK in why for why in items[300].pruned.values()) and len(items[300].pruned) == 2
+    assert {c.meta["BLOCK"] for c in items[5000].candidates} == {128, 256, 512, 1024}

@@ -97,6 +97,8 @@ def apply_prune_hooks(kp: KernelPlan, candidates: list[ConfigChoice], call: Trac
     perf_model = prune.get("perf_model") if not t.prune else None
     if not early and not perf_model:
         return candidates, {}
+    from ..introspect import tuner_hook
+
     named = dict(call.named or {})
     kwargs = {k: v for k, v in named.items() if k not in {n for n, ty in kp.params if ty not in
                                                           ("meta", "constexpr", "heuristic")}}
@@ -106,7 +108,7 @@ def apply_prune_hooks(kp: KernelPlan, candidates: list[ConfigChoice], call: Trac
     kept_configs = configs
     where = f"{kp.source}: {kp.function}"
     if early:
-        fn = getattr(module, early)
+        fn = tuner_hook(module, kp.function, "early_config_prune", early) if not t.prune else getattr(module, early)
         try:
             kept_configs = list(fn(configs, nargs, **kwargs))
         except Exception as exc:
@@ -115,7 +117,7 @@ def apply_prune_hooks(kp: KernelPlan, candidates: list[ConfigChoice], call: Trac
             raise SourceError(f"{where}: the pruning hook {early}() returned configs it did not get; return a "
                               "subset of the configs list")
     if perf_model:
-        fn = getattr(module, perf_model)
+        fn = tuner_hook(module, kp.function, "perf_model", perf_model)
         top_k = kp.autotune.prune.get("top_k") if kp.autotune else None
         try:
             estimates = {id(c): float(fn(**nargs, **kwargs, **c.all_kwargs())) for c in kept_configs}
