@@ -659,8 +659,11 @@ def _element_type(kp: KernelPlan, values: list[tuple[TracedCall, Any]]) -> tuple
     variable whose tensor has their dtype in every call, else their one dtype; None and their dtypes where they have
     several."""
     for tv, source in kp.type_args.items():
-        if all(v is None or ((c.named or {}).get(source) is not None and rt.dtype_name(_tensor_of(v).dtype)
-                             == rt.dtype_name(_tensor_of(c.named[source]).dtype)) for c, v in values):
+        # (a pointer-or-int source given an int, flash-attn's SEQLEN_OFFSETS, says nothing, as at run time)
+        given = [(v, (c.named or {}).get(source)) for c, v in values if v is not None]
+        told = [(v, s) for v, s in given if type(s) is not int]
+        if (told or not given) and all(s is not None and rt.dtype_name(_tensor_of(v).dtype)
+                                       == rt.dtype_name(_tensor_of(s).dtype) for v, s in told):
             return tv, []
     dtypes = sorted({rt.dtype_name(_tensor_of(v).dtype) for _, v in values if v is not None})
     return (dtypes[0] if len(dtypes) == 1 else None), dtypes

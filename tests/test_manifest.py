@@ -379,3 +379,50 @@ def test_descriptors_over_tensors_of_a_type_variable_take_it(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest(""))])
     assert result.exit_code == 2 and "kernels.copy.signature.x_desc" in result.output \
         and "its descriptors are over bf16, fp16 tensors: give it a type variable" in result.output, result.output
+
+
+POINTER_OR_INT = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(OUT, X, IDX, OFFS, n, IS_OFFS_TENSOR: tl.constexpr, HAS_IDX: tl.constexpr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    if not IS_OFFS_TENSOR:
+        o = OFFS
+    else:
+        o = tl.load(OFFS)
+    if HAS_IDX:
+        o += tl.load(IDX)
+    tl.store(OUT + i, tl.load(X + i, mask=i < n) + o, mask=i < n)
+
+
+def add_offset(x, offs=0, idx=None):
+    out = torch.empty_like(x)
+    k[(1,)](out, x, idx, offs, x.numel(), isinstance(offs, torch.Tensor), idx is not None,
+            triton.next_power_of_2(x.numel()))
+    return out
+
+
+def examples(device="cuda"):
+    x = torch.randn(37, device=device, dtype=torch.float16)
+    add_offset(x, 3)
+    add_offset(x, torch.tensor([1], device=device, dtype=torch.int32))
+    add_offset(x, torch.tensor([1], device=device, dtype=torch.int64),
+               torch.tensor([2], device=device, dtype=torch.int32))
+'''
+
+
+def test_a_pointer_or_int_type_variable_source_given_an_int_types_nothing(tmp_path: Path) -> None:
+    """flash-attn's rotary takes ``SEQLEN_OFFSETS`` as an int or an int32/int64 tensor (``*S|i32``, ``S`` a type
+    variable): typing another untyped pointer from the traced calls compared its dtype with ``S``'s source in every
+    call and crashed on the int ("'int' object has no attribute 'dtype'"). A call that passes the source an int says
+    nothing about ``S``, as at run time."""
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_ptr_or_int", POINTER_OR_INT, "k", ["add_offset"],
+                                extra='signature = { OFFS = "*S|i32" }\ndtypes = { S = ["i32", "i64"] }\n')
+    params = dict(make_plan(load_manifest(manifest), ["sm_90"]).kernels["k"].params)
+    assert (params["OFFS"], params["IDX"], params["X"]) == ("*S", "*i32", "*fp16")  # (OFFS takes an i32 too)
