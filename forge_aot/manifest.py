@@ -193,6 +193,12 @@ class KernelEntry:
     """The targets this kernel is built for, a subset of ``project.targets`` [default: all of them]: a kernel
     written for one architecture (Hopper's TMA, say) whose host code calls it only there. On a GPU of
     another target, a call that reaches it raises an error naming the device and the targets."""
+    every_none_combination: bool = True
+    """Where traced calls pass some arguments as None and others as tensors (optional tensors), build every
+    combination of those on a table row (a call may leave out any subset), or, false, only the combinations the
+    traced calls pass: flash-attn's layer-norm backward has seven optional pointers, each ``HAS_*`` flag a
+    heuristic, and every subset is 2^7 binaries per row. A call of another combination then raises an error naming
+    what was built."""
     optional_targets: tuple[str, ...] = ()
     """Targets on which some build variants of this kernel may fail to compile, for an instruction the
     architecture lacks (the PDL tutorial's ``gdc_wait`` below sm_90): such a variant is left out of that target
@@ -337,7 +343,7 @@ def _toml_name(name: str) -> str:
 
 _DASHED = ("requires_python", "compile_timeout", "tuning_data", "line_info", "trace_gpus", "package_data",
            "launch_wrappers", "optional_targets", "wheel_platforms", "do_not_specialize", "reset_to_zero",
-           "restore_value", "setup_context")
+           "restore_value", "setup_context", "every_none_combination")
 """Field names the TOML spells with dashes."""
 
 

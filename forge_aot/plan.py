@@ -554,7 +554,11 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
     """(specialization, arguments by name, traced) of each traced call and, where calls pass some pointers as None
     and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
     call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
-    another call passed there (so heuristics reading its dtype see a real one) and the aligned code."""
+    another call passed there (so heuristics reading its dtype see a real one) and the aligned code; only those the
+    calls pass where the manifest says ``every-none-combination = false``."""
+    out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
+    if not kp.entry.every_none_combination:
+        return list(out.values())
     optional: dict[int, Any] = {}  # position -> a tensor (or scalar) some call passed there
     present: dict[int, str] = {}  # position -> the code it takes when present: aligned, or the scalar's own
     for i, name in enumerate(kp.spec_params):
@@ -563,7 +567,6 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
         if passed and any(c.spec[i] == SPEC_ABSENT for c in calls):
             optional[i] = passed[0][0]
             present[i] = SPEC_DIV16 if dict(kp.params)[name].startswith("*") else passed[0][1]
-    out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     for c in calls:
         for nones in itertools.product((False, True), repeat=len(optional)):
             spec, named = list(c.spec), dict(c.named or {})

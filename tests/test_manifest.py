@@ -426,3 +426,61 @@ def test_a_pointer_or_int_type_variable_source_given_an_int_types_nothing(tmp_pa
                                 extra='signature = { OFFS = "*S|i32" }\ndtypes = { S = ["i32", "i64"] }\n')
     params = dict(make_plan(load_manifest(manifest), ["sm_90"]).kernels["k"].params)
     assert (params["OFFS"], params["IDX"], params["X"]) == ("*S", "*i32", "*fp16")  # (OFFS takes an i32 too)
+
+
+OPTIONAL_POINTERS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+# flash-attn's layer norm: optional pointers whose presence heuristics compute
+@triton.heuristics({"HAS_A": lambda args: args["A"] is not None})
+@triton.heuristics({"HAS_B": lambda args: args["B"] is not None})
+@triton.heuristics({"HAS_C": lambda args: args["C"] is not None})
+@triton.heuristics({"HAS_D": lambda args: args["D"] is not None})
+@triton.jit
+def k(Y, X, A, B, C, D, n, BLOCK: tl.constexpr, HAS_A: tl.constexpr, HAS_B: tl.constexpr, HAS_C: tl.constexpr,
+      HAS_D: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(X + i, mask=i < n)
+    if HAS_A:
+        x += tl.load(A + i, mask=i < n)
+    if HAS_B:
+        x += tl.load(B + i, mask=i < n)
+    if HAS_C:
+        x += tl.load(C + i, mask=i < n)
+    if HAS_D:
+        x += tl.load(D + i, mask=i < n)
+    tl.store(Y + i, x, mask=i < n)
+
+
+def add4(x, a=None, b=None, c=None, d=None):
+    y = torch.empty_like(x)
+    k[(1,)](y, x, a, b, c, d, x.numel(), triton.next_power_of_2(x.numel()))
+    return y
+
+
+def examples(device="cuda"):
+    x = torch.randn(64, device=device)
+    add4(x)
+    add4(x, x, x, x, x)
+'''
+
+
+def test_every_none_combination_false_builds_the_traced_combinations_only(tmp_path: Path) -> None:
+    """Every subset of the optional pointers is built by default (a call may leave out any): 2^k binaries per table
+    row, 1864 for flash-attn's layer-norm backward in a helper's hunt. ``every-none-combination = false`` builds the
+    combinations the traced calls pass."""
+    from tests.test_localmods import one_file_project
+
+    def heuristic_sets(extra: str) -> set[tuple[bool, ...]]:
+        root = tmp_path / str(len(extra))
+        plan = make_plan(load_manifest(one_file_project(root, "forge_test_optional", OPTIONAL_POINTERS, "k",
+                                                        ["add4"], extra=extra)), ["sm_90"])
+        return {tuple(v for n, v in b.heur if n.startswith("HAS_")) for e in plan.entries
+                for rows in e.tables.values() for row in rows
+                for b in plan.binaries_for(e, row.key, row.preferences[0])}
+
+    assert len(heuristic_sets("")) == 16
+    assert heuristic_sets("every-none-combination = false\n") == {(False,) * 4, (True,) * 4}
