@@ -664,7 +664,7 @@ def _element_type(kp: KernelPlan, values: list[tuple[TracedCall, Any]]) -> tuple
     for tv, source in kp.type_args.items():
         # (a pointer-or-int source given an int, flash-attn's SEQLEN_OFFSETS, says nothing, as at run time)
         given = [(v, (c.named or {}).get(source)) for c, v in values if v is not None]
-        told = [(v, s) for v, s in given if type(s) is not int]
+        told = [(v, s) for v, s in given if s is None or hasattr(_tensor_of(s), "dtype")]
         if (told or not given) and all(s is not None and rt.dtype_name(_tensor_of(v).dtype)
                                        == rt.dtype_name(_tensor_of(s).dtype) for v, s in told):
             return tv, []
