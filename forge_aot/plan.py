@@ -869,6 +869,13 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             raise _error(loaded, f"{at}.key[{i}]" if k.key else f"{at}.key",
                          f"key argument '{kn}' is not an integer parameter or call-site constexpr of {func} "
                          f"(accepted: {', '.join(known) or 'none'})", close_match(kn, known))
+    # A type variable named like a compile-time name of the kernel (FLA's l2norm kernels take ``T: tl.constexpr``,
+    # the row count, beside a project's ``T`` for dtypes) would share its variant axis: one value lost, silently.
+    compile_time = {n for n, ty in params if ty in ("meta", "constexpr", "heuristic")} | {*key, *launch_axes}
+    for tv in sorted(set(k.dtypes) & compile_time):
+        raise _error(loaded, f"{at}.dtypes.{tv}", f"type variable '{tv}' has the name of {func}'s "
+                     f"{'key argument' if tv in key else 'constexpr parameter'} '{tv}': rename the type variable "
+                     "(in dtypes and signature), or each build variant would take one of them for both")
     for i, point in enumerate(k.shapes):
         if set(point) != set(key):
             raise _error(loaded, f"{at}.shapes[{i}]", f"a shape gives exactly the key arguments {key}, got "

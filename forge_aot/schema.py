@@ -362,7 +362,8 @@ def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
     torch.LongTensor | None``) read as ``torch.Tensor``; ``fn`` itself where nothing changes."""
     import torch
 
-    scope = {"torch": torch, **getattr(fn, "__globals__", {})}
+    # (where it was written: a decorated op's, FLA's @torch.compiler.disable, not the decorator's module)
+    scope = {"torch": torch, **getattr(inspect.unwrap(fn), "__globals__", {})}
 
     def plain(annotation: Any) -> Any:
         if annotation is inspect.Parameter.empty or annotation is inspect.Signature.empty:

@@ -484,3 +484,26 @@ def test_every_none_combination_false_builds_the_traced_combinations_only(tmp_pa
 
     assert len(heuristic_sets("")) == 16
     assert heuristic_sets("every-none-combination = false\n") == {(False,) * 4, (True,) * 4}
+
+
+def test_a_type_variable_named_like_a_constexpr_parameter_is_refused(tmp_path: Path) -> None:
+    """FLA's l2norm kernels take ``T: tl.constexpr`` (the row count) where FLA projects name their dtype variable
+    ``T``: the two shared one variant axis, so the traced row counts were lost and one binary served every count,
+    without a word."""
+    from tests.test_localmods import one_file_project
+
+    source = ("import torch\nimport triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+              "def k(x, y, T: tl.constexpr, D: tl.constexpr):\n    i = tl.arange(0, D)\n"
+              "    tl.store(y + tl.program_id(0) * D + i, tl.load(x + tl.program_id(0) * D + i) * T)\n\n\n"
+              "def op(x):\n    y = torch.empty_like(x)\n    k[(x.shape[0],)](x, y, T=x.shape[0], D=x.shape[1])\n"
+              "    return y\n\n\ndef examples(device='cuda'):\n"
+              "    op(torch.randn(126, 64, device=device, dtype=torch.float16))\n"
+              "    op(torch.randn(520, 64, device=device, dtype=torch.bfloat16))\n")
+    manifest = one_file_project(tmp_path / "p", "forge_test_tv_clash", source, "k", ["op"],
+                                extra='signature = { x = "*T" }\ndtypes = { T = ["fp16", "bf16"] }\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "kernels.k.dtypes.T: type variable 'T' has the name of k's constexpr " \
+        "parameter 'T'" in result.output, result.output
+    manifest.write_text(manifest.read_text().replace('"*T"', '"*DT"').replace("{ T = [", "{ DT = ["))
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert {e.assignment["T"] for e in plan.entries} == {126, 520}

@@ -1052,6 +1052,13 @@ def test_legacy_tensor_annotations_read_as_tensors() -> None:
 
     assert op_schema(a, [])[0] == "(Tensor x, Tensor? cu_seqlens=None) -> Tensor"
     assert op_schema(b, [])[0] == "(Tensor x, Tensor? idx=None) -> Tensor"
+    # FLA 0.3.0 decorates its ops with @torch.compiler.disable: the annotations are read where the op was written,
+    # not in the decorator's module (which has no ``Optional``: "no schema type", no custom op before)
+    ns = {}
+    exec("from typing import Optional\nimport torch\n\n\n@torch.compiler.disable\n"
+         "def c(x: torch.Tensor, cu_seqlens: Optional[torch.LongTensor] = None) -> torch.Tensor:\n"
+         "    return x\n", ns)
+    assert op_schema(ns["c"], [])[0] == "(Tensor x, Tensor? cu_seqlens=None) -> Tensor"
 
 
 def test_an_autograd_functions_apply_is_an_op(tmp_path) -> None:
