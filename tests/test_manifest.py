@@ -507,3 +507,65 @@ def test_a_type_variable_named_like_a_constexpr_parameter_is_refused(tmp_path: P
     manifest.write_text(manifest.read_text().replace('"*T"', '"*DT"').replace("{ T = [", "{ DT = ["))
     plan = make_plan(load_manifest(manifest), ["sm_90"])
     assert {e.assignment["T"] for e in plan.entries} == {126, 520}
+
+
+VARLEN = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"IS_VARLEN": lambda args: args["cu_seqlens"] is not None})
+@triton.jit
+def copy_kernel(x, y, cu_seqlens, chunk_indices, T, BT: tl.constexpr, IS_VARLEN: tl.constexpr):
+    # FLA's style: IS_VARLEN comes from cu_seqlens, and chunk_indices is read under it (both None or both set)
+    i_t = tl.program_id(0)
+    if IS_VARLEN:
+        i_n, i_t = tl.load(chunk_indices + i_t * 2).to(tl.int32), tl.load(chunk_indices + i_t * 2 + 1).to(tl.int32)
+        bos = tl.load(cu_seqlens + i_n).to(tl.int32)
+        T = tl.load(cu_seqlens + i_n + 1).to(tl.int32) - bos
+    else:
+        bos = 0
+    offs = i_t * BT + tl.arange(0, BT)
+    tl.store(y + bos + offs, tl.load(x + bos + offs, mask=offs < T), mask=offs < T)
+
+
+def copy_op(x, cu_seqlens=None):
+    y = torch.empty_like(x)
+    if cu_seqlens is not None:
+        lens = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+        idx = torch.cat([torch.arange(triton.cdiv(n, 64)) for n in lens])
+        chunk_indices = torch.stack([idx.eq(0).cumsum(0) - 1, idx], 1).to(cu_seqlens)
+        nt = len(chunk_indices)
+    else:
+        chunk_indices, nt = None, triton.cdiv(x.numel(), 64)
+    copy_kernel[(nt,)](x, y, cu_seqlens, chunk_indices, x.numel(), BT=64)
+    return y
+
+
+def examples(device="cuda"):
+    x = torch.randn(193, device=device)
+    copy_op(x)
+    copy_op(x, torch.tensor([0, 63, 193], device=device))
+'''
+
+
+@pytest.mark.slow
+def test_untraced_none_combinations_that_do_not_compile_are_counted_not_dumped(tmp_path: Path) -> None:
+    """FLA passes ``cu_seqlens`` and ``chunk_indices`` together, and the kernel reads ``chunk_indices`` under the
+    heuristic ``cu_seqlens`` sets: the build's every-subset combinations include ``cu_seqlens`` without
+    ``chunk_indices``, which Triton cannot compile. A helper's FLA 0.3.0 build printed each such binary's traceback
+    (about 450 lines with ``-q``) under "their table rows use the next config", which none does. Now one line per
+    kernel counts them, with the compiler's last line and what to write instead."""
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_varlen", VARLEN, "copy_kernel", ["copy_op"],
+                                entry="copy")
+    result = CliRunner().invoke(main, ["build", "--manifest", str(manifest), "--target", "sm_90", "-q", "-j", "2",
+                                       "--out", str(tmp_path / "dist"), "--build-dir", str(tmp_path / "work")])
+    assert result.exit_code == 0, result.output
+    assert "binaries for combinations of None arguments no example passed did not compile and were left out" \
+        in result.output and "every-none-combination = false" in result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("  - copy: ")]
+    assert "'NoneType' object has no attribute 'type'" in line
+    assert "tl.load(chunk_indices" not in result.output and "use the next config" not in result.output
