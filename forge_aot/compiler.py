@@ -31,6 +31,9 @@ from .runtime import SPEC_INT_ONE, SPEC_ONE
 from .server import spawn_module
 from .targets import TARGETS
 
+UNTRACED = "(a combination of None arguments no example passed)"
+"""How a failure of a speculative binary (``BinarySpec.speculative``) is marked in ``CompileReport.failures``."""
+
 
 def triton_version() -> str:
     """``triton.__version__``, read from the package's ``__init__`` where Triton is not imported yet: the parent
@@ -331,7 +334,7 @@ def compile_plan(plan: BuildPlan, out_dir: Path, pool: CompilePool,
             status[(r.job.kernel, r.job.variant, r.job.target, r.job.config.id, r.job.binary)] = r
 
     def describe(r: CompileResult) -> str:
-        untraced = " (a combination of None arguments no example passed)" if r.job.binary.speculative else ""
+        untraced = f" {UNTRACED}" if r.job.binary.speculative else ""
         return (f"{r.job.kernel} [{r.job.variant}] {r.job.target} {r.job.config.id} ({r.job.binary.id}){untraced}: "
                 f"{r.error}")
 

@@ -276,10 +276,8 @@ def read_defaults(path: str, function: str, names: list[str]) -> dict[str, Any]:
     first target, which the import sees): numbers, booleans, strings, None or Triton element types."""
     import inspect
 
-    obj = getattr(imported_kernel_module(path), function)
-    while hasattr(obj, "fn"):  # autotuner, heuristics, launch wrappers, then the JITFunction
-        obj = obj.fn
-    parameters = inspect.signature(obj).parameters
+    jit = base_jit_function(getattr(imported_kernel_module(path), function))
+    parameters = inspect.signature(getattr(jit, "fn", jit)).parameters  # (the Python function the JITFunction wraps)
     by_short_name = {short: attr for attr, short in HOST_DTYPES.items()}  # str(tl.float32) is "fp32"
     out: dict[str, Any] = {}
     for name in names:

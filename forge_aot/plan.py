@@ -619,7 +619,7 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
                         "type and an example that passes one to build that too")
         return "*i8"
     why = "no traced call launches it" if not values else ""
-    descriptors = [v for v in present if hasattr(v, "block_shape") and hasattr(v, "base")]
+    descriptors = [v for v in present if _is_descriptor(v)]
     if present and len(descriptors) == len(present):  # host-side TensorDescriptors (the tutorials' TMA kernels)
         element, dtypes = _element_type(kp, values)
         if element is not None:
@@ -672,9 +672,14 @@ def _element_type(kp: KernelPlan, values: list[tuple[TracedCall, Any]]) -> tuple
     return (dtypes[0] if len(dtypes) == 1 else None), dtypes
 
 
+def _is_descriptor(value: Any) -> bool:
+    """Whether an argument is a host-side tensor descriptor (Triton's ``TensorDescriptor`` or the runtime's)."""
+    return hasattr(value, "block_shape") and hasattr(value, "base")
+
+
 def _tensor_of(value: Any) -> Any:
     """A tensor argument, or the tensor a host-side descriptor describes."""
-    return value.base if hasattr(value, "block_shape") and hasattr(value, "base") else value
+    return value.base if _is_descriptor(value) else value
 
 
 def respecialize(kp: KernelPlan, call: TracedCall) -> TracedCall:

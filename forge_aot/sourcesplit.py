@@ -876,14 +876,9 @@ def _triton_annotations(statements: list[ast.stmt], triton_names: set[str], elem
     __future__ import annotations`` Python evaluates them at the def, so the shipped copy has them as strings
     (``_replace_spans``), which nothing in host code reads; one over several lines stays what it is (an error), and
     one naming ``constexpr`` marks a kernel's parameter (a def left undecorated is Triton code, not host code)."""
-    names = triton_names - {"triton"}
-    allowed = set(_HostTriton.HOST_HELPERS) - {"runtime"}  # (``triton.runtime.autotuner.Heuristics`` too)
-
     def names_triton(ann: ast.expr) -> bool:  # (a ``tl.constexpr`` parameter makes a kernel, not host code)
-        return "constexpr" not in ast.unparse(ann) and any(
-            (isinstance(n, ast.Name) and n.id in names and id(n) not in element_types)
-            or (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "triton"
-                and n.attr not in allowed) for n in ast.walk(ann))
+        return "constexpr" not in ast.unparse(ann) and _uses_triton(ann, triton_names, driver_ok=False,
+                                                                    element_types=element_types)
 
     out = []
     for stmt in statements:
