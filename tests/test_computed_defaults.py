@@ -8,7 +8,6 @@ CPU: the plan's defaults and variants. GPU: the wheel in a fresh process against
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -81,17 +80,8 @@ def test_a_default_of_another_kind_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_the_wheel_launches_with_the_computed_defaults(tmp_path: Path) -> None:
-    from tests.test_localmods import _installed, _run_fresh
+    from tests.test_localmods import wheel_max_error
 
-    target = _installed(_project(tmp_path / "p"), tmp_path)
-    code = textwrap.dedent('''\
-        import json, sys
-        sys.modules["triton"] = None
-        import torch, forge_test_defaults
-        errs = []
-        for n in (1000, 4099, 77):
-            x = (torch.randn(n + 1, device="cuda") * 1000)[1:]  # 4 bytes past the allocation
-            errs.append((forge_test_defaults.clamp_fp8_range(x) - x.clamp(-448.0, 448.0)).abs().max().item())
-        print(json.dumps({"max_err": max(errs)}))
-        ''')
-    assert _run_fresh(code, target)["max_err"] == 0.0
+    # 4 bytes past the allocation; values beyond the clamp
+    assert wheel_max_error(_project(tmp_path / "p"), tmp_path, "forge_test_defaults", "clamp_fp8_range",
+                           "x.clamp(-448.0, 448.0)", (1000, 4099, 77), scale=" * 1000") == 0.0

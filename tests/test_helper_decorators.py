@@ -158,20 +158,9 @@ def test_a_build_that_took_the_autotune_branch_is_refused(tmp_path: Path, monkey
 
 @pytest.mark.gpu
 def test_the_wheel_launches_the_kernel_with_the_helpers_config(tmp_path: Path) -> None:
-    from tests.test_localmods import _installed, _run_fresh
+    from tests.test_localmods import wheel_max_error
 
-    target = _installed(_project(tmp_path / "p"), tmp_path)
-    code = textwrap.dedent(f'''\
-        import json, sys
-        sys.modules["triton"] = None
-        import torch, {NAME}
-        errs = []
-        for n in (1001, 1024, 77, 4096):
-            x = torch.randn(n + 1, device="cuda")[1:]
-            errs.append(({NAME}.scale(x) - x * 2).abs().max().item())
-        print(json.dumps({{"max_err": max(errs)}}))
-        ''')
-    assert _run_fresh(code, target)["max_err"] == 0.0
+    assert wheel_max_error(_project(tmp_path / "p"), tmp_path, NAME, "scale", "x * 2", (1001, 1024, 77, 4096)) == 0.0
 
 
 def test_the_runtimes_config_heuristics_and_autotune_behave_as_host_code_needs() -> None:

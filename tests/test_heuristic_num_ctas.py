@@ -8,7 +8,6 @@ CPU: the plan's launch heuristics and binaries. GPU: the wheel against torch."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -60,17 +59,7 @@ def test_a_heuristic_may_compute_num_ctas(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_the_wheel_launches_the_kernel(tmp_path: Path) -> None:
-    from tests.test_localmods import _installed, _run_fresh
+    from tests.test_localmods import wheel_max_error
 
-    target = _installed(_project(tmp_path / "p"), tmp_path)
-    code = textwrap.dedent('''\
-        import json, sys
-        sys.modules["triton"] = None
-        import torch, forge_test_num_ctas
-        errs = []
-        for n in (1001, 4096, 77):
-            x = torch.randn(n + 1, device="cuda")[1:]
-            errs.append((forge_test_num_ctas.scale(x) - x * 2).abs().max().item())
-        print(json.dumps({"max_err": max(errs)}))
-        ''')
-    assert _run_fresh(code, target)["max_err"] == 0.0
+    assert wheel_max_error(_project(tmp_path / "p"), tmp_path, "forge_test_num_ctas", "scale", "x * 2",
+                           (1001, 4096, 77)) == 0.0

@@ -156,6 +156,25 @@ def _run_fresh(code: str, target: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def wheel_max_error(manifest: Path, tmp_path: Path, package: str, call: str, reference: str,
+                    sizes: tuple[int, ...], scale: str = "") -> float:
+    """The project's wheel, installed and run in a fresh process that blocks Triton: the largest absolute error of
+    ``<package>.<call>(x)`` against ``reference`` (an expression of ``x``) over CUDA inputs of ``sizes`` elements,
+    each starting one element into its allocation (misaligned; ``scale``: a factor such as ``* 1000``)."""
+    target = _installed(manifest, tmp_path)
+    code = textwrap.dedent(f'''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, {package}
+        errs = []
+        for n in {sizes!r}:
+            x = (torch.randn(n + 1, device="cuda"){scale})[1:]
+            errs.append(({package}.{call}(x) - ({reference})).abs().max().item())
+        print(json.dumps({{"max_err": max(errs)}}))
+        ''')
+    return _run_fresh(code, target)["max_err"]
+
+
 @pytest.mark.slow
 def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tmp_path: Path) -> None:
     target = _installed(_project(tmp_path / "project"), tmp_path)

@@ -10,7 +10,6 @@ heuristic reads the one set before it."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -76,17 +75,7 @@ def test_a_rebound_heuristics_registers_before_those_it_wraps(tmp_path: Path) ->
 
 @pytest.mark.gpu
 def test_the_wheel_runs_the_heuristics_in_tritons_order(tmp_path: Path) -> None:
-    from tests.test_localmods import _installed, _run_fresh
+    from tests.test_localmods import wheel_max_error
 
-    target = _installed(_project(tmp_path / "p"), tmp_path)
-    code = textwrap.dedent('''\
-        import json, sys
-        sys.modules["triton"] = None
-        import torch, forge_test_rebound
-        errs = []
-        for n in (1001, 1024, 77, 4096):
-            x = torch.randn(n + 1, device="cuda")[1:]
-            errs.append((forge_test_rebound.scale(x) - x * 2).abs().max().item())
-        print(json.dumps({"max_err": max(errs)}))
-        ''')
-    assert _run_fresh(code, target)["max_err"] == 0.0
+    assert wheel_max_error(_project(tmp_path / "p"), tmp_path, "forge_test_rebound", "scale", "x * 2",
+                           (1001, 1024, 77, 4096)) == 0.0
