@@ -26,7 +26,7 @@ _LOCAL = threading.local()
 """Per thread: ``homes``, the homes of its active ``tensors_on_gpu`` blocks (innermost last), and ``cpu``, the
 tensors host code made CPU ones on purpose (``x.cpu()``), which answer as CPU tensors: id -> weak reference."""
 _PATCH_LOCK = threading.Lock()
-_PATCHES: dict[tuple[type, str], list[Any]] = {}
+_PATCHES: dict[tuple[Any, str], list[Any]] = {}
 """(class, attribute) -> [threads inside, the class's own attribute], while any thread is inside a patch."""
 
 
@@ -59,22 +59,19 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def patched_while_inside(cls: type, name: str, wrapper: Any, inherited: bool = False) -> Iterator[None]:
-    """``cls.name`` replaced by ``wrapper(the class's own)`` while any thread is inside (installed by the first,
-    removed by the last, under a lock), so overlapping threads leave the class as it was; the wrapper decides from
-    its thread's own state whether to act. Nothing where the class has no such attribute of its own, unless
-    ``inherited``: then ``wrapper(what it inherits)`` stands in the class while inside."""
-    key = (cls, name)
+def patched_while_inside(owner: Any, name: str, wrapper: Any) -> Iterator[None]:
+    """``owner.name`` (a class's or a module's) replaced by ``wrapper(the owner's own)`` while any thread is inside
+    (installed by the first, removed by the last, under a lock), so overlapping threads leave it as it was; the
+    wrapper decides from its thread's own state whether to act. Nothing where the owner has no such attribute of its
+    own."""
+    key = (owner, name)
     with _PATCH_LOCK:
         entry = _PATCHES.get(key)
         if entry is None:
-            real = cls.__dict__.get(name)
-            if real is None and inherited:
-                entry = _PATCHES[key] = [0, None]
-                setattr(cls, name, wrapper(getattr(cls, name)))
-            elif real is not None:
+            real = owner.__dict__.get(name)
+            if real is not None:
                 entry = _PATCHES[key] = [0, real]
-                setattr(cls, name, wrapper(real))
+                setattr(owner, name, wrapper(real))
         if entry is not None:
             entry[0] += 1
     try:
@@ -84,10 +81,7 @@ def patched_while_inside(cls: type, name: str, wrapper: Any, inherited: bool = F
             with _PATCH_LOCK:
                 entry[0] -= 1
                 if entry[0] == 0:
-                    if entry[1] is None:
-                        delattr(cls, name)
-                    else:
-                        setattr(cls, name, entry[1])
+                    setattr(owner, name, entry[1])
                     del _PATCHES[key]
 
 

@@ -676,6 +676,7 @@ def no_triton_launches() -> Iterator[None]:
     either. Without this the launch ran Triton's autotuner on the build's stand-in driver and failed deep inside
     it. Nests (the build binds modules, whose import may trace); only the threads inside are refused."""
     try:
+        from triton.runtime import autotuner
         from triton.runtime.autotuner import Autotuner, Heuristics
         from triton.runtime.jit import JITFunction
     except ImportError:  # no Triton: nothing to launch through
@@ -688,7 +689,7 @@ def no_triton_launches() -> Iterator[None]:
         with patched_while_inside(JITFunction, "run", _refused_in_guarded_threads), \
                 patched_while_inside(Autotuner, "run", _refused_in_guarded_threads), \
                 patched_while_inside(Heuristics, "run", _refused_in_guarded_threads), \
-                patched_while_inside(Heuristics, "__new__", _heuristics_on_handles, inherited=True):
+                patched_while_inside(autotuner, "Heuristics", _heuristics_on_handles):
             yield
     finally:
         _GUARD.depth = depth
@@ -717,19 +718,24 @@ def _refused_in_guarded_threads(run: Any) -> Any:
     return guarded
 
 
-def _heuristics_on_handles(new: Any) -> Any:
+def _heuristics_on_handles(heuristics: type) -> type:
     """Triton's ``Heuristics`` made over a recording handle (host code applying ``triton.heuristics`` a project
     helper module, imported with Triton, returned: Cut Cross-Entropy's ``K = cce_forward_autotune()(K)``): the
     values register on the handle, outermost, and the handle stands for the wrapper, as the wheel's
-    ``triton.heuristics`` does (runtime/host_decorators.py)."""
+    ``triton.heuristics`` does (runtime/host_decorators.py). A subclass that ``triton.heuristics`` builds while it
+    stands in the module (the decorator looks ``Heuristics`` up there): setting and deleting ``__new__`` on Triton's
+    own class would leave it refusing its arguments ("object.__new__() takes exactly one argument") for the rest of
+    the process, a CPython quirk of inherited ``__new__``."""
 
-    def heuristics_new(cls: type, fn: Any = None, *args: Any, **kwargs: Any) -> Any:  # (fn, arg_names, values)
-        if isinstance(fn, TraceKernel) and getattr(_GUARD, "depth", 0):
-            fn.add_heuristics(args[1] if len(args) > 1 else kwargs["values"], True)
-            return fn
-        return new(cls)
+    class RecordingHeuristics(heuristics):  # type: ignore[misc, valid-type]
+        def __new__(cls, fn: Any = None, *args: Any, **kwargs: Any) -> Any:  # (fn, arg_names, values)
+            if isinstance(fn, TraceKernel) and getattr(_GUARD, "depth", 0):
+                fn.add_heuristics(args[1] if len(args) > 1 else kwargs["values"], True)
+                return fn
+            return super().__new__(cls)
 
-    return staticmethod(heuristics_new)
+    RecordingHeuristics.__name__ = RecordingHeuristics.__qualname__ = heuristics.__name__
+    return RecordingHeuristics
 
 
 def _library_frame(filename: str) -> bool:

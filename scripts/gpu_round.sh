@@ -5,6 +5,8 @@
 #   (default: all but build and bench-realworld-graph; STEPS="" installs only)
 #   TESTS: the test files of the tests step (default: tests). The whole GPU suite took about 10 minutes on the H100
 #   in session 25, more than one device call may run: split it, TESTS="$(ls tests/test_[a-l]*.py)", then [m-z].
+#   PYTEST_ARGS: more pytest arguments, e.g. "-n 8 --dist loadfile" with pytest-xdist's wheels in .whl/ (the device
+#   has no network; `pip download -d .whl pytest-xdist execnet` here, then carry .whl).
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
 STEPS=${STEPS-"tests bench-realworld bench-kernels bench-launch cold-start"}
@@ -20,6 +22,7 @@ if [ "${BUILD_REALWORLD:-0}" = 1 ]; then
   tail -4 "$OUT/build_rw.txt"
 fi
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_*.whl 2>&1 | tail -2
+if ls .whl/pytest_xdist-*.whl >/dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -2; fi
 # Each wheel's runtime bytecode bundle, as a first call would write it (this host sets PYTHONDONTWRITEBYTECODE):
 # the GPU tests and benchmarks then import the runtime as a deployed wheel does after its first process.
 for pkg in forge_kernels forge_realworld forge_launch; do
@@ -31,7 +34,7 @@ for step in $STEPS; do
     build)  # the build works offline on the GPU machine too; compare with the wheel built on the CPU machine
       python3 -m forge_aot.cli build --out "$OUT/dist-device" --build-dir /tmp/forge-build -q 2>&1 | tail -3 | tee "$OUT/build.txt"
       sha256sum dist/*.whl "$OUT"/dist-device/*.whl | tee -a "$OUT/build.txt" ;;
-    tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider ${TESTS:-tests} 2>&1 \
+    tests) timeout "${TESTS_TIMEOUT:-420}" python3 -m pytest -m gpu -q -p no:cacheprovider ${PYTEST_ARGS:-} ${TESTS:-tests} 2>&1 \
         | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     bench-realworld) python3 benchmarks/bench_realworld.py --only "${ONLY:-}" --rounds ${ROUNDS:-5} --json "$OUT/realworld.json" 2>&1 | tee "$OUT/bench_realworld.txt" ;;
     bench-realworld-graph) python3 benchmarks/bench_realworld.py --mode graph --only "${ONLY:-}" --rounds ${ROUNDS:-5} \

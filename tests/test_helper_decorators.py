@@ -121,6 +121,17 @@ def test_the_helpers_decorators_are_read_from_the_kernel_triton_builds(tmp_path:
     assert len(helper.splitlines()) == len(HELPER.splitlines())
     kp = make_plan(load_manifest(manifest), ["sm_90"]).kernels["scale"]
     assert [n for n, _ in kp.heuristics] == ["BLOCK", "num_warps", "num_ctas", "num_stages", "EVEN"]
+    # Triton's own Heuristics still builds in this process once the build is done (a library that builds and then
+    # imports kernels with Triton; it once raised "object.__new__() takes exactly one argument")
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _jit_kernel(X, BLOCK: tl.constexpr):
+        pass
+
+    wrapped = triton.heuristics({"BLOCK": lambda args: 64})(_jit_kernel)
+    assert type(wrapped).__name__ == "Heuristics" and wrapped.fn is _jit_kernel
 
 
 @pytest.mark.slow
