@@ -234,6 +234,7 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
     tuning = result.plan.tuning
     for line in tuning.stale + tuning.warnings:
         click.echo(f"warning: tuning database: {line}", err=True)
+    _plan_warnings(result.plan)
     from .plan import data_like_constexprs
 
     for name, kp in result.plan.kernels.items():
@@ -248,6 +249,14 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
         models = ", ".join(tuning.devices.get(target, [])) or "no GPU model"
         click.echo(f"  {target}: {rows.get('tuned', 0)} table rows tuned ({models}), {rows.get('aliased', 0)} "
                    f"aliased, {rows.get('untuned', 0)} untuned")
+
+
+def _plan_warnings(plan: Any) -> None:
+    """The plan's warnings and the imports the wheel does not require."""
+    from .host_deps import undeclared_imports
+
+    for line in [*plan.warnings, *undeclared_imports(plan)]:
+        click.echo(f"warning: {line}", err=True)
 
 
 def _data_like_notes(summary: dict[str, Any]) -> list[str]:
@@ -278,6 +287,7 @@ def check(manifest: Path, show_plan: bool) -> None:
         _fail(exc)
     for line in tuning.stale + tuning.warnings:
         click.echo(f"warning: tuning database: {line}", err=True)
+    _plan_warnings(plan)
     if show_plan:
         click.echo(json.dumps(plan.to_json(), indent=1))
         return

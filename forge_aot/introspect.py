@@ -205,13 +205,14 @@ class AutotuneInfo:
 
 
 TUNER_OWN_HOOK = "<its @triton.autotune's own>"
-"""A pruning hook the plan names by where it is, not by a name: the build's tuning only (``tuner_hook``)."""
+"""A pruning hook the plan names by where it is, not by a name: only the build calls it (``tuner_hook``)."""
 
 
 def _hook_name(fn: Any, module: types.ModuleType) -> str:
     """A ``prune_configs_by`` hook by its top-level name in the kernel file, else ``TUNER_OWN_HOOK``: gemlite writes
-    ``{"early_config_prune": lambda c, n, **kw: list(kernel_config_pruner(c, n, **kw))}``. Only the build's tuning
-    calls these (``tune.candidates.apply_prune_hooks``), in a process that imports the kernel file with Triton."""
+    ``{"early_config_prune": lambda c, n, **kw: list(kernel_config_pruner(c, n, **kw))}``. Only the build calls these
+    (``pruning``: the plan its ``early_config_prune``, tuning its ``perf_model``), with the kernel file imported
+    with Triton; the wheel never does."""
     name = getattr(fn, "__name__", "")
     return str(name) if name and module.__dict__.get(name) is fn else TUNER_OWN_HOOK
 

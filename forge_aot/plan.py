@@ -40,6 +40,7 @@ from .introspect import (
     read_do_not_specialize,
 )
 from .localmods import LocalModule, direct_imports, local_imports, merge_local
+from .pruning import PruneHookFailed, early_prune, early_prune_hook
 from .runtime import (
     LAUNCH_OPTIONS,
     SPEC_ABSENT,
@@ -325,6 +326,17 @@ class KernelPlan:
     pointer_ints: dict[str, str] = field(default_factory=dict)
     """Pointer parameters calls may also pass an integer (``*i32|i32``; flash-attn's rotary ``SEQLEN_OFFSETS``),
     with the integer's type: each binary takes one or the other (specialization codes ``i``, ``d``, ``o``)."""
+    pruner_meta: list[str] = field(default_factory=list)
+    """Meta-parameters only the configs the pruning hook returns may set (gemlite's ``NUM_STAGES``, and its
+    ``EVEN_K: tl.constexpr = False``): constexpr parameters that no decorator config gives and no launch passes, of a
+    kernel whose own autotuner has the hook (part of ``meta_names``)."""
+    meta_defaults: dict[str, Any] = field(default_factory=dict)
+    """Those of ``pruner_meta`` with a default: what a config that does not set them compiles with."""
+    row_spaces: dict[tuple[str, tuple[int, ...]], list[ConfigChoice]] = field(default_factory=dict)
+    """(variant id, key) → the configs ``early_config_prune`` returned for the row's first traced call (see
+    ``pruning``): the row's space, in the hook's order, instead of ``space``."""
+    row_pruned: dict[tuple[str, tuple[int, ...]], dict[str, str]] = field(default_factory=dict)
+    """(variant id, key) → the configs of ``space`` the hook dropped for the row, with why (tuning reports them)."""
 
     def _passed(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` some launch in the host code passes as a keyword."""
@@ -485,6 +497,8 @@ class BuildPlan:
     """The ``TuningSummary`` of the tuning database applied to the tables (``forge_aot.tune.apply``), if any."""
     data_files: dict[str, str] = field(default_factory=dict)
     """Data files host code reads at run time: path in the package (``_ops/configs/x.json``) -> project file."""
+    warnings: list[str] = field(default_factory=list)
+    """What the build packages but a person should know (``check`` and ``build`` print them)."""
 
     def binaries_for(self, entry: EntryPlan, key: tuple[int, ...], config: ConfigChoice) -> list[BinarySpec]:
         """The binaries a row needs of a config. Per traced call (else the documented default): its exact
@@ -546,7 +560,7 @@ class BuildPlan:
                                            "traced_calls": len(e.calls.get(r.key, []))}
                                           for r in rows] for dev, rows in e.tables.items()},
                          "table_sources": e.table_sources, "rows": e.origin_counts()} for e in self.entries],
-            "data_files": self.data_files,
+            "data_files": self.data_files, "warnings": self.warnings,
         }
 
 
@@ -737,6 +751,22 @@ def check_kernel_branches(src: SourceFile, path: Path) -> None:
                               "branch that defines the kernels")
 
 
+def _pruner_meta(ks: KernelSource, t: mf.TuneSpace, autotune: AutotuneInfo | None,
+                 launches: Sequence[LaunchSite], known: set[str]) -> list[str]:
+    """Constexpr parameters only an ``early_config_prune``'s configs can set (see ``KernelPlan.pruner_meta``): the
+    kernel's own autotuner (its configs the space) has the hook, and no launch passes them (positionally or by
+    keyword; a launch spreading ``**kwargs`` may pass anything, so then none). One with a default keeps it in the
+    configs that do not set it: the value every call took before."""
+    hook = t.prune or (autotune.prune.get("early_config_prune") if autotune else None)
+    if not hook or autotune is None or t.configs or t.meta or t.num_warps or t.num_stages or not launches \
+            or any(s.star_args for s in launches):
+        return []
+    passed = {kw for s in launches for kw in s.keywords}
+    positional = max(s.positional for s in launches)
+    return [p.name for i, p in enumerate(ks.params) if p.constexpr and i >= positional and p.name not in known
+            and p.name not in passed]
+
+
 def _error(loaded: mf.LoadedManifest, path: str, message: str, suggestion: str | None = None) -> ManifestError:
     return ManifestError(message, file=str(loaded.path), key_path=path, suggestion=suggestion)
 
@@ -803,6 +833,13 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     if any(s.star_args for s in launches):  # ``**config`` (vLLM's tuned-config dicts) may carry either
         passed_options |= {"num_warps", "num_stages"}
     launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
+    declared_meta = list(meta_names)
+    meta_names += _pruner_meta(ks, t, autotune, launches, {*meta_names, *heuristic_names, *call_names})
+    meta_defaults = {p.name: p.default for p in ks.params if p.name in meta_names[len(declared_meta):]
+                     and p.has_default}
+    if COMPUTED_DEFAULT in meta_defaults.values():  # as the imported kernel holds them
+        meta_defaults.update(read_defaults(str(path), func, [n for n, v in meta_defaults.items()
+                                                               if v is COMPUTED_DEFAULT]))
     params: list[tuple[str, str]] = []
     pointer_ints: dict[str, str] = {}
     defaults: dict[str, Any] = {}
@@ -897,7 +934,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                          "rows between their values would ask for values that are not built")
         if not (k.shapes or k.buckets):
             raise _error(loaded, f"{at}.refine", "adds rows between listed shapes: list them (shapes or buckets)")
-    space = [ConfigChoice.from_flat(c, meta_names, {}) for c in flat_space]
+    space = [ConfigChoice.from_flat({**c, **meta_defaults}, [*declared_meta, *meta_defaults], {}) for c in flat_space]
     env_names = {*meta_names, "num_warps", "num_stages", "maxnreg", *call_constexprs, *launch_axes, *key,
                  *k.dtypes}
     constraints = []
@@ -915,7 +952,7 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                          close_match(unknown, [*key, *k.dtypes]))
     if t.default is not None:
         for m in meta_names:
-            if m not in t.default:
+            if m not in t.default and m not in meta_defaults:
                 raise _error(loaded, f"{at}.tune.default", f"missing meta-parameter '{m}'")
     reset = list(t.reset_to_zero if t.reset_to_zero is not None else (autotune.reset_to_zero if autotune else []))
     restore = list(t.restore_value if t.restore_value is not None else (autotune.restore_value if autotune else []))
@@ -924,8 +961,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             if not dict(params).get(pname, "").startswith(("*", UNTYPED)):
                 raise _error(loaded, f"{at}.tune.{field_name}", f"'{pname}' is not a pointer parameter of {func}")
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
-                      meta_names, constraints, t.default, heuristic_names, defaults, autotune, reset, restore,
-                      launches, writes=ks.writes, do_not_specialize=frozenset(dns), pointer_ints=pointer_ints)
+                      meta_names, constraints, t.default and {**meta_defaults, **t.default}, heuristic_names,
+                      defaults, autotune, reset, restore,
+                      launches, writes=ks.writes, do_not_specialize=frozenset(dns), pointer_ints=pointer_ints,
+                      pruner_meta=meta_names[len(declared_meta):], meta_defaults=meta_defaults)
     if by_heuristic:
         plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(by_heuristic)}, which @triton.heuristics "
                           "computes: rows are keyed by the rest, each row has a binary per value, one config serves "
@@ -1141,7 +1180,8 @@ def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any]
         d = fix(ConfigChoice.from_flat(kp.default, kp.meta_names, fixed))
         if ok(d):
             prefs.append(d)
-    prefs += [fix(c) for c in kp.space if ok(fix(c))]
+    space = kp.row_spaces.get((variant_id(assignment, kp.axes), key), kp.space)
+    prefs += [fix(c) for c in space if ok(fix(c))]
     seen: set[str] = set()
     return [c for c in prefs if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
 
@@ -1194,6 +1234,32 @@ def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFil
 
         for (kernel_file, func), site in imported_launch_sites(path, src.host_source, imported):
             out.setdefault((kernel_file, func), []).append(dataclasses.replace(site, kernel=func))
+    return out
+
+
+def _names_taken_from_sources(sources: dict[Path, SourceFile],
+                              local: dict[Path, dict[str, LocalModule]]) -> dict[Path, dict[str, set[Path]]]:
+    """Per kernel or op file, the names another such file imports from it by name (``from .ce import
+    cross_entropy_backward``: an ``[ops.NAME]`` file's autograd backward calling a kernel file's launcher), with the
+    files importing each, so the launches those reach are checked too. Only the files' own imports count (not a package
+    ``__init__``'s re-exports: flash-linear-attention's ``fla.ops.utils`` exports every cumsum launcher, most of which
+    no op reaches), and not ``import *``."""
+    import ast
+
+    from .localmods import file_module, import_from_target
+
+    out: dict[Path, dict[str, set[Path]]] = {}
+    for path, src in sources.items():
+        module = file_module(path)
+        for node in ast.walk(ast.parse(src.host_source)):
+            target = import_from_target(node, module) if isinstance(node, ast.ImportFrom) else None
+            lm = local.get(path, {}).get(target) if target else None
+            if lm is None or lm.package or lm.path.resolve() == path or lm.path.resolve() not in sources:
+                continue
+            names = out.setdefault(lm.path.resolve(), {})
+            for alias in node.names:  # type: ignore[union-attr]
+                if alias.name != "*":
+                    names.setdefault(alias.name, set()).add(path)
     return out
 
 
@@ -1353,17 +1419,27 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             raise _error(loaded, f"exports.{name}", f"no host class or function '{name}' in {file}",
                          close_match(name, sources[path].host_functions))
         mod.setdefault("exports", []).append(name)
+    taken = _names_taken_from_sources(sources, local)
+    warnings: list[str] = []
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops} \
             | set(modules[module_names[path]].get("exports", ()))
         shipped = src.reachable(exported)  # the ops and the helpers they call
+        importers = taken.get(path, {})
+        imported = src.reachable(set(importers)) - shipped
         for fn, refs in sorted(src.kernel_refs.items()):
-            if fn not in shipped:
-                continue  # a helper the package's ops never reach
             for kern in sorted(refs - declared):
-                raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
-                                  f"{loaded.path.name}")
+                if fn in shipped:
+                    raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
+                                      f"{loaded.path.name}")
+                if fn in imported:  # another file's op may reach it (an autograd backward): maybe never called
+                    by = sorted({os.path.relpath(f, root) for name in importers for f in importers[name]
+                                 if fn in src.reachable({name})})
+                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which {', '.join(by)} "
+                                    f"import{'s' if len(by) == 1 else ''}, launches '{kern}', which has no entry in "
+                                    f"{loaded.path.name}: a call of the wheel's ops that reaches it (a backward, "
+                                    "say) raises ForgeRuntimeError; give the kernel an entry to package it")
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.
     _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()},
                  {m: mod["source"].host_source for m, mod in modules.items()})
@@ -1472,6 +1548,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                         c = respecialize(kp, c)
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
+            if early_prune_hook(kp):
+                _prune_rows(loaded, kp, vid, rows, variant_calls)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}
             for target in [t for t in chosen if not kp.entry.targets or t in kp.entry.targets]:
                 if None not in seen_on and seen_on and target not in seen_on:
@@ -1489,12 +1567,43 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 entry.tables["default"] = table
                 entry.table_sources["default"] = "manifest default"
                 entries.append(entry)
-    plan = BuildPlan(loaded, chosen, kernels, entries, modules, data_files=data_files)
+    for kp in kernels.values():
+        if kp.row_spaces:  # configs a hook made are configs of the space (tuning records name them)
+            made = [c for configs in kp.row_spaces.values() for c in configs]
+            kp.space = list({c.id: c for c in [*([] if kp.pruner_meta else kp.space), *made]}.values())
+    plan = BuildPlan(loaded, chosen, kernels, entries, modules, data_files=data_files, warnings=warnings)
     for e in entries:  # heuristics that need more than the key fail here, before anything is built
         for rows in e.tables.values():
             for row in rows:
                 plan.binaries_for(e, row.key, row.preferences[0])
     return plan
+
+
+def _prune_rows(loaded: mf.LoadedManifest, kp: KernelPlan, vid: str, rows: list[tuple[int, ...]],
+                calls: dict[tuple[int, ...], list[TracedCall]]) -> None:
+    """Run the kernel's ``early_config_prune`` for each row of a variant on the row's first traced call
+    (``KernelPlan.row_spaces``). A row no call reaches keeps the whole space, unless the hook must set what the
+    configs lack (``pruner_meta``); a hook that fails (one that asks the GPU, on a build machine without one) leaves
+    the rows it failed on unpruned, with a note, where the configs can do without it."""
+    from .introspect import load_kernel_module
+
+    module = load_kernel_module(str(kp.source))
+    required = [n for n in kp.pruner_meta if n not in kp.meta_defaults]
+    for key in rows:
+        if not calls.get(key):
+            if required:
+                raise _error(loaded, f"kernels.{kp.name}.examples", f"no traced call reaches the row "
+                             f"{dict(zip(kp.key, key))} [{vid}] of {kp.function}, so its pruning hook cannot make "
+                             f"the configs that set {', '.join(required)}: call the op with such a shape in the "
+                             "examples (or the tuning inputs)")
+            continue
+        try:
+            kp.row_spaces[(vid, key)], kp.row_pruned[(vid, key)] = early_prune(kp, kp.space, calls[key][0], module)
+        except PruneHookFailed as exc:  # the hook raised; what it returned is never shipped unchecked
+            if required:
+                raise
+            if not any(n.startswith(f"kernels.{kp.name}: ") and n.endswith(" unpruned") for n in kp.notes):
+                kp.notes.append(f"kernels.{kp.name}: {exc}; the rows it fails on take the space unpruned")
 
 
 def _declared_writes_marked(schema: str | None, mutates_args: str) -> bool:

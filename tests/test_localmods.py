@@ -1096,6 +1096,95 @@ def test_an_op_taken_through_its_packages_re_export_reaches_the_bound_kernel(tmp
     assert real is None or real.add.__module__ == "rxp.zk"  # the project's own package is back afterwards
 
 
+OPS_FILE_KERNELS = """\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x, y, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+
+
+@triton.jit
+def scale_bwd_kernel(dy, dx, n, BLOCK: tl.constexpr):
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dx + o, tl.load(dy + o, mask=o < n) * 2, mask=o < n)
+
+
+def scale_fwd(x):
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+
+
+def scale_bwd(dy):
+    dx = torch.empty_like(dy)
+    scale_bwd_kernel[(triton.cdiv(dy.numel(), 128),)](dy, dx, dy.numel(), BLOCK=128)
+    return dx
+"""
+
+OPS_FILE_OP = """\
+import torch
+
+from opsf.kern import scale_bwd, scale_fwd
+
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return scale_fwd(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return scale_bwd(dy)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return Scale.apply(x)
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+"""
+
+
+def test_an_ops_files_backward_that_launches_an_unlisted_kernel_is_named_at_check(tmp_path: Path) -> None:
+    """An ``[ops.NAME]`` file's autograd backward calling a kernel file's launcher of a kernel the manifest does not
+    list (flash-linear-attention's simple GLA imports ``chunk_bwd_dh``; session 40's note) passed ``check`` in
+    silence, and the wheel's backward raised at run time. It is a warning naming the launcher, the file importing
+    it and the kernel (a forward-only package is a choice); the kernel file's own ops launching it stay an error."""
+    from forge_aot.errors import SourceError
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "opsf").mkdir()
+    (tmp_path / "opsf" / "__init__.py").write_text("")
+    (tmp_path / "opsf" / "kern.py").write_text(OPS_FILE_KERNELS)
+    (tmp_path / "opsf" / "op.py").write_text(OPS_FILE_OP)
+    manifest = tmp_path / "kernel_manifest.toml"
+    head = '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n' \
+        'source = "opsf/kern.py:scale_kernel"\nsignature = { x = "*fp32", y = "*fp32", n = "i32" }\n'
+    manifest.write_text(head + '\n[ops.scale]\nsource = "opsf/op.py"\nexamples = "examples"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(manifest))
+        manifest.write_text(head + 'ops = ["scale_fwd", "scale_bwd"]\n')
+        with pytest.raises(SourceError, match=r"host function 'scale_bwd' launches 'scale_bwd_kernel', which has no "
+                                              r"entry in kernel_manifest.toml"):
+            make_plan(load_manifest(manifest))
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("opsf")
+    assert plan.warnings == [
+        "opsf/kern.py: host function 'scale_bwd', which opsf/op.py imports, launches 'scale_bwd_kernel', which has no "
+        "entry in kernel_manifest.toml: a call of the wheel's ops that reaches it (a backward, say) raises "
+        "ForgeRuntimeError; give the kernel an entry to package it"]
+    assert plan.to_json()["warnings"] == plan.warnings
+
+
 def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code_reaches(tmp_path: Path) -> None:
     """FlagGems: every kernel wears ``@libentry()`` (``project.launch-wrappers``), and an op file's ``from flag_gems
     import runtime`` runs the package ``__init__``, which imports every op family: the shipped helper modules'

@@ -975,9 +975,9 @@ def tune_inputs(key, variant, device):
 
 def test_a_pruning_hook_that_is_a_lambda_prunes_the_tuning_candidates(tmp_path: Path) -> None:
     """gemlite passes ``prune_configs_by={"early_config_prune": lambda ...}``: no top-level name, so the plan was
-    refused ("must be a function defined at the top level of the kernel file"). Only the build's tuning calls the
-    hook, with the kernel file imported with Triton, so the plan names it as the autotuner's own and the tuning
-    takes it from there."""
+    refused ("must be a function defined at the top level of the kernel file"). Only the build calls the
+    hook, with the kernel file imported with Triton, so the plan names it as the autotuner's own and calls it from
+    there, per row (``pruning``)."""
     from forge_aot.introspect import TUNER_OWN_HOOK
     from tests.test_localmods import one_file_project
 
@@ -989,3 +989,6 @@ def test_a_pruning_hook_that_is_a_lambda_prunes_the_tuning_candidates(tmp_path: 
     assert {c.meta["BLOCK"] for c in items[300].candidates} == {128, 256}
     assert all(TUNER_OWN_HOOK in why for why in items[300].pruned.values()) and len(items[300].pruned) == 2
     assert {c.meta["BLOCK"] for c in items[5000].candidates} == {128, 256, 512, 1024}
+    # untuned, the row takes the first config the hook kept, as Triton's autotuner runs only what it keeps
+    rows = {row.key[0]: row for e in plan.entries for row in e.tables["default"]}
+    assert [c.meta["BLOCK"] for c in rows[300].preferences] == [128, 256]

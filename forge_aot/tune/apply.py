@@ -133,7 +133,9 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             elif set(r.key) != set(kp.key):
                 reason = f"keyed by {sorted(r.key)}, the kernel's key is {kp.key}"
             else:
-                flat = {k: v for k, v in r.config.items() if k not in ("num_ctas",)}
+                # (a record from before the kernel's pruning hook made a defaulted constexpr a meta-parameter, or one
+                # of a config that leaves it out: the default is what it measured)
+                flat = {**kp.meta_defaults, **{k: v for k, v in r.config.items() if k not in ("num_ctas",)}}
                 meta = [k for k in flat if k not in ("num_warps", "num_stages", "maxnreg", "pre_hook")]
                 if sorted(meta) != sorted(kp.meta_names):
                     reason = f"its config gives {sorted(meta)}, the space tunes {sorted(kp.meta_names)}"
@@ -144,7 +146,7 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             key = tuple(int(r.key[n]) for n in kp.key)
             if any(entry.assignment.get(n, v) != v for n, v in zip(kp.key, key)):
                 continue  # a key argument that is also a variant axis (HEAD_DIM): another variant's row
-            choice = ConfigChoice.from_flat(r.config, kp.meta_names, fixed)
+            choice = ConfigChoice.from_flat({**kp.meta_defaults, **r.config}, kp.meta_names, fixed)
             if not preferences(kp, key, entry.assignment, choice) or \
                     preferences(kp, key, entry.assignment, choice)[0].id != choice.id:
                 label = f"{entry.kernel} on {r.provenance.gpu} ({entry.target}): a winner fails the constraints"

@@ -1,11 +1,11 @@
 """What a tuning run measures: one item per table row (kernel × variant × key) and its candidate configs.
 
-A row's candidates are the tuning space (the manifest's, else the kernel's own ``@triton.autotune`` configs)
-that satisfies the constraints for the row, in listed order, the untuned default first; then the user's
-pruning hook (``tune.prune``, else the decorator's ``prune_configs_by``: ``early_config_prune``, then
-``perf_model`` with ``top_k``) with Triton's semantics. What the compiled binaries say (shared memory over
-the device's limit, register spills, no block fitting on a multiprocessor) prunes further once they exist
-(``static_prune``).
+A row's candidates are its preferences: the tuning space (the manifest's, else the kernel's own
+``@triton.autotune`` configs; for a kernel with a pruning hook, ``tune.prune`` else the decorator's
+``early_config_prune``, what the hook returned for the row when the plan was made, see ``pruning``) that
+satisfies the constraints for the row, the untuned default first; then the decorator's ``perf_model`` with
+``top_k``, with Triton's semantics. What the compiled binaries say (shared memory over the device's limit,
+register spills, no block fitting on a multiprocessor) prunes further once they exist (``static_prune``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ManifestError, SourceError
+from ..errors import ManifestError
 from ..plan import BinarySpec, BuildPlan, ConfigChoice, EntryPlan, KernelPlan, TracedCall
+from ..pruning import perf_model_prune
 from ..runtime import SPEC_INT_ONE, SPEC_ONE
 from .database import row_id
 
@@ -74,67 +75,6 @@ def shard_of(item_id: str, count: int) -> int:
     return int(hashlib.sha256(item_id.encode()).hexdigest()[:8], 16) % count
 
 
-def _triton_configs(candidates: list[ConfigChoice]) -> list[Any]:
-    import triton
-
-    out = []
-    for c in candidates:
-        kwargs = {"num_warps": c.num_warps, "num_stages": c.num_stages}
-        if c.maxnreg is not None:
-            kwargs["maxnreg"] = c.maxnreg
-        out.append(triton.Config(dict(c.meta), **kwargs))
-    return out
-
-
-def apply_prune_hooks(kp: KernelPlan, candidates: list[ConfigChoice], call: TracedCall,
-                      module: Any) -> tuple[list[ConfigChoice], dict[str, str]]:
-    """Run the user's pruning hook(s) as ``triton.autotune`` does: ``early_config_prune(configs, named_args,
-    **kwargs)``, then ``perf_model(**named_args, **kwargs, **config.all_kwargs())`` keeping the ``top_k``
-    best. ``module`` is the kernel file imported with Triton (the hooks live there)."""
-    t = kp.entry.tune
-    prune = kp.autotune.prune if kp.autotune else {}
-    early = t.prune or prune.get("early_config_prune")
-    perf_model = prune.get("perf_model") if not t.prune else None
-    if not early and not perf_model:
-        return candidates, {}
-    from ..introspect import tuner_hook
-
-    named = dict(call.named or {})
-    kwargs = {k: v for k, v in named.items() if k not in {n for n, ty in kp.params if ty not in
-                                                          ("meta", "constexpr", "heuristic")}}
-    nargs = {k: v for k, v in named.items() if k not in kwargs}
-    configs = _triton_configs(candidates)
-    by_id = {id(c): cand for c, cand in zip(configs, candidates)}
-    kept_configs = configs
-    where = f"{kp.source}: {kp.function}"
-    if early:
-        fn = tuner_hook(module, kp.function, "early_config_prune", early) if not t.prune else getattr(module, early)
-        try:
-            kept_configs = list(fn(configs, nargs, **kwargs))
-        except Exception as exc:
-            raise SourceError(f"{where}: the pruning hook {early}() failed: {type(exc).__name__}: {exc}") from None
-        if any(id(c) not in by_id for c in kept_configs):
-            raise SourceError(f"{where}: the pruning hook {early}() returned configs it did not get; return a "
-                              "subset of the configs list")
-    if perf_model:
-        fn = tuner_hook(module, kp.function, "perf_model", perf_model)
-        top_k = kp.autotune.prune.get("top_k") if kp.autotune else None
-        try:
-            estimates = {id(c): float(fn(**nargs, **kwargs, **c.all_kwargs())) for c in kept_configs}
-        except Exception as exc:
-            raise SourceError(f"{where}: perf_model {perf_model}() failed: {type(exc).__name__}: {exc}") from None
-        ordered = sorted(kept_configs, key=lambda c: estimates[id(c)])
-        k = top_k if isinstance(top_k, int) else max(1, int(len(ordered) * float(top_k or 1.0)))
-        kept_configs = ordered[:k]
-    kept_ids = {id(c) for c in kept_configs}
-    kept = [cand for c, cand in zip(configs, candidates) if id(c) in kept_ids]
-    pruned = {cand.id: f"pruned by {early or perf_model}()" for c, cand in zip(configs, candidates)
-              if id(c) not in kept_ids}
-    if not kept:
-        raise SourceError(f"{where}: the pruning hook left no config for {dict(call.named or {})}")
-    return kept, pruned
-
-
 def make_items(plan: BuildPlan, *, kernels: tuple[str, ...] = (), shard: tuple[int, int] = (0, 1),
                notes: list[str] | None = None) -> list[TuneItem]:
     """The items of a plan (made for one target) in plan order: rows of entries whose kernel has tuning inputs
@@ -163,16 +103,18 @@ def make_items(plan: BuildPlan, *, kernels: tuple[str, ...] = (), shard: tuple[i
                 notes.append(note)
             continue
         for row in rows:
-            candidates = [c for c in row.preferences]
+            candidates = [c for c in row.preferences]  # early_config_prune ran when the plan was made
             calls = entry.calls.get(row.key, [])
-            item = TuneItem(entry, kp, row.key, candidates, calls, len(candidates))
+            pruned = dict(kp.row_pruned.get((entry.variant, row.key), {}))
+            item = TuneItem(entry, kp, row.key, candidates, calls, len(candidates) + len(pruned), pruned)
             if total > 1 and shard_of(item.id, total) != index:
                 continue
             if len(candidates) <= 1:
                 continue
-            if calls and (kp.entry.tune.prune or (kp.autotune and kp.autotune.prune)):
+            if calls and kp.autotune and kp.autotune.prune.get("perf_model") and not kp.entry.tune.prune:
                 module = load_kernel_module(str(kp.source))
-                item.candidates, item.pruned = apply_prune_hooks(kp, candidates, calls[0], module)
+                item.candidates, by_model = perf_model_prune(kp, candidates, calls[0], module)
+                item.pruned.update(by_model)
             if len(item.candidates) <= 1:
                 notes.append(f"{item.id}: one candidate left after pruning: nothing to measure")
                 continue
