@@ -168,17 +168,29 @@ def _aliasing(arguments: Any, result: Any) -> str | None:
     return None
 
 
+def _bound(sig: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
+    """A traced call's arguments by name ({} where it does not bind)."""
+    try:
+        return dict(sig.bind(*args, **kwargs).arguments)
+    except TypeError:
+        return {}
+
+
 def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             ) -> tuple[str | None, str, ResultRule | None]:
     """``op_schema`` for the parameters of ``sig`` (the host function's, less an output buffer)."""
     import torch
 
     written = _written_arguments(sig, calls)
+    unannotated = "no type annotations"
     if not written:
         try:
             schema = torch.library.infer_schema(_plain_tensor_annotations(fn, sig), mutates_args=())
-        except Exception:  # annotations missing or not schema types: try the traced calls
-            pass
+        except Exception as exc:  # annotations missing or not schema types: try the traced calls
+            if sig.return_annotation is not inspect.Signature.empty or any(
+                    p.annotation is not inspect.Parameter.empty for p in sig.parameters.values()):
+                why = str(exc).splitlines()[0].split(" Got func")[0].removeprefix("infer_schema(func): ")
+                unannotated = f"annotations that make no schema ({why.rstrip('. ')})"
         else:
             for args, kwargs, result, *_ in calls:  # the annotations say nothing of what the results share
                 try:
@@ -189,13 +201,16 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
                 if why is not None:
                     return None, why, None
             # ``scale: float = None`` (flash-linear-attention writes it so) infers ``float scale=None``, which refuses
-            # the None its own default is: optional, as the default says
+            # the None its own default is: optional, as the default says; so is a parameter annotated ``Tensor`` that
+            # a traced call passes None (gemlite's ``scales_x: Tensor``), or torch.ops would refuse that call
+            passed_none = {name for args, kwargs, *_ in calls for name, value in _bound(sig, args, kwargs).items()
+                           if value is None}
             for name, p in sig.parameters.items():
-                if p.default is None:
-                    schema = re.sub(rf"(?<![\w?\]])([\w\[\]]+) {name}=None", rf"\1? {name}=None", schema)
+                if p.default is None or name in passed_none:
+                    schema = re.sub(rf"(?<![\w?\]])([\w\[\]]+) {name}(?=[,)=])", rf"\1? {name}", schema)
             return schema, "from the type annotations", None
     if not calls:
-        return None, ("no type annotations, and no examples call it directly (a call from inside another op does "
+        return None, (f"{unannotated}, and no examples call it directly (a call from inside another op does "
                       "not count)"), None
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}

@@ -1008,6 +1008,43 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
     return memo[fn.name]
 
 
+def _imported_jit_functions(path: Path, tree: ast.Module,
+                            wrappers: frozenset[str]) -> tuple[dict[str, ast.FunctionDef], set[str]]:
+    """The ``@triton.jit`` helpers a kernel file takes from project modules (gemlite's ``from .utils import *``
+    brings ``load_ptr``), by the names the file calls them, with the functions of those modules their own calls
+    reach (by their names there, below the file's), and the names those modules bind to ``triton.language``: so a
+    pointer handed to such a helper counts as written only where the helper writes it. A module that is not a file
+    of the project (or does not parse) leaves its helpers unknown, and a pointer passed to them written."""
+    from .localmods import file_module, import_from_target, package_of
+
+    module = file_module(path)
+    package = package_of(path)
+    search = [path.parent.resolve(), *([package[1]] if package else [])]
+    named: dict[str, ast.FunctionDef] = {}
+    inner: dict[str, ast.FunctionDef] = {}
+    language: set[str] = set()
+    for stmt in tree.body:
+        target = import_from_target(stmt, module) if isinstance(stmt, ast.ImportFrom) else None
+        parts = target.split(".") if target else []
+        files = [f for d in search for f in (d.joinpath(*parts).with_suffix(".py"), d.joinpath(*parts, "__init__.py"))
+                 if parts and f.is_file()]
+        if not files:
+            continue
+        try:
+            other = ast.parse(files[0].read_text(encoding="utf-8"), filename=str(files[0]))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        helpers = {f.name: f for f in other.body if isinstance(f, ast.FunctionDef) and _is_kernel(f, wrappers)}
+        inner.update(helpers)
+        language |= _language_aliases(other)
+        for alias in stmt.names:  # type: ignore[union-attr]
+            if alias.name == "*":
+                named.update({n: f for n, f in helpers.items() if not n.startswith("_")})
+            elif alias.name in helpers:
+                named[alias.asname or alias.name] = helpers[alias.name]
+    return {**inner, **named}, language
+
+
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
                  element_types: frozenset[int] = frozenset(), skip: frozenset[int] = frozenset(),
                  decorators_ok: bool = True) -> bool:
@@ -1342,10 +1379,11 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                               f"line {stmt.lineno}: forge-aot reads kernels (and the host code around them) defined at "
                               "module level; move them out")
         raise SourceError(f"{path}: no @triton.jit function found")
-    jit_functions = {k.name: k for k in kernel_stmts}
+    imported_helpers, imported_language = _imported_jit_functions(path, tree, wrappers)
+    jit_functions = {**imported_helpers, **{k.name: k for k in kernel_stmts}}
     flows: dict[str, tuple[set[int], set[int]]] = {}
     for k in kernel_stmts:
-        positions = _pointer_flow(k, jit_functions, language_aliases, flows)[0]
+        positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows)[0]
         kernels[k.name] = dataclasses.replace(kernels[k.name], writes=tuple(
             p.name for i, p in enumerate(kernels[k.name].params) if i in positions))
     for name, dec in heuristics:

@@ -501,6 +501,73 @@ def test_the_parameters_a_kernel_writes_through(tmp_path: Path) -> None:
     assert src.kernels["_store_through"].writes == ("ptr",) and src.kernels["_read"].writes == ()
 
 
+IMPORTED_HELPERS = """\
+import triton
+import triton.language as tl
+from .utils import *
+from .more import store_row as put, _private_store
+
+
+@triton.jit
+def k(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    a = load_ptr(a_ptr, offs)          # gemlite's ``from .utils import *``: a helper that only loads
+    b = load_twice(b_ptr, offs)        # one that loads through another helper of its module
+    put(c_ptr + offs, a + b)           # an imported helper, renamed, that stores
+    _private_store(d_ptr, offs, a)     # an underscored one, named explicitly
+    unknown_helper(e_ptr, a)           # a name no resolved module defines: counted as writing
+"""
+
+IMPORTED_UTILS = """\
+import triton
+from triton import language as tlang
+
+
+@triton.jit
+def load_ptr(ptr, offs):
+    return tlang.load(ptr + offs)
+
+
+@triton.jit
+def _load(ptr, offs):
+    return tlang.load(ptr + offs)
+
+
+@triton.jit
+def load_twice(ptr, offs):
+    return _load(ptr, offs) + _load(ptr, offs)
+"""
+
+IMPORTED_MORE = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def store_row(ptr, v):
+    tl.store(ptr, v)
+
+
+@triton.jit
+def _private_store(ptr, offs, v):
+    tl.atomic_add(ptr + offs, v)
+"""
+
+
+def test_helpers_imported_from_project_modules_write_only_what_they_store(tmp_path: Path) -> None:
+    """gemlite's gemv kernels take ``load_ptr`` from ``.utils`` with a star import: counted as writing whatever it was
+    given, the op's schema said ``Tensor(a!) x, Tensor(b!) W_q`` for inputs it only reads, and torch.compile would
+    have copied the weights on every call. Helpers of project modules are read where they are defined."""
+    pkg = tmp_path / "lib" / "ops"
+    pkg.mkdir(parents=True)
+    (tmp_path / "lib" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(IMPORTED_UTILS)
+    (pkg / "more.py").write_text(IMPORTED_MORE)
+    (pkg / "k.py").write_text(IMPORTED_HELPERS)
+    assert parse_source(pkg / "k.py").kernels["k"].writes == ("c_ptr", "d_ptr", "e_ptr")
+
+
 def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float() -> None:
     """``LOG2E = tl.constexpr(1.44...)`` is a float with ``.value`` in host code; passed as a runtime argument it is
     a float to the specialization (never ``1`` or divisible-by-16, which only integers are)."""

@@ -55,6 +55,23 @@ def test_an_annotated_parameter_defaulting_to_none_is_optional_in_the_schema() -
     assert torch.ops.forge_test_none_default.op(torch.ones(2), None, None, None).tolist() == [1.0, 1.0]
 
 
+def test_an_annotated_tensor_a_traced_call_passes_none_is_optional_in_the_schema() -> None:
+    """gemlite's ``gemv_forward(..., scales_x: Tensor, ...)`` is called with ``scales_x=None``: the annotation's
+    ``Tensor`` would make ``torch.ops`` refuse the very calls the examples make."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("def op(x: torch.Tensor, scales_x: torch.Tensor, n: int) -> torch.Tensor:\n    return x * 2\n", namespace)
+    x = torch.ones(2)
+    schema, why, _ = op_schema(namespace["op"], [((x, None, 3), {}, x * 2), ((x,), {"scales_x": x, "n": 1}, x * 2)])
+    assert why == "from the type annotations"
+    assert schema == "(Tensor x, Tensor? scales_x, SymInt n) -> Tensor", schema
+    schema, _, _ = op_schema(namespace["op"], [((x, x, 3), {}, x * 2)])
+    assert schema == "(Tensor x, Tensor scales_x, SymInt n) -> Tensor", schema
+
+
 def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
     """A custom op's results may alias neither its inputs nor each other (torch.compile would reuse their memory):
     annotations say nothing of that, so the traced calls are checked for annotated host functions too (SGLang's
@@ -941,6 +958,47 @@ def test_stand_ins_answer_every_value_read_of_meta_tensors_and_leave_real_ones_a
         fake_call(lambda x: x.new_empty(int(x.sum())), (torch.empty(8, device="meta"),), {})
     out = fake_call(lambda x: x.new_empty(8 if x.sum().item() else 9), (torch.empty(8, device="meta"),), {})
     assert out.shape == (8,)
+
+
+def test_addresses_of_meta_and_fake_tensors_compare_as_on_the_gpu() -> None:
+    """lmdeploy's ``fill_kv_cache_blocked_fp8`` asks ``k_caches.data_ptr() == v_caches.data_ptr()``: on the fake
+    tensors of torch.compile's tracing that raised "Cannot access data pointer of Tensor" and the op's
+    ``torch.compile(fullgraph=True)`` failed. A Meta implementation's address reads answer from the storage's
+    identity and offset: views of one storage compare as on the GPU, and no data value counts as read."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from forge_aot.runtime.torch_ops import fake_call, stand_ins
+
+    m = torch.empty(2, 8, dtype=torch.float16, device="meta")
+    with stand_ins() as reads:
+        assert m.data_ptr() == m[0].data_ptr() == m.view(16).data_ptr() and m.data_ptr() % 512 == 0
+        assert m[1].data_ptr() == m.data_ptr() + 16 and m.data_ptr() != torch.empty_like(m).data_ptr()
+        real = torch.empty(3)
+        assert real.data_ptr() == real.untyped_storage().data_ptr()  # a real tensor's own address
+    assert not reads.used
+
+    def copy_into(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        return dst.clone() if src.data_ptr() == dst.data_ptr() else dst + 1
+
+    with FakeTensorMode() as mode:
+        x = mode.from_tensor(torch.empty(8, device="meta"))
+        assert fake_call(copy_into, (x, x[:]), {}).shape == (8,)
+        assert fake_call(copy_into, (x, torch.empty_like(x)), {}).shape == (8,)
+
+
+def test_annotations_that_make_no_schema_are_named_so() -> None:
+    """lmdeploy's ``quant_fp8`` annotates its parameters but not its result: the note said "no type annotations"."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("def op(x: torch.Tensor, n: int):\n    return x\n\n\ndef bare(x, n):\n    return x\n", namespace)
+    assert op_schema(namespace["op"], [])[1] == (
+        "annotations that make no schema (No return type annotation was provided. Please add one), and no examples "
+        "call it directly (a call from inside another op does not count)")
+    assert op_schema(namespace["bare"], [])[1].startswith("no type annotations, and no examples call it directly")
 
 
 def test_an_op_returning_a_view_of_an_input_is_no_custom_op_and_a_class_is_no_op(tmp_path) -> None:

@@ -114,7 +114,7 @@ def call_without_launches(fn: Callable[..., Any], *args: Any, values: Any = None
 
 
 _VALUE_READS = {"item": "item", "tolist": "list", "__bool__": "bool", "__int__": "int", "__float__": "float",
-                "__index__": "index", "equal": "bool"}
+                "__index__": "index", "equal": "bool", "data_ptr": "address"}
 
 
 def stand_ins(scale: int = 1) -> Any:
@@ -131,7 +131,7 @@ def _stand_in_class() -> Any:
     from torch.overrides import TorchFunctionMode
 
     reads = frozenset((torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
-                       torch.Tensor.__float__, torch.Tensor.__index__, torch.equal))
+                       torch.Tensor.__float__, torch.Tensor.__index__, torch.equal, torch.Tensor.data_ptr))
     factories = frozenset((torch.arange, torch.zeros, torch.ones, torch.empty, torch.full, torch.tensor,
                            torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.eye))
 
@@ -141,11 +141,11 @@ def _stand_in_class() -> Any:
 
     class StandIns(TorchFunctionMode):
         """Host code that reads a tensor's values (Liger's ``n = (target != ignore).sum().item()``, FLA's
-        ``cu_seqlens.tolist()``, ``torch.equal(grad, one)``, ``if mask.any():``) on meta or fake tensors, which
-        have none: each read answers a stand-in of the tensor's kind (``scale`` 1: integers 1, floats 1.0, lists
-        0, 1, 2...; another scale multiplies them), every truth value True (asserts on data pass). ``used`` says
-        whether a read happened: ``fake_call`` then runs the host code again with other values and refuses an op
-        whose outputs follow them."""
+        ``cu_seqlens.tolist()``, ``torch.equal(grad, one)``, ``if mask.any():``) or its address (``data_ptr()``)
+        on meta or fake tensors, which have none: each read answers a stand-in of the tensor's kind (``scale`` 1:
+        integers 1, floats 1.0, lists 0, 1, 2...; another scale multiplies them), every truth value True (asserts
+        on data pass). ``used`` says whether a value was read: ``fake_call`` then runs the host code again with
+        other values and refuses an op whose outputs follow them."""
 
         def __init__(self, scale: int) -> None:
             super().__init__()
@@ -155,6 +155,10 @@ def _stand_in_class() -> Any:
             name = _VALUE_READS.get(getattr(func, "__name__", ""))
             if name is not None and func in reads and args and all(
                     without_data(a) for a in args if isinstance(a, torch.Tensor)):
+                if name == "address":  # lmdeploy's ``k_caches.data_ptr() == v_caches.data_ptr()``: views of one
+                    # storage compare as they would on the GPU (aligned as an allocation); no data value was read
+                    t = args[0]
+                    return storage_id(t) * 512 % (1 << 62) + t.storage_offset() * t.element_size()
                 self.used = True
                 return self.value(name, args[0])
             if func in factories and torch._C._meta_in_tls_dispatch_include() and (kwargs or {}).get(
