@@ -21,6 +21,12 @@ if [ "${BUILD_REALWORLD:-0}" = 1 ]; then
       -j "$(nproc)" -q --out dist ) > "$OUT/build_rw.txt" 2>&1
   tail -4 "$OUT/build_rw.txt"
 fi
+# BUILD_FLA=1: the same for the flash-linear-attention fixture's wheel (tests/test_fla_simple_gla.py imports forge_fla)
+if [ "${BUILD_FLA:-0}" = 1 ]; then
+  ( time python3 -m forge_aot.cli build --manifest tests/fixtures/fla060/kernel_manifest.toml --target sm_90 \
+      -j "$(nproc)" -q --out dist ) > "$OUT/build_fla.txt" 2>&1
+  tail -4 "$OUT/build_fla.txt"
+fi
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_*.whl 2>&1 | tail -2
 if ls .whl/pytest_xdist-*.whl >/dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps .whl/*.whl 2>&1 | tail -2; fi
 # Each wheel's runtime bytecode bundle, as a first call would write it (this host sets PYTHONDONTWRITEBYTECODE):
