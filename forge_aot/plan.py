@@ -1568,9 +1568,11 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 entry.table_sources["default"] = "manifest default"
                 entries.append(entry)
     for kp in kernels.values():
-        if kp.row_spaces:  # configs a hook made are configs of the space (tuning records name them)
+        if kp.row_spaces:  # configs a hook made are configs of the space (tuning records name them); the
+            # decorator's lack what only the hook sets, where some such constexpr has no default
             made = [c for configs in kp.row_spaces.values() for c in configs]
-            kp.space = list({c.id: c for c in [*([] if kp.pruner_meta else kp.space), *made]}.values())
+            incomplete = any(n not in kp.meta_defaults for n in kp.pruner_meta)
+            kp.space = list({c.id: c for c in [*([] if incomplete else kp.space), *made]}.values())
     plan = BuildPlan(loaded, chosen, kernels, entries, modules, data_files=data_files, warnings=warnings)
     for e in entries:  # heuristics that need more than the key fail here, before anything is built
         for rows in e.tables.values():
