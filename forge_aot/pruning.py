@@ -55,8 +55,7 @@ def early_prune(kp: KernelPlan, space: list[ConfigChoice], call: TracedCall,
     """The configs the kernel's ``early_config_prune`` keeps of ``space`` for ``call``'s arguments, in the order
     it returns them (configs it made itself included), and the dropped ones with why. ``module``: the kernel file
     imported with Triton (the hook lives there)."""
-    from .introspect import _function_name, tuner_hook
-    from .plan import ConfigChoice
+    from .introspect import tuner_hook
 
     name = early_prune_hook(kp)
     assert name is not None
@@ -72,28 +71,44 @@ def early_prune(kp: KernelPlan, space: list[ConfigChoice], call: TracedCall,
         raise PruneHookFailed(f"{where}: the pruning hook {name}() failed on {_shown(nargs)}: "
                           f"{type(exc).__name__}: {exc}") from None
     kept: list[ConfigChoice] = []
+    seen: set[str] = set()
     for c in returned:
-        if id(c) in given:
-            kept.append(given[id(c)])
-            continue
-        if getattr(c, "num_ctas", 1) != 1:
-            raise SourceError(f"{where}: the pruning hook {name}() returned a config with num_ctas={c.num_ctas} "
-                              "(thread-block clusters), which the forge-aot loader cannot launch")
-        names = set(c.kwargs)
-        required = set(kp.meta_names) - set(kp.meta_defaults)
-        if not required <= names <= set(kp.meta_names):
-            raise SourceError(f"{where}: the pruning hook {name}() returned a config that sets {sorted(names)}; "
-                              f"a config of {kp.function} sets {sorted(required)}"
-                              f"{', and may set ' + str(sorted(kp.meta_defaults)) if kp.meta_defaults else ''} (the "
-                              "decorator's meta-parameters and the constexprs no launch passes)")
-        pre_hook = _function_name(c.pre_hook, module, f"the pre_hook of a config {name}() returned", where)
-        meta = {**c.kwargs, **{n: v for n, v in kp.meta_defaults.items() if n not in names}}
-        kept.append(ConfigChoice(meta, int(c.num_warps), int(c.num_stages), getattr(c, "maxnreg", None), pre_hook))
-    kept = list({c.id: c for c in reversed(kept)}.values())[::-1]  # the first of equal configs stands
+        choice = given.get(id(c))
+        if choice is None or (dict(c.kwargs), c.num_warps, c.num_stages) != (choice.meta, choice.num_warps,
+                                                                             choice.num_stages):
+            # a config the hook made, or one it was given and changed in place (as Triton would run it)
+            choice = _made_config(kp, c, choice, module, f"{where}: the pruning hook {name}()")
+        if choice.id not in seen:  # the first of equal configs stands
+            seen.add(choice.id)
+            kept.append(choice)
     if not kept:
         raise SourceError(f"{where}: the pruning hook {name}() left no config for {_shown(nargs)}")
     kept_ids = {c.id for c in kept}
     return kept, {c.id: f"pruned by {name}()" for c in space if c.id not in kept_ids}
+
+
+def _made_config(kp: KernelPlan, c: Any, given: ConfigChoice | None, module: types.ModuleType,
+                 hook: str) -> ConfigChoice:
+    """A ``triton.Config`` a pruning hook returned that is none of those it got, as a config of the space: it must set
+    the kernel's meta-parameters (those with a default may be left out) and name its pre-hook by a top-level
+    function of the kernel file (else it keeps the one it was given with)."""
+    from .introspect import _function_name
+    from .plan import ConfigChoice
+
+    if getattr(c, "num_ctas", 1) != 1:
+        raise SourceError(f"{hook} returned a config with num_ctas={c.num_ctas} (thread-block clusters), which the "
+                          "forge-aot loader cannot launch")
+    names = set(c.kwargs)
+    required = set(kp.meta_names) - set(kp.meta_defaults)
+    if not required <= names <= set(kp.meta_names):
+        raise SourceError(f"{hook} returned a config that sets {sorted(names)}; a config of {kp.function} sets "
+                          f"{sorted(required)}"
+                          f"{', and may set ' + str(sorted(kp.meta_defaults)) if kp.meta_defaults else ''} (the "
+                          "decorator's meta-parameters and the constexprs no launch passes)")
+    pre_hook = _function_name(c.pre_hook, module, "the pre_hook of a config it returned", hook) \
+        if c.pre_hook is not None else given.pre_hook if given is not None else None
+    meta = {**c.kwargs, **{n: v for n, v in kp.meta_defaults.items() if n not in names}}
+    return ConfigChoice(meta, int(c.num_warps), int(c.num_stages), getattr(c, "maxnreg", None), pre_hook)
 
 
 def perf_model_prune(kp: KernelPlan, candidates: list[ConfigChoice], call: TracedCall,

@@ -222,8 +222,9 @@ def test_a_config_whose_pre_hook_is_a_closure_is_refused_not_left_out(tmp_path: 
     source = KERNEL.replace("def next_power_of_2(v):", factory + "def next_power_of_2(v):")
     source = source.replace("num_stages=config.num_stages, num_warps=config.num_warps)",
                             'num_stages=config.num_stages, num_warps=config.num_warps, pre_hook=init_to_zero("c_ptr"))')
-    with pytest.raises(SourceError, match=r"the pre_hook of a config <its @triton.autotune's own>\(\) returned must be "
-                                          r"a function defined at the top level of the kernel file"):
+    with pytest.raises(SourceError, match=r"gemv_kernel: the pruning hook <its @triton.autotune's own>\(\): the "
+                                          r"pre_hook of a config it returned must be a function defined at the top "
+                                          r"level of the kernel file"):
         make_plan(load_manifest(_project(tmp_path / "p", source)), ["sm_90"])
 
 
@@ -253,6 +254,51 @@ def test_a_tuned_config_that_leaves_a_defaulted_constexpr_out_keeps_its_default(
     entry = next(e for e in plan.entries if e.variant == variant)
     tuned = entry.tables["NVIDIA H100 80GB HBM3"][0].preferences[0]
     assert tuned.meta == {"BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "NUM_STAGES": 1, "EVEN_K": False, "EVEN_N": False}
+
+
+IN_PLACE = """\
+import torch
+import triton
+import triton.language as tl
+
+
+def prune(configs, nargs, **kwargs):
+    for c in configs:
+        if nargs["n"] > 2000:
+            c.num_warps = 8  # changed in place, as some pruners do: Triton runs the config as changed
+    return configs + configs[:1]  # a config twice: the first stands
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256)], key=["n"],
+                 prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def add_one_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add_one(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    add_one_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
+    return y
+
+
+def examples(device="cuda"):
+    for n in (300, 5000):
+        add_one(torch.randn(n, device=device))
+"""
+
+
+def test_a_config_the_hook_changed_in_place_is_taken_as_changed(tmp_path: Path) -> None:
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_in_place", IN_PLACE, "add_one_kernel", ["add_one"])
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    rows = {row.key[0]: [c.id for c in row.preferences] for e in plan.entries for row in e.tables["default"]}
+    assert rows == {300: ["BLOCK128-w4-s3", "BLOCK256-w4-s3"], 5000: ["BLOCK128-w8-s3", "BLOCK256-w8-s3"]}
 
 
 @pytest.mark.gpu
