@@ -161,7 +161,7 @@ triton``, a module that hands out Triton or a placeholder), and what each must b
 def _reexported_aliases(stmt: ast.stmt) -> list[ast.alias]:
     """The ``tl`` / ``triton`` a ``from <module other than Triton> import ...`` binds: Triton itself, re-exported
     (vLLM: ``from vllm.triton_utils import HAS_TRITON, tl, triton``; the build checks that they are)."""
-    if not isinstance(stmt, ast.ImportFrom) or _is_triton_module(stmt.module):
+    if not isinstance(stmt, ast.ImportFrom) or _from_triton(stmt):
         return []
     return [a for a in stmt.names if a.name in TRITON_REEXPORTS and a.asname is None]
 
@@ -176,11 +176,17 @@ def _is_triton_module(module: str | None) -> bool:
     return module is not None and (module == "triton" or module.startswith("triton."))
 
 
+def _from_triton(stmt: ast.ImportFrom) -> bool:
+    """``from triton... import``: absolute only (FlashInfer's ``from .triton.page import ...`` is its own
+    subpackage ``flashinfer.triton``)."""
+    return not stmt.level and _is_triton_module(stmt.module)
+
+
 def _is_triton_import(stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.Import):
         return all(a.name == "triton" or a.name.startswith("triton.") for a in stmt.names)
     if isinstance(stmt, ast.ImportFrom):
-        return _is_triton_module(stmt.module) or _is_triton_reexport(stmt)
+        return _from_triton(stmt) or _is_triton_reexport(stmt)
     return False
 
 
@@ -929,8 +935,13 @@ _WRITES = ("store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "ato
            "atomic_xor", "scatter")
 
 
+_Helpers = dict[str, ast.FunctionDef]
+"""``@triton.jit`` functions by name."""
+
+
 def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
-                  memo: dict[str, tuple[set[int], set[int]]]) -> tuple[set[int], set[int]]:
+                  memo: dict[str, tuple[set[int], set[int]]],
+                  namespaces: dict[str, _Helpers | None] | None = None) -> tuple[set[int], set[int]]:
     """(positions of ``fn``'s parameters it may write through, those its return value may point into).
 
     Written: a pointer (or block pointer, or descriptor) derived from the parameter by assignments reaches the
@@ -938,7 +949,9 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
     ``@triton.jit`` function of the file that writes that argument; passed to any other function (a helper from
     another module) it counts as written. ``language``: the names the file binds to ``triton.language``, whose
     other functions (loads, ``make_block_ptr``…) write nothing. ``memo``: each function of the file analysed once
-    per file (one in progress counts as neither: Triton has no recursion)."""
+    per file (one in progress counts as neither: Triton has no recursion). ``namespaces``: modules the file binds to
+    names, with their helpers (None: unknown), for calls like ``utils.store_row(p, v)``."""
+    namespaces = namespaces or {}
     if fn.name in memo:
         return memo[fn.name]
     memo[fn.name] = (set(), set())
@@ -967,7 +980,7 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
                 and node.func.attr not in _POINTER_FUNCTIONS:
             return set()
         if isinstance(node, ast.Call) and (callee := helper(node)) is not None:
-            return by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo)[1])
+            return by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[1])
         if isinstance(node, ast.Name):
             return set(taint.get(node.id, ()))
         return set().union(*(sources(child) for child in ast.iter_child_nodes(node)))
@@ -998,51 +1011,75 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
                 written |= sources(target)
             else:  # desc.store(offsets, value), ptr.atomic_add(...)
                 written |= sources(func.value)
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in namespaces \
+                and not is_language(func.value):  # a helper of an imported module: ``utils.store_row(p, v)``
+            callee = (namespaces[func.value.id] or {}).get(func.attr)
+            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[0]) \
+                if callee is not None else set().union(*(sources(a) for a in node.args),
+                                                       *(sources(k.value) for k in node.keywords))
         elif isinstance(func, ast.Attribute):
             continue  # tl.load, tl.make_block_ptr, x.to(...), desc.load(...): they write nothing
         elif (callee := helper(node)) is not None:
-            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo)[0])
+            written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[0])
         elif not (isinstance(func, ast.Name) and func.id in _PURE_BUILTINS):
             written |= set().union(*(sources(a) for a in node.args), *(sources(k.value) for k in node.keywords))
     memo[fn.name] = ({i for i in written if i < len(params)}, {i for i in returned if i < len(params)})
     return memo[fn.name]
 
 
-def _imported_jit_functions(path: Path, tree: ast.Module,
-                            wrappers: frozenset[str]) -> tuple[dict[str, ast.FunctionDef], set[str]]:
+def _imported_jit_functions(path: Path, tree: ast.Module, wrappers: frozenset[str],
+                            ) -> tuple[_Helpers, dict[str, _Helpers | None], set[str]]:
     """The ``@triton.jit`` helpers a kernel file takes from project modules (gemlite's ``from .utils import *``
     brings ``load_ptr``), by the names the file calls them, with the functions of those modules their own calls
-    reach (by their names there, below the file's), and the names those modules bind to ``triton.language``: so a
-    pointer handed to such a helper counts as written only where the helper writes it. A module that is not a file
-    of the project (or does not parse) leaves its helpers unknown, and a pointer passed to them written."""
+    reach (by their names there, below the file's); the modules it binds to a name (``from . import utils``,
+    ``import mylib.ops as ops``: ``ops.store_row(...)``) with their helpers, or None for a module that is not a file
+    of the project; and the names those modules bind to ``triton.language``. So a pointer handed to such a helper
+    counts as written only where the helper writes it, and one handed to a helper of a module that cannot be read
+    (or a name it does not define) as written. Triton's own modules are none of these."""
     from .localmods import file_module, import_from_target, package_of
 
     module = file_module(path)
     package = package_of(path)
     search = [path.parent.resolve(), *([package[1]] if package else [])]
-    named: dict[str, ast.FunctionDef] = {}
-    inner: dict[str, ast.FunctionDef] = {}
+    named: _Helpers = {}
+    inner: _Helpers = {}
+    namespaces: dict[str, _Helpers | None] = {}
     language: set[str] = set()
-    for stmt in tree.body:
-        target = import_from_target(stmt, module) if isinstance(stmt, ast.ImportFrom) else None
-        parts = target.split(".") if target else []
+
+    def helpers_of(dotted: str) -> _Helpers | None:
+        parts = dotted.split(".")
         files = [f for d in search for f in (d.joinpath(*parts).with_suffix(".py"), d.joinpath(*parts, "__init__.py"))
-                 if parts and f.is_file()]
-        if not files:
-            continue
+                 if f.is_file()]
         try:
-            other = ast.parse(files[0].read_text(encoding="utf-8"), filename=str(files[0]))
+            other = ast.parse(files[0].read_text(encoding="utf-8"), filename=str(files[0])) if files else None
         except (OSError, SyntaxError, UnicodeDecodeError):
+            other = None
+        if other is None:
+            return None
+        found = {f.name: f for f in other.body if isinstance(f, ast.FunctionDef) and _is_kernel(f, wrappers)}
+        inner.update(found)
+        language.update(_language_aliases(other))
+        return found
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                if not _is_triton_module(alias.name):
+                    namespaces[alias.asname or alias.name.partition(".")[0]] = \
+                        helpers_of(alias.name) if alias.asname else None
             continue
-        helpers = {f.name: f for f in other.body if isinstance(f, ast.FunctionDef) and _is_kernel(f, wrappers)}
-        inner.update(helpers)
-        language |= _language_aliases(other)
+        target = import_from_target(stmt, module) if isinstance(stmt, ast.ImportFrom) else None
+        if not target or _from_triton(stmt):  # type: ignore[arg-type]
+            continue
+        helpers = helpers_of(target) or {}
         for alias in stmt.names:  # type: ignore[union-attr]
             if alias.name == "*":
                 named.update({n: f for n, f in helpers.items() if not n.startswith("_")})
             elif alias.name in helpers:
                 named[alias.asname or alias.name] = helpers[alias.name]
-    return {**inner, **named}, language
+            else:  # a submodule (``from . import utils``) or a name that is no helper
+                namespaces[alias.asname or alias.name] = helpers_of(f"{target}.{alias.name}")
+    return {**inner, **named}, namespaces, language
 
 
 def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
@@ -1379,11 +1416,11 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                               f"line {stmt.lineno}: forge-aot reads kernels (and the host code around them) defined at "
                               "module level; move them out")
         raise SourceError(f"{path}: no @triton.jit function found")
-    imported_helpers, imported_language = _imported_jit_functions(path, tree, wrappers)
+    imported_helpers, namespaces, imported_language = _imported_jit_functions(path, tree, wrappers)
     jit_functions = {**imported_helpers, **{k.name: k for k in kernel_stmts}}
     flows: dict[str, tuple[set[int], set[int]]] = {}
     for k in kernel_stmts:
-        positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows)[0]
+        positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows, namespaces)[0]
         kernels[k.name] = dataclasses.replace(kernels[k.name], writes=tuple(
             p.name for i, p in enumerate(kernels[k.name].params) if i in positions))
     for name, dec in heuristics:

@@ -207,6 +207,62 @@ def test_the_wheel_ships_the_helpers_and_its_imports_reach_the_shipped_copies(tm
                              "forge_localmods._ops._local.tiny_helpers", "forge_localmods._ops.scale"]
 
 
+def test_a_project_subpackage_named_triton_is_the_projects_own(tmp_path: Path) -> None:
+    """FlashInfer keeps its kernels in ``flashinfer/triton/`` and imports them relatively (``from .triton.page import
+    ...``, inside a function in ``page.py``; ``from ..triton.gemm import ...`` at module level): read as imports of
+    Triton itself, the build refused the host code ("host code imports Triton"). The wheel binds them as the
+    project's own modules: the custom ops' meta implementations run the host code, imports included, in a fresh
+    process without Triton."""
+    pkg = tmp_path / "p" / "rtp"
+    (pkg / "triton").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "triton" / "__init__.py").write_text("")
+    (pkg / "triton" / "k.py").write_text(textwrap.dedent("""\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def fill_kernel(o_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(o_ptr + offs, offs.to(tl.float32), mask=offs < n)
+        """))
+    op = textwrap.dedent("""\
+        import torch
+        import triton
+        {top}
+
+        def {name}(x: torch.Tensor) -> torch.Tensor:
+            {local}
+            o = torch.empty_like(x)
+            fill_kernel[(triton.cdiv(x.numel(), 128),)](o, x.numel(), BLOCK=128)
+            return o
+
+
+        def examples(device="cuda"):
+            {name}(torch.randn(1000, device=device))
+        """)
+    (pkg / "ops.py").write_text(op.format(top="from .triton.k import fill_kernel\n", name="fill_like", local=""))
+    (pkg / "ops_local.py").write_text(op.format(top="", name="fill_like_local",
+                                                local="from .triton.k import fill_kernel  # FlashInfer's page.py"))
+    manifest = tmp_path / "p" / "kernel_manifest.toml"
+    manifest.write_text(
+        '[project]\nname = "forge_test_rel_triton"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.fill]\n'
+        'source = "rtp/triton/k.py:fill_kernel"\nexamples = "rtp/ops.py:examples"\n\n[ops.fill_like]\n'
+        'source = "rtp/ops.py"\nexamples = "examples"\n\n[ops.fill_like_local]\nsource = "rtp/ops_local.py"\n'
+        'examples = "examples"\n')
+    target = _installed(manifest, tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None  # importing Triton would raise
+        import torch, forge_test_rel_triton
+        x = torch.empty(1000, device="meta")
+        ops = torch.ops.forge_test_rel_triton
+        print(json.dumps({"shapes": [list(ops.fill_like(x).shape), list(ops.fill_like_local(x).shape)]}))
+        ''')
+    assert _run_fresh(code, target)["shapes"] == [[1000], [1000]]
+
+
 def _package_project(root: Path) -> Path:
     """Kernels inside a package that import by relative imports (as unsloth's ``from .utils import
     calculate_settings``), the package's ``__init__`` re-exporting the op from the kernel file itself."""

@@ -506,16 +506,23 @@ import triton
 import triton.language as tl
 from .utils import *
 from .more import store_row as put, _private_store
+from . import more
+import lib.ops.utils as u
+import some_library
 
 
 @triton.jit
-def k(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N: tl.constexpr):
+def k(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, f_ptr, g_ptr, h_ptr, i_ptr, N: tl.constexpr):
     offs = tl.arange(0, N)
     a = load_ptr(a_ptr, offs)          # gemlite's ``from .utils import *``: a helper that only loads
     b = load_twice(b_ptr, offs)        # one that loads through another helper of its module
     put(c_ptr + offs, a + b)           # an imported helper, renamed, that stores
     _private_store(d_ptr, offs, a)     # an underscored one, named explicitly
     unknown_helper(e_ptr, a)           # a name no resolved module defines: counted as writing
+    more.store_row(f_ptr, a)           # a helper of a module bound to a name, that stores
+    u.load_ptr(g_ptr, offs)            # ... that loads
+    some_library.helper(h_ptr, a)      # a module that is no file of the project: counted as writing
+    more.not_there(i_ptr, a)           # a name the module does not define: counted as writing
 """
 
 IMPORTED_UTILS = """\
@@ -565,7 +572,7 @@ def test_helpers_imported_from_project_modules_write_only_what_they_store(tmp_pa
     (pkg / "utils.py").write_text(IMPORTED_UTILS)
     (pkg / "more.py").write_text(IMPORTED_MORE)
     (pkg / "k.py").write_text(IMPORTED_HELPERS)
-    assert parse_source(pkg / "k.py").kernels["k"].writes == ("c_ptr", "d_ptr", "e_ptr")
+    assert parse_source(pkg / "k.py").kernels["k"].writes == ("c_ptr", "d_ptr", "e_ptr", "f_ptr", "h_ptr", "i_ptr")
 
 
 def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float() -> None:
