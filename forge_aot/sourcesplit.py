@@ -23,7 +23,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-from collections.abc import Callable, Collection
+import itertools
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,21 @@ class KernelSource:
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``tl.store``, atomics, a descriptor's ``store``; see
     ``_pointer_flow``): what makes an op that passes a tensor there mutate it."""
+    writes_when: tuple[tuple[tuple[tuple[str, bool], ...], tuple[str, ...]], ...] = ()
+    """``writes`` for each combination of the constexpr flags the kernel branches on (FlashInfer's ``rms_norm``
+    stores to ``o_ptr if HAS_OUTPUT else x_ptr``): empty where no flag changes them (``writes_for``)."""
     rewrapped: bool = False
     """Whether host code wraps the kernel again after its def in a call that is not Triton's own (Cut
     Cross-Entropy's ``K = cce_forward_autotune()(K)``): its decorators are then read from the kernel Triton builds
     (``introspect.read_decorators``), the line stays host code."""
+
+    def writes_for(self, named: dict[str, Any]) -> tuple[str, ...]:
+        """The parameters a launch with these arguments (by name) may write through: ``writes`` for the values it
+        passes to the flags it branches on, all of them where it passes no bool to one."""
+        for flags, writes in self.writes_when:
+            if all(isinstance(named.get(n), bool) and named[n] is v for n, v in flags):
+                return writes
+        return self.writes
 
     @property
     def autotuned(self) -> bool:
@@ -939,19 +951,59 @@ _Helpers = dict[str, ast.FunctionDef]
 """``@triton.jit`` functions by name."""
 
 
+def _decided(test: ast.expr, flags: dict[str, bool]) -> bool | None:
+    """A branch test's value where it is made of flags (``HAS_OUTPUT``, ``not X``, ``A and not B``), else None."""
+    if isinstance(test, ast.Name):
+        return flags.get(test.id)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _decided(test.operand, flags)
+        return None if value is None else not value
+    if isinstance(test, ast.BoolOp):
+        values = [_decided(v, flags) for v in test.values]
+        if None in values:
+            return None
+        return all(values) if isinstance(test.op, ast.And) else any(values)
+    return None
+
+
+def _live(node: ast.AST, flags: dict[str, bool]) -> Iterator[ast.AST]:
+    """``ast.walk`` without the branches the flags rule out (``if`` statements and ``a if FLAG else b``)."""
+    yield node
+    if isinstance(node, (ast.If, ast.IfExp)) and flags and (value := _decided(node.test, flags)) is not None:
+        branch = node.body if value else node.orelse
+        for child in [node.test, *(branch if isinstance(branch, list) else [branch])]:
+            yield from _live(child, flags)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _live(child, flags)
+
+
+def _branch_flags(fn: ast.FunctionDef, constexprs: set[str]) -> list[str]:
+    """The constexpr parameters a kernel's ``if`` and ``... if ... else ...`` test as flags, in order."""
+    out: list[str] = []
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.If, ast.IfExp)):
+            names = [n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)]
+            if names and set(names) <= constexprs and _decided(node.test, dict.fromkeys(names, True)) is not None:
+                out += [n for n in names if n not in out]
+    return out
+
+
 def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
                   memo: dict[str, tuple[set[int], set[int]]],
-                  namespaces: dict[str, _Helpers | None] | None = None) -> tuple[set[int], set[int]]:
+                  namespaces: dict[str, _Helpers | None] | None = None,
+                  flags: dict[str, bool] | None = None) -> tuple[set[int], set[int]]:
     """(positions of ``fn``'s parameters it may write through, those its return value may point into).
 
     Written: a pointer (or block pointer, or descriptor) derived from the parameter by assignments reaches the
     target of ``tl.store`` / ``tl.atomic_*``, a ``.store`` / ``.atomic_*`` method, or an argument of a
-    ``@triton.jit`` function of the file that writes that argument; passed to any other function (a helper from
-    another module) it counts as written. ``language``: the names the file binds to ``triton.language``, whose
-    other functions (loads, ``make_block_ptr``…) write nothing. ``memo``: each function of the file analysed once
-    per file (one in progress counts as neither: Triton has no recursion). ``namespaces``: modules the file binds to
-    names, with their helpers (None: unknown), for calls like ``utils.store_row(p, v)``."""
-    namespaces = namespaces or {}
+    ``@triton.jit`` function of the file or of a project module (``jit_functions``, ``namespaces``: see
+    ``_imported_jit_functions``) that writes that argument; passed to any other function it counts as written.
+    ``language``: the names the file binds to ``triton.language``, whose other functions (loads,
+    ``make_block_ptr``…) write nothing. ``memo``: each function analysed once per file (one in progress counts as
+    neither: Triton has no recursion). ``flags``: values of ``fn``'s constexpr flags, whose branches not taken
+    then count for nothing (``KernelSource.writes_when``; the helpers it calls are read without them)."""
+    namespaces, flags = namespaces or {}, flags or {}
     if fn.name in memo:
         return memo[fn.name]
     memo[fn.name] = (set(), set())
@@ -983,12 +1035,16 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
             return by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[1])
         if isinstance(node, ast.Name):
             return set(taint.get(node.id, ()))
+        if isinstance(node, ast.IfExp):  # its value is a branch's, never the test's
+            value = _decided(node.test, flags)
+            return sources(node.orelse) if value is False else sources(node.body) if value \
+                else sources(node.body) | sources(node.orelse)
         return set().union(*(sources(child) for child in ast.iter_child_nodes(node)))
 
     changed = True
     while changed:  # what each local name may derive from, through assignments (loops: until nothing changes)
         changed = False
-        for node in ast.walk(fn):
+        for node in _live(fn, flags):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 src = sources(node.value) | (sources(node.target) if isinstance(node, ast.AugAssign) else set())
@@ -998,7 +1054,7 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
                         changed = True
     written: set[int] = set()
     returned: set[int] = set()
-    for node in ast.walk(fn):
+    for node in _live(fn, flags):
         if isinstance(node, ast.Return):
             returned |= sources(node.value)
         if not isinstance(node, ast.Call):
@@ -1420,9 +1476,17 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     jit_functions = {**imported_helpers, **{k.name: k for k in kernel_stmts}}
     flows: dict[str, tuple[set[int], set[int]]] = {}
     for k in kernel_stmts:
+        params = kernels[k.name].params
         positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows, namespaces)[0]
-        kernels[k.name] = dataclasses.replace(kernels[k.name], writes=tuple(
-            p.name for i, p in enumerate(kernels[k.name].params) if i in positions))
+        writes = tuple(p.name for i, p in enumerate(params) if i in positions)
+        flags = _branch_flags(k, {p.name for p in params if p.constexpr})[:4]  # (16 analyses at the most)
+        when = []
+        for values in itertools.product((False, True), repeat=len(flags)) if flags else ():
+            env = dict(zip(flags, values))
+            live = _pointer_flow(k, jit_functions, language_aliases | imported_language, {}, namespaces, env)[0]
+            when.append((tuple(env.items()), tuple(p.name for i, p in enumerate(params) if i in live)))
+        kernels[k.name] = dataclasses.replace(kernels[k.name], writes=writes, writes_when=tuple(when) if any(
+            w != writes for _, w in when) else ())
     for name, dec in heuristics:
         if not isinstance(dec, ast.Call):
             raise SourceError(f"{path}:{dec.lineno}: @triton.heuristics of {name} needs its values")

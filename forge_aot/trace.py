@@ -316,9 +316,9 @@ class Tracer:
             source = modules.get(kp.module, {}).get("source") if kp is not None else None
             if source is None or kp.function not in source.kernels:
                 continue
-            writes = source.kernels[kp.function].writes
+            kernel = source.kernels[kp.function]
             for record in handle.records[before.get(name, 0):]:
-                for param in writes:
+                for param in kernel.writes_for(record.named or {}):  # (the branches its flags take)
                     value = (record.named or {}).get(param)
                     value = getattr(value, "base", value) if isinstance(value, rt.TensorDescriptor) else value
                     if hasattr(value, "untyped_storage"):

@@ -575,6 +575,41 @@ def test_helpers_imported_from_project_modules_write_only_what_they_store(tmp_pa
     assert parse_source(pkg / "k.py").kernels["k"].writes == ("c_ptr", "d_ptr", "e_ptr", "f_ptr", "h_ptr", "i_ptr")
 
 
+FLAG_WRITES = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, o_ptr, r_ptr, n, HAS_OUTPUT: tl.constexpr, HAS_RESIDUAL: tl.constexpr, MODE: tl.constexpr):
+    offs = tl.arange(0, 128)
+    x = tl.load(x_ptr + offs)
+    dst = o_ptr if HAS_OUTPUT else x_ptr        # FlashInfer's rms_norm: out-of-place where HAS_OUTPUT
+    tl.store(dst + offs, x)
+    if HAS_RESIDUAL and not HAS_OUTPUT:
+        tl.store(r_ptr + offs, x)
+    if MODE == 2:                               # a test of no flag: both branches count
+        tl.atomic_add(r_ptr, 1.0)
+"""
+
+
+def test_the_parameters_written_follow_the_flags_a_launch_passes(tmp_path: Path) -> None:
+    """FlashInfer's ``rms_norm`` always passes ``HAS_OUTPUT=True`` and the kernel stores to ``o_ptr if HAS_OUTPUT
+    else x_ptr``: the schema said ``Tensor(a!) x`` for an input it only reads (torch.compile would copy it)."""
+    path = tmp_path / "k.py"
+    path.write_text(FLAG_WRITES)
+    ks = parse_source(path).kernels["k"]
+    assert ks.writes == ("x_ptr", "o_ptr", "r_ptr")
+    assert ks.writes_for({"HAS_OUTPUT": True, "HAS_RESIDUAL": True}) == ("o_ptr", "r_ptr")  # r_ptr: MODE's branch
+    assert ks.writes_for({"HAS_OUTPUT": False, "HAS_RESIDUAL": True}) == ("x_ptr", "r_ptr")
+    assert ks.writes_for({"HAS_OUTPUT": True, "HAS_RESIDUAL": False}) == ("o_ptr", "r_ptr")
+    assert ks.writes_for({"HAS_OUTPUT": 1}) == ks.writes  # no bool: every branch
+    path.write_text(FLAG_WRITES.replace("        tl.atomic_add(r_ptr, 1.0)\n", "        pass\n"))
+    ks = parse_source(path).kernels["k"]
+    assert ks.writes_for({"HAS_OUTPUT": True, "HAS_RESIDUAL": True}) == ("o_ptr",)
+    assert ks.writes_for({"HAS_OUTPUT": False, "HAS_RESIDUAL": True}) == ("x_ptr", "r_ptr")
+
+
 def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float() -> None:
     """``LOG2E = tl.constexpr(1.44...)`` is a float with ``.value`` in host code; passed as a runtime argument it is
     a float to the specialization (never ``1`` or divisible-by-16, which only integers are)."""

@@ -72,6 +72,44 @@ def test_an_annotated_tensor_a_traced_call_passes_none_is_optional_in_the_schema
     assert schema == "(Tensor x, Tensor scales_x, SymInt n) -> Tensor", schema
 
 
+def test_an_input_a_kernel_writes_only_under_a_flag_the_op_never_passes_is_read_only(tmp_path) -> None:
+    """FlashInfer's ``rms_norm(x, weight, out)`` launches with ``HAS_OUTPUT=True``, its kernel storing to ``o_ptr if
+    HAS_OUTPUT else x_ptr``: the schema marks ``out`` written, not ``x``."""
+    from tests.test_localmods import one_file_project
+
+    kernel = textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def scale_kernel(x_ptr, o_ptr, n, HAS_OUTPUT: tl.constexpr, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n)
+            dst = o_ptr if HAS_OUTPUT else x_ptr
+            tl.store(dst + offs, x * 2, mask=offs < n)
+
+
+        def scale_out(x, out):
+            scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), HAS_OUTPUT=True, BLOCK=1024)
+
+
+        def scale_(x):
+            scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, x, x.numel(), HAS_OUTPUT=False, BLOCK=1024)
+
+
+        def examples(device="cuda"):
+            x = torch.randn(1000, device=device)
+            scale_out(x, torch.empty_like(x))
+            scale_(x)
+        ''')
+    manifest = one_file_project(tmp_path / "p", "forge_test_flag_writes", kernel, "scale_kernel",
+                                ["scale_out", "scale_"])
+    schemas = make_plan(load_manifest(manifest), ["sm_90"]).modules["k"]["schemas"]
+    assert schemas == {"scale_out": "(Tensor x, Tensor(a!) out) -> ()", "scale_": "(Tensor(a!) x) -> ()"}
+
+
 def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
     """A custom op's results may alias neither its inputs nor each other (torch.compile would reuse their memory):
     annotations say nothing of that, so the traced calls are checked for annotated host functions too (SGLang's
