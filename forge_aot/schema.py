@@ -176,13 +176,34 @@ def _bound(sig: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
         return {}
 
 
+def _returns_as_annotated(schema: str, result: Any) -> bool:
+    """Whether a traced call's result has the structure an annotated schema's returns say: as many results, a
+    tensor where it says ``Tensor``, a tensor or None where ``Tensor?``, nothing where ``()``."""
+    import torch
+
+    returns = torch._C.parse_schema(f"op{schema}").returns
+    if not returns:
+        return result is None
+    if len(returns) == 1 and str(returns[0].type).startswith(("Tuple", "List")):
+        return True  # a list or tuple result as one return: not a structure this checks
+    flat = result if isinstance(result, tuple) else (result,)
+    if len(flat) != len(returns):
+        return False
+    for r, value in zip(returns, flat):
+        kind = str(r.type)
+        if (kind == "Tensor" and not isinstance(value, torch.Tensor)) or (
+                kind == "Optional[Tensor]" and not (value is None or isinstance(value, torch.Tensor))):
+            return False
+    return True
+
+
 def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             ) -> tuple[str | None, str, ResultRule | None]:
     """``op_schema`` for the parameters of ``sig`` (the host function's, less an output buffer)."""
     import torch
 
     written = _written_arguments(sig, calls)
-    unannotated = "no type annotations"
+    unannotated, disagrees = "no type annotations", ""
     if not written:
         try:
             schema = torch.library.infer_schema(_plain_tensor_annotations(fn, sig), mutates_args=())
@@ -208,7 +229,11 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             for name, p in sig.parameters.items():
                 if p.default is None or name in passed_none:
                     schema = re.sub(rf"(?<![\w?\]])([\w\[\]]+) {name}(?=[,)=])", rf"\1? {name}", schema)
-            return schema, "from the type annotations", None
+            if all(_returns_as_annotated(schema, result) for _, _, result, *_ in calls):
+                return schema, "from the type annotations", None
+            # (mlstm_kernels annotates ``-> tuple[Tensor, Tensor]`` over ``return a, b, c``: the custom op's result
+            # would not be the host code's, and torch.ops crashed on it) the traced results decide
+            disagrees = "its return annotation disagrees with what the traced calls return"
     if not calls:
         return None, (f"{unannotated}, and no examples call it directly (a call from inside another op does "
                       "not count)"), None
@@ -295,8 +320,8 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
                           "mutating custom op with an optional result)"), None
         returns, rule = "(" + ", ".join(["Tensor"] * rule["width"]) + ")", {**rule, "fill": True}
     how = "from the traced examples"
-    if guessed:
-        how += f"; {', '.join(guessed)}"
+    if guessed or disagrees:
+        how += f"; {', '.join([*guessed, *([disagrees] if disagrees else [])])}"
     if written:
         how += f"; writes {', '.join(written)}"
     if rule is not None:

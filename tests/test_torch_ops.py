@@ -110,6 +110,25 @@ def test_an_input_a_kernel_writes_only_under_a_flag_the_op_never_passes_is_read_
     assert schemas == {"scale_out": "(Tensor x, Tensor(a!) out) -> ()", "scale_": "(Tensor(a!) x) -> ()"}
 
 
+def test_a_return_annotation_the_traced_results_disagree_with_gives_way_to_them() -> None:
+    """mlstm_kernels annotates ``-> tuple[torch.Tensor, torch.Tensor]`` over ``return a, b, c``: the schema said two
+    results, and ``torch.ops`` crashed the process on the op. The traced results decide, and the note says why."""
+    import torch
+
+    from forge_aot.schema import op_schema
+
+    namespace = {"torch": torch}
+    exec("def op(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:\n    return x + 1, x + 2, x + 3\n",
+         namespace)
+    x = torch.ones(2)
+    schema, why, _ = op_schema(namespace["op"], [((x,), {}, namespace["op"](x))])
+    assert schema == "(Tensor x) -> (Tensor, Tensor, Tensor)", schema
+    assert why == "from the traced examples; its return annotation disagrees with what the traced calls return"
+    exec("def two(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:\n    return x + 1, x + 2\n", namespace)
+    assert op_schema(namespace["two"], [((x,), {}, namespace["two"](x))])[:2] == (
+        "(Tensor x) -> (Tensor, Tensor)", "from the type annotations")
+
+
 def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
     """A custom op's results may alias neither its inputs nor each other (torch.compile would reuse their memory):
     annotations say nothing of that, so the traced calls are checked for annotated host functions too (SGLang's
