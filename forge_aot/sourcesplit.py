@@ -1149,7 +1149,8 @@ def _uses_triton(node: ast.AST, triton_names: set[str], driver_ok: bool = True,
     for n in ast.walk(node):
         if id(n) in skip:  # a guarded Triton import and what follows it (see _guarded_triton_imports)
             continue
-        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_import(n) is None:
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and _is_triton_import(n) and _host_import(n) is None \
+                and (n is node or _language_import(n) is None):  # (inside code: the runtime's triton.language)
             return True
         if isinstance(n, ast.Name) and n.id in triton_names - {"triton"} and id(n) not in element_types:
             return True
@@ -1197,16 +1198,26 @@ def _constexpr_globals(rest: list[ast.stmt], triton_names: set[str],
 
 def _language_aliases(tree: ast.Module) -> set[str]:
     """Names a file binds to ``triton.language`` (``import triton.language as tl``, ``from triton import
-    language as tl``)."""
+    language as tl``), at module level or inside a function (``_language_import``)."""
     out: set[str] = set()
     for stmt in tree.body:
-        if isinstance(stmt, ast.Import):
-            out.update(a.asname for a in stmt.names if a.name == "triton.language" and a.asname)
-        elif isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and not stmt.level:
-            out.update(a.asname or a.name for a in stmt.names if a.name == "language")
-        else:
+        if isinstance(stmt, ast.ImportFrom) and not _from_triton(stmt):
             out.update(a.name for a in _reexported_aliases(stmt) if a.name == "tl")
+    for node in ast.walk(tree):
+        out.update(n for n in (_language_import(node) or ()) if n != "triton")
     return out
+
+
+def _language_import(node: ast.AST) -> list[str] | None:
+    """The names an ``import triton.language [as tl]`` or ``from triton import language [as tl]`` binds, None for
+    any other node. Inside a host function (mlstm_kernels' ``torch2triton_dtype`` imports it to map dtypes) it
+    becomes the runtime's ``triton.language``, whose element types host code may use."""
+    if isinstance(node, ast.Import) and all(a.name == "triton.language" for a in node.names):
+        return [a.asname or "triton" for a in node.names]
+    if isinstance(node, ast.ImportFrom) and _from_triton(node) and node.module == "triton" \
+            and all(a.name == "language" for a in node.names):
+        return [a.asname or a.name for a in node.names]
+    return None
 
 
 def _element_type_nodes(tree: ast.Module, aliases: set[str]) -> frozenset[int]:
@@ -1568,7 +1579,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             if id(node) in guarded_skip:
                 continue
             if isinstance(node, (ast.Import, ast.ImportFrom)) and _is_triton_import(node) \
-                    and _host_import(node) is None:
+                    and _host_import(node) is None and _language_import(node) is None:
                 if any(_DESCRIPTOR_MODULE in (getattr(node, "module", "") or "") or a.name == "TensorDescriptor"
                        for a in node.names):
                     raise SourceError(f"{path}:{node.lineno}: host code may import the tensor descriptor as "
@@ -1662,6 +1673,11 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # code alike (FlagGems: ``try: from triton.tools.tensor_descriptor import TensorDescriptor`` / ``except``).
     nested = [n for stmt in host for n in ast.walk(stmt) if n is not stmt and isinstance(n, ast.ImportFrom)
               and _host_import(n) is not None]
+    for stmt in host:  # ``import triton.language as tl`` inside host code: the runtime's (``triton`` is bound)
+        for n in ast.walk(stmt):
+            if n is not stmt and (bound := _language_import(n)) is not None:
+                _replace_statement(lines, n, "; ".join(f"{b} = triton.language" for b in bound if b != "triton")
+                                   or "pass")
     # (``from triton import Config`` for a decorator's config list binds nothing: host code does not read it)
     read = {n for stmt in host for n in _names_in(stmt, never_run)}
     for stmt in [*host_imports, *nested]:

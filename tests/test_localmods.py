@@ -263,6 +263,66 @@ def test_a_project_subpackage_named_triton_is_the_projects_own(tmp_path: Path) -
     assert _run_fresh(code, target)["shapes"] == [[1000], [1000]]
 
 
+def test_a_function_local_import_of_triton_language_gets_the_runtimes_element_types(tmp_path: Path) -> None:
+    """mlstm_kernels' ``torch2triton_dtype`` imports ``triton.language as tl`` inside the function to map torch
+    dtypes to Triton's: refused ("host code imports Triton"), where the same import at module level was the
+    runtime's ``triton.language``. Inside host code it is that too, in a helper module and a kernel file alike."""
+    pkg = tmp_path / "p" / "mlk"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text(textwrap.dedent("""\
+        import torch
+
+
+        def torch2triton_dtype(dtype):
+            import triton.language as tl
+
+            return {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype]
+        """))
+    (pkg / "scale.py").write_text(textwrap.dedent("""\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from .utils import torch2triton_dtype
+
+
+        @triton.jit
+        def scale_kernel(x, out, n, BLOCK: tl.constexpr, DTYPE: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            m = offs < n
+            tl.store(out + offs, (tl.load(x + offs, mask=m).to(tl.float32) * 2).to(DTYPE), mask=m)
+
+
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            from triton import language as language  # the other spelling, in a kernel file
+            assert language.float16 is not None
+            out = torch.empty_like(x)
+            scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024,
+                                                         DTYPE=torch2triton_dtype(x.dtype))
+            return out
+
+
+        def examples(device="cuda"):
+            for dt in (torch.float16, torch.bfloat16):
+                scale(torch.randn(4096, device=device, dtype=dt))
+        """))
+    manifest = tmp_path / "p" / "kernel_manifest.toml"
+    manifest.write_text('[project]\nname = "forge_test_local_tl"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n'
+                        '[kernels.scale]\nsource = "mlk/scale.py:scale_kernel"\nops = ["scale"]\n'
+                        'signature = { x = "*T" }\ndtypes = { T = ["fp16", "bf16"] }\nexamples = "examples"\n')
+    target = _installed(manifest, tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None  # importing Triton would raise
+        import torch, forge_test_local_tl
+        out = torch.ops.forge_test_local_tl.scale(torch.empty(100, device="meta", dtype=torch.bfloat16))
+        from forge_test_local_tl._ops._local.mlk.utils import torch2triton_dtype
+        print(json.dumps({"dtype": str(out.dtype), "tl": str(torch2triton_dtype(torch.float16))}))
+        ''')
+    assert _run_fresh(code, target) == {"dtype": "torch.bfloat16", "tl": "tl.float16"}
+
+
 def _package_project(root: Path) -> Path:
     """Kernels inside a package that import by relative imports (as unsloth's ``from .utils import
     calculate_settings``), the package's ``__init__`` re-exporting the op from the kernel file itself."""
