@@ -12,6 +12,7 @@ import contextlib
 import functools
 import itertools
 import math
+import os
 import sys
 import threading
 import traceback
@@ -739,8 +740,22 @@ def _heuristics_on_handles(heuristics: type) -> type:
 
 
 def _library_frame(filename: str) -> bool:
-    parts = filename.replace("\\", "/").split("/")
-    return any(p in ("triton", "torch") for p in parts[:-1])
+    """Whether a frame is Triton's or torch's own code (the installed packages' directories, not any path with a
+    folder of that name: mlstm_kernels keeps its layers in ``mlstm_kernels/torch/``)."""
+    return filename.startswith(_library_dirs())
+
+
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    import importlib.util
+
+    out = []
+    for name in ("triton", "torch"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            out.append(os.path.join(os.path.realpath(folder), ""))
+            out.append(os.path.join(folder, ""))
+    return tuple(out)
 
 
 def call_inputs(fn: Any, key: dict[str, int], variant: dict[str, Any], device: str) -> Any:

@@ -337,11 +337,13 @@ def test_the_mask_fill_wheel_runs_the_lengths_it_was_built_for_and_names_any_oth
         forge_mask_fill.fill_mask(tree, torch.arange(3, device="cuda", dtype=torch.int64) * 160)
 
 
-def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path) -> None:
+@pytest.mark.parametrize("layers", ["", "torch/"])
+def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path, layers: str) -> None:
     """attorch launches its kernels in its layer files (an autograd Function and an nn.Module importing the kernel
     file). Listed under [exports] only, such a file is not bound to the build's kernel handles: its launch went
     through Triton itself and failed inside Triton's autotuner on the build's stand-in driver. The build names the
-    line and what to do instead, also where host code would fall back on an exception."""
+    line and what to do instead, also where host code would fall back on an exception; also where the layer file
+    lies in a folder named ``torch`` (mlstm_kernels' ``mlstm_kernels/torch/``), which was taken for torch's own."""
     import torch
 
     from forge_aot.errors import SourceError
@@ -356,10 +358,12 @@ def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path) -> No
         "def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):\n"
         "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
         "    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)\n\n\n"
-        "def examples(device='cpu'):\n    import torch\n    from attorchlike.scale_layer import Scale\n\n"
-        "    Scale()(torch.randn(4096, device=device, dtype=torch.float16))\n")
-    (tmp_path / "attorchlike" / "scale_layer.py").write_text(
-        "import torch\nimport triton\n\nfrom .scale_kernels import scale_kernel\n\n\n"
+        f"def examples(device='cpu'):\n    import torch\n    from attorchlike.{layers.replace('/', '.')}scale_layer "
+        "import Scale\n\n    Scale()(torch.randn(4096, device=device, dtype=torch.float16))\n")
+    (tmp_path / "attorchlike" / layers).mkdir(exist_ok=True)
+    (tmp_path / "attorchlike" / layers / "__init__.py").write_text("")
+    (tmp_path / "attorchlike" / layers / "scale_layer.py").write_text(
+        f"import torch\nimport triton\n\nfrom {'..' if layers else '.'}scale_kernels import scale_kernel\n\n\n"
         "class ScaleFn(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x):\n"
         "        y = torch.empty_like(x)\n        try:\n"
         "            scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)\n"
@@ -369,15 +373,16 @@ def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path) -> No
     (tmp_path / "kernel_manifest.toml").write_text(
         '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.scale]\n'
         'source = "attorchlike/scale_kernels.py:scale_kernel"\nsignature = { x_ptr = "*T", y_ptr = "*T", n = "i32" }\n'
-        'dtypes = { T = ["fp16"] }\nexamples = "examples"\n\n[exports]\nScale = "attorchlike/scale_layer.py"\n')
+        f'dtypes = {{ T = ["fp16"] }}\nexamples = "examples"\n\n[exports]\n'
+        f'Scale = "attorchlike/{layers}scale_layer.py"\n')
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
     runs = JITFunction.run, Autotuner.run
     try:
-        with pytest.raises(SourceError, match=r"examples\('cpu'\) reached .*attorchlike/scale_layer.py:12, which "
-                                              r"launches scale_kernel through Triton itself: that module is not one "
-                                              r"the build binds"):
+        with pytest.raises(SourceError, match=rf"examples\('cpu'\) reached .*attorchlike/{layers}scale_layer.py:12, "
+                                              r"which launches scale_kernel through Triton itself: that module is "
+                                              r"not one the build binds"):
             make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
         assert (JITFunction.run, Autotuner.run) == runs  # Triton's own again
         # kernel.warmup(...) of an autotuned kernel (Triton's Autotuner.warmup calls its fn's): the host line is named
