@@ -1225,16 +1225,39 @@ def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFil
         functions.setdefault(path, set()).add(func)
     out: dict[tuple[Path, str], list[LaunchSite]] = {}
     for path, src in sources.items():
-        def imported(module: str, name: str, path: Path = path) -> tuple[Path, str] | None:
+        def imported(module: str, name: str, path: Path = path, depth: int = 0) -> tuple[Path, str] | None:
             lm = local[path].get(module)
-            if lm is None or lm.package:
+            if lm is None:
                 return None
+            if lm.package:  # ``from .kernels import add_kernel``: the package __init__ re-exports it (mlstm_kernels)
+                found = _reexport(lm, name)
+                return imported(found[0], found[1], path, depth + 1) if found and depth < 3 else None
             target = lm.path.resolve()
             return (target, name) if target != path and name in functions.get(target, ()) else None
 
         for (kernel_file, func), site in imported_launch_sites(path, src.host_source, imported):
             out.setdefault((kernel_file, func), []).append(dataclasses.replace(site, kernel=func))
     return out
+
+
+def _reexport(package: LocalModule, name: str) -> tuple[str, str] | None:
+    """Where a package's ``__init__`` takes ``name`` from (``from .add import add_kernel``): (module, its name there),
+    None where it does not import it by name."""
+    import ast
+
+    from .localmods import import_from_target
+
+    try:
+        tree = ast.parse(package.path.read_text(encoding="utf-8")) if package.path.is_file() else None
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body if tree is not None else []:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                target = import_from_target(node, package)
+                if (alias.asname or alias.name) == name and target:
+                    return target, alias.name
+    return None
 
 
 def _names_taken_from_sources(sources: dict[Path, SourceFile],

@@ -1212,6 +1212,58 @@ def test_an_op_taken_through_its_packages_re_export_reaches_the_bound_kernel(tmp
     assert real is None or real.add.__module__ == "rxp.zk"  # the project's own package is back afterwards
 
 
+def test_launch_options_an_ops_file_passes_to_a_kernel_taken_through_a_package_re_export(tmp_path: Path) -> None:
+    """mlstm_kernels' op files import their kernels through package ``__init__`` re-exports (``from .kernels import
+    add_kernel``) and launch them with ``num_warps=`` and ``num_stages=``: those launches were not read as the
+    kernel's, so the options were never built ("num_warps was not built as a call-site option")."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+
+    (tmp_path / "rxk" / "kernels").mkdir(parents=True)
+    (tmp_path / "rxk" / "__init__.py").write_text("")
+    (tmp_path / "rxk" / "kernels" / "__init__.py").write_text("from .add import add_kernel as add_kernel\n")
+    (tmp_path / "rxk" / "kernels" / "add.py").write_text(textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def add_kernel(x, y, out, n, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out + o, tl.load(x + o, mask=o < n) + tl.load(y + o, mask=o < n), mask=o < n)
+        '''))
+    (tmp_path / "rxk" / "ops.py").write_text(textwrap.dedent('''\
+        import torch
+        import triton
+
+        from .kernels import add_kernel
+
+
+        def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(x)
+            add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024, num_warps=4, num_stages=1)
+            return out
+
+
+        def examples(device="cuda"):
+            add(torch.randn(4096, device=device), torch.randn(4096, device=device))
+        '''))
+    (tmp_path / "kernel_manifest.toml").write_text(
+        '[project]\nname = "p"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n[kernels.add]\n'
+        'source = "rxk/kernels/add.py:add_kernel"\nexamples = "rxk/ops.py:examples"\n\n'
+        '[ops.add]\nsource = "rxk/ops.py"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("rxk")
+    kp = plan.kernels["add"]
+    assert kp.launch_axes == ["num_warps", "num_stages"]
+    assert [(s.function, s.keywords) for s in kp.launches] == [("add", ("BLOCK", "num_warps", "num_stages"))]
+    assert {(e.assignment["num_warps"], e.assignment["num_stages"]) for e in plan.entries} == {(4, 1)}
+
+
 OPS_FILE_KERNELS = """\
 import torch
 import triton
