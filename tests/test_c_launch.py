@@ -254,7 +254,7 @@ def _error(fn):
     return None
 
 
-@pytest.mark.parametrize("case", ["cpu", "two_devices", "not_a_tensor", "overflow", "float_for_int", "dtype",
+@pytest.mark.parametrize("case", ["cpu", "meta", "two_devices", "not_a_tensor", "overflow", "float_for_int", "dtype",
                                   "mixed_dtypes", "missing_arg", "keyword_only", "numpy_like"])
 def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
     import torch
@@ -264,6 +264,7 @@ def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
     assert add._fast.size() == 1
     calls = {
         "cpu": lambda: add[(4,)](x, torch.empty(64, dtype=torch.float16), o, 4096),
+        "meta": lambda: add[(4,)](x, torch.empty(64, dtype=torch.float16, device="meta"), o, 4096),
         "two_devices": lambda: add[(4,)](x, _tensor(1), o, 4096),
         "not_a_tensor": lambda: add[(4,)](x, 12345, o, 4096),
         "overflow": lambda: add[(4,)](x, y, o, 2**31),
@@ -282,8 +283,8 @@ def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
     assert with_c == without
     if case != "numpy_like":
         assert with_c is not None
-    if case == "cpu":
-        assert with_c[0] is rt.UnsupportedDeviceError and "CPU tensor" in with_c[1]
+    if case in ("cpu", "meta"):  # (a meta tensor is named as such: mlstm_kernels' hunt read "a CPU tensor" there)
+        assert with_c[0] is rt.UnsupportedDeviceError and f"{case.upper()} tensor" in with_c[1]
     if case == "mixed_dtypes":
         assert with_c == (rt.UnsupportedDtypeError, "add_kernel(): argument 'y_ptr' is fp32, and its binaries take "
                           "fp16 there (y_ptr: *T in the manifest; Triton's JIT would compile the call anew)")

@@ -215,8 +215,8 @@ class Kernel(KernelBase):
                                 f"{type(arg).__name__}") from None
             if d < 0:
                 raise UnsupportedDeviceError(
-                    f"{self.function}(): argument '{self.runtime_names[i]}' is a CPU tensor; packaged kernels "
-                    "run on the GPU (move it with .cuda())")
+                    f"{self.function}(): argument '{self.runtime_names[i]}' is a {str(arg.device.type).upper()} "
+                    "tensor; packaged kernels run on the GPU (move it with .cuda())")
             if device == -2:
                 device = d
             elif d != device:
