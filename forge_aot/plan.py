@@ -319,6 +319,8 @@ class KernelPlan:
     hash)."""
     writes: tuple[str, ...] = ()
     """Parameters the kernel may write through (``KernelSource.writes``)."""
+    writes_when: tuple[tuple[tuple[tuple[str, bool], ...], tuple[str, ...]], ...] = ()
+    """``writes`` per combination of the constexpr flags the kernel branches on (``KernelSource.writes_when``)."""
     do_not_specialize: frozenset[str] = frozenset()
     """Runtime parameters never specialized (the manifest's and the decorator's)."""
     inferred: dict[str, str] = field(default_factory=dict)
@@ -384,6 +386,9 @@ class KernelPlan:
                 "pre_hooks": pre_hooks, **({"launch_flags": self.launch_flags} if self.launch_flags else {}),
                 # the pointers and descriptors it may write through: what a custom op's guard checks (runtime/guard.py)
                 **({"writes": list(self.written)} if self.written else {}),
+                # and per combination of the flags a call passes (FlashInfer's HAS_OUTPUT): what it writes then
+                **({"writes_when": [[[list(f) for f in flags], [n for n in names if n in self.written]]
+                                    for flags, names in self.writes_when]} if self.writes_when else {}),
                 **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
                 **({"call_heuristics": self.call_heuristics} if self.call_heuristics else {}),
                 "variants": {}}
@@ -963,7 +968,8 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default and {**meta_defaults, **t.default}, heuristic_names,
                       defaults, autotune, reset, restore,
-                      launches, writes=ks.writes, do_not_specialize=frozenset(dns), pointer_ints=pointer_ints,
+                      launches, writes=ks.writes, writes_when=ks.writes_when, do_not_specialize=frozenset(dns),
+                      pointer_ints=pointer_ints,
                       pruner_meta=meta_names[len(declared_meta):], meta_defaults=meta_defaults)
     if by_heuristic:
         plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(by_heuristic)}, which @triton.heuristics "

@@ -100,3 +100,25 @@ def test_the_meta_implementations_results_are_told_apart_by_storage_identity() -
     fresh = torch.empty(3, device="meta")
     out = guard.own((fresh, x[0]), (), {"x": x})
     assert out[0] is fresh and not torch._C._is_alias_of(out[1], x) and out[1].shape == (4,)
+
+
+def test_a_launch_is_checked_for_what_the_flags_it_passes_write() -> None:
+    """FlashInfer's rms_norm stores to ``o_ptr if HAS_OUTPUT else x_ptr`` and passes ``HAS_OUTPUT=True``: its custom op
+    keeps ``x``, and the guard refused the launch by the kernel's ``writes`` (both pointers). The index's
+    ``writes_when`` says what each combination of flags writes; a call passing no bool there is held to all."""
+    import types
+
+    x, out = torch.randn(8), torch.empty(8)
+    kernel = types.SimpleNamespace(function="rms_norm_kernel", runtime_names=["x_ptr", "o_ptr"], written_pos=(0, 1),
+                                   spec={"writes_when": [[[["HAS_OUTPUT", True]], ["o_ptr"]],
+                                                         [[["HAS_OUTPUT", False]], ["x_ptr"]]]})
+
+    def host(x, out, flag):
+        LAUNCHES.skip.check(kernel, (x, out), {"HAS_OUTPUT": flag})
+
+    _call(host, (x, out, True), schema="(Tensor x, Tensor(a!) out, bool flag) -> ()")  # writes out only: allowed
+    for flag in (False, 1):  # writes x, or no bool: every pointer counts
+        with pytest.raises(guard.ForgeRuntimeError, match=r"kernel rms_norm_kernel would write argument x \(through "
+                                                          r"its parameter x_ptr\)"):
+            _call(host, (x, out, flag), schema="(Tensor x, Tensor(a!) out, bool flag) -> ()")
+    assert guard._written_positions(kernel, {}) == (0, 1)

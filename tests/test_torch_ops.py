@@ -106,8 +106,12 @@ def test_an_input_a_kernel_writes_only_under_a_flag_the_op_never_passes_is_read_
         ''')
     manifest = one_file_project(tmp_path / "p", "forge_test_flag_writes", kernel, "scale_kernel",
                                 ["scale_out", "scale_"])
-    schemas = make_plan(load_manifest(manifest), ["sm_90"]).modules["k"]["schemas"]
-    assert schemas == {"scale_out": "(Tensor x, Tensor(a!) out) -> ()", "scale_": "(Tensor(a!) x) -> ()"}
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert plan.modules["k"]["schemas"] == {"scale_out": "(Tensor x, Tensor(a!) out) -> ()",
+                                            "scale_": "(Tensor(a!) x) -> ()"}
+    # the index tells the runtime's guard what each flag writes (runtime/guard.py, tests/test_guard.py)
+    assert plan.kernels["k"].spec_json()["writes_when"] == [[[["HAS_OUTPUT", False]], ["x_ptr"]],
+                                                            [[["HAS_OUTPUT", True]], ["o_ptr"]]]
 
 
 def test_a_return_annotation_the_traced_results_disagree_with_gives_way_to_them() -> None:

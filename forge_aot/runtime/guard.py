@@ -38,9 +38,10 @@ class Guard(tuple):  # type: ignore[type-arg]
     ops: tuple[str, ...]
     call: list[tuple[str, list[str], tuple[Any, ...], dict[str, Any]]]
 
-    def check(self, kernel: Any, runtime: Any) -> None:
-        """Raise, before ``kernel`` launches with ``runtime``, where it would write into a kept argument."""
-        for pos in kernel.written_pos:
+    def check(self, kernel: Any, runtime: Any, call: Any = None) -> None:
+        """Raise, before ``kernel`` launches with ``runtime`` (and the call-site values ``call``), where it would
+        write into a kept argument."""
+        for pos in _written_positions(kernel, call or {}):
             value, param = runtime[pos], kernel.runtime_names[pos]
             if value is None or type(value) is int:
                 continue
@@ -58,6 +59,16 @@ class Guard(tuple):  # type: ignore[type-arg]
                         f"(shape {tuple(kept.shape)}, strides {tuple(kept.stride())}), for which the host code "
                         "gives the kernel its memory. torch.compile and torch.export trust the schema, so the write "
                         "would go unseen: add an example call like this one to the examples function and rebuild")
+
+
+def _written_positions(kernel: Any, call: dict[str, Any]) -> tuple[int, ...]:
+    """The runtime arguments a launch may write through: those the flags it passes reach (the index's
+    ``writes_when``: FlashInfer's rms_norm writes ``x`` only without ``HAS_OUTPUT``), else all it may ever write.
+    (The C path refuses every guarded launch of such a kernel to this check: it knows no flags.)"""
+    for flags, names in kernel.spec.get("writes_when", ()):
+        if all(isinstance(call.get(n), bool) and call[n] is v for n, v in flags):
+            return tuple(i for i, n in enumerate(kernel.runtime_names) if n in names)
+    return kernel.written_pos
 
 
 def _joined(outer: Any, inner: Guard) -> Guard:

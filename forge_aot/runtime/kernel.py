@@ -324,7 +324,7 @@ class Kernel(KernelBase):
         if guard is True:
             return
         if guard:  # a custom op's real implementation runs (guard.py): checked before a pre-hook may write
-            guard.check(self, runtime)
+            guard.check(self, runtime, call)
         state = self._state(runtime, call)
         if self._runtime_key is not None:
             key = self._runtime_key(runtime)
