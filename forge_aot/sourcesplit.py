@@ -958,11 +958,10 @@ def _decided(test: ast.expr, flags: dict[str, bool]) -> bool | None:
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         value = _decided(test.operand, flags)
         return None if value is None else not value
-    if isinstance(test, ast.BoolOp):
+    if isinstance(test, ast.BoolOp):  # decided by one operand where it settles it (``A and False``)
         values = [_decided(v, flags) for v in test.values]
-        if None in values:
-            return None
-        return all(values) if isinstance(test.op, ast.And) else any(values)
+        settles = isinstance(test.op, ast.Or)
+        return settles if settles in values else None if None in values else not settles
     return None
 
 
@@ -1490,7 +1489,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         params = kernels[k.name].params
         positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows, namespaces)[0]
         writes = tuple(p.name for i, p in enumerate(params) if i in positions)
-        flags = _branch_flags(k, {p.name for p in params if p.constexpr})[:4]  # (16 analyses at the most)
+        # the flags whose branches change what is written (each alone, the others either way), four at the most
+        flags = [f for f in _branch_flags(k, {p.name for p in params if p.constexpr})
+                 if any(_pointer_flow(k, jit_functions, language_aliases | imported_language, {}, namespaces,
+                                      {f: v})[0] != positions for v in (False, True))][:4]
         when = []
         for values in itertools.product((False, True), repeat=len(flags)) if flags else ():
             env = dict(zip(flags, values))
