@@ -32,10 +32,12 @@ def early_prune_hook(kp: KernelPlan) -> str | None:
 
 def hook_arguments(kp: KernelPlan, call: TracedCall) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(nargs, kwargs)`` of a hook: every argument of the call by name (Triton's ``nargs`` holds those passed
-    positionally; a call that passes a constexpr by keyword finds it in either), and the constexprs."""
+    positionally: a hook finds each where Triton puts it), and the constexprs with the runtime arguments some launch
+    passes by keyword (the attention tutorial's ``prune_invalid_configs`` reads ``kwargs["N_CTX"]``)."""
     named = dict(call.named or {})
+    keywords = {kw for site in kp.launches for kw in site.keywords}
     runtime = {n for n, ty in kp.params if ty not in ("meta", "constexpr", "heuristic")}
-    return named, {k: v for k, v in named.items() if k not in runtime}
+    return named, {k: v for k, v in named.items() if k not in runtime or k in keywords}
 
 
 def triton_configs(candidates: list[ConfigChoice]) -> list[Any]:

@@ -1348,18 +1348,14 @@ def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int], set
     rebinding: set[int] = set()
     rebound: set[int] = set()
     rewrapped: set[str] = set()
-    for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef):
-            functions[stmt.name] = stmt
-            continue
+
+    def decorator_of(stmt: ast.stmt) -> tuple[str, ast.expr | None, bool] | None:
+        """(name, the Triton decorator ``stmt`` applies to a def by rebinding it or None, whether it wraps the
+        def in another call), None where ``stmt`` rebinds no def."""
         target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
         call = stmt.value if isinstance(stmt, ast.Assign) else None
         if not isinstance(target, ast.Name) or target.id not in functions or not isinstance(call, ast.Call):
-            # the name may now mean something else: whatever binds it at module level (an import, an assignment,
-            # a name bound inside an if / try / with / for) forgets the def
-            for name in _module_level_stores(stmt) | _bound_names(stmt):
-                functions.pop(name, None)
-            continue
+            return None
         wrapped = [a for a in call.args if isinstance(a, ast.Name) and a.id == target.id]
         dec: ast.expr | None = None
         if isinstance(call.func, ast.Call) and len(call.args) == 1 and wrapped and not call.keywords:
@@ -1367,14 +1363,29 @@ def _decorate_rebound_kernels(tree: ast.Module) -> tuple[set[int], set[int], set
         elif call.args and call.args[0] is (wrapped[0] if wrapped else None) and len(call.args) == 1:
             dec = ast.copy_location(ast.Call(func=call.func, args=[], keywords=call.keywords), call) \
                 if call.keywords else call.func  # triton.jit(f), triton.jit(f, do_not_specialize=[...])
-        if dec is None or _decorator_kind(dec) is None:
-            if wrapped:
-                rewrapped.add(target.id)
-            functions.pop(target.id, None)
+        return target.id, dec if dec is not None and _decorator_kind(dec) is not None else None, bool(wrapped)
+
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef):
+            functions[stmt.name] = stmt
             continue
-        functions[target.id].decorator_list.insert(0, dec)
+        # TransformerEngine: ``try: K = triton.autotune(...)(K)`` / ``except RuntimeError: pass``, per kernel
+        inner = stmt.body if isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and all(
+            all(isinstance(b, ast.Pass) for b in h.body) for h in stmt.handlers) else [stmt]
+        found = [decorator_of(s) for s in inner]
+        if not found or any(f is None or f[1] is None for f in found):
+            for name, _, wrapped in (f for f in found if f is not None and len(inner) == 1):
+                if wrapped:
+                    rewrapped.add(name)
+            # the name may now mean something else: whatever binds it at module level (an import, an assignment,
+            # a name bound inside an if / try / with / for) forgets the def
+            for name in _module_level_stores(stmt) | _bound_names(stmt):
+                functions.pop(name, None)
+            continue
+        for name, dec, _ in found:  # type: ignore[misc]
+            functions[name].decorator_list.insert(0, dec)
+            rebound.add(id(dec))
         rebinding.add(id(stmt))
-        rebound.add(id(dec))
     return rebinding, rebound, rewrapped
 
 

@@ -301,6 +301,52 @@ def test_a_config_the_hook_changed_in_place_is_taken_as_changed(tmp_path: Path) 
     assert rows == {300: ["BLOCK128-w4-s3", "BLOCK256-w4-s3"], 5000: ["BLOCK128-w8-s3", "BLOCK256-w8-s3"]}
 
 
+KEYWORD_PRUNE = """\
+import torch
+import triton
+import triton.language as tl
+
+
+def prune(configs, nargs, **kwargs):
+    return [c for c in configs if c.kwargs["BLOCK"] <= max(kwargs["n"], 128)]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (128, 256)], key=["n"],
+                 prune_configs_by={"early_config_prune": prune})
+@triton.jit
+def add_one_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add_one(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    add_one_kernel[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n=n)
+    return y
+
+
+def examples(device="cuda"):
+    for n in (200, 5000):
+        add_one(torch.randn(n, device=device))
+"""
+
+
+def test_a_hook_finds_a_runtime_argument_passed_by_keyword_in_its_kwargs(tmp_path: Path) -> None:
+    """Triton's tutorial attention prunes with ``kwargs["N_CTX"]``, a runtime argument its launch passes by keyword
+    (Triton hands the hook the call's keyword arguments): the hook failed on the build's arguments and the rows
+    stayed unpruned, with a note."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_kw_prune", KEYWORD_PRUNE, "add_one_kernel", ["add_one"])
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert not plan.kernels["k"].notes
+    rows = {row.key[0]: [c.meta["BLOCK"] for c in row.preferences] for e in plan.entries for row in e.tables["default"]}
+    assert rows == {200: [128], 5000: [128, 256]}
+
+
 @pytest.mark.gpu
 def test_the_wheel_runs_the_hooks_configs_against_float64(tmp_path: Path) -> None:
     from tests.test_localmods import _installed, _run_fresh

@@ -79,3 +79,64 @@ def test_the_wheel_runs_the_heuristics_in_tritons_order(tmp_path: Path) -> None:
 
     assert wheel_max_error(_project(tmp_path / "p"), tmp_path, "forge_test_rebound", "scale", "x * 2",
                            (1001, 1024, 77, 4096)) == 0.0
+
+
+TRY_REBOUND = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy_kernel(x_ptr, y_ptr, n, BLOCK_SIZE: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    if EVEN:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+try:  # TransformerEngine's permutation.py applies its autotuners so
+    _copy_kernel = triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK_SIZE"] == 0})(_copy_kernel)
+    _copy_kernel = triton.autotune(
+        configs=[triton.Config({"BLOCK_SIZE": 128}), triton.Config({"BLOCK_SIZE": 256})],
+        key=["n"],
+    )(_copy_kernel)
+except RuntimeError:
+    pass
+
+
+def copy(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    _copy_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK_SIZE"]),)](x, y, x.numel())
+    return y
+
+
+def examples(device="cuda"):
+    for n in (1000, 1024):
+        copy(torch.randn(n, device=device))
+'''
+
+
+def test_decorators_rebound_inside_a_try_are_the_kernels(tmp_path: Path) -> None:
+    """TransformerEngine wraps each rebinding in ``try:`` / ``except RuntimeError: pass``: the build read the kernel
+    as a plain ``@triton.jit`` (its host functions blanked, "no host function 'examples'", then "missing the constexpr
+    argument 'BLOCK_SIZE'"). A ``try`` whose body only rebinds kernels with Triton's decorators and whose handlers
+    only pass applies them, as the build's own import does."""
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from forge_aot.sourcesplit import parse_source
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_try_rebound", TRY_REBOUND, "_copy_kernel", ["copy"],
+                                entry="copy")
+    src = parse_source(manifest.parent / "k.py", {"copy"})
+    assert src.kernels["_copy_kernel"].decorators == ("autotune", "heuristics", "jit")
+    assert "examples" in src.host_functions and "copy" in src.host_functions
+    kp = make_plan(load_manifest(manifest), ["sm_90"]).kernels["copy"]
+    assert [c.meta["BLOCK_SIZE"] for c in kp.space] == [128, 256] and kp.key == ["n"]
+    assert [n for n, _ in kp.heuristics] == ["EVEN"]
+    # a handler that does more than pass (another kernel, say) is no plain rebinding: left as it was
+    other = TRY_REBOUND.replace("except RuntimeError:\n    pass", "except RuntimeError:\n    _copy_kernel = None")
+    (manifest.parent / "k.py").write_text(other)
+    assert parse_source(manifest.parent / "k.py", {"copy"}).kernels["_copy_kernel"].decorators == ("jit",)
