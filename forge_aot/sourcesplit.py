@@ -1686,9 +1686,10 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     # code alike (FlagGems: ``try: from triton.tools.tensor_descriptor import TensorDescriptor`` / ``except``).
     nested = [n for stmt in host for n in ast.walk(stmt) if n is not stmt and isinstance(n, ast.ImportFrom)
               and _host_import(n) is not None]
+    guarded_ids = {id(g) for g in guarded}  # (a guarded one raises ImportError, as where Triton is absent: above)
     for stmt in host:  # ``import triton.language as tl`` inside host code: the runtime's (``triton`` is bound)
         for n in ast.walk(stmt):
-            if n is not stmt and (bound := _language_import(n)) is not None:
+            if n is not stmt and id(n) not in guarded_ids and (bound := _language_import(n)) is not None:
                 _replace_statement(lines, n, "; ".join(f"{b} = triton.language" for b in bound if b != "triton")
                                    or "pass")
     # (``from triton import Config`` for a decorator's config list binds nothing: host code does not read it)
