@@ -168,12 +168,12 @@ def _aliasing(arguments: Any, result: Any) -> str | None:
     return None
 
 
-def _bound(sig: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any]:
-    """A traced call's arguments by name ({} where it does not bind)."""
+def _bound(sig: inspect.Signature, args: Any, kwargs: Any) -> dict[str, Any] | None:
+    """A traced call's arguments by name (None where it does not bind)."""
     try:
         return dict(sig.bind(*args, **kwargs).arguments)
     except TypeError:
-        return {}
+        return None
 
 
 def _returns_as_annotated(schema: str, result: Any) -> bool:
@@ -213,19 +213,18 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
                 why = str(exc).splitlines()[0].split(" Got func")[0].removeprefix("infer_schema(func): ")
                 unannotated = f"annotations that make no schema ({why.rstrip('. ')})"
         else:
+            passed_none: set[str] = set()
             for args, kwargs, result, *_ in calls:  # the annotations say nothing of what the results share
-                try:
-                    bound = sig.bind(*args, **kwargs)
-                except TypeError:
+                bound = _bound(sig, args, kwargs)
+                if bound is None:
                     continue
-                why = _aliasing(bound.arguments.values(), result)
+                why = _aliasing(bound.values(), result)
                 if why is not None:
                     return None, why, None
+                passed_none |= {name for name, value in bound.items() if value is None}
             # ``scale: float = None`` (flash-linear-attention writes it so) infers ``float scale=None``, which refuses
             # the None its own default is: optional, as the default says; so is a parameter annotated ``Tensor`` that
             # a traced call passes None (gemlite's ``scales_x: Tensor``), or torch.ops would refuse that call
-            passed_none = {name for args, kwargs, *_ in calls for name, value in _bound(sig, args, kwargs).items()
-                           if value is None}
             for name, p in sig.parameters.items():
                 if p.default is None or name in passed_none:
                     schema = re.sub(rf"(?<![\w?\]])([\w\[\]]+) {name}(?=[,)=])", rf"\1? {name}", schema)
