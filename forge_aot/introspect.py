@@ -306,12 +306,12 @@ def read_decorators(path: str, function: str, on_def: bool = True, tune_table: s
     obj = getattr(module, function)
     tuner = None
     heuristics: list[str] = []
-    while not isinstance(obj, (JITFunction, Autotuner, Heuristics)) and hasattr(obj, "fn"):
-        obj = obj.fn  # a launch wrapper (project.launch-wrappers): looked through
-    while isinstance(obj, (Autotuner, Heuristics)):  # subclasses too (flash-linear-attention's caching autotuner)
+    # Subclasses too (flash-linear-attention's caching autotuner); other wrappers keeping what they wrap in ``fn``
+    # are looked through (launch wrappers, GPTQ's own autotuner, whose space the manifest then gives).
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
         if isinstance(obj, Heuristics):
             heuristics += [n for n in obj.values if n not in heuristics]
-        else:
+        elif isinstance(obj, Autotuner):
             if tuner is not None:
                 raise SourceError(f"{path}: {function} is autotuned twice")
             tuner = obj

@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-Scalar = Union[int, bool, str]  # noqa: UP007 - the converter and schema read this union at run time
+Scalar = Union[int, bool, float, str]  # noqa: UP007 - the converter and schema read this union at run time
 
 ELEMENT_TYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
                  "fp8e4nv", "fp8e5")

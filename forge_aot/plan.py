@@ -325,6 +325,8 @@ class KernelPlan:
     """Runtime parameters never specialized (the manifest's and the decorator's)."""
     inferred: dict[str, str] = field(default_factory=dict)
     """Runtime parameters the manifest left untyped, with the types the traced calls gave them."""
+    none_only: set[str] = field(default_factory=set)
+    """Of those, the ones every traced call passes None (typed ``*i8``; every binary takes the constant None)."""
     pointer_ints: dict[str, str] = field(default_factory=dict)
     """Pointer parameters calls may also pass an integer (``*i32|i32``; flash-attn's rotary ``SEQLEN_OFFSETS``),
     with the integer's type: each binary takes one or the other (specialization codes ``i``, ``d``, ``o``)."""
@@ -371,7 +373,8 @@ class KernelPlan:
         """The pointer and descriptor parameters the kernel may write through: what makes an op passing a tensor
         there write it."""
         types = dict(self.params)
-        return [n for n in self.writes if types.get(n, "").startswith("*") or rt.desc_dtype(types.get(n, ""))]
+        return [n for n in self.writes if n not in self.none_only
+                and (types.get(n, "").startswith("*") or rt.desc_dtype(types.get(n, "")))]
 
     def spec_json(self) -> dict[str, Any]:
         """The kernel's entry of the package index, without its variants."""
@@ -616,15 +619,30 @@ def infer_signature(loaded: mf.LoadedManifest, kp: KernelPlan, calls: list[Trace
     types = dict(kp.params)
     kp.spec_params = [n for n, ty in kp.params if n in kp.spec_params or n in kp.pointer_ints or (
         n in kp.inferred and n not in kp.do_not_specialize and (ty.startswith("*") or ty in INT_TYPES))]
-    for kn in kp.key:
-        if kn in kp.inferred and types[kn] not in INT_TYPES:
-            raise _error(loaded, f"kernels.{kp.name}.key", f"key argument '{kn}' is a {types[kn]} in the traced calls, "
-                         "not an integer")
+    by_value = [kn for kn in kp.key if kn in kp.inferred and types[kn] not in INT_TYPES]
+    for kn in by_value if kp.entry.key else ():
+        raise _error(loaded, f"kernels.{kp.name}.key", f"key argument '{kn}' is a {types[kn]} in the traced calls, "
+                     "not an integer")
+    if by_value:  # the decorator's key (see _kernel_plan): the traced calls' keys lose them too
+        kept = [i for i, kn in enumerate(kp.key) if kn not in by_value]
+        kp.key = [kp.key[i] for i in kept]
+        calls[:] = [dataclasses.replace(c, key=tuple(c.key[i] for i in kept)) for c in calls]
+        kp.notes.append(_unkeyed_note(f"kernels.{kp.name}", by_value, types))
     for pname in (*kp.reset_to_zero, *kp.restore_value):
         if not types[pname].startswith("*"):
             raise _error(loaded, f"kernels.{kp.name}.tune", f"'{pname}' is not a pointer parameter of {kp.function}")
     for c in calls:
         respecialize(kp, c)
+
+
+HIP_CONFIG_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack", "instruction_sched_variant")
+"""Options of Triton's AMD backend that configs set beside their meta-parameters (flash-attn's AMD attention)."""
+
+
+def _unkeyed_note(at: str, names: list[str], types: dict[str, str]) -> str:
+    return (f"{at}: @triton.autotune's key names {', '.join(f'{n} ({types[n]})' for n in names)}, not an integer: "
+            "the table's rows are keyed by the rest, one config for every value (Triton's autotuner tunes each value "
+            "apart)")
 
 
 def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls: list[TracedCall], at: str) -> str:
@@ -636,6 +654,7 @@ def _type_of_values(loaded: mf.LoadedManifest, kp: KernelPlan, name: str, calls:
         kp.notes.append(f"{at}.{name}: None in every traced call, so every binary takes it as the constant None "
                         "(typed *i8 for the signature): a call passing a value there raises NotBuiltError; give it a "
                         "type and an example that passes one to build that too")
+        kp.none_only.add(name)  # (an integer in a store's address, flash-attn's N_CTX_NEW: never written through)
         return "*i8"
     why = "no traced call launches it" if not values else ""
     descriptors = [v for v in present if _is_descriptor(v)]
@@ -787,11 +806,13 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     names = [p.name for p in ks.params]
     autotune, heuristic_names = (read_decorators(str(path), func, ks.autotuned, f"kernels.{name}.tune")
                                  if (ks.autotuned or ks.has_heuristics or ks.rewrapped) else (None, []))
-    if ks.autotuned and autotune is None:  # a decorator read as an autotuner for its configs= and key= only
-        raise SourceError(f"{path}:{ks.line}: {func} has a decorator with configs= and key= that does not make a "
-                          "Triton Autotuner (triton.runtime.autotuner.Autotuner or a subclass): forge-aot cannot "
-                          "package it")
     t = k.tune
+    own_tuner = ks.autotuned and autotune is None  # a decorator read as an autotuner for its configs= and key= only
+    if own_tuner and not (t.configs or t.meta or t.num_warps or t.num_stages):
+        raise SourceError(f"{path}:{ks.autotune_line}: {func} has a decorator with configs= and key= that does not "
+                          "make a Triton Autotuner (triton.runtime.autotuner.Autotuner or a subclass; GPTQ's "
+                          "custom_autotune): forge-aot cannot read its configs; give the tuning space in the "
+                          f"manifest ([{at}.tune] configs, and {at}.key) and the build tunes that instead")
     # The tuning space: the manifest's, else the decorator's configs, else Triton's defaults.
     if t.configs:
         flat_space = [dict(c) for c in t.configs]
@@ -817,9 +838,17 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
             raise _error(loaded, f"{at}.tune", f"a config of {func} does not give {missing}: every config must "
                          "give the same meta-parameters")
     constexpr_params = [p.name for p in ks.params if p.constexpr]
+    from_decorator = not (t.configs or t.meta or t.num_warps or t.num_stages)
     for m in meta_names:
+        if m in HIP_CONFIG_OPTIONS and m not in names:
+            raise _error(loaded, f"{at}.tune" if from_decorator else f"{at}.tune.configs",
+                         f"a config of {func} sets {m}, an AMD compile option (Triton's CUDA backend refuses it too: "
+                         "\"Keyword argument ... was specified but unrecognised\"), which forge-aot does not pass on "
+                         "from configs: give the space as [tune] configs without it")
         if m not in names:
-            raise _error(loaded, f"{at}.tune.meta.{m}", f"{func} has no parameter '{m}'", close_match(m, names))
+            raise _error(loaded, f"{at}.tune" if from_decorator else f"{at}.tune.meta.{m}",
+                         f"{func} has no parameter '{m}'" + (" (a config of its @triton.autotune sets it)"
+                                                             if from_decorator else ""), close_match(m, names))
         if m not in constexpr_params:
             raise _error(loaded, f"{at}.tune.meta.{m}", f"parameter '{m}' of {func} is not annotated tl.constexpr: "
                          "a tuned meta-parameter must be a constexpr parameter")
@@ -909,6 +938,11 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # keyed by the rest (one config for both values, where Triton's autotuner would tune each).
     by_heuristic = [kn for kn in key if not k.key and kn in heuristic_names]
     key = [kn for kn in key if kn not in by_heuristic]
+    # A decorator key naming a float (flash-attn's AMD attention keys on ``dropout_p``): Triton tunes each value
+    # apart; the table's rows, chosen by the nearest integer key, are keyed by the rest.
+    by_value = [kn for kn in key if not k.key and dict(params).get(kn, UNTYPED) not in (*INT_TYPES, UNTYPED)
+                and dict(params).get(kn) not in ("meta", "constexpr", "heuristic")]
+    key = [kn for kn in key if kn not in by_value]
     int_params = {n for n, ty in params if ty in INT_TYPES or ty == UNTYPED}  # untyped: checked once typed
     for i, kn in enumerate(key):
         if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
@@ -975,6 +1009,12 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
         plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(by_heuristic)}, which @triton.heuristics "
                           "computes: rows are keyed by the rest, each row has a binary per value, one config serves "
                           "them (Triton's autotuner would tune each value)")
+    if by_value:
+        plan.notes.append(_unkeyed_note(at, by_value, dict(params)))
+    if own_tuner:
+        plan.notes.append(f"{at}: the decorator at line {ks.autotune_line} is not Triton's autotuner: its configs"
+                          f"{'' if k.key else ' and key'} are not read; the manifest's tune space"
+                          f"{' and key' if k.key else ''} stand in (the wheel launches the table's configs)")
     if k.refine and t.inputs is None:
         plan.notes.append(f"{at}.refine: only forge-aot tune fills the rows it adds (it needs tune.inputs); "
                           "without it they take the default rule like their neighbours")
@@ -1345,11 +1385,23 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     os.environ.setdefault(IMPORT_TARGET_ENV, f"{first.backend}:{first.arch}:{first.warp_size}")
     forget_projects()
     make_importable(root)
+    # Each file's entry points: its ops, and the host functions the manifest names for the build (examples,
+    # autograd, tuning). They and what they reach are host code: one that reaches Triton is reported at its line
+    # (not left out with the kernel side, to be missed as "no host function").
     ops_by_file: dict[Path, set[str]] = {}
     for k in m.kernels.values():
-        ops_by_file.setdefault(mf.kernel_source(root, k)[0], set()).update(k.ops)
+        own = ops_by_file.setdefault(mf.kernel_source(root, k)[0], set())
+        own.update(k.ops, (f for ag in k.autograd.values() for f in (ag.setup_context, ag.backward)),
+                   (f for f in (k.tune.inputs, k.tune.reference, k.tune.prune, k.tune.op) if f is not None))
+        if k.examples is not None and ":" not in k.examples:
+            own.add(k.examples)
     for op_name, o in m.ops.items():
-        ops_by_file.setdefault((root / o.source).resolve(), set()).add(op_name)
+        ops_by_file.setdefault((root / o.source).resolve(), set()).update(
+            (op_name, o.examples) if o.examples is not None else (op_name,))
+    for k in m.kernels.values():  # another kernel or op file's examples (a file of neither is refused below)
+        efile, _, fn_name = (k.examples or "").rpartition(":")
+        if efile and (root / efile).resolve() in ops_by_file:
+            ops_by_file[(root / efile).resolve()].add(fn_name)
     for file in m.exports.values():
         ops_by_file.setdefault((root / file).resolve(), set())
     sources: dict[Path, SourceFile] = {}
@@ -1479,7 +1531,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     if modules[kp.module]["source"].reads_device or _helpers_ask_device(kp.local_modules)}
     gpus = trace_gpus(chosen, m.project.trace_gpus)  # (target, GPU model), the first target's first
     per_target = len(gpus) > 1 and bool(reads_device)
-    tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1])
+    tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1], str(root))
     traced = tracer.run_examples(modules)
     files_read = set(tracer.files_read)
     if per_target:
@@ -1495,7 +1547,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                     todo.append(dep)
         subset = {m: mod for m, mod in modules.items() if m in asking}
         for target, model in gpus[1:]:
-            other = Tracer(kernels, subset, target, True, model)
+            other = Tracer(kernels, subset, target, True, model, str(root))
             for name, calls in other.run_examples(subset).items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)

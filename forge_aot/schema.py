@@ -197,16 +197,29 @@ def _returns_as_annotated(schema: str, result: Any) -> bool:
     return True
 
 
+def _infer_schema(fn: Callable[..., Any]) -> str:
+    """``torch.library.infer_schema`` without the log line torch writes for each annotation that is no class
+    (``Union[int, torch.Tensor, None]``, flash-attn's ``cache_seqlens``): the refusal that follows says why."""
+    import logging
+
+    import torch
+
+    logger = logging.getLogger("torch._library.opaque_object")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        return torch.library.infer_schema(fn, mutates_args=())
+    finally:
+        logger.disabled = disabled
+
+
 def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             ) -> tuple[str | None, str, ResultRule | None]:
     """``op_schema`` for the parameters of ``sig`` (the host function's, less an output buffer)."""
-    import torch
-
     written = _written_arguments(sig, calls)
     unannotated, disagrees = "no type annotations", ""
     if not written:
         try:
-            schema = torch.library.infer_schema(_plain_tensor_annotations(fn, sig), mutates_args=())
+            schema = _infer_schema(_plain_tensor_annotations(fn, sig))
         except Exception as exc:  # annotations missing or not schema types: try the traced calls
             if sig.return_annotation is not inspect.Signature.empty or any(
                     p.annotation is not inspect.Parameter.empty for p in sig.parameters.values()):
@@ -380,14 +393,12 @@ def _annotated_optional(fn: Any, p: inspect.Parameter) -> str | None:
     """The schema type of a parameter that every traced call leaves None, from its own annotation where that is an
     optional schema type (flash-attn's ``precomputed_lse: Optional[torch.Tensor] = None`` in a function whose other
     annotations ``infer_schema`` does not take whole: no result annotation, an unannotated ``process_group``)."""
-    import torch
-
     if p.annotation is inspect.Parameter.empty:
         return None
     one = inspect.Signature([p.replace(kind=inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)],
                             return_annotation=None)
     try:
-        schema = torch.library.infer_schema(_plain_tensor_annotations(fn, one), mutates_args=())
+        schema = _infer_schema(_plain_tensor_annotations(fn, one))
     except Exception:  # not a schema type
         return None
     found = re.match(rf"\(([\w\[\]?]+) {p.name}=None\)", schema)
@@ -491,5 +502,23 @@ def meta_mismatch(fn: Callable[..., Any], calls: list[Call]) -> str | None:
         except Exception as exc:
             return f"its Meta implementation (the host code on meta tensors) fails: {type(exc).__name__}: {exc}"
         if seen(out) != seen(result):
-            return "its Meta implementation (the host code on meta tensors) gives other result shapes than the call"
+            grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+            return (f"its Meta implementation (the host code on meta tensors) gives other results than the call: "
+                    f"{_difference(seen(out), seen(result))}" + (
+                        "; the call's inputs required grad, which a custom op's inputs do not (host code that "
+                        "branches on requires_grad, as Liger's fused linear cross-entropy does, returns other "
+                        "results inside one)" if grad else ""))
     return None
+
+
+def _difference(meta: Any, real: Any, where: str = "the result") -> str:
+    """Where two ``layout``s (less the device) first differ, said as "result 5: None, not a tensor of ..."."""
+    def said(found: Any) -> str:
+        if found[0] == "tensor":
+            return f"a {found[1].removeprefix('torch.')} tensor of size ({', '.join(found[2])})"
+        return f"a {found[0]} of {len(found[1])}" if found[0] in ("tuple", "list") else found[1]
+
+    if meta[0] == real[0] and meta[0] in ("tuple", "list") and len(meta[1]) == len(real[1]):
+        i = next(i for i, (m, r) in enumerate(zip(meta[1], real[1])) if m != r)
+        return _difference(meta[1][i], real[1][i], f"{'result' if where == 'the result' else where + ' item'} {i}")
+    return f"{where} is {said(meta)} there, {said(real)} in the call"

@@ -95,6 +95,8 @@ class KernelSource:
     """Whether host code wraps the kernel again after its def in a call that is not Triton's own (Cut
     Cross-Entropy's ``K = cce_forward_autotune()(K)``): its decorators are then read from the kernel Triton builds
     (``introspect.read_decorators``), the line stays host code."""
+    autotune_line: int = 0
+    """The line of the ``autotune`` decorator (0: none)."""
 
     def writes_for(self, named: dict[str, Any]) -> tuple[str, ...]:
         """The parameters a launch with these arguments (by name) may write through: ``writes`` for the values it
@@ -910,6 +912,48 @@ def _triton_annotations(statements: list[ast.stmt], triton_names: set[str], elem
     return out
 
 
+def _second_handles(tree: ast.Module, kernels: Collection[str]) -> dict[int, tuple[str, str, int]]:
+    """Top-level ``H = triton.autotune(...)(K)``, or ``D = triton.autotune(...)`` then ``H = D(K)``, for a kernel
+    ``K`` and another name ``H`` (SGLang's ``fused_softcap_kernel_autotuned``): statement id -> (H, K, the line of
+    the decorator)."""
+    decorators: dict[str, int] = {}
+    found: dict[int, tuple[str, str, int]] = {}
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                and isinstance(stmt.value, ast.Call)):
+            continue
+        name, call = stmt.targets[0].id, stmt.value
+        if _decorator_kind(call) is not None:
+            decorators[name] = stmt.lineno
+        elif len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id in kernels \
+                and call.args[0].id != name:
+            if isinstance(call.func, ast.Call) and _decorator_kind(call.func) is not None:
+                found[id(stmt)] = (name, call.args[0].id, stmt.lineno)
+            elif isinstance(call.func, ast.Name) and call.func.id in decorators:
+                found[id(stmt)] = (name, call.args[0].id, decorators[call.func.id])
+    return found
+
+
+def _local_annotations(statements: list[ast.stmt]) -> list[ast.expr]:
+    """The annotations of variables inside function bodies (flash-attn's ``FP8_MAX: tl.constexpr = ...`` in its
+    host wrapper): Python never evaluates them (PEP 526), so they may name anything. A class body's are evaluated
+    when the class is made, so the walk stops at one."""
+    out: list[ast.expr] = []
+
+    def walk(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                walk(child, False)
+                continue
+            if in_function and isinstance(child, ast.AnnAssign):
+                out.append(child.annotation)
+            walk(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    for stmt in statements:
+        walk(ast.Module(body=[stmt], type_ignores=[]), False)
+    return out
+
+
 def _replace_spans(lines: list[str], spans: list[tuple[ast.expr, Callable[[str], str]]]) -> None:
     """Each expression's source text ``t`` replaced, in ``lines``, by ``text(t)`` on its first line, the lines it
     spanned after that left empty (the file's line numbers stay). Spans must not overlap."""
@@ -1472,7 +1516,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             kernels[stmt.name] = KernelSource(  # type: ignore[union-attr]
                 stmt.name, stmt.lineno, params, tuple(k for k, _ in decorators),  # type: ignore[union-attr]
                 _do_not_specialize(stmt, decorators[-1][1], params),  # type: ignore[arg-type]
-                rewrapped=stmt.name in rewrapped)  # type: ignore[union-attr]
+                rewrapped=stmt.name in rewrapped,  # type: ignore[union-attr]
+                autotune_line=next((d.lineno for k, d in decorators if k == "autotune"), 0))
             kernel_stmts.append(stmt)  # type: ignore[arg-type]
             heuristics += [(stmt.name, d) for k, d in decorators if k == "heuristics"]  # type: ignore[union-attr]
         elif _host_import(stmt) is not None:
@@ -1524,7 +1569,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     tuner_calls = _host_autotune_calls(rest)
     # What the shipped copy never evaluates: a host triton.autotune(...)'s arguments, annotations naming Triton.
     never_run = {id(n) for c in tuner_calls for a in (*c.args, *(k.value for k in c.keywords)) for n in ast.walk(a)} \
-        | {id(n) for a in annotations for n in ast.walk(a)}
+        | {id(n) for a in (*annotations, *_local_annotations(rest)) for n in ast.walk(a)}
     guarded_skip = guarded_skip | never_run
     with_decorators = triton_names | {a.asname or a.name for s in tree.body if isinstance(s, ast.ImportFrom)
                                       and s.module == "triton" and s.level == 0 for a in s.names
@@ -1576,6 +1621,15 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         if not kept:
             host.remove(stmt)
             blanked.append(stmt)
+    second = _second_handles(tree, kernels)
+    for stmt in host:
+        if id(stmt) in second:
+            handle, kernel, line = second[id(stmt)]
+            raise SourceError(f"{path}:{stmt.lineno}: host code reaches {handle}, a second handle of kernel {kernel} "
+                              f"made by the decorator of line {line} (SGLang's fused_softcap_kernel_autotuned): "
+                              f"forge-aot packages a kernel under its def's name with the decorators on the def; "
+                              f"launch {kernel} itself (its @triton.autotune on the def, or the manifest's "
+                              f"tune.configs), or define the second kernel under its own name")
     # Report a host statement that reaches a Triton-side definition before the definition itself.
     host.sort(key=lambda s: id(s) in direct)
     allowed_triton = set(_HostTriton.HOST_HELPERS) - {"runtime"}

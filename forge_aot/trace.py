@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from . import runtime as rt
@@ -178,10 +178,12 @@ class Tracer:
     functions and the tuning inputs."""
 
     def __init__(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]], target: str,
-                 per_target: bool = False, model: str | None = None) -> None:
+                 per_target: bool = False, model: str | None = None, root: str | None = None) -> None:
         """``target``, ``model``: the host code sees that GPU (``as_target``); ``per_target``: the build traces once
-        per target (and GPU model), and each call records the target it was traced for."""
+        per target (and GPU model), and each call records the target it was traced for. ``root``: the project's
+        directory, which messages name files from."""
         self.target = target
+        self.root = root
         self.model = model
         self.per_target = per_target
         self.files_read: set[str] = set()
@@ -283,8 +285,8 @@ class Tracer:
                         with tensors_on_gpu("cpu"), no_triton_launches(), cuda_registrations_serve_cpu():
                             getattr(module, fn_name)("cpu")
                     except TritonLaunch as exc:
-                        raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached {exc}"
-                                          ) from None
+                        raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached "
+                                          f"{exc.reached(self.paths.values(), self.root)}") from None
                     except Exception as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') failed "
                                           f"(kernels are recorded, not run, on the CPU):\n{_trace(exc)}") from None
@@ -354,8 +356,8 @@ class Tracer:
                     args = call_inputs(getattr(module, t.inputs), key_dict, variant, device)  # type: ignore[arg-type]
                     call_op(getattr(module, op_name), args)
             except TritonLaunch as exc:
-                raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() reached {exc}"
-                                  ) from None
+                raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() reached "
+                                  f"{exc.reached(self.paths.values(), self.root)}") from None
             except Exception as exc:
                 last = exc
                 continue
@@ -667,6 +669,21 @@ class TritonLaunch(BaseException):
     """Host code the build runs launched a kernel through Triton itself (see ``no_triton_launches``). A
     BaseException, so host code's ``except Exception:`` fallback cannot hide it."""
 
+    def __init__(self, site: str, kernel: str, kernel_file: str | None, kernel_line: int) -> None:
+        super().__init__(f"{site}, which launches {kernel} through Triton itself: that module is not one the build "
+                         "binds to its kernel handles (a kernel file, or an [ops.NAME] file with a function that "
+                         "launches it); launch it from one of those, as the wheel runs only their host code")
+        self.site, self.kernel, self.kernel_file, self.kernel_line = site, kernel, kernel_file, kernel_line
+
+    def reached(self, host_files: Iterable[str], root: str | None = None) -> str:
+        """What the message after "reached" says: where a file the build binds launches a kernel with no entry
+        (Liger's fused_linear_cross_entropy launching utils.py's element_mul_kernel), that the kernel needs one."""
+        if self.site.rpartition(":")[0] not in set(host_files) or self.kernel_file is None:
+            return str(self)
+        file = os.path.relpath(self.kernel_file, root) if root else self.kernel_file
+        return (f"{self.site}, which launches {self.kernel} ({file}:{self.kernel_line}), a kernel the manifest has no "
+                f"entry for: add one ([kernels.NAME] source = \"{file}:{self.kernel}\")")
+
 
 @contextlib.contextmanager
 def no_triton_launches() -> Iterator[None]:
@@ -711,10 +728,9 @@ def _refused_in_guarded_threads(run: Any) -> Any:
         fn = self
         while hasattr(fn, "fn"):  # an Autotuner over Heuristics over the JITFunction
             fn = fn.fn
-        raise TritonLaunch(f"{frame.f_code.co_filename}:{frame.f_lineno}, which launches "
-                           f"{getattr(fn, '__name__', fn)} through Triton itself: that module is not one the build "
-                           "binds to its kernel handles (a kernel file, or an [ops.NAME] file with a function that "
-                           "launches it); launch it from one of those, as the wheel runs only their host code")
+        code = getattr(fn, "__code__", None)
+        raise TritonLaunch(f"{frame.f_code.co_filename}:{frame.f_lineno}", str(getattr(fn, "__name__", fn)),
+                           code and code.co_filename, code.co_firstlineno if code else 0)
 
     return guarded
 

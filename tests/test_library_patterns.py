@@ -1,0 +1,602 @@
+"""Patterns of real library files that forge-aot refused or misreported (session 42's hunts over SGLang 0.5.2,
+flash-attn 2.8.3's AMD Triton backend, GPTQModel 7.7.0 and Liger-Kernel 0.8.5), each as a small kernel in that
+library's style: built and checked on the CPU, run against Triton's JIT on a GPU."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forge_aot.cli import main
+from forge_aot.errors import ForgeError
+from forge_aot.manifest import load_manifest
+from forge_aot.plan import make_plan
+from tests.test_localmods import _installed, _run_fresh, one_file_project
+
+SOFTCAP = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softcap_kernel(output_ptr, input_ptr, n_ele, softcap_const: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_ele
+    x = tl.load(input_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(output_ptr + offsets, tl.sigmoid(x / softcap_const) * softcap_const, mask=mask)
+
+
+def softcap(x, softcap_const):
+    output = torch.empty_like(x, dtype=torch.float32)
+    n = output.numel()
+    softcap_kernel[(triton.cdiv(n, 128),)](output, x, n, softcap_const, BLOCK_SIZE=128, num_warps=8)
+    return output
+'''
+"""SGLang's ``fused_softcap``: a float constexpr chosen by the caller (``softcap_const``)."""
+
+SOFTCAP_MANIFEST = '''\
+[project]
+name = "forge_softcap"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.softcap]
+source = "k.py:softcap_kernel"
+ops = ["softcap"]
+signature = { output_ptr = "*fp32", input_ptr = "*T", n_ele = "i32" }
+dtypes = { T = ["fp16", "bf16"] }
+constexprs = { softcap_const = [30.0, 50.0], BLOCK_SIZE = [128], num_warps = [8] }
+'''
+
+
+def test_float_constexpr_values_listed_in_the_manifest_build_a_variant_each(tmp_path: Path) -> None:
+    """SGLang passes ``softcap_const`` (30.0, 50.0) as a constexpr; listing those values under ``constexprs`` was
+    refused ("expected an integer or a boolean or a string, got float 30.0")."""
+    (tmp_path / "k.py").write_text(SOFTCAP)
+    (tmp_path / "kernel_manifest.toml").write_text(SOFTCAP_MANIFEST)
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert sorted(e.variant for e in plan.entries) == [
+        f"T={t},softcap_const={c},BLOCK_SIZE=128,num_warps=8" for t in ("bf16", "fp16") for c in ("30.0", "50.0")]
+    assert {type(e.assignment["softcap_const"]) for e in plan.entries} == {float}
+    # an integer stays an integer; a string is still refused where a number is not
+    (tmp_path / "kernel_manifest.toml").write_text(SOFTCAP_MANIFEST.replace("[30.0, 50.0]", "[30, 50.0]"))
+    plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+    assert sorted({type(e.assignment["softcap_const"]).__name__ for e in plan.entries}) == ["float", "int"]
+
+
+EXAMPLES_REACH_TRITON = '''\
+import torch
+import triton
+import triton.language as tl
+
+BENCH = triton.testing.do_bench
+
+
+@triton.jit
+def scale_kernel(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    out = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 128),)](out, x, x.numel(), BLOCK=128)
+    return out
+
+
+def examples(device="cpu"):
+    print(BENCH)
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_an_examples_function_reaching_triton_is_reported_at_its_line(tmp_path: Path) -> None:
+    """An examples function that reaches a Triton-built name was left out with the kernel side and reported as
+    missing ("no host function 'examples'"), hiding the cause (SGLang's elementwise.py, where the cause was the
+    second, autotuned handle below)."""
+    manifest = one_file_project(tmp_path / "p", "forge_reach", EXAMPLES_REACH_TRITON, "scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "no host function" not in result.output
+    assert "k.py:21: host code uses 'BENCH', defined with Triton on line 5" in result.output
+
+
+SECOND_HANDLE = '''\
+import torch
+import triton
+import triton.language as tl
+
+softcap_autotune = triton.autotune(
+    configs=[triton.Config(kwargs={"BLOCK_SIZE": 128}, num_warps=4),
+             triton.Config(kwargs={"BLOCK_SIZE": 256}, num_warps=8)],
+    key=["n_ele"],
+)
+
+
+@triton.jit
+def softcap_kernel(output_ptr, input_ptr, n_ele, softcap_const: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_ele
+    x = tl.load(input_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(output_ptr + offsets, tl.sigmoid(x / softcap_const) * softcap_const, mask=mask)
+
+
+softcap_kernel_autotuned = softcap_autotune(softcap_kernel)
+
+
+def softcap(x, softcap_const, autotune=False):
+    output = torch.empty_like(x, dtype=torch.float32)
+    n = output.numel()
+    if autotune:
+        softcap_kernel_autotuned[lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)](output, x, n, softcap_const)
+    else:
+        softcap_kernel[(triton.cdiv(n, 128),)](output, x, n, softcap_const, BLOCK_SIZE=128, num_warps=8)
+    return output
+
+
+def examples(device="cpu"):
+    softcap(torch.randn(4096, device=device, dtype=torch.float16), 30.0, autotune=True)
+'''
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_a_second_autotuned_handle_of_a_kernel_is_refused_at_its_line(tmp_path: Path, inline: bool) -> None:
+    """SGLang's elementwise.py keeps ``triton.autotune(...)`` in a variable and applies it to the plain kernel under
+    another name, launching either: the build ran the host code, whose ``triton.autotune`` call the wheel refuses
+    ("packaged host code called triton.autotune ... unset the variable"); now refused where it is written."""
+    source = SECOND_HANDLE
+    if inline:
+        source = source.replace("softcap_kernel_autotuned = softcap_autotune(softcap_kernel)",
+                                "softcap_kernel_autotuned = triton.autotune(configs=[triton.Config({\"BLOCK_SIZE\": "
+                                "128})], key=[\"n_ele\"])(softcap_kernel)")
+    manifest = one_file_project(tmp_path / "p", "forge_second", source, "softcap_kernel", ["softcap"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert (f"k.py:20: host code reaches softcap_kernel_autotuned, a second handle of kernel softcap_kernel made by "
+            f"the decorator of line {20 if inline else 5}") in result.output
+
+
+LOCAL_ANNOTATION = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill_kernel(y_ptr, value, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.zeros((BLOCK,), tl.float32) + value, mask=offs < n)
+
+
+def fill(y, fp8=False):
+    if fp8:
+        value: tl.constexpr = torch.finfo(torch.float8_e4m3fn).max
+    else:
+        value = 1.5 * Holder.width / 4
+    fill_kernel[(triton.cdiv(y.numel(), 128),)](y, value, y.numel(), BLOCK=128)
+    return None
+
+
+def examples(device="cpu"):
+    fill(torch.empty(1000, device=device))
+
+
+class Holder:
+    width: tl.constexpr = 4
+'''
+
+
+def test_a_local_variable_annotation_naming_triton_is_host_code(tmp_path: Path) -> None:
+    """flash-attn's AMD prefill wrapper writes ``FP8_MAX: tl.constexpr = torch.finfo(q.dtype).max``: Python never
+    evaluates a local variable's annotation (PEP 526), so it runs without Triton; it was refused ("host code uses
+    'tl'"). A class body's annotation is evaluated when the class is made: still refused."""
+    manifest = one_file_project(tmp_path / "p", "forge_localann", LOCAL_ANNOTATION, "fill_kernel", ["fill"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "k.py:16: host code uses 'Holder', defined with Triton on line 25" \
+        in result.output, result.output
+    (tmp_path / "p" / "k.py").write_text(LOCAL_ANNOTATION.replace("width: tl.constexpr = 4", "width = 4"))
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert 'value = "fp32"' in result.output
+
+
+FLOAT_KEY = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 256}, num_warps=8)],
+                 key=["n", "dropout_p"])
+@triton.jit
+def dropout_scale_kernel(x_ptr, y_ptr, n, dropout_p, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * (1 - dropout_p), mask=offs < n)
+
+
+def dropout_scale(x, dropout_p: float):
+    y = torch.empty_like(x)
+    dropout_scale_kernel[lambda META: (triton.cdiv(x.numel(), META["BLOCK"]),)](x, y, x.numel(), dropout_p)
+    return y
+
+
+def examples(device="cpu"):
+    for n in (1000, 70000):
+        dropout_scale(torch.randn(n, device=device), 0.0)
+        dropout_scale(torch.randn(n, device=device), 0.1)
+'''
+
+
+def test_a_float_in_the_decorators_key_leaves_the_table_key(tmp_path: Path) -> None:
+    """flash-attn's AMD attention keys its autotuning on ``dropout_p`` too: Triton tunes each value apart; the
+    table's rows are chosen by the nearest integer key, so the float leaves the key, with a note (it was refused:
+    "key argument 'dropout_p' is a fp32 in the traced calls, not an integer"). A float the manifest's own key names
+    is still an error."""
+    manifest = one_file_project(tmp_path / "p", "forge_floatkey", FLOAT_KEY, "dropout_scale_kernel",
+                                ["dropout_scale"])
+    plan = make_plan(load_manifest(manifest))
+    kp = plan.kernels["k"]
+    assert kp.key == ["n"]
+    assert any("key names dropout_p (fp32), not an integer" in n for n in kp.notes)
+    assert {r.key for e in plan.entries for r in e.tables["default"]} == {(1000,), (70000,)}
+    text = manifest.read_text().replace('examples = "examples"', 'examples = "examples"\nkey = ["n", "dropout_p"]')
+    manifest.write_text(text)
+    with pytest.raises(ForgeError, match="key argument 'dropout_p' is a fp32 in the traced calls, not an integer"):
+        make_plan(load_manifest(manifest))
+
+
+NONE_ONLY = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, shift, HAS_SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if HAS_SHIFT:
+        offs = offs + shift
+    tl.store(y_ptr + offs, x, mask=offs < n)
+
+
+def copy(x, shift=None):
+    y = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), shift, HAS_SHIFT=shift is not None, BLOCK=128)
+    return y
+
+
+def examples(device="cpu"):
+    copy(torch.randn(1000, device=device))
+'''
+
+
+def test_a_parameter_every_call_passes_none_is_never_written_through(tmp_path: Path) -> None:
+    """flash-attn's ``N_CTX_NEW`` and ``stride_descale_o_z`` (integers, None where unused) sit in a store's address,
+    so the pointer flow lists them; passed None in every traced call they are the constant None in every binary
+    (typed ``*i8`` for the signature), which nothing is stored through."""
+    manifest = one_file_project(tmp_path / "p", "forge_noneonly", NONE_ONLY, "copy_kernel", ["copy"])
+    kp = make_plan(load_manifest(manifest)).kernels["k"]
+    assert {"y_ptr", "shift"} <= set(kp.writes)  # what the source shows (BLOCK too: any name in the address)
+    assert kp.written == ["y_ptr"]
+    assert kp.spec_json()["writes"] == ["y_ptr"]
+
+
+OWN_AUTOTUNER = '''\
+import triton
+
+
+class Autotuner(triton.KernelInterface):
+    """GPTQ's custom_autotune: not triton.runtime.autotuner.Autotuner; it keeps the kernel in ``fn``."""
+
+    def __init__(self, fn, arg_names, configs, key):
+        self.fn, self.configs, self.key_idx = fn, configs, [arg_names.index(k) for k in key]
+        self.cache = {}
+
+    def run(self, *args, **kwargs):
+        key = tuple(args[i] for i in self.key_idx)
+        if key not in self.cache:  # the real one times every config here
+            self.cache[key] = self.configs[-1]
+        config = self.cache[key]
+        return self.fn.run(*args, num_warps=config.num_warps, num_stages=config.num_stages, **kwargs,
+                           **config.kwargs)
+
+
+def autotune(configs, key):
+    def decorator(fn):
+        return Autotuner(fn, fn.arg_names, configs, key)
+
+    return decorator
+'''
+
+OWN_AUTOTUNED_KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+from . import custom_autotune
+
+
+@custom_autotune.autotune(
+    configs=[triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=2),
+             triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3)],
+    key=["M", "N"],
+)
+@triton.jit
+def scale_rows_kernel(a_ptr, s_ptr, c_ptr, M, N, stride_am, stride_an, stride_cm, stride_cn,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    a = tl.load(a_ptr + rm[:, None] * stride_am + rn[None, :] * stride_an, mask=mask)
+    s = tl.load(s_ptr + rn, mask=rn < N)
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, a * s[None, :], mask=mask)
+
+
+def scale_rows(a, s):
+    c = torch.empty_like(a)
+    M, N = a.shape
+    grid = lambda META: (triton.cdiv(M, META["BLOCK_M"]), triton.cdiv(N, META["BLOCK_N"]))  # noqa: E731
+    scale_rows_kernel[grid](a, s, c, M, N, a.stride(0), a.stride(1), c.stride(0), c.stride(1))
+    return c
+
+
+def examples(device="cpu"):
+    for M, N in ((37, 300), (1000, 513)):
+        scale_rows(torch.randn(M, N, device=device, dtype=torch.float16),
+                   torch.randn(N, device=device, dtype=torch.float16))
+'''
+
+OWN_AUTOTUNER_MANIFEST = '''\
+[project]
+name = "forge_gptqstyle"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale_rows]
+source = "gq/kernels.py:scale_rows_kernel"
+ops = ["scale_rows"]
+examples = "examples"
+'''
+TUNE_SPACE = '''key = ["M", "N"]
+
+[kernels.scale_rows.tune]
+configs = [{ BLOCK_M = 32, BLOCK_N = 64, num_warps = 4, num_stages = 2 },
+           { BLOCK_M = 64, BLOCK_N = 64, num_warps = 4, num_stages = 3 }]
+'''
+
+
+def _own_autotuner_project(root: Path, space: bool) -> Path:
+    (root / "gq").mkdir(parents=True)
+    (root / "gq" / "__init__.py").write_text("")
+    (root / "gq" / "custom_autotune.py").write_text(OWN_AUTOTUNER)
+    (root / "gq" / "kernels.py").write_text(OWN_AUTOTUNED_KERNEL)
+    (root / "kernel_manifest.toml").write_text(OWN_AUTOTUNER_MANIFEST + (TUNE_SPACE if space else ""))
+    return root / "kernel_manifest.toml"
+
+
+def test_an_autotuner_of_the_librarys_own_takes_the_manifests_space(tmp_path: Path) -> None:
+    """GPTQModel's quant matmul is decorated with its own ``custom_autotune.autotune(configs=..., key=...)``, which
+    Triton does not know: refused, at the ``def``'s line and with no way forward. Now the error points at the
+    decorator and says what to give; with the manifest's tuning space (and key) the decorator is looked through."""
+    bare = _own_autotuner_project(tmp_path / "bare", space=False)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(bare)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "kernels.py:8: scale_rows_kernel has a decorator with configs= and key= that does not make a Triton " \
+           "Autotuner" in result.output
+    assert "[kernels.scale_rows.tune] configs, and kernels.scale_rows.key" in result.output
+    plan = make_plan(load_manifest(_own_autotuner_project(tmp_path / "space", space=True)))
+    kp = plan.kernels["scale_rows"]
+    assert kp.key == ["M", "N"]
+    assert [c.id for c in kp.space] == ["BLOCK_M32-BLOCK_N64-w4-s2", "BLOCK_M64-BLOCK_N64-w4-s3"]
+    assert any("the decorator at line 8 is not Triton's autotuner" in n for n in kp.notes)
+    assert {r.key for e in plan.entries for r in e.tables["default"]} == {(37, 300), (1000, 513)}
+
+
+UNLISTED = {
+    "pkg/__init__.py": "",
+    "pkg/utils.py": '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def element_mul_kernel(x_ptr, g_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * tl.load(g_ptr), mask=offs < n)
+''',
+    "pkg/flce.py": '''\
+import torch
+import triton
+
+from pkg.utils import element_mul_kernel
+
+
+def scale_(x, g):
+    element_mul_kernel[(triton.cdiv(x.numel(), 128),)](x, g, x.numel(), BLOCK=128)
+
+
+def examples(device="cpu"):
+    scale_(torch.randn(1000, device=device), torch.tensor(2.0, device=device))
+''',
+    "pkg/ce.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def zero_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, 0.0, mask=offs < n)
+
+
+def zero_(x):
+    zero_kernel[(triton.cdiv(x.numel(), 128),)](x, x.numel(), BLOCK=128)
+
+
+def examples(device="cpu"):
+    zero_(torch.randn(1000, device=device))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_unlisted"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.zero]
+source = "pkg/ce.py:zero_kernel"
+ops = ["zero_"]
+examples = "examples"
+
+[ops.scale_]
+source = "pkg/flce.py"
+examples = "examples"
+''',
+}
+
+
+def test_an_ops_file_launching_a_kernel_with_no_entry_is_told_to_add_one(tmp_path: Path) -> None:
+    """Liger's fused_linear_cross_entropy.py (an ``[ops]`` file) launches ``element_mul_kernel`` of ``utils.py``,
+    which had no ``[kernels]`` entry: the message said the module was not one the build binds (it is)."""
+    for name, text in UNLISTED.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "flce.py:8, which launches element_mul_kernel (pkg/utils.py:5), a kernel the manifest has no entry " \
+           "for: add one ([kernels.NAME] source = \"pkg/utils.py:element_mul_kernel\")" in result.output
+
+
+@pytest.mark.gpu
+def test_float_constexpr_and_own_autotuner_wheels_match_triton(tmp_path: Path) -> None:
+    """On the GPU: SGLang's softcap with its float constexprs, and the GPTQ-style kernel under its own autotuner,
+    from their wheels in a fresh process without Triton, against the same files run by Triton's JIT (misaligned
+    inputs, odd sizes)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    softcap_root = tmp_path / "softcap"
+    softcap_root.mkdir()
+    (softcap_root / "k.py").write_text(SOFTCAP)
+    (softcap_root / "kernel_manifest.toml").write_text(SOFTCAP_MANIFEST)
+    own_root = tmp_path / "own"
+    own = _own_autotuner_project(own_root, space=True)
+    site = _installed(softcap_root / "kernel_manifest.toml", tmp_path / "w1")
+    site2 = _installed(own, tmp_path / "w2")
+    code = textwrap.dedent(f'''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.path.insert(0, {str(site2)!r})
+        import torch, forge_softcap, forge_gptqstyle
+        torch.manual_seed(0)
+        out = {{}}
+        for dt in (torch.float16, torch.bfloat16):
+            for n in (1000, 4099):
+                x = (torch.randn(n + 1, device="cuda", dtype=dt) * 80)[1:]
+                for c in (30.0, 50.0):
+                    got = forge_softcap.softcap(x, c).double()
+                    out[f"softcap {{dt}} {{n}} {{c}}"] = (got - torch.sigmoid(x.double() / c) * c).abs().max().item()
+        for M, N in ((37, 300), (1000, 513), (5, 4097)):
+            a = torch.randn(M, N + 1, device="cuda", dtype=torch.float16)[:, 1:]
+            s = torch.randn(N + 1, device="cuda", dtype=torch.float16)[1:]
+            got, ref = forge_gptqstyle.scale_rows(a, s).double(), a.double() * s.double()
+            out[f"scale_rows {{M}}x{{N}}"] = ((got - ref).abs().max() / ref.abs().max()).item()
+        print(json.dumps(out))
+        ''')
+    res = _run_fresh(code, site)
+    assert len(res) == 11
+    for name, err in res.items():
+        assert err < (1e-3 if name.startswith("scale_rows") else 1e-4), (name, err)
+    # and Triton's JIT on the same files agrees with the wheel (each file run through its own decorators)
+    jit = textwrap.dedent(f'''\
+        import json, sys
+        sys.path[:0] = [{str(softcap_root)!r}, {str(own_root)!r}, {str(site)!r}, {str(site2)!r}]
+        import torch, k, forge_softcap, forge_gptqstyle
+        from gq import kernels
+        out = {{}}
+        x = (torch.randn(4100, device="cuda", dtype=torch.float16) * 80)[1:]
+        out["softcap"] = (k.softcap(x, 30.0) - forge_softcap.softcap(x, 30.0)).abs().max().item()
+        a = torch.randn(1000, 514, device="cuda", dtype=torch.float16)[:, 1:]
+        s = torch.randn(514, device="cuda", dtype=torch.float16)[1:]
+        out["scale_rows"] = (kernels.scale_rows(a, s) - forge_gptqstyle.scale_rows(a, s)).abs().max().item()
+        print(json.dumps(out))
+        ''')
+    res = _run_fresh(jit, site)
+    assert res == {"softcap": 0.0, "scale_rows": 0.0}, res
+
+
+REQUIRES_GRAD = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale_with_grad(x: torch.Tensor):
+    y = torch.empty_like(x)
+    grad = torch.zeros_like(x) if x.requires_grad else None
+    scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y, grad
+
+
+def examples(device="cpu"):
+    with torch.no_grad():
+        scale_with_grad(torch.randn(1000, device=device, requires_grad=True))
+'''
+
+
+def test_meta_results_that_differ_are_named_with_requires_grad_as_the_likely_cause(tmp_path: Path) -> None:
+    """Liger's ``fused_linear_cross_entropy_forward`` returns gradient buffers only where ``weight.requires_grad``:
+    inside a custom op (its Meta implementation too) inputs do not require grad, so its results differ and it gets
+    no custom op, as it should; the note said only "other result shapes"."""
+    manifest = one_file_project(tmp_path / "p", "forge_reqgrad", REQUIRES_GRAD, "scale_kernel", ["scale_with_grad"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "result 1 is None there, a float32 tensor of size (1000) in the call; the call's inputs required grad" \
+        in result.output
+
+
+WAVES_PER_EU = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128, "waves_per_eu": 2}, num_warps=4, num_stages=1)], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    scale_kernel[lambda META: (triton.cdiv(x.numel(), META["BLOCK"]),)](x, y, x.numel())
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_an_amd_option_in_a_decorators_config_is_named_as_one(tmp_path: Path) -> None:
+    """flash-attn's AMD attention sets ``waves_per_eu`` in its ``triton.Config``s: the error named a manifest key
+    the manifest does not have (``tune.meta.waves_per_eu``) and called it a missing parameter. Not passed on yet (the
+    AMD path has not run on hardware): the error says what it is and what to give instead."""
+    manifest = one_file_project(tmp_path / "p", "forge_waves", WAVES_PER_EU, "scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "k.tune: a config of scale_kernel sets waves_per_eu, an AMD compile option" in result.output
+    manifest.write_text(manifest.read_text() + '\n[kernels.k.tune]\nconfigs = [{ BLOCK = 128, num_warps = 4 }]\n')
+    assert CliRunner().invoke(main, ["check", "--manifest", str(manifest)]).exit_code == 0
