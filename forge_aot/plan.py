@@ -839,12 +839,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                          "give the same meta-parameters")
     constexpr_params = [p.name for p in ks.params if p.constexpr]
     from_decorator = not (t.configs or t.meta or t.num_warps or t.num_stages)
+    amd_options = [m for m in meta_names if m in HIP_CONFIG_OPTIONS and m not in names]
     for m in meta_names:
-        if m in HIP_CONFIG_OPTIONS and m not in names:
-            raise _error(loaded, f"{at}.tune" if from_decorator else f"{at}.tune.configs",
-                         f"a config of {func} sets {m}, an AMD compile option (Triton's CUDA backend refuses it too: "
-                         "\"Keyword argument ... was specified but unrecognised\"), which forge-aot does not pass on "
-                         "from configs: give the space as [tune] configs without it")
+        if m in amd_options:
+            continue
         if m not in names:
             raise _error(loaded, f"{at}.tune" if from_decorator else f"{at}.tune.meta.{m}",
                          f"{func} has no parameter '{m}'" + (" (a config of its @triton.autotune sets it)"
@@ -1011,6 +1009,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                           "them (Triton's autotuner would tune each value)")
     if by_value:
         plan.notes.append(_unkeyed_note(at, by_value, dict(params)))
+    if amd_options:
+        plan.notes.append(f"{at}: configs set {', '.join(amd_options)}, compile options of Triton's AMD backend: gfx "
+                          "targets' binaries are compiled with them, CUDA targets' without (Triton's CUDA backend "
+                          "refuses them)")
     if own_tuner:
         plan.notes.append(f"{at}: the decorator at line {ks.autotune_line} is not Triton's autotuner: its configs"
                           f"{'' if k.key else ' and key'} are not read; the manifest's tune space"
@@ -1747,6 +1749,9 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
     except ValueError:
         source = str(kp.source)
     options = tuple((o, entry.assignment[o]) for o in rt.COMPILE_OPTIONS if o in entry.assignment)
+    if TARGETS[entry.target].backend == "hip":  # (configs' AMD options, see _kernel_plan)
+        params = dict(kp.params)
+        options += tuple((o, config.meta[o]) for o in HIP_CONFIG_OPTIONS if o in config.meta and o not in params)
     return CompileJob(entry.kernel, kp.function, source, entry.variant, entry.target, config, binary, signature,
                       constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout, options)
 

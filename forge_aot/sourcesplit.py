@@ -912,25 +912,25 @@ def _triton_annotations(statements: list[ast.stmt], triton_names: set[str], elem
     return out
 
 
-def _second_handles(tree: ast.Module, kernels: Collection[str]) -> dict[int, tuple[str, str, int]]:
+def _second_handles(tree: ast.Module, kernels: Collection[str]) -> dict[int, tuple[str, str, str, int]]:
     """Top-level ``H = triton.autotune(...)(K)``, or ``D = triton.autotune(...)`` then ``H = D(K)``, for a kernel
-    ``K`` and another name ``H`` (SGLang's ``fused_softcap_kernel_autotuned``): statement id -> (H, K, the line of
-    the decorator)."""
-    decorators: dict[str, int] = {}
-    found: dict[int, tuple[str, str, int]] = {}
+    ``K`` and another name ``H`` (SGLang's ``fused_softcap_kernel_autotuned``, launched beside the plain kernel):
+    statement id -> (H, K, the decorator's kind, its line)."""
+    decorators: dict[str, tuple[str, int]] = {}
+    found: dict[int, tuple[str, str, str, int]] = {}
     for stmt in tree.body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
                 and isinstance(stmt.value, ast.Call)):
             continue
         name, call = stmt.targets[0].id, stmt.value
-        if _decorator_kind(call) is not None:
-            decorators[name] = stmt.lineno
+        if (kind := _decorator_kind(call)) is not None:
+            decorators[name] = (kind, stmt.lineno)
         elif len(call.args) == 1 and isinstance(call.args[0], ast.Name) and call.args[0].id in kernels \
-                and call.args[0].id != name:
-            if isinstance(call.func, ast.Call) and _decorator_kind(call.func) is not None:
-                found[id(stmt)] = (name, call.args[0].id, stmt.lineno)
+                and call.args[0].id != name and not call.keywords:
+            if isinstance(call.func, ast.Call) and (kind := _decorator_kind(call.func)) is not None:
+                found[id(stmt)] = (name, call.args[0].id, kind, stmt.lineno)
             elif isinstance(call.func, ast.Name) and call.func.id in decorators:
-                found[id(stmt)] = (name, call.args[0].id, decorators[call.func.id])
+                found[id(stmt)] = (name, call.args[0].id, *decorators[call.func.id])
     return found
 
 
@@ -1556,6 +1556,17 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             when.append((tuple(env.items()), tuple(p.name for i, p in enumerate(params) if i in live)))
         kernels[k.name] = dataclasses.replace(kernels[k.name], writes=writes, writes_when=tuple(when) if any(
             w != writes for _, w in when) else ())
+    # A second handle of a kernel made by an autotune decorator (SGLang): a kernel of its own name, the def's
+    # decorators under that autotuner, its line kernel side; one a heuristics makes stays host code (refused below).
+    second = _second_handles(tree, kernels)
+    for sid, (handle, kernel, kind, line) in list(second.items()):
+        if kind == "autotune" and "autotune" not in kernels[kernel].decorators and handle not in kernels:
+            kernels[handle] = dataclasses.replace(kernels[kernel], name=handle, autotune_line=line,
+                                                  decorators=("autotune", *kernels[kernel].decorators))
+            stmt = next(s for s in rest if id(s) == sid)
+            rest.remove(stmt)
+            blanked.append(stmt)
+            del second[sid]
     for name, dec in heuristics:
         if not isinstance(dec, ast.Call):
             raise SourceError(f"{path}:{dec.lineno}: @triton.heuristics of {name} needs its values")
@@ -1621,15 +1632,13 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         if not kept:
             host.remove(stmt)
             blanked.append(stmt)
-    second = _second_handles(tree, kernels)
     for stmt in host:
         if id(stmt) in second:
-            handle, kernel, line = second[id(stmt)]
+            handle, kernel, kind, line = second[id(stmt)]
             raise SourceError(f"{path}:{stmt.lineno}: host code reaches {handle}, a second handle of kernel {kernel} "
-                              f"made by the decorator of line {line} (SGLang's fused_softcap_kernel_autotuned): "
-                              f"forge-aot packages a kernel under its def's name with the decorators on the def; "
-                              f"launch {kernel} itself (its @triton.autotune on the def, or the manifest's "
-                              f"tune.configs), or define the second kernel under its own name")
+                              f"made by the {kind} decorator of line {line}: forge-aot packages a second handle that "
+                              f"one @triton.autotune makes (SGLang's fused_softcap_kernel_autotuned), not this one; "
+                              f"put the decorator on a def of its own")
     # Report a host statement that reaches a Triton-side definition before the definition itself.
     host.sort(key=lambda s: id(s) in direct)
     allowed_triton = set(_HostTriton.HOST_HELPERS) - {"runtime"}

@@ -139,25 +139,57 @@ def softcap(x, softcap_const, autotune=False):
 
 
 def examples(device="cpu"):
-    softcap(torch.randn(4096, device=device, dtype=torch.float16), 30.0, autotune=True)
+    for n in (4096, 70000):
+        softcap(torch.randn(n, device=device, dtype=torch.float16), 30.0, autotune=True)
+        softcap(torch.randn(n, device=device, dtype=torch.float16), 30.0)
+'''
+
+
+SECOND_HANDLE_ENTRY = '''
+[kernels.softcap_tuned]
+source = "k.py:softcap_kernel_autotuned"
+examples = "examples"
 '''
 
 
 @pytest.mark.parametrize("inline", [False, True])
-def test_a_second_autotuned_handle_of_a_kernel_is_refused_at_its_line(tmp_path: Path, inline: bool) -> None:
+def test_a_second_autotuned_handle_of_a_kernel_is_a_kernel_of_its_own(tmp_path: Path, inline: bool) -> None:
     """SGLang's elementwise.py keeps ``triton.autotune(...)`` in a variable and applies it to the plain kernel under
-    another name, launching either: the build ran the host code, whose ``triton.autotune`` call the wheel refuses
-    ("packaged host code called triton.autotune ... unset the variable"); now refused where it is written."""
+    another name, launching either (``autotune=True`` or not): the build ran that host code, whose ``triton.autotune``
+    call the wheel refuses ("packaged host code called triton.autotune ... unset the variable"). The second handle is
+    now a kernel of its own, listed under its name: the def's code, that autotuner's space and key."""
     source = SECOND_HANDLE
     if inline:
         source = source.replace("softcap_kernel_autotuned = softcap_autotune(softcap_kernel)",
                                 "softcap_kernel_autotuned = triton.autotune(configs=[triton.Config({\"BLOCK_SIZE\": "
-                                "128})], key=[\"n_ele\"])(softcap_kernel)")
+                                "128}), triton.Config({\"BLOCK_SIZE\": 512})], key=[\"n_ele\"])(softcap_kernel)")
     manifest = one_file_project(tmp_path / "p", "forge_second", source, "softcap_kernel", ["softcap"])
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert (f"k.py:20: host code reaches softcap_kernel_autotuned, a second handle of kernel softcap_kernel made by "
-            f"the decorator of line {20 if inline else 5}") in result.output
+    assert "host function 'softcap' launches 'softcap_kernel_autotuned', which has no entry" in result.output
+    manifest.write_text(manifest.read_text() + SECOND_HANDLE_ENTRY)
+    plan = make_plan(load_manifest(manifest))
+    plain, tuned = plan.kernels["k"], plan.kernels["softcap_tuned"]
+    assert plain.function == "softcap_kernel" and plain.autotune is None and plain.axes == [
+        "softcap_const", "BLOCK_SIZE", "num_warps"]
+    assert tuned.function == "softcap_kernel_autotuned" and tuned.key == ["n_ele"] and tuned.axes == ["softcap_const"]
+    assert [c.id for c in tuned.space] == (["BLOCK_SIZE128-w4-s3", "BLOCK_SIZE512-w4-s3"] if inline else
+                                           ["BLOCK_SIZE128-w4-s3", "BLOCK_SIZE256-w8-s3"])
+    host = plan.modules["k"]["host_source"].splitlines()
+    assert not any("triton.autotune(" in line or "triton.Config(" in line for line in host)
+    assert "softcap_kernel_autotuned = __forge_kernel_side__('softcap_kernel_autotuned', __name__)" in host
+    assert len(host) == len(source.splitlines())
+
+
+def test_a_second_handle_a_heuristics_makes_is_refused_at_its_line(tmp_path: Path) -> None:
+    source = SECOND_HANDLE.replace("softcap_kernel_autotuned = softcap_autotune(softcap_kernel)",
+                                   "softcap_kernel_autotuned = triton.heuristics({\"BLOCK_SIZE\": lambda a: 128})"
+                                   "(softcap_kernel)")
+    manifest = one_file_project(tmp_path / "p", "forge_second_h", source, "softcap_kernel", ["softcap"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "k.py:20: host code reaches softcap_kernel_autotuned, a second handle of kernel softcap_kernel made by " \
+           "the heuristics decorator of line 20" in result.output
 
 
 LOCAL_ANNOTATION = '''\
@@ -590,13 +622,61 @@ def examples(device="cpu"):
 '''
 
 
-def test_an_amd_option_in_a_decorators_config_is_named_as_one(tmp_path: Path) -> None:
-    """flash-attn's AMD attention sets ``waves_per_eu`` in its ``triton.Config``s: the error named a manifest key
-    the manifest does not have (``tune.meta.waves_per_eu``) and called it a missing parameter. Not passed on yet (the
-    AMD path has not run on hardware): the error says what it is and what to give instead."""
+def test_an_amd_option_in_a_decorators_config_reaches_the_gfx_binaries_only(tmp_path: Path) -> None:
+    """flash-attn's AMD attention sets ``waves_per_eu`` in its ``triton.Config``s: refused as a missing parameter,
+    under a manifest key the manifest does not have (``tune.meta.waves_per_eu``). It is a compile option of Triton's
+    AMD backend: the gfx942 binaries are compiled with it (Triton's metadata says so), the sm_90 ones without
+    (Triton's CUDA backend refuses the keyword)."""
+    import json
+
+    from forge_aot.pipeline import build
+
     manifest = one_file_project(tmp_path / "p", "forge_waves", WAVES_PER_EU, "scale_kernel", ["scale"])
-    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
-    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "k.tune: a config of scale_kernel sets waves_per_eu, an AMD compile option" in result.output
-    manifest.write_text(manifest.read_text() + '\n[kernels.k.tune]\nconfigs = [{ BLOCK = 128, num_warps = 4 }]\n')
-    assert CliRunner().invoke(main, ["check", "--manifest", str(manifest)]).exit_code == 0
+    manifest.write_text(manifest.read_text().replace('targets = ["sm_90"]', 'targets = ["gfx942", "sm_90"]'))
+    kp = make_plan(load_manifest(manifest)).kernels["k"]
+    assert [c.id for c in kp.space] == ["BLOCK128-waves_per_eu2-w4-s1"]
+    assert any("configs set waves_per_eu, compile options of Triton's AMD backend" in n for n in kp.notes)
+    build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work")
+    found = {}
+    for meta in (tmp_path / "work" / "triton-cache").glob("*/scale_kernel.json"):
+        data = json.loads(meta.read_text())
+        found.setdefault(data["target"]["backend"], set()).add(data.get("waves_per_eu"))
+    assert found == {"hip": {2}, "cuda": {None}}
+
+
+@pytest.mark.gpu
+def test_the_plain_and_the_autotuned_handle_run_from_the_wheel_as_under_triton(tmp_path: Path) -> None:
+    """On the GPU: SGLang's pattern, the plain kernel and its second, autotuned handle, from the wheel in a fresh
+    process without Triton, against the same file under Triton's JIT (its autotuner timing both configs)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    manifest = one_file_project(tmp_path / "p", "forge_second", SECOND_HANDLE, "softcap_kernel", ["softcap"])
+    manifest.write_text(manifest.read_text() + SECOND_HANDLE_ENTRY)
+    site = _installed(manifest, tmp_path / "w")
+    code = textwrap.dedent(f'''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_second
+        out = {{}}
+        for n in (4096, 70000, 4099):
+            x = (torch.randn(n + 1, device="cuda", dtype=torch.float16) * 80)[1:]
+            ref = torch.sigmoid(x.double() / 30.0) * 30.0
+            for tuned in (False, True):
+                got = forge_second.softcap(x, 30.0, autotune=tuned).double()
+                out[f"{{n}} {{tuned}}"] = (got - ref).abs().max().item()
+        torch.save(x, {str(tmp_path / "x.pt")!r})
+        out["last"] = [forge_second.softcap(x, 30.0, autotune=t).tolist()[:64] for t in (False, True)]
+        print(json.dumps(out))
+        ''')
+    res = _run_fresh(code, site)
+    last = res.pop("last")
+    assert len(res) == 6 and all(err < 1e-4 for err in res.values()), res
+    jit = textwrap.dedent(f'''\
+        import json, sys
+        sys.path.insert(0, {str(tmp_path / "p")!r})
+        import torch, k
+        x = torch.load({str(tmp_path / "x.pt")!r})
+        print(json.dumps([k.softcap(x, 30.0, autotune=t).tolist()[:64] for t in (False, True)]))
+        ''')
+    assert _run_fresh(jit, site) == last
