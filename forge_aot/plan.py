@@ -889,9 +889,14 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                     defaults[p.name] = p.default
         elif p.name in k.signature:
             ptr_type, _, int_type = k.signature[p.name].partition("|")
+            if p.annotation_type and ptr_type != p.annotation_type:
+                raise _error(loaded, f"{at}.signature.{p.name}", f"'{p.name}' of {func} is annotated as "
+                             f"{p.annotation_type}, which Triton's JIT compiles it as; the manifest says {ptr_type}")
             params.append((p.name, ptr_type))
             if int_type:
                 pointer_ints[p.name] = int_type
+        elif p.annotation_type:  # Triton's JIT types it by its annotation (torchao's ``stride: tl.int64``)
+            params.append((p.name, p.annotation_type))
         elif p.name in meta_names or p.name in call_names:
             raise _error(loaded, f"{at}.tune.meta" if p.name in meta_names else f"{at}.constexprs",
                          f"parameter '{p.name}' of {func} is not annotated tl.constexpr")
@@ -940,7 +945,10 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     # apart; the table's rows, chosen by the nearest integer key, are keyed by the rest.
     by_value = [kn for kn in key if not k.key and dict(params).get(kn, UNTYPED) not in (*INT_TYPES, UNTYPED)
                 and dict(params).get(kn) not in ("meta", "constexpr", "heuristic")]
-    key = [kn for kn in key if kn not in by_value]
+    # A decorator key naming no parameter at all (torchao's ``key=["num_elements"]`` over a kernel without one):
+    # Triton's autotuner leaves it out of its key, so do the tables.
+    unknown_key = [kn for kn in key if not k.key and kn not in names and kn not in LAUNCH_OPTIONS]
+    key = [kn for kn in key if kn not in by_value and kn not in unknown_key]
     int_params = {n for n, ty in params if ty in INT_TYPES or ty == UNTYPED}  # untyped: checked once typed
     for i, kn in enumerate(key):
         if kn not in int_params and kn not in call_constexprs and kn not in launch_axes:
@@ -1009,6 +1017,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
                           "them (Triton's autotuner would tune each value)")
     if by_value:
         plan.notes.append(_unkeyed_note(at, by_value, dict(params)))
+    if unknown_key:
+        plan.notes.append(f"{at}: @triton.autotune's key names {', '.join(unknown_key)}, which {func} has no "
+                          "parameter of: left out of the key, as Triton's autotuner leaves it")
     if amd_options:
         plan.notes.append(f"{at}: configs set {', '.join(amd_options)}, compile options of Triton's AMD backend: gfx "
                           "targets' binaries are compiled with them, CUDA targets' without (Triton's CUDA backend "
@@ -1571,7 +1582,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 kernel = next(n for n, kp in kernels.items() if kp.module == mod_name and op in kp.entry.ops)
                 why = f"has no torch.library schema ({mod['schema_notes'][op]}): give it type annotations so it " \
                     "can be a custom op" if not mod["schemas"].get(op) else \
-                    f"leaves its output buffer {mod['buffers'][op][0]} out of its schema (None in every traced " \
+                    f"leaves argument {mod['buffers'][op][0]} out of its schema (None in every traced " \
                     "call), so its setup_context would see other inputs than the host code takes: a backward for "\
                     "such an op is not supported"
                 raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' {why}")

@@ -116,15 +116,45 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
             return None, how, None
         return schema, (f"{how}; without its output buffer {buffer} (None in every traced call: a call passing "
                         "one runs as Python, the others as the custom op)"), rule
-    return _schema(fn, sig, calls)
+    schema, how, rule = _schema(fn, sig, calls)
+    unknown = _untyped_none(sig, calls, schema)
+    if unknown is None:
+        return schema, how, rule
+    reduced = _without_buffer(sig, calls, unknown)
+    left = _schema(fn, *reduced) if reduced is not None else (None, how, None)
+    if left[0] is None:
+        return schema, how, rule
+    return left[0], (f"{left[1]}; without argument {unknown} (None in every traced call, its type unknown: a call "
+                     "passing one runs as Python, the others as the custom op)"), left[2]
+
+
+def _untyped_none(sig: inspect.Signature, calls: list[Call], schema: str | None) -> str | None:
+    """Where the op has no schema only because one argument is None in every traced call and nothing says its type
+    (vLLM's ``unified_attention`` takes ``q_descale`` and asserts it is None), that argument: the schema leaves it
+    out as it does an output buffer; else None."""
+    if schema is not None or not calls:
+        return None
+    bound = [_bound(sig, args, kwargs) for args, kwargs, *_ in calls]
+    always_none = []
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            return None
+        if all(b is not None and b.get(name, p.default) is None for b in bound):
+            always_none.append(name)
+    return always_none[0] if len(always_none) == 1 else None
 
 
 def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
-    """The output buffer ``op_schema`` leaves out of the op's schema (see there), as (name, position among the
-    host function's parameters, -1 for a keyword-only one), or None."""
+    """The output buffer ``op_schema`` leaves out of the op's schema (see there), or the argument it leaves out as
+    one (``_untyped_none``), as (name, position among the host function's parameters, -1 for a keyword-only one),
+    or None."""
     buffer = _output_buffer(calls)
     if buffer is None:
-        return None
+        sig = host_signature(fn)
+        buffer = _untyped_none(sig, calls, _schema(fn, sig, calls)[0])
+        if buffer is None or (reduced := _without_buffer(sig, calls, buffer)) is None or \
+                _schema(fn, *reduced)[0] is None:
+            return None
     params = list(host_signature(fn).parameters.values())
     p = next(p for p in params if p.name == buffer)
     return buffer, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)

@@ -55,6 +55,9 @@ class KernelParam:
     default: Any = None
     """The default's value, or COMPUTED_DEFAULT where Python computes it when the ``def`` runs."""
     has_default: bool = False
+    annotation_type: str = ""
+    """The scalar type an annotation gives it (``stride: tl.int64`` → ``i64``, ``n: int`` → ``i32``), which Triton's
+    JIT compiles it as whatever the call passes (``KernelParam.annotation_type``); empty for none."""
 
 
 @dataclass(frozen=True)
@@ -504,9 +507,15 @@ def _kernel_side_block(stmt: ast.stmt, triton_names: set[str]) -> set[str]:
             e = e.value
         return isinstance(e, ast.Name) and e.id in triton_names
 
+    leaves = _block_leaves(stmt) or []
+    # vLLM's triton_utils: ``if HAS_TRITON: import triton ...`` / ``else: triton = TritonPlaceholder()``: a branch
+    # binding placeholders to the names another imports from Triton is the fallback the build never takes
+    imported = {a.asname or a.name.partition(".")[0] for s in leaves if isinstance(s, (ast.Import, ast.ImportFrom))
+                and _is_triton_import(s) and _host_import(s) is None for a in s.names}
     bound: set[str] = set()
-    for s in _block_leaves(stmt) or []:
-        if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) and from_triton(s.value):
+    for s in leaves:
+        if isinstance(s, ast.Assign) and all(isinstance(t, ast.Name) for t in s.targets) \
+                and (from_triton(s.value) or _defined_names(s) <= imported):
             bound |= _defined_names(s)
         elif _is_kernel(s):
             bound.add(s.name)
@@ -522,6 +531,9 @@ def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton.runtime" and stmt.level == 0 \
             and all(a.name == "driver" for a in stmt.names):
         return [a.asname or a.name for a in stmt.names]
+    # ``import triton.runtime.driver as driver`` (FLA's backends): the same module, under the name it gives
+    if isinstance(stmt, ast.Import) and all(a.name == "triton.runtime.driver" and a.asname for a in stmt.names):
+        return [a.asname for a in stmt.names]  # type: ignore[misc]
     return None
 
 
@@ -698,7 +710,8 @@ def _torch_library_rewrites(host: list[ast.stmt], lines: list[str]) -> None:
     in ``register_fake("ns::name")``, ``torch.ops.ns``) to ``triton._op_name`` / ``triton._ops_namespace``."""
     spans: dict[int, list[tuple[int, int, str]]] = {}  # line index -> (start, end byte offset, replacement)
     defined = [c.args[0] for stmt in host for c in ast.walk(stmt) if isinstance(c, ast.Call) and c.args
-               and ast.unparse(c.func).rpartition(".")[2] == "custom_op" and isinstance(c.args[0], ast.Constant)
+               and ast.unparse(c.func).rpartition(".")[2] in ("custom_op", "triton_op")
+               and isinstance(c.args[0], ast.Constant)
                and isinstance(c.args[0].value, str) and "::" in c.args[0].value]
     names = {d.value for d in defined}
     if names:  # (the definitions themselves stay: _custom_op renames them)
@@ -732,8 +745,8 @@ def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:
     return None
 
 
-def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
-                         heuristics: list[ast.expr]) -> dict[ast.stmt, list[ast.alias]]:
+def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt], heuristics: list[ast.expr],
+                         exported: Collection[str] = ()) -> dict[ast.stmt, list[ast.alias]]:
     """Imports of the host code that bind names only kernels use (flash-linear-attention's kernel files take
     ``exp`` and ``@triton.jit`` helpers from ``fla.ops.utils.op``): each such ``import`` → the aliases host code does
     use (none: the statement belongs to the kernels and is left out of the host code, so the wheel neither needs
@@ -741,7 +754,9 @@ def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt],
     as the author wrote it (its module may be imported for what its import does; see localmods.referenced_names)."""
     kernel_uses = set().union(*(_names_in(s) for s in kernel_side))
     host_uses = set().union(*(_names_in(s) for s in host if not isinstance(s, (ast.Import, ast.ImportFrom))),
-                            *(_names_in(h) for h in heuristics))
+                            *(_names_in(h) for h in heuristics), exported,  # (what other modules take from it)
+                            # a flag a Triton import block tests (vLLM's HAS_TRITON): other modules import it too
+                            *(_names_in(s.test) for s in kernel_side if isinstance(s, ast.If)))
     out: dict[ast.stmt, list[ast.alias]] = {}
     for stmt in host:
         if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or (
@@ -773,8 +788,9 @@ def _triton_names(tree: ast.Module) -> set[str]:
         if _is_triton_import_block(stmt):
             names.update(a.asname or a.name.split(".")[0] for s in _import_block(stmt) or [] for a in s.names)
         elif isinstance(stmt, ast.Import):
+            host = _host_import(stmt) or {}
             for a in stmt.names:
-                if a.name == "triton" or a.name.startswith("triton."):
+                if (a.name == "triton" or a.name.startswith("triton.")) and (a.asname or a.name) not in host:
                     names.add(a.asname or a.name.split(".")[0])
         elif isinstance(stmt, ast.ImportFrom) and _is_triton_import(stmt):  # all but the host helpers it may bind
             host = _host_import(stmt) or {}
@@ -863,8 +879,20 @@ def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> lis
                 if isinstance(d, ast.Attribute) and d.attr in HOST_DTYPES \
                         and ast.unparse(d.value) in ("tl", "language", "triton.language"):
                     value = HostDtype(f"tl.{d.attr}")
-        out.append(KernelParam(a.arg, "constexpr" in annotation, value, has_default))
+        out.append(KernelParam(a.arg, "constexpr" in annotation, value, has_default,
+                               _ANNOTATION_TYPES.get(annotation.rpartition(".")[2], "") if "[" not in annotation
+                               and "constexpr" not in annotation else ""))
     return out
+
+
+_ANNOTATION_TYPES = {**{n: "i1" for n in ("bool", "int1", "uint1", "i1", "u1")},
+                     **{n: t for t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
+                                       "fp64") for n in (t,)},
+                     "int8": "i8", "int16": "i16", "int": "i32", "int32": "i32", "int64": "i64", "uint8": "u8",
+                     "uint16": "u16", "uint32": "u32", "uint64": "u64", "half": "fp16", "float16": "fp16",
+                     "bfloat16": "bf16", "float": "fp32", "float32": "fp32", "double": "fp64", "float64": "fp64"}
+"""Scalar annotations and the types Triton's JIT gives them (its ``type_canonicalisation_dict``; a bool is ``i1``
+here, as the manifest spells it)."""
 
 
 def _do_not_specialize(fn: ast.FunctionDef, jit: ast.expr, params: list[KernelParam]) -> tuple[str, ...] | None:
@@ -1626,8 +1654,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
         if id(stmt) in direct and _uses_triton(stmt, triton_names, element_types=element_types, skip=guarded_skip):
             for n in _defined_names(stmt):  # (one using only what _DECORATOR_HELPERS name may be reached)
                 kernel_side[n] = stmt.lineno
-    narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked],
-                                    [_heuristics_values(d) for _, d in heuristics])
+    narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked], [_heuristics_values(d) for _, d in heuristics],
+                                    ops or () if helper else ())
     for stmt, kept in narrowed.items():
         if not kept:
             host.remove(stmt)

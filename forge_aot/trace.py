@@ -255,8 +255,12 @@ class Tracer:
             originals = {op: getattr(module, op) for op in mod["ops"]}
             depth = [0]
 
-            def recorder(op: str, fn: Any, depth: list[int] = depth,
+            def recorder(op: str, op_fn: Any, depth: list[int] = depth,
                          op_calls: dict[str, list[Any]] = op_calls) -> Any:
+                # A @torch.library.custom_op's own function, as the wheel's op runs it: through torch's dispatcher
+                # it would run outside this trace's torch-function mode (torchao's ``assert x.is_cuda`` failed)
+                fn = getattr(op_fn, "_init_fn", op_fn) if hasattr(op_fn, "_opoverload") else op_fn
+
                 def call(*args: Any, **kwargs: Any) -> Any:
                     before = {n: len(h.records) for n, h in self.handles.items()}
                     # (inference tensors keep no version counter: what the host code does to them is not seen)
@@ -274,7 +278,7 @@ class Tracer:
                         written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
                         op_calls[op].append((args, kwargs, result, written, replaced))
                     return result
-                call.__forge_traced__ = fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
+                call.__forge_traced__ = op_fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
                 return call
 
             for op, fn in originals.items():

@@ -288,6 +288,10 @@ def test_errors_are_the_python_paths(rt, fake, add, case) -> None:
     if case == "mixed_dtypes":
         assert with_c == (rt.UnsupportedDtypeError, "add_kernel(): argument 'y_ptr' is fp32, and its binaries take "
                           "fp16 there (y_ptr: *T in the manifest; Triton's JIT would compile the call anew)")
+    if case == "float_for_int":  # vLLM's unified attention: softcap=0 in the examples, a float where one is set
+        assert with_c == (TypeError, "add_kernel(): n=4096.0 is a float, and this build took n as i32 (the values "
+                          "the build saw were integers; Triton's JIT would compile the call anew): declare n = "
+                          "\"fp32\" in the manifest's signature to build for floats")
     if case == "overflow":
         assert with_c == (OverflowError, "add_kernel(): n=2147483648 does not fit i32 (Triton's JIT would compile "
                           "the call anew; declare n = \"i64\" in the manifest's signature to build for such values)")

@@ -32,8 +32,7 @@ def test_the_output_buffer_is_left_out_of_the_schema(realworld_plan) -> None:
 
 def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
     """``entry.without_buffer``: the buffer taken out where it is None (by position or by name), the call left
-    to Python where it is a tensor; ``custom_ops._with_buffer``: None back in its place for the host function
-    where later arguments come by position."""
+    to Python where it is a tensor; ``custom_ops._with_buffer``: None back in its place for the host function."""
     from forge_aot.runtime.custom_ops import _with_buffer
     from forge_aot.runtime.entry import without_buffer
 
@@ -45,10 +44,13 @@ def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
     assert without_buffer(out, ("a", "d"), {"out": "o"}) is None
     middle = ("out", 1)  # a buffer before other positional parameters: f(x, out=None, scale=1.0)
     assert without_buffer(middle, ("x", None, 2.0), {}) == (("x", 2.0), {})
-    assert _with_buffer(middle, ("x", 2.0)) == ("x", None, 2.0)
-    assert _with_buffer(middle, ("x",)) == ("x",)
-    assert _with_buffer(("out", -1), ("x", 2.0)) == ("x", 2.0)  # keyword-only: never by position
-    assert _with_buffer(None, ("x",)) == ("x",)
+    assert _with_buffer(middle, ("x", 2.0), {}) == (("x", None, 2.0), {})
+    # where no later argument comes by position it comes last (a required one: vLLM's q_descale, session 42)
+    assert _with_buffer(middle, ("x",), {}) == (("x", None), {})
+    assert _with_buffer(middle, (), {"x": 1}) == ((), {"x": 1})  # (a call by name: the host's default stands)
+    assert _with_buffer(("out", -1), ("x", 2.0), {}) == (("x", 2.0), {"out": None})  # keyword-only: by name
+    assert _with_buffer(("out", -1), ("x",), {"out": None}) == (("x",), {"out": None})
+    assert _with_buffer(None, ("x",), {}) == (("x",), {})
 
 
 def _project(tmp_path, extra: str = ""):
@@ -120,7 +122,7 @@ def test_a_backward_for_an_op_whose_schema_leaves_out_its_buffer_is_refused(tmp_
     manifest = root / "kernel_manifest.toml"
     manifest.write_text(manifest.read_text() + '\n[kernels.chunk_bmm_bwd.autograd]\n'
                         '_chunk_bmm_bwd = { setup-context = "setup", backward = "backward" }\n')
-    with pytest.raises(ManifestError, match=r"leaves its output buffer out out of its schema .* a backward for "
+    with pytest.raises(ManifestError, match=r"leaves argument out out of its schema .* a backward for "
                                             r"such an op is not supported"):
         make_plan(load_manifest(manifest), ["sm_90"])
 

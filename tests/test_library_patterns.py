@@ -680,3 +680,243 @@ def test_the_plain_and_the_autotuned_handle_run_from_the_wheel_as_under_triton(t
         print(json.dumps([k.softcap(x, 30.0, autotune=t).tolist()[:64] for t in (False, True)]))
         ''')
     assert _run_fresh(jit, site) == last
+
+
+VLLM_TRITON_UTILS = {
+    "mylib/__init__.py": "",
+    "mylib/triton_utils/importing.py": '''\
+from importlib.util import find_spec
+
+HAS_TRITON = find_spec("triton") is not None
+
+
+class TritonPlaceholder:
+    pass
+''',
+    "mylib/triton_utils/__init__.py": '''\
+from mylib.triton_utils.importing import HAS_TRITON, TritonPlaceholder
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+else:
+    triton = TritonPlaceholder()
+    tl = TritonPlaceholder()
+''',
+    "mylib/softplus_op.py": '''\
+import torch
+
+from mylib.triton_utils import HAS_TRITON, tl, triton
+
+TRITON3 = HAS_TRITON and int(triton.__version__.split(".")[0]) >= 3
+
+
+@triton.jit
+def _softplus_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, tl.where(x <= 20.0, tl.log(tl.exp(x) + 1), x), mask=offs < n)
+
+
+def softplus(x, q_descale):
+    assert q_descale is None, "the descale is not supported"
+    y = torch.empty_like(x)
+    _softplus_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    softplus(torch.randn(3000, device=device), None)
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_vllmstyle"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.softplus]
+source = "mylib/softplus_op.py:_softplus_kernel"
+ops = ["softplus"]
+examples = "examples"
+''',
+}
+
+
+@pytest.mark.slow
+def test_vllms_triton_utils_with_its_flag_and_an_argument_always_none(tmp_path: Path) -> None:
+    """vLLM's mamba ops import ``HAS_TRITON, tl, triton`` from ``vllm.triton_utils``, which imports Triton under
+    ``if HAS_TRITON:`` (the flag from a sibling module) with placeholders in its ``else``: shipped as a project module,
+    its Triton imports were refused ("host code imports Triton"). The block is the Triton import it is, and the flag
+    stays importable. And vLLM's ``unified_attention`` takes ``q_descale`` only to assert it is None: the op had no
+    custom op ("type unknown"); the argument is left out of the schema as an output buffer is (a call passing one
+    runs as Python). The wheel, in a fresh process without Triton: the op's meta implementation and the flag."""
+    for name, text in VLLM_TRITON_UTILS.items():
+        (tmp_path / "p" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "p" / name).write_text(text)
+    manifest = tmp_path / "p" / "kernel_manifest.toml"
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert ("softplus: torch.ops.forge_vllmstyle.softplus(Tensor x) -> Tensor (from the traced examples; without "
+            "argument q_descale (None in every traced call, its type unknown") in result.output
+    site = _installed(manifest, tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_vllmstyle
+        from forge_vllmstyle._ops._local.mylib import triton_utils
+        y = torch.ops.forge_vllmstyle.softplus(torch.empty(3000, device="meta"))
+        print(json.dumps({"shape": list(y.shape), "flag": triton_utils.HAS_TRITON,
+                          "triton": type(triton_utils.triton).__name__}))
+        '''), site)
+    # the flag is what the wheel's process finds (no Triton there); its Triton is the runtime's
+    assert res == {"shape": [3000], "flag": False, "triton": "_HostTriton"}
+
+
+INT64_ANNOTATION = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({}, num_warps=4)], key=["num_elements"])
+@triton.jit
+def rows_copy_kernel(x_ptr, y_ptr, stride_row: tl.int64, n_cols: int, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    v = tl.load(x_ptr + row * stride_row + offs, mask=offs < n_cols)
+    tl.store(y_ptr + row * stride_row + offs, v, mask=offs < n_cols)
+
+
+def rows_copy(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    rows_copy_kernel[(x.shape[0],)](x, y, x.stride(0), x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+
+
+def examples(device="cpu"):
+    rows_copy(torch.randn(64, 100, device=device))
+'''
+
+
+def test_scalar_annotations_type_parameters_as_tritons_jit_does(tmp_path: Path) -> None:
+    """torchao's MoE kernels annotate row strides ``tl.int64`` so ``expert * stride`` cannot wrap: typed from the
+    traced values they were compiled as i32 (silently wrong past 2**31). An annotation types the parameter as
+    Triton's JIT does (``int`` is i32 there); a manifest type that disagrees is an error. And the decorator's key
+    names ``num_elements``, which the kernel has no parameter of: Triton ignores it; so does the table, with a note."""
+    manifest = one_file_project(tmp_path / "p", "forge_int64", INT64_ANNOTATION, "rows_copy_kernel", ["rows_copy"])
+    plan = make_plan(load_manifest(manifest))
+    kp = plan.kernels["k"]
+    assert dict(kp.params)["stride_row"] == "i64" and dict(kp.params)["n_cols"] == "i32"
+    assert "stride_row" in kp.spec_params  # still specialized (divisible by 16), as Triton does for integers
+    assert kp.key == [] and any("key names num_elements, which rows_copy_kernel has no parameter of" in n
+                                for n in kp.notes)
+    from forge_aot.plan import job_for
+
+    e = plan.entries[0]
+    row = e.tables["default"][0]
+    job = job_for(plan, e, row.preferences[0], next(iter(plan.binaries_for(e, row.key, row.preferences[0]))))
+    assert job.signature["stride_row"] == "i64"
+    manifest.write_text(manifest.read_text() + 'signature = { stride_row = "i32" }\n')
+    with pytest.raises(ForgeError, match="'stride_row' of rows_copy_kernel is annotated as i64"):
+        make_plan(load_manifest(manifest))
+
+
+DRIVER_ALIAS = '''\
+import torch
+import triton
+import triton.language as tl
+import triton.runtime.driver as driver
+
+
+def get_props():
+    return driver.active.utils.get_device_properties(torch.cuda.current_device())
+
+
+@triton.jit
+def add1_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add1(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    nsm = get_props()["multiprocessor_count"]
+    add1_kernel[(min(nsm, triton.cdiv(x.numel(), 256)),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+def examples(device="cpu"):
+    add1(torch.randn(1000, device=device))
+'''
+
+CUSTOM_OP_IS_CUDA = '''\
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+
+@triton.jit
+def add1_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+@torch.library.custom_op("mylib::add1", mutates_args=())
+def add1(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    assert x.is_cuda and y.is_cuda
+    add1_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+@add1.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@triton_op("mylib::add2", mutates_args={})
+def add2(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    wrap_triton(add1_kernel)[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+ADD2 = torch.ops.mylib.add2.default  # torchao: register_sharding(torch.ops.torchao.<op>.default) at import
+
+
+def examples(device="cpu"):
+    add1(torch.randn(1000, device=device))
+    add2(torch.randn(1000, device=device))
+'''
+
+
+def test_the_driver_module_imported_by_its_path_is_the_runtimes(tmp_path: Path) -> None:
+    """FLA's backends write ``import triton.runtime.driver as driver``: refused ("host code uses 'get_props', defined
+    with Triton"), where ``from triton.runtime import driver`` was not."""
+    manifest = one_file_project(tmp_path / "p", "forge_driveralias", DRIVER_ALIAS, "add1_kernel", ["add1"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.slow
+def test_torchaos_custom_ops_trace_on_the_gpu_and_a_triton_op_is_found_by_name(tmp_path: Path) -> None:
+    """torchao's ``@torch.library.custom_op`` functions ``assert x.is_cuda``: run through torch's dispatcher while
+    tracing, they saw the CPU tensors as CPU ones (the examples failed); the trace runs the op's own function. And it
+    names its ``@triton_op`` by ``torch.ops.torchao.<op>.default`` at import: the name was never defined in the
+    wheel (AttributeError at import); it is now, in the package's namespace, where host code looks it up."""
+    manifest = one_file_project(tmp_path / "p", "forge_aoops", CUSTOM_OP_IS_CUDA, "add1_kernel", ["add1", "add2"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    site = _installed(manifest, tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_aoops
+        import forge_aoops._ops.k as host
+        meta = torch.empty(7, device="meta")
+        print(json.dumps({"add2": str(host.ADD2), "shape": list(host.ADD2(meta).shape),
+                          "op": list(torch.ops.forge_aoops.add2(meta).shape)}))
+        '''), site)
+    # (add1's meta implementation asserts is_cuda: torch.compile's fake tensors say they are, meta ones do not)
+    assert res == {"add2": "forge_aoops__mylib.add2.default", "shape": [7], "op": [7]}

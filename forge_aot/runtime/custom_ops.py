@@ -50,12 +50,15 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return args, kwargs
 
 
-def _with_buffer(buffer: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The schema's positional arguments as the host function takes them: None back in the place of an output
-    buffer the schema leaves out (``entry.without_buffer``) where later arguments come by position."""
-    if buffer is None or not 0 <= buffer[1] < len(args):
-        return args
-    return (*args[:buffer[1]], None, *args[buffer[1]:])
+def _with_buffer(buffer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The schema's arguments as the host function takes them: None back in the place of an argument the schema
+    leaves out (an output buffer, or one every traced call left None: ``entry.without_buffer``), which the host
+    function may require (vLLM's ``q_descale``)."""
+    if buffer is None or buffer[1] > len(args):
+        return args, kwargs
+    if buffer[1] < 0:
+        return args, kwargs if buffer[0] in kwargs else {**kwargs, buffer[0]: None}
+    return (*args[:buffer[1]], None, *args[buffer[1]:]), kwargs
 
 
 def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qualified: str, schema: str,
@@ -69,8 +72,8 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
             from .guard import arguments, guarded
             guard.extend((guarded, *arguments(qualified, schema)))
         fn = function(op)
-        host_args = args if buffer is None else _with_buffer(buffer, args)
-        call = _host_defaults(fn, host_args, kwargs) if _unspelled(fn) else (host_args, kwargs)
+        host_args, host_kwargs = _with_buffer(buffer, args, kwargs)
+        call = _host_defaults(fn, host_args, host_kwargs) if _unspelled(fn) else (host_args, host_kwargs)
         return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
 
     def meta(*args: Any, **kwargs: Any) -> Any:
@@ -80,7 +83,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
         fn = function(op)
         # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
         fn = getattr(fn, "_init_fn", fn)
-        out = fake_call(fn, *_host_defaults(fn, _with_buffer(buffer, args), kwargs))
+        out = fake_call(fn, *_host_defaults(fn, *_with_buffer(buffer, args, kwargs)))
         return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
 
     return real, meta

@@ -147,8 +147,31 @@ def _wrap_triton(kernel: Any) -> Any:
 def _triton_op(name: str, fn: Any = None, /, *, mutates_args: Any, schema: Any = None) -> Any:
     """``@torch.library.triton_op(name, mutates_args=...)`` in host code: the function as it is. The package
     registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation from the host code (so
-    ``torch.compile`` sees one opaque op); the name given here is not registered."""
-    return fn if fn is not None else (lambda f: f)
+    ``torch.compile`` sees one opaque op). The name given is defined, as ``<package>__ns::name`` (see _custom_op),
+    only where host code looks it up (torchao's ``register_sharding(torch.ops.torchao.triton_to_mxfp8_dim1
+    .default)``: ``_ops_namespace``, ``_op_name``): defining ops costs the import time."""
+    def define(f: Any) -> Any:
+        _PENDING.setdefault(name.partition("::")[0], {})[name] = (f, mutates_args, schema)
+        return f
+
+    return define(fn) if fn is not None else define
+
+
+_PENDING: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
+"""Namespace → ops ``@triton_op`` named there, not defined yet: name → (function, mutates_args, schema)."""
+_DEFINED: list[Any] = []
+"""The custom ops defined from them (kept: an op's registration lives as long as its definition)."""
+
+
+def _define_pending(ns: str) -> None:
+    import torch
+
+    from .torch_ops import fake_call
+
+    for name, (fn, mutates_args, schema) in _PENDING.pop(ns, {}).items():
+        op = torch.library.custom_op(_op_name(name), fn, mutates_args=mutates_args, schema=schema)
+        op.register_fake(lambda *args, _fn=fn, **kwargs: fake_call(_fn, args, kwargs))
+        _DEFINED.append(op)
 
 
 def _custom_op(name: str, fn: Any = None, /, **options: Any) -> Any:
@@ -165,6 +188,8 @@ def _op_name(name: str) -> str:
     """``"ns::name"`` where host code names an op its file defines with ``custom_op`` (``register_fake("ns::name")``,
     ``opcheck``...): the name the package defined it under (sourcesplit rewrites the string to this call)."""
     ns, sep, op = name.partition("::")
+    if ns in _PENDING:
+        _define_pending(ns)
     return f"{_namespace(ns)}{sep}{op}"
 
 
@@ -178,6 +203,8 @@ def _ops_namespace(ns: str) -> Any:
     rewrites it to this call): the package's namespace of such ops."""
     import torch
 
+    if ns in _PENDING:
+        _define_pending(ns)
     return getattr(torch.ops, _namespace(ns))
 
 

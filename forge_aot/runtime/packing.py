@@ -43,6 +43,10 @@ def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]]
             raise TypeError(f"{function}(): {name}=None, and this build has no binary taking None there (Triton "
                             "compiles None as a constant: pass None there in the examples to build it)") from None
     for i, name, ty, lo, hi in int_checks:
+        if isinstance(values[i], float):  # vLLM's softcap: 0 where it has none, a float where it has one
+            raise TypeError(f"{function}(): {name}={values[i]!r} is a float, and this build took {name} as {ty} (the "
+                            f"values the build saw were integers; Triton's JIT would compile the call anew): declare "
+                            f"{name} = \"fp32\" in the manifest's signature to build for floats") from None
         if not lo <= values[i] <= hi:
             wider = {"i32": "i64", "u32": "u64", "i8": "i32", "i16": "i32"}.get(ty, "")
             wider = f"{runtime[i][1]}|{wider}" if i in as_int else wider
