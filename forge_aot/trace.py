@@ -197,6 +197,9 @@ class Tracer:
                 cuda_registrations_serve_cpu():
             self._bind_all(kernels, modules)
 
+    def _listed(self) -> set[tuple[str, str]]:
+        return {(str(kp.source), kp.function) for kp in self.kernels.values()}
+
     def _bind_all(self, kernels: dict[str, KernelPlan], modules: dict[str, dict[str, Any]]) -> None:
         self.kernels = kernels
         self.by_function = {(kp.module, kp.function): kp for kp in kernels.values()}
@@ -290,7 +293,7 @@ class Tracer:
                             getattr(module, fn_name)("cpu")
                     except TritonLaunch as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached "
-                                          f"{exc.reached(self.paths.values(), self.root)}") from None
+                                          f"{exc.reached(self.paths.values(), self._listed(), self.root)}") from None
                     except Exception as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') failed "
                                           f"(kernels are recorded, not run, on the CPU):\n{_trace(exc)}") from None
@@ -361,7 +364,7 @@ class Tracer:
                     call_op(getattr(module, op_name), args)
             except TritonLaunch as exc:
                 raise SourceError(f"{where}: {t.inputs}({key_dict}, {variant}) then {op_name}() reached "
-                                  f"{exc.reached(self.paths.values(), self.root)}") from None
+                                  f"{exc.reached(self.paths.values(), self._listed(), self.root)}") from None
             except Exception as exc:
                 last = exc
                 continue
@@ -679,10 +682,12 @@ class TritonLaunch(BaseException):
                          "launches it); launch it from one of those, as the wheel runs only their host code")
         self.site, self.kernel, self.kernel_file, self.kernel_line = site, kernel, kernel_file, kernel_line
 
-    def reached(self, host_files: Iterable[str], root: str | None = None) -> str:
+    def reached(self, host_files: Iterable[str], listed: Iterable[tuple[str, str]], root: str | None = None) -> str:
         """What the message after "reached" says: where a file the build binds launches a kernel with no entry
-        (Liger's fused_linear_cross_entropy launching utils.py's element_mul_kernel), that the kernel needs one."""
-        if self.site.rpartition(":")[0] not in set(host_files) or self.kernel_file is None:
+        (Liger's fused_linear_cross_entropy launching utils.py's element_mul_kernel), that the kernel needs one.
+        ``listed``: the (file, function) of the manifest's kernels."""
+        if self.site.rpartition(":")[0] not in set(host_files) or self.kernel_file is None \
+                or (self.kernel_file, self.kernel) in set(listed):
             return str(self)
         file = os.path.relpath(self.kernel_file, root) if root else self.kernel_file
         return (f"{self.site}, which launches {self.kernel} ({file}:{self.kernel_line}), a kernel the manifest has no "
