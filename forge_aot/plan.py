@@ -1035,6 +1035,29 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     return plan
 
 
+def _unshipped_imports(root: Path, imported: dict[str, str | None], shipped: dict[str, LocalModule],
+                       bound: set[Path]) -> list[str]:
+    """The project's modules host code imported by a name made at run time (``imported``: FLA's ``dispatch`` runs
+    ``importlib.import_module(f"fla.ops.{operation}.backends")``) that the wheel does not ship (``bound``: the files
+    of its host modules): its host code would fail on them with ModuleNotFoundError."""
+    out = []
+    top = root.resolve()
+    kept = bound | {lm.path.resolve() for lm in shipped.values()}
+    for name, file in sorted(imported.items()):
+        if not file or not os.path.isabs(file) or name in shipped or name.startswith(("_forge_trace_", "forge_aot")):
+            continue
+        path = Path(file).resolve()
+        if path in kept or top not in path.parents or any(part.startswith(".") or part == "site-packages"
+                                                          for part in path.relative_to(top).parts):
+            continue
+        if path.name == "__init__.py" and any(path.parent in k.parents for k in kept):
+            continue  # a package of a file it ships
+        out.append(f"{os.path.relpath(path, top)}: host code imported {name} by importlib.import_module, a name "
+                   "the build cannot read: the wheel does not ship it, so its host code raises ModuleNotFoundError "
+                   "there; import it with an import statement in a file the wheel ships")
+    return out
+
+
 def _data_files(loaded: mf.LoadedManifest, modules: dict[str, dict[str, Any]],
                 files_read: set[str]) -> dict[str, str]:
     """Data files the wheel carries (its path under the package -> the project file): what host code read while
@@ -1546,6 +1569,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     per_target = len(gpus) > 1 and bool(reads_device)
     tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1], str(root))
     traced = tracer.run_examples(modules)
+    imported_by_host = dict(tracer.imported)
     files_read = set(tracer.files_read)
     if per_target:
         traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
@@ -1565,6 +1589,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
             files_read |= other.files_read
+            imported_by_host.update(other.imported)
     for name, kp in kernels.items():
         infer_signature(loaded, kp, traced.get(name, []))
     optional_scalars(kernels, traced)
@@ -1615,6 +1640,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
              for name, (text, package) in texts.items()}
     for mod in modules.values():
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
+    warnings += _unshipped_imports(root, imported_by_host, shipped,
+                                   {Path(mod["path"]).resolve() for mod in modules.values()})
     data_files = _data_files(loaded, modules, files_read)
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():

@@ -117,31 +117,29 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         return schema, (f"{how}; without its output buffer {buffer} (None in every traced call: a call passing "
                         "one runs as Python, the others as the custom op)"), rule
     schema, how, rule = _schema(fn, sig, calls)
-    unknown = _untyped_none(sig, calls, schema)
-    if unknown is None:
+    left = _untyped_none(fn, sig, calls) if schema is None else None
+    if left is None:
         return schema, how, rule
-    reduced = _without_buffer(sig, calls, unknown)
-    left = _schema(fn, *reduced) if reduced is not None else (None, how, None)
-    if left[0] is None:
-        return schema, how, rule
-    return left[0], (f"{left[1]}; without argument {unknown} (None in every traced call, its type unknown: a call "
-                     "passing one runs as Python, the others as the custom op)"), left[2]
+    name, (schema, how, rule) = left
+    return schema, (f"{how}; without argument {name} (None in every traced call, its type unknown: a call "
+                    "passing one runs as Python, the others as the custom op)"), rule
 
 
-def _untyped_none(sig: inspect.Signature, calls: list[Call], schema: str | None) -> str | None:
-    """Where the op has no schema only because one argument is None in every traced call and nothing says its type
-    (vLLM's ``unified_attention`` takes ``q_descale`` and asserts it is None), that argument: the schema leaves it
-    out as it does an output buffer; else None."""
-    if schema is not None or not calls:
-        return None
+def _untyped_none(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
+                  ) -> tuple[str, tuple[str | None, str, ResultRule | None]] | None:
+    """Where the op has no schema only because of an argument every traced call leaves None and nothing types
+    (vLLM's ``unified_attention`` takes ``q_descale`` only to assert it is None; flash-attn's ``process_group``):
+    that argument, left out of the schema as an output buffer is, and the schema without it; else None."""
     bound = [_bound(sig, args, kwargs) for args, kwargs, *_ in calls]
-    always_none = []
+    if not calls or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        return None
     for name, p in sig.parameters.items():
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            return None
         if all(b is not None and b.get(name, p.default) is None for b in bound):
-            always_none.append(name)
-    return always_none[0] if len(always_none) == 1 else None
+            reduced = _without_buffer(sig, calls, name)
+            found = _schema(fn, *reduced) if reduced is not None else (None, "", None)
+            if found[0] is not None:
+                return name, found
+    return None
 
 
 def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
@@ -151,10 +149,10 @@ def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] 
     buffer = _output_buffer(calls)
     if buffer is None:
         sig = host_signature(fn)
-        buffer = _untyped_none(sig, calls, _schema(fn, sig, calls)[0])
-        if buffer is None or (reduced := _without_buffer(sig, calls, buffer)) is None or \
-                _schema(fn, *reduced)[0] is None:
+        left = _untyped_none(fn, sig, calls) if _schema(fn, sig, calls)[0] is None else None
+        if left is None:
             return None
+        buffer = left[0]
     params = list(host_signature(fn).parameters.values())
     p = next(p for p in params if p.name == buffer)
     return buffer, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)

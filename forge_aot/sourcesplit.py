@@ -1060,6 +1060,69 @@ def _branch_flags(fn: ast.FunctionDef, constexprs: set[str]) -> list[str]:
     return out
 
 
+def _reaching_definitions(fn: ast.FunctionDef) -> Callable[[str, ast.AST], list[ast.stmt] | None]:
+    """For a name and a node of ``fn``, the assignments to the name that may reach the node, or None where the name
+    is bound some other way (a ``for`` target, ``with ... as``, ``:=``, an import), which the caller then takes
+    flow-insensitively. An ``x = ...`` earlier in the same block kills those before it; one in a nested block, or
+    in a loop around the node (its back edge), may reach it. Reaching the function's start, the name's own value
+    (a parameter's) reaches too: the list holds ``fn`` itself then. So FLA's ``p_v = v + o; load(p_v)`` then
+    ``p_v = v_new + o; store(p_v)`` stores through ``v_new`` only."""
+    where: dict[int, tuple[list[ast.stmt], int, ast.AST]] = {}  # id(stmt) -> (its block, index, the block's owner)
+    owner_of: dict[int, ast.stmt] = {}  # id(any node) -> the statement it is in
+
+    def index(owner: ast.AST, stmt_owner: ast.AST) -> None:
+        """``stmt_owner``: the statement the blocks of ``owner`` belong to (a handler's: its ``try``)."""
+        for attr in ("body", "orelse", "finalbody", "handlers"):
+            block = getattr(owner, attr, None)
+            if not isinstance(block, list):
+                continue
+            for i, st in enumerate(block):
+                if isinstance(st, ast.ExceptHandler):
+                    index(st, stmt_owner)
+                    continue
+                where[id(st)] = (block, i, stmt_owner)
+                for n in ast.walk(st):
+                    owner_of[id(n)] = st  # (the statements inside it index theirs after: innermost wins)
+                index(st, st)
+
+    index(fn, fn)
+    assigned: dict[str, list[ast.stmt]] = {}
+    other: set[str] = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    for st in ast.walk(fn):
+        if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and st.value is not None:
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        assigned.setdefault(n.id, []).append(st)
+    other -= {n for n, sts in assigned.items()
+              if sum(1 for x in ast.walk(fn) if isinstance(x, ast.Name) and x.id == n and isinstance(x.ctx, ast.Store))
+              == sum(1 for st in sts for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
+                     for x in ast.walk(t) if isinstance(x, ast.Name) and x.id == n)}
+
+    def defs_in(node: ast.AST, name: str) -> list[ast.stmt]:
+        return [st for st in assigned.get(name, []) if any(st is x for x in ast.walk(node))]
+
+    def reaching(name: str, node: ast.AST) -> list[ast.stmt] | None:
+        if name in other:
+            return None
+        st = owner_of.get(id(node))
+        if st is None or id(st) not in where:
+            return None
+        found: list[ast.stmt] = []
+        while st is not None and id(st) in where:
+            block, i, owner = where[id(st)]
+            for earlier in reversed(block[:i]):
+                if isinstance(earlier, (ast.Assign, ast.AnnAssign)) and earlier in assigned.get(name, []):
+                    return [*found, earlier]  # unconditional at this level: what came before is killed
+                found += defs_in(earlier, name)
+            if isinstance(owner, (ast.For, ast.AsyncFor, ast.While)):
+                found += defs_in(owner, name)  # the loop's back edge
+            st = owner if isinstance(owner, ast.stmt) and owner is not fn else None
+        return [*found, fn]
+
+    return reaching
+
+
 def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
                   memo: dict[str, tuple[set[int], set[int]]],
                   namespaces: dict[str, _Helpers | None] | None = None,
@@ -1093,10 +1156,11 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
         return out | set().union(*(sources(k.value) for k in call.keywords
                                    if k.arg in names and names.index(k.arg) in positions))
 
-    def sources(node: ast.AST | None) -> set[int]:
+    def sources(node: ast.AST | None, at: ast.AST | None = None) -> set[int]:
         """The parameters an expression's value may point into: not through what a ``tl`` function computes
         (a load gives values) except the functions that give pointers back, nor through a helper of the file
-        that returns none of its pointer arguments."""
+        that returns none of its pointer arguments. ``at``: the store the expression is the target of, where a
+        name's value is what its assignments reaching there give (``_reaching_definitions``)."""
         if node is None or (isinstance(node, ast.Attribute) and node.attr in _NO_POINTER_ATTRIBUTES):
             return set()
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_language(node.func.value) \
@@ -1105,17 +1169,26 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
         if isinstance(node, ast.Call) and (callee := helper(node)) is not None:
             return by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[1])
         if isinstance(node, ast.Name):
-            return set(taint.get(node.id, ()))
+            defs = reaching(node.id, at) if at is not None else None
+            if defs is None:
+                return set(taint.get(node.id, ()))
+            return set().union(*({params.index(node.id)} if d is fn and node.id in params else set() if d is fn
+                                 else sources(d.value) | (set(taint.get(node.id, ())) if isinstance(
+                                     d, ast.AugAssign) else set()) for d in defs))
         if isinstance(node, ast.IfExp):  # its value is a branch's, never the test's
             value = _decided(node.test, flags)
-            return sources(node.orelse) if value is False else sources(node.body) if value \
-                else sources(node.body) | sources(node.orelse)
-        return set().union(*(sources(child) for child in ast.iter_child_nodes(node)))
+            return sources(node.orelse, at) if value is False else sources(node.body, at) if value \
+                else sources(node.body, at) | sources(node.orelse, at)
+        return set().union(*(sources(child, at) for child in ast.iter_child_nodes(node)))
+
+    reaching = _reaching_definitions(fn)
 
     changed = True
     while changed:  # what each local name may derive from, through assignments (loops: until nothing changes)
         changed = False
         for node in _live(fn, flags):
+            if isinstance(node, ast.For):  # ``for p in (a_ptr, b_ptr):`` (a static loop over pointers)
+                node = ast.Assign(targets=[node.target], value=node.iter)
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 src = sources(node.value) | (sources(node.target) if isinstance(node, ast.AugAssign) else set())
@@ -1135,9 +1208,9 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
             if is_language(func.value):  # tl.store(pointer, ...)
                 target = node.args[0] if node.args else next((k.value for k in node.keywords
                                                               if k.arg in ("pointer", "ptr")), None)
-                written |= sources(target)
+                written |= sources(target, node)
             else:  # desc.store(offsets, value), ptr.atomic_add(...)
-                written |= sources(func.value)
+                written |= sources(func.value, node)
         elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in namespaces \
                 and not is_language(func.value):  # a helper of an imported module: ``utils.store_row(p, v)``
             callee = (namespaces[func.value.id] or {}).get(func.attr)

@@ -60,6 +60,30 @@ def recording_reads(into: set[str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def recording_imports(into: dict[str, str | None]) -> Iterator[None]:
+    """Add to ``into`` the modules (name → file) host code imports by ``importlib.import_module`` on this thread
+    while this runs (FLA's ``dispatch`` names its backends module at run time): the build cannot read such names, so
+    the plan warns of the project's own among them that the wheel does not ship."""
+    import importlib
+    import threading
+
+    real = importlib.import_module
+    tracing = threading.get_ident()
+
+    def recording_import(name: str, package: str | None = None) -> Any:
+        module = real(name, package)
+        if threading.get_ident() == tracing:
+            into[module.__name__] = getattr(module, "__file__", None)
+        return module
+
+    importlib.import_module = recording_import
+    try:
+        yield
+    finally:
+        importlib.import_module = real
+
+
+@contextlib.contextmanager
 def as_target(target: str, tag: bool, model: str | None = None) -> Iterator[None]:
     """Host code runs as on a representative GPU of ``target`` (``triton.runtime.driver.active`` and ``torch.cuda``'s
     device queries answer with its properties; see targets.representative_device); ``tag``: record the target with
@@ -188,11 +212,14 @@ class Tracer:
         self.per_target = per_target
         self.files_read: set[str] = set()
         """Files host code opened for reading while binding and running examples (see ``recording_reads``)."""
+        self.imported: dict[str, str | None] = {}
+        """Modules host code imported by a name made at run time, with their files (see ``recording_imports``)."""
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
         # Module-level code of the kernel files and their helpers runs here: allocations on "cuda" stay on the CPU
         # where the machine has no GPU (on one with a GPU they are real: helper modules stay imported for the
         # process, dev mode's and the benchmarks' kernels then get real GPU tensors from them).
         with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read), \
+                recording_imports(self.imported), \
                 (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches(), \
                 cuda_registrations_serve_cpu():
             self._bind_all(kernels, modules)
@@ -246,46 +273,50 @@ class Tracer:
         each module's ``schemas``: the torch.library schema of each op (see ``schema``), with
         ``schema_notes`` saying where it came from or why there is none."""
         with as_target(self.target, self.per_target, self.model), bound_names(self.aliased), \
-                recording_reads(self.files_read):
+                recording_reads(self.files_read), recording_imports(self.imported):
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
         from .schema import meta_mismatch, op_schema, output_buffer
 
+        calls: dict[str, dict[str, list[Any]]] = {m: {op: [] for op in mod["ops"]} for m, mod in modules.items()}
+        originals = {m: {op: getattr(self.modules[m], op) for op in mod["ops"]} for m, mod in modules.items()}
+        depth = [0]  # ops calling ops: only the outermost call is the op as the examples call it
+
+        def recorder(mod_name: str, op: str, op_fn: Any) -> Any:
+            # A @torch.library.custom_op's own function, as the wheel's op runs it: through torch's dispatcher
+            # it would run outside this trace's torch-function mode (torchao's ``assert x.is_cuda`` failed)
+            fn = getattr(op_fn, "_init_fn", op_fn) if hasattr(op_fn, "_opoverload") else op_fn
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                before = {n: len(h.records) for n, h in self.handles.items()}
+                # (inference tensors keep no version counter: what the host code does to them is not seen)
+                versions = [(t, t._version) for t in _tensor_arguments(args, kwargs) if not t.is_inference()]
+                depth[0] += 1
+                try:
+                    if depth[0] == 1:
+                        result, replaced = _with_nones_replaced(fn, args, kwargs)
+                    else:
+                        result, replaced = fn(*args, **kwargs), {}
+                finally:
+                    depth[0] -= 1
+                if depth[0] == 0:  # the op as the examples call it, not as another op calls it
+                    # written: what its launches write through, and what an in-place torch op changed
+                    written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
+                    calls[mod_name][op].append((args, kwargs, result, written, replaced))
+                return result
+            call.__forge_traced__ = op_fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
+            return call
+
         for mod_name, mod in sorted(modules.items()):
             module = self.modules[mod_name]
-            op_calls: dict[str, list[tuple[tuple[Any, ...], dict[str, Any], Any]]] = {op: [] for op in mod["ops"]}
-            originals = {op: getattr(module, op) for op in mod["ops"]}
-            depth = [0]
-
-            def recorder(op: str, op_fn: Any, depth: list[int] = depth,
-                         op_calls: dict[str, list[Any]] = op_calls) -> Any:
-                # A @torch.library.custom_op's own function, as the wheel's op runs it: through torch's dispatcher
-                # it would run outside this trace's torch-function mode (torchao's ``assert x.is_cuda`` failed)
-                fn = getattr(op_fn, "_init_fn", op_fn) if hasattr(op_fn, "_opoverload") else op_fn
-
-                def call(*args: Any, **kwargs: Any) -> Any:
-                    before = {n: len(h.records) for n, h in self.handles.items()}
-                    # (inference tensors keep no version counter: what the host code does to them is not seen)
-                    versions = [(t, t._version) for t in _tensor_arguments(args, kwargs) if not t.is_inference()]
-                    depth[0] += 1
-                    try:
-                        if depth[0] == 1:
-                            result, replaced = _with_nones_replaced(fn, args, kwargs)
-                        else:
-                            result, replaced = fn(*args, **kwargs), {}
-                    finally:
-                        depth[0] -= 1
-                    if depth[0] == 0:  # the op as the examples call it, not as another op calls it
-                        # written: what its launches write through, and what an in-place torch op changed
-                        written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
-                        op_calls[op].append((args, kwargs, result, written, replaced))
-                    return result
-                call.__forge_traced__ = op_fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
-                return call
-
-            for op, fn in originals.items():
-                setattr(module, op, recorder(op, fn))
+            # its own ops, and the ops of other files it took by name (FLA's chunk.py examples call
+            # chunk_gated_delta_rule_fwd_h, imported from chunk_delta_h.py): recorded as that file's
+            by_object = {id(fn): (m, op) for m, ops in originals.items() for op, fn in ops.items()}
+            patched = {name: value for name, value in vars(module).items() if id(value) in by_object
+                       and value is originals[by_object[id(value)][0]][by_object[id(value)][1]]}
+            for name, value in patched.items():
+                setattr(module, name, recorder(*by_object[id(value)], value))
             try:
                 for fn_name in sorted(mod["examples"]):
                     try:
@@ -298,17 +329,19 @@ class Tracer:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') failed "
                                           f"(kernels are recorded, not run, on the CPU):\n{_trace(exc)}") from None
             finally:
-                for op, fn in originals.items():
-                    setattr(module, op, fn)
+                for name, value in patched.items():
+                    setattr(module, name, value)
+        for mod_name, mod in sorted(modules.items()):
             mod["schemas"], mod["schema_notes"] = {}, {}
-            for op, fn in originals.items():
-                mod["schemas"][op], mod["schema_notes"][op], rule = op_schema(fn, op_calls[op])
-                why_not = meta_mismatch(fn, op_calls[op]) if mod["schemas"][op] else None
+            for op, fn in originals[mod_name].items():
+                op_calls = calls[mod_name][op]
+                mod["schemas"][op], mod["schema_notes"][op], rule = op_schema(fn, op_calls)
+                why_not = meta_mismatch(fn, op_calls) if mod["schemas"][op] else None
                 if why_not is not None:
                     mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
-                buffer = output_buffer(fn, op_calls[op]) if mod["schemas"][op] else None
+                buffer = output_buffer(fn, op_calls) if mod["schemas"][op] else None
                 if buffer is not None:
                     mod.setdefault("buffers", {})[op] = list(buffer)
         out: dict[str, list[TracedCall]] = {}

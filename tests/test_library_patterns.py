@@ -920,3 +920,77 @@ def test_torchaos_custom_ops_trace_on_the_gpu_and_a_triton_op_is_found_by_name(t
         '''), site)
     # (add1's meta implementation asserts is_cuda: torch.compile's fake tensors say they are, meta ones do not)
     assert res == {"add2": "forge_aoops__mylib.add2.default", "shape": [7], "op": [7]}
+
+
+ELSEWHERE = {
+    "pkg/__init__.py": "",
+    "pkg/ops_a.py": '''\
+import importlib
+
+import torch
+import triton
+import triton.language as tl
+
+importlib.import_module("pkg.backends")  # FLA's dispatch: a module named at run time
+
+
+@triton.jit
+def add1_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add1(x: torch.Tensor, with_copy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    y = torch.empty_like(x)
+    add1_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y, (y.clone() if with_copy else None)
+''',
+    "pkg/backends/__init__.py": "ENABLED = True\n",
+    "pkg/model.py": '''\
+import torch
+
+from pkg.ops_a import add1
+
+
+def model(x: torch.Tensor) -> torch.Tensor:
+    return add1(x)[0] * 2
+
+
+def examples(device="cpu"):
+    x = torch.randn(1000, device=device)
+    model(x)
+    add1(x)
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_elsewhere"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.add1]
+source = "pkg/ops_a.py:add1_kernel"
+ops = ["add1"]
+examples = "pkg/model.py:examples"
+
+[ops.model]
+source = "pkg/model.py"
+examples = "examples"
+''',
+}
+
+
+def test_an_op_that_another_files_examples_call_by_its_imported_name_is_recorded(tmp_path: Path) -> None:
+    """FLA's ``chunk.py`` examples call ``chunk_gated_delta_rule_fwd_h``, imported from ``chunk_delta_h.py``, whose
+    return annotation makes no schema: the calls were not recorded (only the defining file's name was), so the op
+    had no custom op ("no examples call it directly"). And FLA's ``dispatch`` imports its backends module by a
+    name made at run time: the wheel did not ship it and raised ModuleNotFoundError at import, after a silent build;
+    ``check`` now warns."""
+    for name, text in ELSEWHERE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")])
+    assert result.exit_code == 0, result.output
+    assert "add1: torch.ops.forge_elsewhere.add1(Tensor x, bool with_copy=False) -> (Tensor, Tensor?)" \
+        in result.output
+    assert "warning: pkg/backends/__init__.py: host code imported pkg.backends by importlib.import_module, a name " \
+           "the build cannot read" in result.output

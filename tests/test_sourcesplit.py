@@ -800,3 +800,72 @@ def test_reading_a_guarded_file_runs_none_of_its_other_module_code(tmp_path: Pat
         '''))
     src = parse_source(f, {"op"})
     assert "k" in src.kernels and not log.exists() and "side effect" not in capsys.readouterr().out
+
+
+FLOW_CASES = {
+    # FLA's chunk_gated_delta_rule_fwd_kernel_h: one block pointer name, from v to load, from v_new to store
+    "reassigned before the store": ("""
+        p_v = tl.make_block_ptr(v, (4,), (1,), (0,), (4,), (0,))
+        b_v = tl.load(p_v)
+        if SAVE:
+            p_v = tl.make_block_ptr(v_new, (4,), (1,), (0,), (4,), (0,))
+            tl.store(p_v, b_v)
+        """, {"v_new"}),
+    "a branch's assignment or the one before it": ("""
+        p = v
+        if SAVE:
+            p = v_new
+        tl.store(p, 1)
+        """, {"v", "v_new"}),
+    "a loop's back edge": ("""
+        p = v
+        for i in range(n):
+            tl.store(p, 1)
+            p = v_new
+        """, {"v", "v_new"}),
+    "killed within the loop body": ("""
+        while n:
+            p = v
+            tl.store(p, 1)
+            p = v_new
+        """, {"v"}),
+    "an augmented assignment keeps what came before": ("""
+        p = v
+        for i in range(n):
+            p += 4
+            tl.store(p, 1)
+        """, {"v"}),
+    "a parameter reassigned in a branch": ("""
+        if SAVE:
+            v = v_new
+        tl.store(v, 1)
+        """, {"v", "v_new"}),
+    "a for target": ("""
+        for p in (v, v_new):
+            tl.store(p, 1)
+        """, {"v", "v_new"}),
+    "an exception handler sees what came before the try": ("""
+        p = v
+        try:
+            x = 1
+        except Exception:
+            tl.store(p, x)
+        """, {"v"}),
+    "a declaration without a value assigns nothing": ("""
+        p = v
+        p: tl.tensor
+        tl.store(p, 1)
+        """, {"v"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FLOW_CASES))
+def test_a_store_writes_through_what_reaches_it(case: str) -> None:
+    """Writes follow the assignments that reach each store (session 42: FLA's fwd_h stored through ``v_new`` after
+    loading through ``v`` under one name, and its schema said ``v`` was written): never fewer than may reach it."""
+    from forge_aot.sourcesplit import _pointer_flow
+
+    body, written = FLOW_CASES[case]
+    fn = ast.parse("def k(v, v_new, n, SAVE: tl.constexpr):\n" + textwrap.indent(textwrap.dedent(body), "    "))
+    params = ["v", "v_new", "n", "SAVE"]
+    assert {params[i] for i in _pointer_flow(fn.body[0], {}, {"tl"}, {})[0]} == written  # type: ignore[arg-type]

@@ -160,7 +160,8 @@ def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
 
 def test_an_argument_annotated_with_no_schema_type_is_named_as_such() -> None:
     """vLLM's ``fused_moe(..., custom_routing_function: Optional[Callable] = None)``: None in every traced call and
-    annotated, with a type no schema has; the message had said "annotate it"."""
+    annotated, with a type no schema has; the message had said "annotate it". Since session 42 such an argument, the
+    only one of its kind, is left out of the schema (a call passing one runs as Python): the op has a custom op."""
     import torch
 
     from forge_aot.schema import op_schema
@@ -170,6 +171,12 @@ def test_an_argument_annotated_with_no_schema_type_is_named_as_such() -> None:
          "def op(x: torch.Tensor, fn: Optional[Callable] = None) -> torch.Tensor:\n    return x.clone()\n",
          namespace)  # as the library writes it (annotations as objects)
     schema, why, _ = op_schema(namespace["op"], [((torch.ones(2),), {}, torch.ones(2))])
+    assert schema == "(Tensor x) -> Tensor" and why.endswith("without argument fn (None in every traced call, its "
+                                                             "type unknown: a call passing one runs as Python, the "
+                                                             "others as the custom op)"), why
+    exec("def op2(x: torch.Tensor, fn: Optional[Callable] = None, gn: Optional[Callable] = None) -> torch.Tensor:\n"
+         "    return x.clone()\n", namespace)  # two such: the message as before
+    schema, why, _ = op_schema(namespace["op2"], [((torch.ones(2),), {}, torch.ones(2))])
     assert schema is None and why.startswith("argument fn is None in every traced call and annotated "
                                              "Optional[Callable], which is no schema type"), why
 
@@ -820,6 +827,13 @@ def test_a_none_the_code_never_fills_in_still_names_the_argument() -> None:
     result, replaced = _with_nones_replaced(op, (x,), {})
     assert result is x and replaced == {}
     schema, why, rule = op_schema(op, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
+    # (since session 42 the one such argument is left out of the schema; two are still named)
+    assert schema == "(Tensor x) -> Tensor" and rule is None and "without argument scale (None in every" in why
+
+    def op2(x: object, scale=None, shift=None):
+        return helper(x, scale)
+
+    schema, why, rule = op_schema(op2, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
     assert schema is None and rule is None and "argument scale is None in every traced call" in why
 
 
@@ -1456,7 +1470,7 @@ def test_an_argument_none_in_every_call_takes_its_own_annotation_where_the_whole
                       "-> Tensor")
     assert how == "from the traced examples; lse as annotated, scale as annotated, plain as annotated"
 
-    def unannotated(x: torch.Tensor, process_group=None):
+    def unannotated(x: torch.Tensor, process_group=None, group_size=None):
         return x * 2
 
     assert op_schema(unannotated, [call])[1].startswith("argument process_group is None in every traced call")
