@@ -746,7 +746,7 @@ def _triton_op_mutates(fn: ast.stmt, names: set[str]) -> str | None:
 
 
 def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt], heuristics: list[ast.expr],
-                         exported: Collection[str] = ()) -> dict[ast.stmt, list[ast.alias]]:
+                         exported: Collection[str] = (), whole: bool = False) -> dict[ast.stmt, list[ast.alias]]:
     """Imports of the host code that bind names only kernels use (flash-linear-attention's kernel files take
     ``exp`` and ``@triton.jit`` helpers from ``fla.ops.utils.op``): each such ``import`` → the aliases host code does
     use (none: the statement belongs to the kernels and is left out of the host code, so the wheel neither needs
@@ -755,8 +755,9 @@ def _kernel_only_imports(host: list[ast.stmt], kernel_side: list[ast.stmt], heur
     kernel_uses = set().union(*(_names_in(s) for s in kernel_side))
     host_uses = set().union(*(_names_in(s) for s in host if not isinstance(s, (ast.Import, ast.ImportFrom))),
                             *(_names_in(h) for h in heuristics), exported,  # (what other modules take from it)
-                            # a flag a Triton import block tests (vLLM's HAS_TRITON): other modules import it too
-                            *(_names_in(s.test) for s in kernel_side if isinstance(s, ast.If)))
+                            # ``whole``: a module imported whole, whose importers may take the flag a Triton import
+                            # block tests (vLLM's triton_utils: mamba_ssm imports its HAS_TRITON)
+                            *(_names_in(s.test) for s in kernel_side if whole and isinstance(s, ast.If)))
     out: dict[ast.stmt, list[ast.alias]] = {}
     for stmt in host:
         if not isinstance(stmt, (ast.Import, ast.ImportFrom)) or (
@@ -1702,7 +1703,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                     and _uses_triton(s, with_decorators, driver_ok=False, element_types=element_types,
                                      skip=guarded_skip, decorators_ok=False)}
     by_name = {n: s for s in rest for n in _defined_names(s)}
-    if helper and ops is None:
+    whole = helper and ops is None
+    if whole:
         ops = set(by_name)  # a module imported whole: every definition is host code
     roots = [s for s in rest if id(s) not in triton_side or not _defined_names(s)
              or (ops is not None and _defined_names(s) & ops)]
@@ -1728,7 +1730,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
             for n in _defined_names(stmt):  # (one using only what _DECORATOR_HELPERS name may be reached)
                 kernel_side[n] = stmt.lineno
     narrowed = _kernel_only_imports(host, [*kernel_stmts, *blanked], [_heuristics_values(d) for _, d in heuristics],
-                                    ops or () if helper else ())
+                                    ops or () if helper else (), whole)
     for stmt, kept in narrowed.items():
         if not kept:
             host.remove(stmt)
