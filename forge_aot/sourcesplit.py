@@ -886,9 +886,9 @@ def _params(fn: ast.FunctionDef, constants: dict[str, Any] | None = None) -> lis
     return out
 
 
-_ANNOTATION_TYPES = {**{n: "i1" for n in ("bool", "int1", "uint1", "i1", "u1")},
-                     **{n: t for t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
-                                       "fp64") for n in (t,)},
+_ANNOTATION_TYPES = {**dict.fromkeys(("bool", "int1", "uint1", "i1", "u1"), "i1"),
+                     **{t: t for t in ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
+                                       "fp64")},
                      "int8": "i8", "int16": "i16", "int": "i32", "int32": "i32", "int64": "i64", "uint8": "u8",
                      "uint16": "u16", "uint32": "u32", "uint64": "u64", "half": "fp16", "float16": "fp16",
                      "bfloat16": "bf16", "float": "fp32", "float32": "fp32", "double": "fp64", "float64": "fp64"}

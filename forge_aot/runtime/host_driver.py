@@ -9,6 +9,7 @@ most never does.
 
 from __future__ import annotations
 
+import threading
 import types
 from typing import Any, NamedTuple
 
@@ -163,15 +164,21 @@ _DEFINED: list[Any] = []
 """The custom ops defined from them (kept: an op's registration lives as long as its definition)."""
 
 
+_DEFINING = threading.Lock()
+
+
 def _define_pending(ns: str) -> None:
     import torch
 
     from .torch_ops import fake_call
 
-    for name, (fn, mutates_args, schema) in _PENDING.pop(ns, {}).items():
-        op = torch.library.custom_op(_op_name(name), fn, mutates_args=mutates_args, schema=schema)
-        op.register_fake(lambda *args, _fn=fn, **kwargs: fake_call(_fn, args, kwargs))
-        _DEFINED.append(op)
+    with _DEFINING:  # (another thread looking the namespace up meanwhile waits for the ops)
+        for name, (fn, mutates_args, schema) in _PENDING.get(ns, {}).items():
+            op = torch.library.custom_op(f"{_namespace(ns)}::{name.partition('::')[2]}", fn,
+                                         mutates_args=mutates_args, schema=schema)
+            op.register_fake(lambda *args, _fn=fn, **kwargs: fake_call(_fn, args, kwargs))
+            _DEFINED.append(op)
+        _PENDING.pop(ns, None)  # (after: a thread that saw it pending has waited for them)
 
 
 def _custom_op(name: str, fn: Any = None, /, **options: Any) -> Any:
