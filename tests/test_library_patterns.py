@@ -16,6 +16,15 @@ from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
 from tests.test_localmods import _installed, _run_fresh, one_file_project
 
+
+def _write_project(root: Path, files: dict[str, str]) -> Path:
+    """A project of several files (path → text) under ``root``; its manifest's path."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root / "kernel_manifest.toml"
+
+
 SOFTCAP = '''\
 import torch
 import triton
@@ -495,10 +504,7 @@ examples = "examples"
 def test_an_ops_file_launching_a_kernel_with_no_entry_is_told_to_add_one(tmp_path: Path) -> None:
     """Liger's fused_linear_cross_entropy.py (an ``[ops]`` file) launches ``element_mul_kernel`` of ``utils.py``,
     which had no ``[kernels]`` entry: the message said the module was not one the build binds (it is)."""
-    for name, text in UNLISTED.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    result = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, UNLISTED))])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "flce.py:8, which launches element_mul_kernel (pkg/utils.py:5), a kernel the manifest has no entry " \
            "for: add one ([kernels.NAME] source = \"pkg/utils.py:element_mul_kernel\")" in result.output
@@ -750,10 +756,7 @@ def test_vllms_triton_utils_with_its_flag_and_an_argument_always_none(tmp_path: 
     stays importable. And vLLM's ``unified_attention`` takes ``q_descale`` only to assert it is None: the op had no
     custom op ("type unknown"); the argument is left out of the schema as an output buffer is (a call passing one
     runs as Python). The wheel, in a fresh process without Triton: the op's meta implementation and the flag."""
-    for name, text in VLLM_TRITON_UTILS.items():
-        (tmp_path / "p" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "p" / name).write_text(text)
-    manifest = tmp_path / "p" / "kernel_manifest.toml"
+    manifest = _write_project(tmp_path / "p", VLLM_TRITON_UTILS)
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 0, result.output
     assert ("softplus: torch.ops.forge_vllmstyle.softplus(Tensor x) -> Tensor (from the traced examples; without "
@@ -985,10 +988,7 @@ def test_an_op_that_another_files_examples_call_by_its_imported_name_is_recorded
     had no custom op ("no examples call it directly"). And FLA's ``dispatch`` imports its backends module by a
     name made at run time: the wheel did not ship it and raised ModuleNotFoundError at import, after a silent build;
     ``check`` now warns."""
-    for name, text in ELSEWHERE.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    result = CliRunner().invoke(main, ["check", "--manifest", str(tmp_path / "kernel_manifest.toml")])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, ELSEWHERE))])
     assert result.exit_code == 0, result.output
     assert "add1: torch.ops.forge_elsewhere.add1(Tensor x, bool with_copy=False) -> (Tensor, Tensor?)" \
         in result.output
