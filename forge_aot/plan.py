@@ -393,6 +393,10 @@ class KernelPlan:
                 **({"writes_when": [[[list(f) for f in flags], [n for n in names if n in self.written]]
                                     for flags, names in self.writes_when]} if self.writes_when else {}),
                 **({"launch_heuristics": self.launch_heuristics} if self.launch_heuristics else {}),
+                # arguments a launch's grid function puts in its dict (vLLM's causal_conv1d: ``META["batch_ptr"] =
+                # ...``), which Triton launches: the runtime reads them back (Kernel.run), on the Python path
+                **({"grid_args": grid_args} if (grid_args := sorted({k for s in self.launches for k in s.grid_sets}
+                                                                     & {n for n, _ in self.params})) else {}),
                 **({"call_heuristics": self.call_heuristics} if self.call_heuristics else {}),
                 "variants": {}}
 

@@ -105,7 +105,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
         text = str(declared)
         return text[text.index("("):], "from its @torch.library.custom_op", None
     sig = host_signature(fn)
-    buffer = _output_buffer(calls)
+    buffer = _output_buffer(sig, calls)
     if buffer is not None:
         reduced = _without_buffer(sig, calls, buffer)
         if reduced is None:
@@ -146,9 +146,9 @@ def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] 
     """The output buffer ``op_schema`` leaves out of the op's schema (see there), or the argument it leaves out as
     one (``_untyped_none``), as (name, position among the host function's parameters, -1 for a keyword-only one),
     or None."""
-    buffer = _output_buffer(calls)
+    sig = host_signature(fn)
+    buffer = _output_buffer(sig, calls)
     if buffer is None:
-        sig = host_signature(fn)
         left = _untyped_none(fn, sig, calls) if _schema(fn, sig, calls)[0] is None else None
         if left is None:
             return None
@@ -468,16 +468,23 @@ def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
     return prototype
 
 
-def _output_buffer(calls: list[Call]) -> str | None:
+def _output_buffer(sig: inspect.Signature, calls: list[Call]) -> str | None:
     """A parameter some traced call left None where the op's code put a tensor it writes or returns (mamba's ``out
-    = torch.empty_like(x) if out is None else out``): a caller's tensor there would be written and returned."""
+    = torch.empty_like(x) if out is None else out``): a caller's tensor there would be written and returned. Not
+    where a call passing one shows the op leaving it alone (vLLM's lightning attention clones its ``kv_history``)."""
     import torch
 
-    for _, _, result, *rest in calls:
-        out = {storage_id(t) for t in (*(rest[0] if rest else ()), *(result if isinstance(result, tuple) else (
+    def outputs(result: Any, rest: list[Any]) -> set[Any]:
+        return {storage_id(t) for t in (*(rest[0] if rest else ()), *(result if isinstance(result, tuple) else (
             result,))) if isinstance(t, torch.Tensor)}
+
+    for _, _, result, *rest in calls:
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
-            if isinstance(value, torch.Tensor) and storage_id(value) in out:
+            if isinstance(value, torch.Tensor) and storage_id(value) in outputs(result, rest):
+                passed = [(b[name], r, rst) for args, kwargs, r, *rst in calls
+                          if (b := _bound(sig, args, kwargs)) is not None and isinstance(b.get(name), torch.Tensor)]
+                if passed and all(storage_id(v) not in outputs(r, rst) for v, r, rst in passed):
+                    continue  # each tensor passed there is neither written nor returned: an input
                 return name
     return None
 

@@ -74,6 +74,9 @@ class LaunchSite:
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
+    grid_sets: tuple[str, ...] = ()
+    """Keys the launch's grid function assigns in the dict it gets (vLLM's ``META["batch_ptr"] = ...``): Triton
+    launches with what it puts there."""
 
 
 @dataclass(frozen=True)
@@ -2044,6 +2047,27 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     (``_kernel_aliases``)."""
     out = []
     aliases = _kernel_aliases(fn, kernels)
+    local_defs = {d.name: d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef)}
+
+    def assigned(fdef: ast.FunctionDef, meta: str, seen: set[str]) -> set[str]:
+        """The keys ``fdef`` assigns in its parameter ``meta``, and the local functions it hands ``meta`` to."""
+        seen.add(fdef.name)
+        keys = {t.slice.value for n in ast.walk(fdef) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == meta
+                and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str)}
+        for c in ast.walk(fdef):  # vLLM's grid calls num_program(META, args), which assigns
+            callee = local_defs.get(c.func.id) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) else None
+            if callee is not None and callee.name not in seen:
+                for i, a in enumerate(c.args):
+                    if isinstance(a, ast.Name) and a.id == meta and i < len(callee.args.args):
+                        keys |= assigned(callee, callee.args.args[i].arg, seen)
+        return keys
+
+    def grid_sets(f: ast.expr) -> tuple[str, ...]:
+        """What the grid function of ``kernel[grid]`` (a def of this host function) assigns in its argument."""
+        grid = local_defs.get(f.slice.id) if isinstance(f, ast.Subscript) and isinstance(f.slice, ast.Name) else None
+        return tuple(sorted(assigned(grid, grid.args.args[0].arg, set()))) if grid and grid.args.args else ()
+
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call):
             continue
@@ -2052,7 +2076,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
             out += [LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                                sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                               tuple(k.arg for k in node.keywords if k.arg is not None), star)
+                               tuple(k.arg for k in node.keywords if k.arg is not None), star,
+                               grid_sets=grid_sets(f))
                     for kernel in aliases[f.value.id]]
             continue
         kernel = None
@@ -2073,7 +2098,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
-                                    and not (warmup and k.arg == "grid")), star))
+                                    and not (warmup and k.arg == "grid")), star, grid_sets=grid_sets(f)))
     return out
 
 

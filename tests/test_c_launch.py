@@ -246,6 +246,32 @@ def test_grid_forms(rt, fake, add) -> None:
         add[lambda meta: (1 // 0,)](x, y, o, 4096)
 
 
+def test_a_grid_function_that_puts_an_argument_in_launches_it(rt, fake, tmp_path) -> None:
+    """vLLM's causal_conv1d: its grid function sets ``META["batch_ptr"] = nums_dict[META["BLOCK_M"]]["batch_ptr"]``,
+    and Triton launches what the grid leaves in the bound arguments; the runtime launched the tensor passed (the
+    grid's dict was its own). A kernel whose launch sites do so (index ``grid_args``) reads them back, on the Python
+    path (the C path leaves it alone); others keep the C path."""
+    spec = cs.kernel_spec(tmp_path, "gridput", ADD, dtypes={"T": ["fp16"]}, key=["n"], specs=["DDDD", "xxxx"])
+    spec["grid_args"] = ["y_ptr"]
+    k = rt.Kernel("gridput", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    fake.block_size, fake.nparams = 48, 6
+    x, y, o, other = (_tensor(0) for _ in range(4))
+    seen = []
+
+    def grid(meta):
+        seen.append(meta["y_ptr"] is y)
+        meta["y_ptr"] = other
+        return (4096 // meta["BLOCK"],)
+
+    for _ in range(3):  # the first call and those after it (which a remembered C launch would serve)
+        k[grid](x, y, o, 4096)
+        params = fake.launch_record()[6]
+        assert struct.unpack_from("<Q", params, 8)[0] == other.data_ptr() != y.data_ptr()
+        assert struct.unpack_from("<Q", params, 0)[0] == x.data_ptr() and fake.grid[0] == 4
+    assert seen == [True] * 3 and k._fast is None
+    assert rt.fastpath.plan(k) is None
+
+
 def _error(fn):
     try:
         fn()

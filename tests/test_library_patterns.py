@@ -994,3 +994,93 @@ def test_an_op_that_another_files_examples_call_by_its_imported_name_is_recorded
         in result.output
     assert "warning: pkg/backends/__init__.py: host code imported pkg.backends by importlib.import_module, a name " \
            "the build cannot read" in result.output
+
+
+GRID_PUTS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gather_kernel(X, idx_ptr, Out, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    i = tl.load(idx_ptr + pid)
+    offs = tl.arange(0, BLOCK)
+    tl.store(Out + pid * BLOCK + offs, tl.load(X + i * BLOCK + offs))
+
+
+def gather(x: torch.Tensor, n: int, prepared: dict) -> torch.Tensor:
+    placeholder = torch.zeros(n, dtype=torch.int32, device=x.device)
+    out = torch.empty(n, 16, dtype=x.dtype, device=x.device)
+
+    def num_program(META, table):
+        META["idx_ptr"] = table[META["BLOCK"]]
+        return n
+
+    def grid(META):
+        return (num_program(META, prepared),)
+
+    gather_kernel[grid](x, placeholder, out, BLOCK=16)
+    return out
+
+
+def examples(device="cpu"):
+    x = torch.arange(64, dtype=torch.float32, device=device).view(4, 16)
+    gather(x, 2, {16: torch.tensor([3, 1], dtype=torch.int32, device=device)})
+'''
+
+
+def test_arguments_a_grid_function_puts_in_are_recorded_for_the_runtime(tmp_path: Path) -> None:
+    """vLLM's causal_conv1d: ``grid(META)`` calls ``num_program(META, ...)``, which sets ``META["batch_ptr"]``;
+    Triton launches what the grid function leaves there, the runtime launched the tensor passed. The index names such
+    arguments (``grid_args``) and the runtime reads them back (tests/test_c_launch.py::test_a_grid_function_*)."""
+    manifest = one_file_project(tmp_path / "p", "forge_gridput", GRID_PUTS, "gather_kernel", ["gather"])
+    kp = make_plan(load_manifest(manifest)).kernels["k"]
+    assert kp.launches[0].grid_sets == ("idx_ptr",) and kp.spec_json()["grid_args"] == ["idx_ptr"]
+
+
+CLONED_STATE = '''\
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def decay_kernel(X, STATE, Out, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(X + offs, mask=m, other=0.0).to(tl.float32)
+    s = tl.load(STATE + offs, mask=m, other=0.0)
+    tl.store(Out + offs, (x + s).to(Out.dtype.element_ty), mask=m)
+    tl.store(STATE + offs, s * 0.5 + x, mask=m)
+
+
+def decay(x: torch.Tensor, state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    n = x.numel()
+    if state is None:
+        state = torch.zeros(n, dtype=torch.float32, device=x.device)
+    else:
+        state = state.clone().contiguous()
+    out = torch.empty_like(x)
+    decay_kernel[(1,)](x, state, out, n, BLOCK=triton.next_power_of_2(n))
+    return out, torch.cat([state, state])
+
+
+def examples(device="cpu"):
+    x = torch.randn(100, dtype=torch.float16, device=device)
+    decay(x)
+    decay(x, torch.zeros(100, dtype=torch.float32, device=device))
+'''
+
+
+def test_an_optional_state_the_op_clones_is_an_input_not_an_output_buffer(tmp_path: Path) -> None:
+    """vLLM's lightning attention clones ``kv_history`` when given one and makes zeros when not (which its kernel
+    writes): taken for an output buffer a call passed, the op had no custom op. A call passing a tensor the op
+    neither writes nor returns shows it is an input."""
+    manifest = one_file_project(tmp_path / "p", "forge_cloned", CLONED_STATE, "decay_kernel", ["decay"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "decay: torch.ops.forge_cloned.decay(Tensor x, Tensor? state=None) -> (Tensor, Tensor)" in result.output

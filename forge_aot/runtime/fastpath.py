@@ -69,7 +69,7 @@ def plan(kernel: Any) -> Any:
     from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
 
     kinds = [kind(ty) for _, ty in kernel.runtime]
-    if None in kinds:
+    if None in kinds or kernel.grid_args:  # (a grid function that puts arguments in: Kernel.run reads them back)
         return None
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
     names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags, *kernel.call_heuristics)

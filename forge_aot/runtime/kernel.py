@@ -97,11 +97,11 @@ class Kernel(KernelBase):
         self.call_names = {*self.call_constexprs, *self.launch_axes, *self.launch_flags, *self.call_heuristics}
         self.constexpr_defaults = spec.get("constexpr_defaults", {})
         self.n_runtime = len(self.runtime)
-        # Fast binding applies when the runtime parameters come first, as is usual.
-        self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names
+        self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names  # (fast binding, as usual)
         self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
         self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
         self.written_pos = tuple(i for i, n in enumerate(self.runtime_names) if n in spec.get("writes", ()))  # guard
+        self.grid_args = spec.get("grid_args", [])  # what a grid function puts in (vLLM's causal_conv1d: Kernel.run)
         self.device_pos = self.ptr_pos + self.desc_pos  # a descriptor answers get_device() for its tensor
         self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
         # Pointer parameters a call may also pass an integer (manifest type ``*i32|i32``): position -> its type.
@@ -326,17 +326,17 @@ class Kernel(KernelBase):
         if guard:  # a custom op's real implementation runs (guard.py): checked before a pre-hook may write
             guard.check(self, runtime, call)
         state = self._state(runtime, call)
-        if self._runtime_key is not None:
-            key = self._runtime_key(runtime)
-        else:
-            key = tuple(runtime[src] if is_rt else call[src] for is_rt, src in self.key_sources)
+        key = self._runtime_key(runtime) if self._runtime_key is not None else \
+            tuple(runtime[src] if is_rt else call[src] for is_rt, src in self.key_sources)
         config = state.table.lookup(key)
         heur: tuple[Any, ...] = ()
-        if self.heuristics or config.pre_hook:
+        if self.heuristics or config.pre_hook or (self.grid_args and callable(grid)):
             heur, nargs = self.heuristic_values(runtime, call, config)
             if config.pre_hook:
                 self.pre_hooks[config.pre_hook](nargs)
-            if callable(grid):
+            if callable(grid) and self.grid_args:  # Triton launches the arguments the grid function leaves there
+                grid, runtime = grid(nargs), [nargs[n] for n in self.runtime_names]
+            elif callable(grid):
                 try:
                     grid = grid({**config.launch_meta, **dict(zip(self.heuristic_names, heur))})
                 except KeyError:
