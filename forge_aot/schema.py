@@ -100,29 +100,49 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffer`` says which): a
     caller's ``out`` would be written and returned, which no custom op may do, so calls passing one stay Python
     calls (``runtime.entry.without_buffer``); a rule's positions are then the schema's."""
+    return schema_and_buffer(fn, calls)[:3]
+
+
+def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
+    """The output buffer ``op_schema`` leaves out of the op's schema (see there), or the argument it leaves out as
+    one (``_untyped_none``), as (name, position among the host function's parameters, -1 for a keyword-only one),
+    or None."""
+    return schema_and_buffer(fn, calls)[3]
+
+
+def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
+                      ) -> tuple[str | None, str, ResultRule | None, tuple[str, int] | None]:
+    """``op_schema`` and ``output_buffer`` of one op in one pass (the build asks both)."""
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         text = str(declared)
-        return text[text.index("("):], "from its @torch.library.custom_op", None
+        return text[text.index("("):], "from its @torch.library.custom_op", None, None
     sig = host_signature(fn)
     buffer = _output_buffer(sig, calls)
     if buffer is not None:
         reduced = _without_buffer(sig, calls, buffer)
         if reduced is None:
             return None, (f"argument {buffer} is an output buffer the op writes or returns, and some traced call "
-                          "passes one (a custom op's outputs may not alias its inputs)"), None
+                          "passes one (a custom op's outputs may not alias its inputs)"), None, None
         schema, how, rule = _schema(fn, *reduced)
         if schema is None:
-            return None, how, None
+            return None, how, None, None
         return schema, (f"{how}; without its output buffer {buffer} (None in every traced call: a call passing "
-                        "one runs as Python, the others as the custom op)"), rule
+                        "one runs as Python, the others as the custom op)"), rule, _position(sig, buffer)
     schema, how, rule = _schema(fn, sig, calls)
     left = _untyped_none(fn, sig, calls) if schema is None else None
     if left is None:
-        return schema, how, rule
+        return schema, how, rule, None
     name, (schema, how, rule) = left
     return schema, (f"{how}; without argument {name} (None in every traced call, its type unknown: a call "
-                    "passing one runs as Python, the others as the custom op)"), rule
+                    "passing one runs as Python, the others as the custom op)"), rule, _position(sig, name)
+
+
+def _position(sig: inspect.Signature, name: str) -> tuple[str, int]:
+    """(name, position among the parameters, -1 for a keyword-only one): how the runtime finds an argument."""
+    params = list(sig.parameters.values())
+    p = next(p for p in params if p.name == name)
+    return name, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)
 
 
 def _untyped_none(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
@@ -140,22 +160,6 @@ def _untyped_none(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Ca
             if found[0] is not None:
                 return name, found
     return None
-
-
-def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
-    """The output buffer ``op_schema`` leaves out of the op's schema (see there), or the argument it leaves out as
-    one (``_untyped_none``), as (name, position among the host function's parameters, -1 for a keyword-only one),
-    or None."""
-    sig = host_signature(fn)
-    buffer = _output_buffer(sig, calls)
-    if buffer is None:
-        left = _untyped_none(fn, sig, calls) if _schema(fn, sig, calls)[0] is None else None
-        if left is None:
-            return None
-        buffer = left[0]
-    params = list(host_signature(fn).parameters.values())
-    p = next(p for p in params if p.name == buffer)
-    return buffer, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)
 
 
 def _without_buffer(sig: inspect.Signature, calls: list[Call], buffer: str,

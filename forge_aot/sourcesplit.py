@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import hashlib
 import itertools
 from collections.abc import Callable, Collection, Iterator
@@ -1064,6 +1065,7 @@ def _branch_flags(fn: ast.FunctionDef, constexprs: set[str]) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=512)  # (per kernel, not per flag combination: _pointer_flow runs once for each)
 def _reaching_definitions(fn: ast.FunctionDef) -> Callable[[str, ast.AST], list[ast.stmt] | None]:
     """For a name and a node of ``fn``, the assignments to the name that may reach the node, or None where the name
     is bound some other way (a ``for`` target, ``with ... as``, ``:=``, an import), which the caller then takes
@@ -1090,27 +1092,27 @@ def _reaching_definitions(fn: ast.FunctionDef) -> Callable[[str, ast.AST], list[
                 index(st, st)
 
     index(fn, fn)
+    stores: dict[str, int] = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            stores[n.id] = stores.get(n.id, 0) + 1
     assigned: dict[str, list[ast.stmt]] = {}
-    other: set[str] = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    inside: dict[tuple[int, str], list[ast.stmt]] = {}  # (id(stmt), name) -> the assignments to name within it
     for st in ast.walk(fn):
         if isinstance(st, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and st.value is not None:
             for t in (st.targets if isinstance(st, ast.Assign) else [st.target]):
                 for n in ast.walk(t):
                     if isinstance(n, ast.Name):
                         assigned.setdefault(n.id, []).append(st)
-    other -= {n for n, sts in assigned.items()
-              if sum(1 for x in ast.walk(fn) if isinstance(x, ast.Name) and x.id == n and isinstance(x.ctx, ast.Store))
-              == sum(1 for st in sts for t in (st.targets if isinstance(st, ast.Assign) else [st.target])
-                     for x in ast.walk(t) if isinstance(x, ast.Name) and x.id == n)}
-
-    def defs_in(node: ast.AST, name: str) -> list[ast.stmt]:
-        return [st for st in assigned.get(name, []) if any(st is x for x in ast.walk(node))]
+                        up: ast.AST = st
+                        while id(up) in where:
+                            inside.setdefault((id(up), n.id), []).append(st)
+                            up = where[id(up)][2]
+    other = {n for n, count in stores.items() if count != len(assigned.get(n, ()))}  # bound other ways too
 
     def reaching(name: str, node: ast.AST) -> list[ast.stmt] | None:
-        if name in other:
-            return None
         st = owner_of.get(id(node))
-        if st is None or id(st) not in where:
+        if name in other or st is None or id(st) not in where:
             return None
         found: list[ast.stmt] = []
         while st is not None and id(st) in where:
@@ -1118,9 +1120,9 @@ def _reaching_definitions(fn: ast.FunctionDef) -> Callable[[str, ast.AST], list[
             for earlier in reversed(block[:i]):
                 if isinstance(earlier, (ast.Assign, ast.AnnAssign)) and earlier in assigned.get(name, []):
                     return [*found, earlier]  # unconditional at this level: what came before is killed
-                found += defs_in(earlier, name)
+                found += inside.get((id(earlier), name), [])
             if isinstance(owner, (ast.For, ast.AsyncFor, ast.While)):
-                found += defs_in(owner, name)  # the loop's back edge
+                found += inside.get((id(owner), name), [])  # the loop's back edge
             st = owner if isinstance(owner, ast.stmt) and owner is not fn else None
         return [*found, fn]
 

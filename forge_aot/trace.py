@@ -277,7 +277,7 @@ class Tracer:
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
-        from .schema import meta_mismatch, op_schema, output_buffer
+        from .schema import meta_mismatch, schema_and_buffer
 
         calls: dict[str, dict[str, list[Any]]] = {m: {op: [] for op in mod["ops"]} for m, mod in modules.items()}
         originals = {m: {op: getattr(self.modules[m], op) for op in mod["ops"]} for m, mod in modules.items()}
@@ -335,14 +335,13 @@ class Tracer:
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals[mod_name].items():
                 op_calls = calls[mod_name][op]
-                mod["schemas"][op], mod["schema_notes"][op], rule = op_schema(fn, op_calls)
+                mod["schemas"][op], mod["schema_notes"][op], rule, buffer = schema_and_buffer(fn, op_calls)
                 why_not = meta_mismatch(fn, op_calls) if mod["schemas"][op] else None
                 if why_not is not None:
                     mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
-                buffer = output_buffer(fn, op_calls) if mod["schemas"][op] else None
-                if buffer is not None:
+                if buffer is not None and mod["schemas"][op]:
                     mod.setdefault("buffers", {})[op] = list(buffer)
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():

@@ -65,9 +65,13 @@ def _written_positions(kernel: Any, call: dict[str, Any]) -> tuple[int, ...]:
     """The runtime arguments a launch may write through: those the flags it passes reach (the index's
     ``writes_when``: FlashInfer's rms_norm writes ``x`` only without ``HAS_OUTPUT``), else all it may ever write.
     (The C path refuses every guarded launch of such a kernel to this check: it knows no flags.)"""
-    for flags, names in kernel.spec.get("writes_when", ()):
+    when = kernel.__dict__.get("_written_when")
+    if when is None:  # the positions of each combination's names, once per kernel
+        when = kernel._written_when = [(flags, tuple(i for i, n in enumerate(kernel.runtime_names) if n in names))
+                                       for flags, names in kernel.spec.get("writes_when", ())]
+    for flags, positions in when:
         if all(isinstance(call.get(n), bool) and call[n] is v for n, v in flags):
-            return tuple(i for i, n in enumerate(kernel.runtime_names) if n in names)
+            return positions
     return kernel.written_pos
 
 
