@@ -86,6 +86,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                           **({"exports": spec["exports"]} if spec.get("exports") else {}),
                           **({"results": spec["results"]} if spec.get("results") else {}),
                           **({"buffers": spec["buffers"]} if spec.get("buffers") else {}),
+                          **({"takes": spec["takes"]} if spec.get("takes") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
                           **({"package": spec["package"]} if spec.get("package") else {}),
                           **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)}}

@@ -1578,8 +1578,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     if per_target:
         traced = {n: calls if n in reads_device else [dataclasses.replace(c, target=None) for c in calls]
                   for n, calls in traced.items()}
-        # The other GPUs run only the host modules whose kernels ask, with the modules their own code imports.
+        # The other GPUs run only the host modules whose kernels ask, those importing them (whose examples may be
+        # the ones reaching them: lmdeploy's Hopper-only MoE kernels, called from an examples file of the user's),
+        # and the modules their own code imports.
         asking = {kernels[n].module for n in reads_device}
+        importers = [m for m, mod in modules.items() if mod.get("imports_host")]
+        while grown := {m for m in importers if m not in asking and asking & set(modules[m]["imports_host"])}:
+            asking |= grown
         todo = list(asking)
         while todo:
             for dep in modules[todo.pop()].get("imports_host", ()):

@@ -99,7 +99,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     examples always leave None (mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out =
     torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffer`` says which): a
     caller's ``out`` would be written and returned, which no custom op may do, so calls passing one stay Python
-    calls (``runtime.entry.without_buffer``); a rule's positions are then the schema's."""
+    calls (``runtime.entry.custom_call``); a rule's positions are then the schema's."""
     return schema_and_buffer(fn, calls)[:3]
 
 
@@ -117,7 +117,48 @@ def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         text = str(declared)
         return text[text.index("("):], "from its @torch.library.custom_op", None, None
-    sig = host_signature(fn)
+    sig, varargs = _without_var_parameters(host_signature(fn), calls)
+    if varargs is not None and sig is None:
+        return None, varargs, None, None
+    schema, how, rule, buffer = _schema_and_buffer(fn, sig, calls)
+    if varargs is None or schema is None:
+        return schema, how, rule, buffer
+    return schema, f"{how}; without its {varargs} (empty in every traced call: a call passing more runs as Python, " \
+        "the others as the custom op)", rule, buffer
+
+
+def _without_var_parameters(sig: inspect.Signature, calls: list[Call]) -> tuple[Any, str | None]:
+    """The signature without ``*args``/``**kwargs`` that every traced call leaves empty (flash-linear-attention's
+    public ops take ``**kwargs`` for deprecated keywords: ``chunk_simple_gla(q, k, v, ..., **kwargs)``) and what
+    was left out (``**kwargs``); (None, why) where a call passes something through them; (sig, None) where the
+    function has none."""
+    var = [p for p in sig.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not var:
+        return sig, None
+    shown = " and ".join(("*" if p.kind == p.VAR_POSITIONAL else "**") + p.name for p in var)
+    for args, kwargs, *_ in calls:
+        bound = _bound(sig, args, kwargs)
+        if bound is None or any(bound.get(p.name) for p in var):
+            return None, f"it takes {shown} and a traced call passes something through them"
+    return sig.replace(parameters=[p for p in sig.parameters.values() if p not in var]), shown
+
+
+def has_var_parameters(fn: Callable[..., Any]) -> bool:
+    """Whether the host function takes ``*args`` or ``**kwargs`` (a schema leaves them out: ``schema_takes``)."""
+    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in host_signature(fn).parameters.values())
+
+
+def schema_takes(schema: str) -> list[Any]:
+    """[how many arguments the schema takes by position, their names]: a traced call of an op whose host function
+    takes ``**kwargs`` passing more runs as Python (``runtime.entry.custom_call``)."""
+    import torch
+
+    arguments = torch._C.parse_schema(f"op{schema}").arguments
+    return [sum(1 for a in arguments if not a.kwarg_only), [a.name for a in arguments]]
+
+
+def _schema_and_buffer(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
+                       ) -> tuple[str | None, str, ResultRule | None, tuple[str, int] | None]:
     buffer = _output_buffer(sig, calls)
     if buffer is not None:
         reduced = _without_buffer(sig, calls, buffer)

@@ -609,6 +609,28 @@ as ``<package>__ns::name`` (host_driver._custom_op: never the library's own name
 _TORCH_LIBRARY_MODULES = ("torch.library", "torch._library.triton", "torch._library")
 
 
+def _mixed_triton_import(stmt: ast.stmt) -> bool:
+    """``import torch, triton, math``: an import of Triton and of other modules in one statement."""
+    if not isinstance(stmt, ast.Import):
+        return False
+    triton = [a.name == "triton" or a.name.startswith("triton.") for a in stmt.names]
+    return any(triton) and not all(triton)
+
+
+def _without_triton_names(lines: list[str], stmt: ast.Import) -> None:
+    """A mixed import's text with only its other modules imported (gemlite's ``utils.py``: ``import torch, triton,
+    math``; kept whole, the wheel would import Triton at run time), a Triton alias bound to what it names on the
+    runtime's ``triton`` (``import triton.language as tl`` → ``tl = triton.language``). Line numbers are kept."""
+    kept = [a for a in stmt.names if not (a.name == "triton" or a.name.startswith("triton."))]
+    text = "import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
+    text += "".join(f"; {a.asname} = {a.name}" for a in stmt.names if a.asname and a not in kept)
+    first, last = stmt.lineno - 1, (stmt.end_lineno or stmt.lineno) - 1
+    head, tail = lines[first].encode(), lines[last].encode()
+    end = stmt.end_col_offset if stmt.end_col_offset is not None else len(tail.rstrip(b"\r\n"))
+    joined = head[:stmt.col_offset] + text.encode() + tail[end:]
+    lines[first:last + 1] = [joined.decode()] + ["\n"] * (last - first)
+
+
 def _replace_statement(lines: list[str], stmt: ast.stmt, text: str) -> None:
     """Put ``text`` (one line) in place of a statement, at its indentation, its other lines blank: line numbers
     stay the author's."""
@@ -1597,6 +1619,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     heuristics: list[tuple[str, ast.Call]] = []
     blanked: list[ast.stmt] = []
     host_imports: list[ast.stmt] = []
+    mixed_imports: list[ast.Import] = []  # ``import torch, triton, math`` (gemlite): its Triton names left out
     rest: list[ast.stmt] = []
     constants: dict[str, Any] = {}  # top-level ``NAME = literal`` (or ``tl.constexpr(literal)``) bound so far
     for stmt in tree.body:
@@ -1633,6 +1656,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
                 or _is_main_guard(stmt):
             blanked.append(stmt)
         else:
+            if _mixed_triton_import(stmt):
+                mixed_imports.append(stmt)  # type: ignore[arg-type]
             rest.append(stmt)
     if not kernels and not helper and needs_kernels:
         # bitsandbytes defines its kernels under ``if not is_triton_available(): ... else:``, torchao in a function
@@ -1809,6 +1834,8 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     for stmt in [*kernel_stmts, *blanked]:
         for i in range(_first_line(stmt) - 1, stmt.end_lineno or stmt.lineno):
             lines[i] = "\n"
+    for stmt in mixed_imports:
+        _without_triton_names(lines, stmt)
     # Where the file defines Triton code, its names stay bound (a package __init__ may re-export a @triton.jit helper,
     # as FLA's fla/ops/utils does softplus): to the kernel's handle where the package has one, else to a stand-in.
     reserved = {"triton", *language_aliases, *descriptor_aliases}

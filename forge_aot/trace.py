@@ -277,7 +277,7 @@ class Tracer:
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
-        from .schema import meta_mismatch, schema_and_buffer
+        from .schema import has_var_parameters, meta_mismatch, schema_and_buffer, schema_takes
 
         calls: dict[str, dict[str, list[Any]]] = {m: {op: [] for op in mod["ops"]} for m, mod in modules.items()}
         originals = {m: {op: getattr(self.modules[m], op) for op in mod["ops"]} for m, mod in modules.items()}
@@ -317,6 +317,12 @@ class Tracer:
                        and value is originals[by_object[id(value)][0]][by_object[id(value)][1]]}
             for name, value in patched.items():
                 setattr(module, name, recorder(*by_object[id(value)], value))
+            # and every op in its own module, for examples that import it inside the function (lmdeploy's) or call
+            # it as ``module.op``
+            elsewhere = [(m, op) for m, ops in originals.items() if m != mod_name for op in ops
+                         if vars(self.modules[m]).get(op) is originals[m][op]]
+            for m, op in elsewhere:
+                setattr(self.modules[m], op, recorder(m, op, originals[m][op]))
             try:
                 for fn_name in sorted(mod["examples"]):
                     try:
@@ -331,6 +337,8 @@ class Tracer:
             finally:
                 for name, value in patched.items():
                     setattr(module, name, value)
+                for m, op in elsewhere:
+                    setattr(self.modules[m], op, originals[m][op])
         for mod_name, mod in sorted(modules.items()):
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals[mod_name].items():
@@ -343,6 +351,8 @@ class Tracer:
                     mod.setdefault("results", {})[op] = rule
                 if buffer is not None and mod["schemas"][op]:
                     mod.setdefault("buffers", {})[op] = list(buffer)
+                if mod["schemas"][op] and has_var_parameters(fn):
+                    mod.setdefault("takes", {})[op] = schema_takes(mod["schemas"][op])
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

@@ -31,10 +31,13 @@ def test_the_output_buffer_is_left_out_of_the_schema(realworld_plan) -> None:
 
 
 def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
-    """``entry.without_buffer``: the buffer taken out where it is None (by position or by name), the call left
+    """``entry.custom_call``: the buffer taken out where it is None (by position or by name), the call left
     to Python where it is a tensor; ``custom_ops._with_buffer``: None back in its place for the host function."""
     from forge_aot.runtime.custom_ops import _with_buffer
-    from forge_aot.runtime.entry import without_buffer
+    from forge_aot.runtime.entry import custom_call
+
+    def without_buffer(buffer, args, kwargs):
+        return custom_call(("m", "(...)", None, None, buffer), args, kwargs)
 
     out = ("out", 3)
     assert without_buffer(out, ("a", "d"), {}) == (("a", "d"), {})
@@ -48,6 +51,11 @@ def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
     # where no later argument comes by position it comes last (a required one: vLLM's q_descale, session 42)
     assert _with_buffer(middle, ("x",), {}) == (("x", None), {})
     assert _with_buffer(middle, (), {"x": 1}) == ((), {"x": 1})  # (a call by name: the host's default stands)
+    # a host function's **kwargs left out of the schema (FLA's public ops): a call passing more runs as Python
+    takes = ("m", "(...)", None, None, None, (2, ("q", "k", "scale")))
+    assert custom_call(takes, ("q", "k"), {"scale": 0.5}) == (("q", "k"), {"scale": 0.5})
+    assert custom_call(takes, ("q", "k"), {"chunk_size": 64}) is None
+    assert custom_call(takes, ("q", "k", 0.5), {}) is None
     assert _with_buffer(("out", -1), ("x", 2.0), {}) == (("x", 2.0), {"out": None})  # keyword-only: by name
     assert _with_buffer(("out", -1), ("x",), {"out": None}) == (("x",), {"out": None})
     assert _with_buffer(None, ("x",), {}) == (("x",), {})

@@ -66,18 +66,22 @@ def test_the_wheel_runs_flas_files_without_triton_or_fla(tmp_path) -> None:
         g = torch.empty(B, T, H, device="meta", dtype=torch.float32)
         h, ht = torch.ops.forge_fla.chunk_fwd_h(k, v, g, output_final_state=True)
         o = torch.ops.forge_fla.chunk_fwd_o(k, k, v, h, g, scale=0.125)
+        # FLA's public op takes **kwargs (deprecated keywords, chunk_size): a custom op without them
+        o2, ht2 = torch.ops.forge_fla.chunk_simple_gla(k, k, v, g, output_final_state=True)
         try:
             utils.softplus(k)
             refused = ""
         except Exception as exc:
             refused = f"{type(exc).__name__}: {exc}"
         print(json.dumps({"h": list(h.shape), "ht": list(ht.shape), "o": list(o.shape),
+                          "gla": [list(o2.shape), list(ht2.shape), str(o2.dtype), str(ht2.dtype)],
                           "softplus": repr(utils.softplus), "refused": refused,
                           "csr": "forge_fla._ops._local.fla.ops.utils.csr" in sys.modules,
                           "fla": sorted(m for m in sys.modules if m == "fla" or m.startswith("fla."))}))
         ''')
     res = _run_fresh(code, target)
     assert res["h"] == [2, 2, 4, 64, 64] and res["ht"] == [2, 4, 64, 64] and res["o"] == [2, 100, 4, 64]
+    assert res["gla"] == [[2, 100, 4, 64], [2, 4, 64, 64], "torch.bfloat16", "torch.float32"]
     assert res["softplus"] == "<Triton code forge_fla._ops._local.fla.ops.utils.softplus.softplus, not packaged>"
     assert res["refused"].startswith("ForgeRuntimeError: forge_fla._ops._local.fla.ops.utils.softplus.softplus is "
                                      "Triton code")
@@ -158,3 +162,32 @@ def test_a_batch_size_no_example_built_is_refused_before_any_launch(wheel) -> No
     g = torch.nn.functional.logsigmoid(torch.randn(5, 64, 4, device="cuda"))
     with pytest.raises(NotBuiltError, match=r"constexpr B=5 was not built; built values: \[1, 2, 3\]"):
         wheel.chunk_simple_gla(q, k, v, g)
+
+
+@pytest.mark.gpu
+def test_flas_public_op_with_kwargs_compiles_fullgraph(wheel) -> None:
+    """``chunk_simple_gla(..., **kwargs)`` (FLA's public ops take deprecated keywords and ``chunk_size`` through
+    ``**kwargs``) is a custom op without them: torch.compile(fullgraph=True) gives the eager results exactly; a call
+    passing ``chunk_size`` under torch.compile runs as Python (a graph break), with the same results."""
+    import torch
+
+    torch.manual_seed(7)
+    B, T, H, K = 2, 300, 4, 64
+    q, k, v = (torch.randn(B, T, H, K, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, device="cuda")).to(torch.bfloat16)
+
+    def block(q, k, v, g):
+        o, s = wheel.chunk_simple_gla(q, k, v, g, output_final_state=True)
+        return o * 2, s
+
+    eager = block(q, k, v, g)
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True)(q, k, v, g)
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+
+    def with_chunk_size(q, k, v, g):
+        return wheel.chunk_simple_gla(q, k, v, g, output_final_state=True, chunk_size=64)
+
+    torch._dynamo.reset()
+    got = torch.compile(with_chunk_size)(q, k, v, g)
+    assert all(torch.equal(a, b) for a, b in zip(eager, got))

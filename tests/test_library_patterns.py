@@ -1084,3 +1084,313 @@ def test_an_optional_state_the_op_clones_is_an_input_not_an_output_buffer(tmp_pa
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 0, result.output
     assert "decay: torch.ops.forge_cloned.decay(Tensor x, Tensor? state=None) -> (Tensor, Tensor)" in result.output
+
+
+@pytest.mark.gpu
+def test_grid_function_arguments_and_a_cloned_state_run_on_the_gpu(tmp_path: Path) -> None:
+    """On the GPU, from the wheels in a fresh process without Triton: the gather whose grid function puts the index
+    tensor in ``META`` launches that tensor (the placeholder of zeros would gather row 0 everywhere), against the
+    same file under Triton's JIT; the decay op leaves the caller's state as it was, as the plain call and as the
+    custom op, against a float64 reference."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    gather_manifest = one_file_project(tmp_path / "g", "forge_gridput", GRID_PUTS, "gather_kernel", ["gather"])
+    decay_manifest = one_file_project(tmp_path / "d", "forge_cloned", CLONED_STATE, "decay_kernel", ["decay"])
+    site = _installed(gather_manifest, tmp_path / "w1")
+    site2 = _installed(decay_manifest, tmp_path / "w2")
+    code = textwrap.dedent(f'''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.path[:0] = [{str(site2)!r}]
+        import torch, forge_gridput, forge_cloned
+        torch.manual_seed(0)
+        out = {{}}
+        for rows, n in ((37, 5), (300, 129)):
+            x = torch.randn(rows * 16 + 3, device="cuda")[3:].view(rows, 16)
+            idx = torch.randint(0, rows, (n,), dtype=torch.int32, device="cuda")
+            got = forge_gridput.gather(x, n, {{16: idx}})
+            out[f"gather {{rows}} {{n}}"] = (got - x[idx.long()]).abs().max().item()
+        for n in (100, 77, 128):
+            x = torch.randn(n + 1, device="cuda", dtype=torch.float16)[1:]
+            state = torch.randn(n, device="cuda")
+            before = state.clone()
+            for name, fn in (("plain", forge_cloned.decay), ("custom op", torch.ops.forge_cloned.decay)):
+                o, s = fn(x, state)
+                ref_o = x.double() + before.double()
+                ref_s = before.double() * 0.5 + x.double()
+                out[f"decay {{name}} {{n}}"] = max((o.double() - ref_o).abs().max().item(),
+                                                  (s[:n].double() - ref_s).abs().max().item(),
+                                                  (s[n:].double() - ref_s).abs().max().item())
+                out[f"state kept {{name}} {{n}}"] = bool(torch.equal(state, before))
+            o, s = forge_cloned.decay(x)
+            out[f"decay none {{n}}"] = max((o.double() - x.double()).abs().max().item(),
+                                           (s[:n].double() - x.double()).abs().max().item())
+        print(json.dumps(out))
+        ''')
+    res = _run_fresh(code, site)
+    assert len(res) == 17, res
+    for name, value in res.items():
+        if name.startswith("state kept"):
+            assert value is True, name
+        else:
+            assert value < (1e-3 if name.startswith("decay") else 1e-6), (name, value)
+    # the gather file under Triton's JIT launches what its grid function leaves in META, as the wheel does
+    jit = textwrap.dedent(f'''\
+        import json, sys
+        sys.path[:0] = [{str(tmp_path / "g")!r}]
+        import torch, k, forge_gridput
+        x = torch.randn(300 * 16, device="cuda").view(300, 16)
+        idx = torch.randint(0, 300, (129,), dtype=torch.int32, device="cuda")
+        print(json.dumps({{"jit": (k.gather(x, 129, {{16: idx}}) - forge_gridput.gather(x, 129, {{16: idx}}))
+                          .abs().max().item()}}))
+        ''')
+    assert _run_fresh(jit, site) == {"jit": 0.0}
+
+
+KWARGS_OPS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, scale, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * scale, mask=offs < n)
+
+
+def fused_scale(x: torch.Tensor, scale: float = 1.0, **kwargs) -> torch.Tensor:
+    if "head_first" in kwargs:
+        raise DeprecationWarning("head_first has been removed")
+    block = kwargs.pop("block", 128)
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), block),)](x, y, x.numel(), scale, BLOCK=block)
+    return y
+
+
+def scale_by_name(*args, **kwargs) -> torch.Tensor:
+    return fused_scale(*args, **kwargs)
+
+
+def examples(device="cpu"):
+    x = torch.randn(1000, device=device)
+    fused_scale(x, 0.5)
+    scale_by_name(x, scale=2.0, block=128)
+'''
+
+
+def test_an_op_taking_kwargs_the_examples_leave_empty_is_a_custom_op(tmp_path: Path) -> None:
+    """flash-linear-attention's public ops take ``**kwargs`` (deprecated keywords, ``chunk_size``): the schema leaves
+    them out where every traced call leaves them empty (a call passing more runs as Python), and the op table
+    records what the schema takes; an op whose examples pass something through them stays Python calls."""
+    manifest = one_file_project(tmp_path / "p", "forge_kwargs", KWARGS_OPS, "scale_kernel",
+                                ["fused_scale", "scale_by_name"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert ("fused_scale: torch.ops.forge_kwargs.fused_scale(Tensor x, float scale=1.0) -> Tensor (from the type "
+            "annotations; without its **kwargs (empty in every traced call") in result.output
+    assert "scale_by_name: Python calls only, no custom op (it takes *args and **kwargs and a traced call passes " \
+           "something through them)" in result.output
+    plan = make_plan(load_manifest(manifest))
+    assert plan.modules["k"]["takes"] == {"fused_scale": [2, ["x", "scale"]]}
+
+
+MIXED_IMPORT = {
+    "pkg/__init__.py": "",
+    "pkg/utils.py": '''\
+import os, triton, math
+import sys, triton.language as tl
+
+LOG2 = math.log(2)
+
+
+@triton.jit
+def load_ptr(ptrs, mask):
+    return tl.load(ptrs, mask=mask)
+
+
+def blocks(n):
+    return triton.cdiv(n, 1024)
+''',
+    "pkg/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+from .utils import *
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = load_ptr(x_ptr + offs, offs < n)
+    tl.store(y_ptr + offs, x * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    n = x.numel()
+    scale_kernel[(blocks(n),)](x, y, n, BLOCK=1024)
+    return y
+
+
+def examples(device="cuda"):
+    scale(torch.randn(3000, device=device, dtype=torch.float16))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_mixedimport"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "pkg/scale.py:scale_kernel"
+ops = ["scale"]
+examples = "examples"
+''',
+}
+
+
+def test_an_import_of_triton_beside_other_modules_is_left_out_of_the_wheels_host_code(tmp_path: Path) -> None:
+    """gemlite's ``triton_kernels/utils.py`` starts ``import torch, triton, math``: the statement was kept whole, so
+    the wheel's first call imported Triton (``check`` and ``build`` said nothing). Its other modules stay imported,
+    its Triton aliases are the runtime's (``tl = triton.language``), line numbers are kept."""
+    site = _installed(_write_project(tmp_path / "p", MIXED_IMPORT), tmp_path / "w")
+    shipped = (site / "forge_mixedimport" / "_ops" / "_local" / "pkg" / "utils.py").read_text().splitlines()
+    assert shipped[:3] == ["import os, math", "import sys; tl = triton.language", ""]
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import forge_mixedimport._ops.scale as m
+        from forge_mixedimport._ops._local.pkg import utils
+        print(json.dumps({"blocks": m.blocks(3000), "log2": utils.LOG2 > 0, "tl": utils.tl.__name__,
+                          "os": utils.os.__name__, "triton": sys.modules.get("triton") is not None}))
+        ''')
+    res = _run_fresh(code, site)
+    assert res == {"blocks": 3, "log2": True, "tl": "triton.language", "os": "os", "triton": False}, res
+
+
+HOPPER_ONLY = {
+    "hopper_only.py": '''\
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@functools.lru_cache
+def get_device_props(device=None):
+    props = torch.cuda.get_device_properties(device)
+    return dict(major=props.major, sms=props.multi_processor_count)
+
+
+def copy(x: torch.Tensor) -> torch.Tensor:
+    if get_device_props(x.device.index)["major"] < 9:
+        return x.clone()  # a torch fallback off Hopper, as lmdeploy's compact MoE path
+    y = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+''',
+    "ex.py": '''\
+import torch
+from hopper_only import copy
+
+
+def examples(device="cuda"):
+    copy(torch.randn(3000, device=device))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_hopperonly"
+version = "0.1.0"
+targets = ["sm_80", "sm_90"]
+
+[kernels.copy]
+source = "hopper_only.py:copy_kernel"
+targets = ["sm_90"]
+examples = "ex.py:examples"
+
+[exports]
+examples = "ex.py"
+''',
+}
+
+
+def test_a_device_asking_kernel_whose_examples_live_in_another_file_is_traced_on_every_target(
+        tmp_path: Path) -> None:
+    """lmdeploy's compact MoE kernels run only where the host code sees a Hopper GPU; with the examples in a file of
+    their own and targets sm_80 and sm_90, the build traced the examples as the A100 only (the other GPUs re-ran the
+    asking module alone, whose file has no examples): "no traced call launches it"."""
+    plan = make_plan(load_manifest(_write_project(tmp_path / "p", HOPPER_ONLY)))
+    assert dict(plan.kernels["copy"].params)["x_ptr"] == "*fp32"
+
+
+LOCAL_IMPORT_EXAMPLES = {
+    "pkg/__init__.py": "",
+    "pkg/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    scale_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+
+
+def scale_twice(x):
+    return scale(scale(x))
+''',
+    "pkg/examples.py": '''\
+import torch
+
+
+def examples(device="cuda"):
+    from pkg.scale import scale
+    import pkg.scale
+
+    scale(torch.randn(3000, device=device, dtype=torch.float16))
+    pkg.scale.scale_twice(torch.randn(1000, device=device, dtype=torch.float16))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_localimport"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "pkg/scale.py:scale_kernel"
+ops = ["scale", "scale_twice"]
+examples = "pkg/examples.py:examples"
+
+[exports]
+examples = "pkg/examples.py"
+''',
+}
+
+
+def test_ops_an_examples_function_imports_inside_itself_are_recorded(tmp_path: Path) -> None:
+    """lmdeploy-style examples import the op inside the function (``from ...w8a8_triton_kernels import ...``) or
+    call it as ``module.op``: only ops bound as the examples module's globals were recorded, so the op had no
+    schema and the note said no examples called it."""
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path / "p",
+                                                                                 LOCAL_IMPORT_EXAMPLES))])
+    assert result.exit_code == 0, result.output
+    assert "scale: torch.ops.forge_localimport.scale(Tensor x) -> Tensor (from the traced examples)" in result.output
+    assert "scale_twice: torch.ops.forge_localimport.scale_twice(Tensor x) -> Tensor (from the traced examples)" \
+        in result.output

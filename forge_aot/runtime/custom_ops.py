@@ -52,7 +52,7 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
 
 def _with_buffer(buffer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The schema's arguments as the host function takes them: None back in the place of an argument the schema
-    leaves out (an output buffer, or one every traced call left None: ``entry.without_buffer``), which the host
+    leaves out (an output buffer, or one every traced call left None: ``entry.custom_call``), which the host
     function may require (vLLM's ``q_descale``)."""
     if buffer is None or buffer[1] > len(args):
         return args, kwargs

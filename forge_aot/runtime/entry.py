@@ -190,14 +190,13 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         import torch
 
         is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
-        buffer = buffer_of(spec)
         if rule is not None:
             from .torch_ops import unpad
 
         def exported(*args: Any, **kwargs: Any) -> Any:
             if is_compiling() and without_grad(differentiable, args, kwargs):
-                call = (args, kwargs) if buffer is None else without_buffer(buffer, args, kwargs)
-                if call is not None:  # (a call passing the output buffer runs as Python)
+                call = custom_call(spec, args, kwargs)
+                if call is not None:
                     out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
                     return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
             return (loaded[0] if loaded else load())(*args, **kwargs)
@@ -227,16 +226,23 @@ def buffer_of(spec: tuple[Any, ...]) -> Any:
     return spec[4] if len(spec) > 4 else None
 
 
-def without_buffer(buffer: tuple[str, int], args: tuple[Any, ...], kwargs: dict[str, Any],
-                   ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """A call as the custom op takes it, its output buffer (left None by every example, out of the schema) taken
-    out; None where the call passes one (it runs as Python: a custom op may not write and return its input)."""
-    name, position = buffer
-    if 0 <= position < len(args):
-        return None if args[position] is not None else ((*args[:position], *args[position + 1:]), kwargs)
-    if name not in kwargs:
-        return args, kwargs
-    return None if kwargs[name] is not None else (args, {k: v for k, v in kwargs.items() if k != name})
+def custom_call(spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
+                ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """A traced call as the op's custom op takes it, or None where it runs as Python: it passes the output buffer the
+    schema leaves out (left None, it is taken out), or more than it takes (``**kwargs`` the examples left empty)."""
+    if len(spec) > 4 and spec[4]:
+        name, position = spec[4]
+        if 0 <= position < len(args):
+            if args[position] is not None:
+                return None
+            args = (*args[:position], *args[position + 1:])
+        elif kwargs.get(name) is not None:
+            return None
+        kwargs = {k: v for k, v in kwargs.items() if k != name}
+    takes = spec[5] if len(spec) > 5 else None
+    if takes is not None and (len(args) > takes[0] or any(k not in takes[1] for k in kwargs)):
+        return None
+    return args, kwargs
 
 
 class LazyCustomOps:

@@ -37,23 +37,23 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
     the check. ``table``: the op table (op → its entry: the result rule, whether it has a backward)."""
     import torch
 
-    from .entry import buffer_of, rule_of, without_buffer, without_grad
+    from .entry import custom_call, rule_of, without_grad
 
     is_compiling = torch.compiler.is_compiling
     for op in sorted(ops.keys() & vars(module).keys()):
         fn, spec = module.__dict__[op], (table or {}).get(op, ())
         if getattr(fn, "__forge_host__", None) is not None:
             continue
-        rule, grad, buffer = rule_of(spec), len(spec) > 2 and bool(spec[2]), buffer_of(spec)
+        rule, grad = rule_of(spec), len(spec) > 2 and bool(spec[2])
 
         def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
-                   _rule: Any = rule, _grad: bool = grad, _buffer: Any = buffer, **kwargs: Any) -> Any:
+                   _rule: Any = rule, _grad: bool = grad, _spec: Any = spec, **kwargs: Any) -> Any:
             if ROUTING.custom or (_custom and is_compiling() and without_grad(_grad, args, kwargs)):
                 if not _custom:
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
                                             "custom op itself (it has no schema): give it type annotations")
-                call = (args, kwargs) if _buffer is None else without_buffer(_buffer, args, kwargs)
-                if call is not None:  # (a call passing the output buffer runs as Python)
+                call = custom_call(_spec, args, kwargs)
+                if call is not None:
                     out = getattr(getattr(torch.ops, namespace), _op)(*call[0], **call[1])
                     return out if _rule is None else unpad(_rule, out, *call, f"{namespace}.{_op}")
             return _fn(*args, **kwargs)
