@@ -123,13 +123,23 @@ def make_kernel_importable(path: Path | str) -> str | None:
 
 
 def load_kernel_module(path: str) -> types.ModuleType:
-    """Execute a kernel file as a module (once per path), its directory importable like a script's."""
+    """Execute a kernel file as a module (once per path), its directory importable like a script's. A file inside a
+    package is that package's module too (``pkg.ops.foo``), its package imported first, as Python does: a package
+    ``__init__`` importing its kernel files (vLLM's) reaches this module, so the file runs once (a second run
+    defined its ``torch.library`` ops twice); one the project already imported under that name is the module."""
     module = _modules.get(path)
     if module is None:
         target = _ensure_driver()
         package = make_kernel_importable(path)
+        real = f"{package}.{Path(path).stem}" if package is not None and Path(path).stem != "__init__" else None
+        existing = sys.modules.get(real) if real is not None else None
+        if existing is not None and os.path.realpath(getattr(existing, "__file__", "") or "") == \
+                os.path.realpath(path):
+            _modules[path] = existing
+            return existing
         name = "_forge_kernel_" + hashlib.sha256(path.encode()).hexdigest()[:12]
-        module = types.ModuleType(name)
+        own = real if existing is None else None  # the name it runs under (else another file holds that name)
+        module = types.ModuleType(own or name)
         module.__file__ = path
         if package is not None:
             module.__package__ = package  # its relative imports, as when its library imports it
@@ -144,7 +154,10 @@ def load_kernel_module(path: str) -> types.ModuleType:
             # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
             with torch_answers_as(target) if target is not None else contextlib.nullcontext(), \
                     tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext(), no_triton_launches():
-                exec(code, module.__dict__)
+                if own is not None:
+                    _exec_as_package_module(module, code, own)
+                else:
+                    exec(code, module.__dict__)
         except TritonLaunch as exc:  # the Triton tutorials check their kernels against torch at module level
             sys.modules.pop(name, None)
             line = next((t.tb_lineno for t in _tracebacks(exc.__traceback__)
@@ -159,6 +172,50 @@ def load_kernel_module(path: str) -> types.ModuleType:
         _check_reexported_triton(path, module)
         _modules[path] = module
     return module
+
+
+def _exec_as_package_module(module: types.ModuleType, code: types.CodeType, real: str) -> None:
+    """Run a kernel file's ``code`` in ``module`` as its package's module ``real``: the package imported first (its
+    ``__init__`` importing ``real`` gets ``module``, run there), else run after it."""
+    import importlib
+    import importlib.util
+
+    ran: list[bool] = []
+
+    class Finder:
+        def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+            if fullname != real or ran:
+                return None
+            return importlib.util.spec_from_file_location(fullname, module.__file__, loader=self)
+
+        def create_module(self, spec: Any) -> Any:
+            return module
+
+        def exec_module(self, _: Any) -> None:
+            ran.append(True)
+            exec(code, module.__dict__)
+
+    parent, _, child = real.rpartition(".")
+    finder = Finder()
+    sys.meta_path.insert(0, finder)
+    try:
+        try:
+            importlib.import_module(parent)
+        except Exception:
+            if ran:  # the file itself failed, imported by its package
+                raise
+        if not ran:  # the package does not import it (or could not be imported: the file runs as before)
+            ran.append(True)
+            sys.modules[real] = module
+            try:
+                exec(code, module.__dict__)
+            except BaseException:
+                sys.modules.pop(real, None)
+                raise
+        if parent in sys.modules and not hasattr(sys.modules[parent], child):
+            setattr(sys.modules[parent], child, module)
+    finally:
+        sys.meta_path.remove(finder)
 
 
 def _tracebacks(tb: Any) -> Iterator[Any]:

@@ -1528,7 +1528,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         epath = (root / efile).resolve()
         if epath not in sources:
             raise _error(loaded, f"kernels.{name}.examples", f"{efile} is none of the package's kernel or op files "
-                         "(name the examples function of a file whose host code launches the kernel)")
+                         "(name the examples function of a file whose host code launches the kernel; a file of "
+                         f"examples of its own is one where the package exports a function of it: [exports] "
+                         f"{fn_name} = \"{efile}\")")
         if fn_name not in sources[epath].host_functions:
             raise _error(loaded, f"kernels.{name}.examples", f"no host function '{fn_name}' in {efile}",
                          close_match(fn_name, sources[epath].host_functions))
@@ -1622,7 +1624,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' {why}")
     for mod in modules.values():
         src = mod.pop("source")
-        mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only")) - set(mod["ops"]))
+        # (an exported examples function ships: the package names it, ``[exports] examples = "ex.py"``)
+        mod["host_source"] = src.shipped_source((mod.pop("examples") | mod.pop("build_only"))
+                                                - set(mod["ops"]) - set(mod.get("exports", ())))
         mod["full_host_source"] = src.host_source  # with the build-only functions (tuning inputs, references)
     # The project modules the shipped host code imports (the whole file's imports, build-only functions included,
     # are the code hash's business): their host code (Triton lines blanked, as for kernel files; what host code

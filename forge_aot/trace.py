@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import itertools
 import math
 import os
@@ -133,10 +134,16 @@ def bound_names(modules: dict[str, Any]) -> Iterator[None]:
     missing = object()
     saved = {name: sys.modules.get(name, missing) for name in modules}
     attrs: list[tuple[Any, str, Any]] = []
+    parents: list[str] = []  # packages imported here: they and what they imported are gone afterwards
+    before = set(sys.modules)
     try:
+        sys.modules.update(modules)
         for name, module in modules.items():
-            sys.modules[name] = module
             parent, _, child = name.rpartition(".")
+            if parent and parent not in sys.modules:  # its package first, as Python imports it (its __init__
+                with contextlib.suppress(Exception):  # importing the file back gets the bound module)
+                    importlib.import_module(parent)
+                    parents.append(parent)
             if parent in sys.modules:  # ``import pkg.mod`` then ``pkg.mod.op``: the attribute on the package too
                 attrs.append((sys.modules[parent], child, getattr(sys.modules[parent], child, missing)))
                 setattr(sys.modules[parent], child, module)
@@ -153,6 +160,9 @@ def bound_names(modules: dict[str, Any]) -> Iterator[None]:
                 sys.modules.pop(name, None)
             else:
                 sys.modules[name] = module
+        tops = {p.partition(".")[0] for p in parents}
+        for name in [n for n in sys.modules if n not in before and n.partition(".")[0] in tops]:
+            del sys.modules[name]
 
 
 class TraceKernel(rt.Kernel):
@@ -239,12 +249,12 @@ class Tracer:
         entries = {mod_name: {"kernels": mod["kernels"], "ops": [],
                               **{k: mod[k] for k in ("package", "imported_as", "imports_host") if mod.get(k)}}
                    for mod_name, mod in modules.items()}
-        with rt.project_names_bound() as aliases:
+        with rt.project_names_bound(entries, lambda m, names: self._bind(m, modules[m], entries[m], names)) \
+                as bound:
             for mod_name in rt.imports_first(entries):
-                self._bind(mod_name, modules[mod_name], entries[mod_name], aliases)
+                bound(mod_name)
 
-    def _bind(self, mod_name: str, mod: dict[str, Any], entry: dict[str, Any],
-              aliases: Callable[[dict[str, Any]], tuple[str, ...]]) -> None:
+    def _bind(self, mod_name: str, mod: dict[str, Any], entry: dict[str, Any], names: tuple[str, ...]) -> Any:
         plans = [self.by_function[(mod_name, f)] for f in mod["kernels"]]
         index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans}, "modules": {mod_name: entry}}
 
@@ -254,7 +264,6 @@ class Tracer:
 
         source = mod["source"]
         self.paths[mod_name] = str(source.path)
-        names = aliases(entry)
         try:
             self.modules[mod_name] = rt.bind_module(f"_forge_trace_{mod_name}", index, mod_name, None, factory,
                                                     (str(source.path), source.host_source), aliases=names)
@@ -267,6 +276,7 @@ class Tracer:
             if [n for n, _ in kp.heuristics] != kp.heuristic_names:
                 raise SourceError(f"{source.path}: the host copy of {kp.function}'s @triton.heuristics gives "
                                   f"{[n for n, _ in kp.heuristics]}, the decorator {kp.heuristic_names}")
+        return self.modules[mod_name]
 
     def run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
         """Run every module's examples functions; returns the recorded launches per kernel entry name and sets

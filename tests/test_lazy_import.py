@@ -306,3 +306,27 @@ def test_a_missing_index_part_is_a_clear_error(site: Path, tmp_path: Path) -> No
     """)
     assert len(res) == 2 and all("reinstall the package" in msg and not loaded for msg, loaded in res)
     assert "missing.json" in res[0][0] and "bad.json" in res[1][0]
+
+
+def test_a_custom_ops_exported_function_leaves_out_dynamos_marks_of_its_host_function() -> None:
+    """flash-linear-attention decorates its ops ``@torch.compiler.disable``: the exported op, dressed as its host
+    function after the first eager call, took that mark and torch.compile(fullgraph=True) stopped there instead of
+    tracing the custom op; an op that is no custom op keeps it (its host code must not be traced)."""
+    import torch
+
+    from forge_aot.runtime.host_modules import dress_exported
+
+    @torch.compiler.disable
+    def chunk_op(x):
+        """FLA's op."""
+        return x
+
+    marks = [k for k in vars(chunk_op) if k.startswith("_torchdynamo")]
+    assert marks
+    for custom in (True, False):
+        def exported(*args, **kwargs):
+            return None
+
+        dress_exported(exported, chunk_op, "chunk_op", custom)
+        assert exported.__doc__ == "FLA's op." and exported.__wrapped__ is chunk_op
+        assert [k for k in vars(exported) if k.startswith("_torchdynamo")] == ([] if custom else marks)

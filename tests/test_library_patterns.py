@@ -4,6 +4,7 @@ library's style: built and checked on the CPU, run against Triton's JIT on a GPU
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from forge_aot.cli import main
 from forge_aot.errors import ForgeError
 from forge_aot.manifest import load_manifest
 from forge_aot.plan import make_plan
-from tests.test_localmods import _installed, _run_fresh, one_file_project
+from tests.test_localmods import _forget_package, _installed, _run_fresh, one_file_project
 
 
 def _write_project(root: Path, files: dict[str, str]) -> Path:
@@ -996,6 +997,172 @@ def test_an_op_that_another_files_examples_call_by_its_imported_name_is_recorded
            "the build cannot read" in result.output
 
 
+def _vllmish(namespace: str) -> dict[str, str]:
+    """vLLM's layout: the package ``__init__`` imports its kernel files, which define torch ops at import, one through
+    a helper that keeps ``Library(ns, "FRAGMENT")`` (vLLM's ``direct_register_custom_op``), one with
+    ``@torch.library.custom_op``; and an ``[ops]`` file importing the package. ``namespace``: the ops' namespace (one
+    per test: this process keeps the ops a test defines)."""
+    return {
+        "vllmish/__init__.py": "from . import ops\nfrom .ops.act import silu_mul\n",
+        "vllmish/ops/__init__.py": "from . import scale_op\nfrom .act import silu_mul\n",
+        "vllmish/utils.py": f'''\
+import torch
+from torch.library import Library
+
+lib = Library("{namespace}", "FRAGMENT")
+
+
+def direct_register_custom_op(op_name, op_func, schema, fake_impl):
+    lib.define(op_name + schema)
+    lib.impl(op_name, op_func, "CUDA")
+    lib._register_fake(op_name, fake_impl)
+
+
+def block_for(n):
+    return 256
+''',
+        "vllmish/ops/scale_op.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+from vllmish.utils import block_for, direct_register_custom_op
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=block_for(x.numel()))
+    return y
+
+
+direct_register_custom_op("scale_rows", scale, "(Tensor x) -> Tensor", lambda x: torch.empty_like(x))
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+''',
+        "vllmish/ops/act.py": f'''\
+import torch
+import triton
+import triton.language as tl
+
+from ..utils import block_for
+
+
+@triton.jit
+def silu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+    tl.store(y_ptr + offs, x * tl.sigmoid(x), mask=offs < n)
+
+
+@torch.library.custom_op("{namespace}::silu_mul", mutates_args=())
+def silu_mul(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    silu_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=block_for(x.numel()))
+    return y
+
+
+@silu_mul.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def examples(device="cpu"):
+    silu_mul(torch.randn(1000, device=device))
+''',
+        "vllmish/layer.py": '''\
+import torch
+
+import vllmish
+from vllmish.ops.scale_op import scale
+
+
+def layer(x: torch.Tensor) -> torch.Tensor:
+    return vllmish.silu_mul(scale(x))
+
+
+def examples(device="cpu"):
+    layer(torch.randn(1000, device=device))
+''',
+        "kernel_manifest.toml": f'''\
+[project]
+name = "forge_{namespace}"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "vllmish/ops/scale_op.py:scale_kernel"
+ops = ["scale"]
+examples = "examples"
+
+[kernels.silu]
+source = "vllmish/ops/act.py:silu_kernel"
+ops = ["silu_mul"]
+examples = "examples"
+
+[ops.layer]
+source = "vllmish/layer.py"
+examples = "examples"
+''',
+    }
+
+
+def test_kernel_files_their_package_init_imports_define_their_torch_ops_once(tmp_path: Path) -> None:
+    """vLLM's package ``__init__`` imports its kernel files, which define torch ops at import: the build ran such a
+    file twice, refused as "Tried to register an operator (...) multiple times". Binding it, the build imported the
+    package above it first with Python's own import system (its ``__init__`` ran the project's file), then ran the
+    host code; the compile worker ran the file under a name of its own, whose import of the package ran it again
+    under its real name. Now the package's import of the file is the bound host module (as in the wheel), and the
+    compile worker's module is the package's."""
+    from forge_aot.introspect import forget_projects, load_kernel_module
+
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path / "a", _vllmish("vllm_a")))])
+    assert result.exit_code == 0, result.output
+    assert "scale: torch.ops.forge_vllm_a.scale(Tensor x) -> Tensor" in result.output
+    assert "layer: torch.ops.forge_vllm_a.layer(Tensor x) -> Tensor" in result.output
+    _write_project(tmp_path / "b", _vllmish("vllm_b"))
+    forget_projects()  # (project a's directories off sys.path)
+    try:
+        module = load_kernel_module(str(tmp_path / "b" / "vllmish" / "ops" / "scale_op.py"))
+        assert sys.modules["vllmish.ops.scale_op"] is module and sys.modules["vllmish"].ops.scale_op is module
+        assert load_kernel_module(str(tmp_path / "b" / "vllmish" / "ops" / "act.py")) is sys.modules["vllmish.ops.act"]
+    finally:
+        _forget_package("vllmish")
+        forget_projects()
+
+
+@pytest.mark.slow
+def test_a_wheel_of_kernel_files_their_package_init_imports_defines_their_ops_once(tmp_path: Path) -> None:
+    """The wheel of that project in a fresh process without Triton or the project: the op first or the package
+    first, each kernel file's module-level code runs once (its ``Library`` op defined once, in the package's
+    namespace) and the package's modules are the bound host modules."""
+    site = _installed(_write_project(tmp_path / "p", _vllmish("vllm_c")), tmp_path)
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["vllmish"] = None
+        import torch, forge_vllm_c
+        local = "forge_vllm_c._ops._local.vllmish"
+        if sys.argv[1] == "package-first":
+            __import__(local)
+        y = torch.ops.forge_vllm_c.layer(torch.empty(5000, device="meta"))
+        import forge_vllm_c._ops.scale_op as scale_host, forge_vllm_c._ops.act as act_host
+        pkg = sys.modules[local]
+        print(json.dumps({"shape": list(y.shape), "rows": str(torch.ops.forge_vllm_c__vllm_c.scale_rows.default),
+                          "same": [pkg.ops.scale_op is scale_host, pkg.silu_mul is act_host.silu_mul]}))
+        ''')
+    for order in ("op-first", "package-first"):
+        assert _run_fresh(check.replace("sys.argv[1]", repr(order)), site) == {
+            "shape": [5000], "rows": "forge_vllm_c__vllm_c.scale_rows.default", "same": [True, True]}, order
+
+
 GRID_PUTS = '''\
 import torch
 import triton
@@ -1330,6 +1497,14 @@ def test_a_device_asking_kernel_whose_examples_live_in_another_file_is_traced_on
     asking module alone, whose file has no examples): "no traced call launches it"."""
     plan = make_plan(load_manifest(_write_project(tmp_path / "p", HOPPER_ONLY)))
     assert dict(plan.kernels["copy"].params)["x_ptr"] == "*fp32"
+    # the examples file is one because the package exports its function: which the wheel ships (it had left the
+    # function out, so ``forge_hopperonly.examples`` raised AttributeError)
+    assert "def examples(" in plan.modules["ex"]["host_source"]
+    files = dict(HOPPER_ONLY)
+    files["kernel_manifest.toml"] = files["kernel_manifest.toml"].split("[exports]")[0]
+    with pytest.raises(ForgeError, match=r'a file of examples of its own is one where the package exports a function '
+                                         r'of it: \[exports\] examples = "ex.py"'):
+        make_plan(load_manifest(_write_project(tmp_path / "q", files)))
 
 
 LOCAL_IMPORT_EXAMPLES = {

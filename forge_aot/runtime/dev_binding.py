@@ -40,46 +40,85 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any, sources: dict[st
 
     ``sources`` maps each host module to (filename, source or None to read the file).
     """
+    def bind(mod_name: str, names: tuple[str, ...]) -> Any:
+        return bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, kernel_class, sources[mod_name],
+                           aliases=names)
+
     ops: dict[str, Callable[..., Any]] = {}
-    with project_names_bound() as aliases:
+    with project_names_bound(index["modules"], bind) as bound:
         for mod_name in imports_first(index["modules"]):
-            mod = index["modules"][mod_name]
-            module = bind_module(f"{package}._ops.{mod_name}", index, mod_name, backend, kernel_class,
-                                 sources[mod_name], aliases=aliases(mod))
-            for op in (*mod["ops"], *mod.get("exports", ())):
+            module = bound(mod_name)
+            for op in (*index["modules"][mod_name]["ops"], *index["modules"][mod_name].get("exports", ())):
                 ops[op] = getattr(module, op)
     return ops
 
 
+class _BindingFinder:
+    """While ``project_names_bound`` binds: an import of a kernel file by its project name (``imported_as``) binds
+    that host module there and then, as ``entry._HostModuleFinder`` does in a wheel (a package ``__init__`` importing
+    its kernel files ran the project's file itself, then the binding ran it again: a ``Library.define`` twice)."""
+
+    def __init__(self, names: dict[str, str], bound: Callable[[str], Any]) -> None:
+        self.names, self.bound = names, bound
+        self.specs: dict[str, Any] = {}
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.names:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        module = self.bound(self.names[spec.name])
+        self.specs[spec.name] = module.__spec__
+        return module
+
+    def exec_module(self, module: Any) -> None:  # the host file's own spec, not the alias's
+        module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
+
+
 @contextlib.contextmanager
-def project_names_bound() -> Iterator[Callable[[Mapping[str, Any]], tuple[str, ...]]]:
-    """Where host modules are bound beside the project's own modules (the build's tracing, tuning and development
-    mode): while binding, a kernel file that another imports by its project name (``imported_as``) is the bound
-    host module under that name too, so its import reaches the bound kernel handles as in the wheel; the
-    project's modules are back in ``sys.modules`` afterwards, and those of its packages first imported meanwhile
-    are gone (a helper that imported a bound module would keep it: the next import runs it afresh). Yields
-    ``aliases(module index entry)``, which imports each name's parent package first, as Python does."""
+def project_names_bound(modules: Mapping[str, Mapping[str, Any]], bind: Callable[[str, tuple[str, ...]], Any],
+                        ) -> Iterator[Callable[[str], Any]]:
+    """Where host modules (``modules``: an index's entries) are bound beside the project's own modules (the build's
+    tracing, tuning and development mode): a kernel file that project code imports by its project name
+    (``imported_as``) is the bound host module under that name, so its import reaches the bound kernel handles as in
+    the wheel, and its module-level code runs once (``bind(mod, names)`` binds it, the first time it is needed). The
+    project's modules are back in ``sys.modules`` afterwards, and those of its packages first imported meanwhile are
+    gone. Yields ``bound(mod)``: the bound host module, each name's parent package imported first, as Python does
+    (its ``__init__`` may import the file back: then the finder binds it there)."""
+    names = {name: mod for mod, spec in modules.items() for name in spec.get("imported_as", ())}
     saved: dict[str, Any] = {}
     before = set(sys.modules)
-    bound: list[str] = []
+    done: dict[str, Any] = {}
+    # Those names and the packages above them import afresh: a package imported before (by a project helper) holds
+    # the project's own copy of the file (FLA's ``from fla.ops.utils import chunk_local_cumsum``).
+    for name in names:
+        while name:
+            saved.setdefault(name, sys.modules.pop(name, None))
+            name = name.rpartition(".")[0]
 
-    def aliases(spec: Mapping[str, Any]) -> tuple[str, ...]:
-        # The packages above the files bound so far import afresh, reaching them: a package __init__ re-exporting
-        # a kernel file's op (FLA's ``from fla.ops.utils import chunk_local_cumsum``) had kept the unbound one.
-        for parent in {n.rpartition(".")[0] for n in bound} - {""}:
-            saved.setdefault(parent, sys.modules.pop(parent, None))
-        bound.clear()
-        names = tuple(spec.get("imported_as", ()))
-        for name in names:
-            if "." in name:
-                importlib.import_module(name.rpartition(".")[0])
-            saved.setdefault(name, sys.modules.get(name))
-        bound.extend(names)
-        return names
+    def bound(mod: str) -> Any:
+        if mod not in done:
+            aliases = tuple(modules[mod].get("imported_as", ()))
+            for name in aliases:
+                if "." in name:
+                    importlib.import_module(name.rpartition(".")[0])  # may bind it (through the finder)
+            if mod not in done:
+                done[mod] = bind(mod, aliases)
+                for name in aliases:  # as the import system sets a submodule on its package
+                    parent, _, child = name.rpartition(".")
+                    if parent in sys.modules and not hasattr(sys.modules[parent], child):
+                        setattr(sys.modules[parent], child, done[mod])
+        return done[mod]
 
+    finder = _BindingFinder(names, bound)
+    sys.meta_path.insert(0, finder)
     try:
-        yield aliases
+        yield bound
     finally:
+        sys.meta_path.remove(finder)
         tops = {name.partition(".")[0] for name in saved}
         for name in [n for n in sys.modules if n not in before and n.partition(".")[0] in tops]:
             del sys.modules[name]

@@ -182,7 +182,7 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         fn = function(op)
         if not loaded:
             from .host_modules import dress_exported  # loaded by function(op)
-            dress_exported(exported, fn, op)
+            dress_exported(exported, fn, op, custom)
             loaded.append(fn)
         return fn
 

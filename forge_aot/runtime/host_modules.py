@@ -206,12 +206,16 @@ def host_signature(fn: Callable[..., Any]) -> Any:
     return sig
 
 
-def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str) -> None:
+def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str, custom: bool = False) -> None:
     """An exported op takes its host function's name, docstring and signature (through ``__wrapped__``); for
-    ``op = Cls.apply``, the op's name, the Function's module and docstring and its forward's parameters."""
+    ``op = Cls.apply``, the op's name, the Function's module and docstring and its forward's parameters. A custom
+    op's leaves out Dynamo's marks (FLA's ops are ``@torch.compiler.disable``d: torch.compile then stopped at the
+    exported op, which would have traced it as its custom op)."""
     import functools
 
     functools.update_wrapper(exported, fn)
+    for mark in [k for k in vars(exported) if custom and k.startswith("_torchdynamo")]:
+        delattr(exported, mark)
     owner = applied_function(fn)
     if owner is not None:
         exported.__name__ = exported.__qualname__ = op

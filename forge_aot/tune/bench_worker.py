@@ -231,20 +231,20 @@ class Worker:
         self.backend = TuneBackend(functions)
         self.backend.max_shared = self.info["max_shared"]
         index = cmd["index"]
-        with rt.project_names_bound() as aliases:
-            for mod_name in rt.imports_first({m: index["modules"][m] for m in cmd["modules"]}):
-                path, source = cmd["modules"][mod_name]
-                handles: dict[str, rt.Kernel] = {}
 
-                def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any,
-                            handles: dict[str, rt.Kernel] = handles) -> rt.Kernel:
-                    handles[name] = rt.Kernel(name, spec, targets, backend)
-                    return handles[name]
+        def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> rt.Kernel:
+            self.handles[name] = rt.Kernel(name, spec, targets, backend)
+            return self.handles[name]
 
-                self.modules[mod_name] = rt.bind_module(f"_forge_tune_{mod_name}", index, mod_name, self.backend,
-                                                        factory, (path, source),
-                                                        aliases=aliases(index["modules"][mod_name]))
-                self.handles.update(handles)
+        def bind(mod_name: str, names: tuple[str, ...]) -> Any:
+            self.modules[mod_name] = rt.bind_module(f"_forge_tune_{mod_name}", index, mod_name, self.backend,
+                                                    factory, tuple(cmd["modules"][mod_name]), aliases=names)
+            return self.modules[mod_name]
+
+        entries = {m: index["modules"][m] for m in cmd["modules"]}
+        with rt.project_names_bound(entries, bind) as bound:
+            for mod_name in rt.imports_first(entries):
+                bound(mod_name)
 
     def start_item(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Make the row's inputs (seeded) and the reference result: the reference function's, else the untuned
