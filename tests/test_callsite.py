@@ -338,15 +338,15 @@ def test_the_mask_fill_wheel_runs_the_lengths_it_was_built_for_and_names_any_oth
 
 
 @pytest.mark.parametrize("layers", ["", "torch/"])
-def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path, layers: str) -> None:
+def test_a_launch_from_a_layer_file_the_package_exports_is_packaged(tmp_path, layers: str) -> None:
     """attorch launches its kernels in its layer files (an autograd Function and an nn.Module importing the kernel
-    file). Listed under [exports] only, such a file is not bound to the build's kernel handles: its launch went
-    through Triton itself and failed inside Triton's autotuner on the build's stand-in driver. The build names the
-    line and what to do instead, also where host code would fall back on an exception; also where the layer file
-    lies in a folder named ``torch`` (mlstm_kernels' ``mlstm_kernels/torch/``), which was taken for torch's own."""
+    file). Listed under [exports], such a file is a host module of the wheel, whose import of the kernel file gets
+    the bound handles; since session 43 the build binds it so too (its examples' import of the layer is the bound
+    module: the launch is traced through the kernel's handle, where it had gone through Triton itself and been
+    refused); also where the layer file lies in a folder named ``torch`` (mlstm_kernels' ``mlstm_kernels/torch/``),
+    which was taken for torch's own. A launch through Triton itself is still named at its host line."""
     import torch
 
-    from forge_aot.errors import SourceError
     from forge_aot.manifest import load_manifest
     from forge_aot.plan import make_plan
 
@@ -380,10 +380,9 @@ def test_a_launch_from_a_module_the_build_does_not_bind_is_named(tmp_path, layer
 
     runs = JITFunction.run, Autotuner.run
     try:
-        with pytest.raises(SourceError, match=rf"examples\('cpu'\) reached .*attorchlike/{layers}scale_layer.py:12, "
-                                              r"which launches scale_kernel through Triton itself: that module is "
-                                              r"not one the build binds"):
-            make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+        plan = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"))
+        assert plan.modules["scale_layer"]["exports"] == ["Scale"]
+        assert [e.variant for e in plan.entries] == ["T=fp16,BLOCK=1024"]  # the layer's launch, traced
         assert (JITFunction.run, Autotuner.run) == runs  # Triton's own again
         # kernel.warmup(...) of an autotuned kernel (Triton's Autotuner.warmup calls its fn's): the host line is named
         from forge_aot.trace import TritonLaunch, no_triton_launches
