@@ -336,10 +336,10 @@ class KernelPlan:
     kernel whose own autotuner has the hook (part of ``meta_names``)."""
     meta_defaults: dict[str, Any] = field(default_factory=dict)
     """Those of ``pruner_meta`` with a default: what a config that does not set them compiles with."""
-    row_spaces: dict[tuple[str, tuple[int, ...]], list[ConfigChoice]] = field(default_factory=dict)
+    row_spaces: dict[tuple[str, tuple[int, ...], str], list[ConfigChoice]] = field(default_factory=dict)
     """(variant id, key) → the configs ``early_config_prune`` returned for the row's first traced call (see
     ``pruning``): the row's space, in the hook's order, instead of ``space``."""
-    row_pruned: dict[tuple[str, tuple[int, ...]], dict[str, str]] = field(default_factory=dict)
+    row_pruned: dict[tuple[str, tuple[int, ...], str], dict[str, str]] = field(default_factory=dict)
     """(variant id, key) → the configs of ``space`` the hook dropped for the row, with why (tuning reports them)."""
 
     def _passed(self, names: Sequence[str]) -> list[str]:
@@ -1246,7 +1246,7 @@ def resolve_unset_dtypes(kp: KernelPlan, calls: list[TracedCall],
 
 
 def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any],
-                 tuned: ConfigChoice | None) -> list[ConfigChoice]:
+                 tuned: ConfigChoice | None, target: str | None = None) -> list[ConfigChoice]:
     env_key = {**dict(zip(kp.key, key)), **assignment}
     fixed = {a: assignment[a] for a in kp.launch_axes}
 
@@ -1266,7 +1266,7 @@ def preferences(kp: KernelPlan, key: tuple[int, ...], assignment: dict[str, Any]
         d = fix(ConfigChoice.from_flat(kp.default, kp.meta_names, fixed))
         if ok(d):
             prefs.append(d)
-    space = kp.row_spaces.get((variant_id(assignment, kp.axes), key), kp.space)
+    space = kp.row_spaces.get((variant_id(assignment, kp.axes), key, target), kp.space)
     prefs += [fix(c) for c in space if ok(fix(c))]
     seen: set[str] = set()
     return [c for c in prefs if not (c.id in seen or seen.add(c.id))]  # type: ignore[func-returns-value]
@@ -1682,16 +1682,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                         c = respecialize(kp, c)
                         if kp.heuristics or all(c.spec != o.spec for o in variant_calls.get(key, [])):
                             variant_calls.setdefault(key, []).append(c)
+            targets = [t for t in chosen if not kp.entry.targets or t in kp.entry.targets]
             if early_prune_hook(kp):
-                _prune_rows(loaded, kp, vid, rows, variant_calls)
+                _prune_rows(loaded, kp, vid, rows, variant_calls, targets)
             seen_on = {c.target for key_calls in variant_calls.values() for c in key_calls}
-            for target in [t for t in chosen if not kp.entry.targets or t in kp.entry.targets]:
+            for target in targets:
                 if None not in seen_on and seen_on and target not in seen_on:
                     continue  # traced per target, and only other targets' host code launches this variant
                 entry = EntryPlan(name, vid, assignment, target, calls=variant_calls)
                 table = []
                 for key in rows:
-                    prefs = preferences(kp, key, assignment, None)
+                    prefs = preferences(kp, key, assignment, None, target)
                     if not prefs and key in refined:
                         continue  # a row refine added that no config serves: left out
                     if not prefs:
@@ -1716,12 +1717,15 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
 
 
 def _prune_rows(loaded: mf.LoadedManifest, kp: KernelPlan, vid: str, rows: list[tuple[int, ...]],
-                calls: dict[tuple[int, ...], list[TracedCall]]) -> None:
-    """Run the kernel's ``early_config_prune`` for each row of a variant on the row's first traced call
-    (``KernelPlan.row_spaces``). A row no call reaches keeps the whole space, unless the hook must set what the
-    configs lack (``pruner_meta``); a hook that fails (one that asks the GPU, on a build machine without one) leaves
-    the rows it failed on unpruned, with a note, where the configs can do without it."""
+                calls: dict[tuple[int, ...], list[TracedCall]], targets: list[str]) -> None:
+    """Run the kernel's ``early_config_prune`` for each row of a variant and each target on the row's first traced
+    call (that target's, where calls are traced per target), the hook's questions to the GPU answered as a GPU of
+    that target (lmdeploy's MoE hook picks configs by ``torch.cuda.get_device_capability()``):
+    ``KernelPlan.row_spaces`` by (variant, key, target). A row no call reaches keeps the whole space, unless the hook
+    must set what the configs lack (``pruner_meta``); a hook that fails leaves the rows it failed on unpruned, with a
+    note, where the configs can do without it."""
     from .introspect import load_kernel_module
+    from .trace import as_target
 
     module = load_kernel_module(str(kp.source))
     required = [n for n in kp.pruner_meta if n not in kp.meta_defaults]
@@ -1733,13 +1737,17 @@ def _prune_rows(loaded: mf.LoadedManifest, kp: KernelPlan, vid: str, rows: list[
                              f"the configs that set {', '.join(required)}: call the op with such a shape in the "
                              "examples (or the tuning inputs)")
             continue
-        try:
-            kp.row_spaces[(vid, key)], kp.row_pruned[(vid, key)] = early_prune(kp, kp.space, calls[key][0], module)
-        except PruneHookFailed as exc:  # the hook raised; what it returned is never shipped unchecked
-            if required:
-                raise
-            if not any(n.startswith(f"kernels.{kp.name}: ") and n.endswith(" unpruned") for n in kp.notes):
-                kp.notes.append(f"kernels.{kp.name}: {exc}; the rows it fails on take the space unpruned")
+        for target in targets:
+            call = next((c for c in calls[key] if c.target == target), calls[key][0])
+            try:
+                with as_target(target, False):
+                    pruned = early_prune(kp, kp.space, call, module)
+                kp.row_spaces[(vid, key, target)], kp.row_pruned[(vid, key, target)] = pruned
+            except PruneHookFailed as exc:  # the hook raised; what it returned is never shipped unchecked
+                if required:
+                    raise
+                if not any(n.startswith(f"kernels.{kp.name}: ") and n.endswith(" unpruned") for n in kp.notes):
+                    kp.notes.append(f"kernels.{kp.name}: {exc}; the rows it fails on take the space unpruned")
 
 
 def _declared_writes_marked(schema: str | None, mutates_args: str) -> bool:

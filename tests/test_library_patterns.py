@@ -1569,3 +1569,45 @@ def test_ops_an_examples_function_imports_inside_itself_are_recorded(tmp_path: P
     assert "scale: torch.ops.forge_localimport.scale(Tensor x) -> Tensor (from the traced examples)" in result.output
     assert "scale_twice: torch.ops.forge_localimport.scale_twice(Tensor x) -> Tensor (from the traced examples)" \
         in result.output
+
+
+ARCH_PRUNE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def _config_prune_func(configs, nargs, **kwargs):
+    major = torch.cuda.get_device_capability()[0]
+    return configs[:2] if major >= 9 else configs[2:]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 8), (128, 8), (64, 4), (32, 2))],
+                 key=["n"], prune_configs_by={"early_config_prune": _config_prune_func})
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, y, x.numel())
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_a_pruning_hook_that_asks_the_gpu_prunes_for_each_target(tmp_path: Path) -> None:
+    """lmdeploy's fused MoE prunes its autotune configs by ``torch.cuda.get_device_capability()``: the hook ran
+    outside the per-target device answers and failed on the CPU build machine (its rows took the whole space, the
+    Hopper config first on every target). It runs as a GPU of each target, each target's rows taking its configs."""
+    manifest = one_file_project(tmp_path / "p", "forge_archprune", ARCH_PRUNE, "scale_kernel", ["scale"])
+    manifest.write_text(manifest.read_text().replace('targets = ["sm_90"]', 'targets = ["sm_80", "sm_90"]'))
+    plan = make_plan(load_manifest(manifest))
+    assert not any("unpruned" in n for n in plan.kernels["k"].notes), plan.kernels["k"].notes
+    firsts = {e.target: e.tables["default"][0].preferences[0].meta["BLOCK"] for e in plan.entries}
+    assert firsts == {"sm_80": 64, "sm_90": 256}, firsts

@@ -147,8 +147,8 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             if any(entry.assignment.get(n, v) != v for n, v in zip(kp.key, key)):
                 continue  # a key argument that is also a variant axis (HEAD_DIM): another variant's row
             choice = ConfigChoice.from_flat({**kp.meta_defaults, **r.config}, kp.meta_names, fixed)
-            if not preferences(kp, key, entry.assignment, choice) or \
-                    preferences(kp, key, entry.assignment, choice)[0].id != choice.id:
+            if not preferences(kp, key, entry.assignment, choice, entry.target) or \
+                    preferences(kp, key, entry.assignment, choice, entry.target)[0].id != choice.id:
                 label = f"{entry.kernel} on {r.provenance.gpu} ({entry.target}): a winner fails the constraints"
                 stale[label] = stale.get(label, 0) + 1
                 continue
@@ -166,7 +166,7 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
                 table.append(default_rows[key])
                 origins[key] = "untuned"
                 continue
-            table.append(TableRow(key, preferences(kp, key, entry.assignment, by_model[source][key])))
+            table.append(TableRow(key, preferences(kp, key, entry.assignment, by_model[source][key], entry.target)))
             origins[key] = f"aliased:{source}"
         entry.tables["default"] = table
         entry.origins["default"] = origins
@@ -176,7 +176,8 @@ def apply_tuning(plan: BuildPlan, db: TuningDatabase | None, triton_version: str
             else "manifest default"
         for model in sorted(by_model):
             rows = by_model[model]
-            entry.tables[model] = [TableRow(k, preferences(kp, k, entry.assignment, rows[k])) for k in sorted(rows)]
+            entry.tables[model] = [TableRow(k, preferences(kp, k, entry.assignment, rows[k], entry.target))
+                                   for k in sorted(rows)]
             entry.origins[model] = {k: "tuned" for k in rows}
             entry.table_sources[model] = f"tuned on {model}: {len(rows)} rows"
         devices = summary.devices.setdefault(entry.target, [])

@@ -105,7 +105,7 @@ def make_items(plan: BuildPlan, *, kernels: tuple[str, ...] = (), shard: tuple[i
         for row in rows:
             candidates = [c for c in row.preferences]  # early_config_prune ran when the plan was made
             calls = entry.calls.get(row.key, [])
-            pruned = dict(kp.row_pruned.get((entry.variant, row.key), {}))
+            pruned = dict(kp.row_pruned.get((entry.variant, row.key, entry.target), {}))
             item = TuneItem(entry, kp, row.key, candidates, calls, len(candidates) + len(pruned), pruned)
             if total > 1 and shard_of(item.id, total) != index:
                 continue
