@@ -1729,25 +1729,25 @@ def _prune_rows(loaded: mf.LoadedManifest, kp: KernelPlan, vid: str, rows: list[
 
     module = load_kernel_module(str(kp.source))
     required = [n for n in kp.pruner_meta if n not in kp.meta_defaults]
+    reached = [key for key in rows if calls.get(key)]
     for key in rows:
-        if not calls.get(key):
-            if required:
-                raise _error(loaded, f"kernels.{kp.name}.examples", f"no traced call reaches the row "
-                             f"{dict(zip(kp.key, key))} [{vid}] of {kp.function}, so its pruning hook cannot make "
-                             f"the configs that set {', '.join(required)}: call the op with such a shape in the "
-                             "examples (or the tuning inputs)")
-            continue
-        for target in targets:
-            call = next((c for c in calls[key] if c.target == target), calls[key][0])
-            try:
-                with as_target(target, False):
-                    pruned = early_prune(kp, kp.space, call, module)
-                kp.row_spaces[(vid, key, target)], kp.row_pruned[(vid, key, target)] = pruned
-            except PruneHookFailed as exc:  # the hook raised; what it returned is never shipped unchecked
-                if required:
-                    raise
-                if not any(n.startswith(f"kernels.{kp.name}: ") and n.endswith(" unpruned") for n in kp.notes):
-                    kp.notes.append(f"kernels.{kp.name}: {exc}; the rows it fails on take the space unpruned")
+        if key not in reached and required:
+            raise _error(loaded, f"kernels.{kp.name}.examples", f"no traced call reaches the row "
+                         f"{dict(zip(kp.key, key))} [{vid}] of {kp.function}, so its pruning hook cannot make "
+                         f"the configs that set {', '.join(required)}: call the op with such a shape in the "
+                         "examples (or the tuning inputs)")
+    for target in targets:
+        with as_target(target, False):  # (once per target: it patches torch's and Triton's device queries)
+            for key in reached:
+                call = next((c for c in calls[key] if c.target == target), calls[key][0])
+                try:
+                    kp.row_spaces[(vid, key, target)], kp.row_pruned[(vid, key, target)] = \
+                        early_prune(kp, kp.space, call, module)
+                except PruneHookFailed as exc:  # the hook raised; what it returned is never shipped unchecked
+                    if required:
+                        raise
+                    if not any(n.startswith(f"kernels.{kp.name}: ") and n.endswith(" unpruned") for n in kp.notes):
+                        kp.notes.append(f"kernels.{kp.name}: {exc}; the rows it fails on take the space unpruned")
 
 
 def _declared_writes_marked(schema: str | None, mutates_args: str) -> bool:

@@ -145,7 +145,7 @@ def _without_var_parameters(sig: inspect.Signature, calls: list[Call]) -> tuple[
 
 def has_var_parameters(fn: Callable[..., Any]) -> bool:
     """Whether the host function takes ``*args`` or ``**kwargs`` (a schema leaves them out: ``schema_takes``)."""
-    return any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in host_signature(fn).parameters.values())
+    return _without_var_parameters(host_signature(fn), [])[1] is not None
 
 
 def schema_takes(schema: str) -> list[Any]:
