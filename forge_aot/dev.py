@@ -68,8 +68,8 @@ class JitBackend:
         return {**kwargs, **meta, **constexprs, **heuristics, **launch}
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
-               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
-        self.functions[kernel.name][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
+        return self.functions[kernel.name][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
 
     def compiled(self, kernel: rt.Kernel, state: Any, config: rt.Config, heur: tuple[Any, ...],
                  runtime: Sequence[Any], call: dict[str, Any], generic: bool = False) -> Any:

@@ -153,7 +153,8 @@ def load_kernel_module(path: str) -> types.ModuleType:
         try:
             # Without a GPU, torch.cuda's device queries at import (``is_hopper = ...``) answer as the target too.
             with torch_answers_as(target) if target is not None else contextlib.nullcontext(), \
-                    tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext(), no_triton_launches():
+                    tensors_on_gpu("cpu") if target is not None else contextlib.nullcontext(), no_triton_launches(), \
+                    recording_library_registrations():
                 if own is not None:
                     _exec_as_package_module(module, code, own)
                 else:
@@ -172,6 +173,64 @@ def load_kernel_module(path: str) -> types.ModuleType:
         _check_reexported_triton(path, module)
         _modules[path] = module
     return module
+
+
+_LIBRARIES: list[Any] = []
+"""``torch.library.Library`` objects project code registered ops on while this process imported it (weak
+references): introspection runs a kernel file with Triton, then the trace binds its host code, which registers
+them again (vLLM's ``direct_register_custom_op`` at module level: "Tried to register an operator ... multiple
+times")."""
+
+
+@contextlib.contextmanager
+def recording_library_registrations() -> Iterator[None]:
+    """Inside, the ``Library`` objects project code calls ``define``, ``impl`` or ``_register_fake`` on are
+    remembered for ``undo_library_registrations`` (torch's own, such as a ``custom_op``'s, which may be defined
+    again, are not)."""
+    import weakref
+
+    from torch.library import Library
+
+    originals = {name: Library.__dict__[name] for name in ("define", "impl", "_register_fake")}
+
+    def recording(original: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if not (caller == "torch" or caller.startswith("torch.")) \
+                    and not any(ref() is self for ref in _LIBRARIES):
+                _LIBRARIES.append(weakref.ref(self))
+            return original(self, *args, **kwargs)
+        return method
+
+    for name, original in originals.items():
+        setattr(Library, name, recording(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(Library, name, original)
+
+
+def undo_library_registrations() -> None:
+    """Take back what the remembered ``Library`` objects registered, each left empty and usable: the host code
+    about to run registers its ops there again, as the wheel does. (Through torch's private ``Library.m``; a torch
+    whose ``Library`` differs keeps them, and a second registration fails as it did before.)"""
+    import torch
+    import torch.library
+
+    for ref in _LIBRARIES:
+        lib = ref()
+        if lib is None or lib.m is None:
+            continue
+        try:
+            lib._destroy()  # the C++ library reset: its definitions and kernels go
+            lib.m = torch._C._dispatch_library(lib.kind, lib.ns, lib.dispatch_key, __file__, 0)
+        except Exception:  # another torch: the registrations stay
+            continue
+        torch.library._defs.difference_update(lib._op_defs)
+        lib._op_defs.clear()
+        lib._op_impls.clear()
+    _LIBRARIES.clear()
 
 
 def _exec_as_package_module(module: types.ModuleType, code: types.CodeType, real: str) -> None:

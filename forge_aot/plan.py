@@ -615,10 +615,21 @@ def infer_signature(loaded: mf.LoadedManifest, kp: KernelPlan, calls: list[Trace
     if not untyped:
         return
     at = f"kernels.{kp.name}.signature"
+    untypable: list[ManifestError] = []  # (every such parameter named in one message: lmdeploy's kernels have four)
     for n in untyped:
-        kp.inferred[n] = _type_of_values(loaded, kp, n, calls, at)
+        try:
+            kp.inferred[n] = _type_of_values(loaded, kp, n, calls, at)
+        except ManifestError as exc:
+            untypable.append(exc)
+            continue
         if "|" in kp.inferred[n]:
             kp.pointer_ints[n] = kp.inferred[n].partition("|")[2]
+    if len(untypable) > 1:
+        raise _error(loaded, at, f"{len(untypable)} runtime parameters of {kp.function} have no type, and the traced "
+                     "calls do not give them one:\n" + "\n".join(f"  {exc.key_path}: {exc.message}"
+                                                                 for exc in untypable))
+    if untypable:
+        raise untypable[0]
     kp.params = [(n, kp.inferred.get(n, ty).partition("|")[0]) for n, ty in kp.params]
     types = dict(kp.params)
     kp.spec_params = [n for n, ty in kp.params if n in kp.spec_params or n in kp.pointer_ints or (

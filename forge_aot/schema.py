@@ -59,8 +59,11 @@ def _default(value: Any) -> str:
 
     if isinstance(value, torch.dtype):
         return str(value).removeprefix("torch.")  # the schema parser's dtype names: float8_e4m3fn
-    if isinstance(value, str):
-        return repr(value)
+    if isinstance(value, bool):
+        return repr(bool(value))
+    for base in (int, float, str):  # an IntEnum's member (lmdeploy's ``quant_policy=QuantPolicy.NONE``) by its value
+        if isinstance(value, base):
+            return repr(base(value))
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return repr(value)
@@ -121,10 +124,26 @@ def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
     if varargs is not None and sig is None:
         return None, varargs, None, None
     schema, how, rule, buffer = _schema_and_buffer(fn, sig, calls)
+    refused = _unparsed(schema)
+    if refused is not None:  # (the wheel's definition would fail, and its custom op be missing, at run time)
+        return None, refused, None, None
     if varargs is None or schema is None:
         return schema, how, rule, buffer
     return schema, f"{how}; without its {varargs} (empty in every traced call: a call passing more runs as Python, " \
         "the others as the custom op)", rule, buffer
+
+
+def _unparsed(schema: str | None) -> str | None:
+    """Why torch's schema parser refuses ``schema``, or None where it takes it (or there is none)."""
+    import torch
+
+    if schema is None:
+        return None
+    try:
+        torch._C.parse_schema(f"op{schema}")
+    except Exception as exc:  # (RuntimeError; IndexError "stoll" for an integer beyond 64 bits)
+        return f"its schema {schema} does not parse: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+    return None
 
 
 def _without_var_parameters(sig: inspect.Signature, calls: list[Call]) -> tuple[Any, str | None]:
@@ -159,7 +178,11 @@ def schema_takes(schema: str) -> list[Any]:
 
 def _schema_and_buffer(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
                        ) -> tuple[str | None, str, ResultRule | None, tuple[str, int] | None]:
-    buffer = _output_buffer(sig, calls)
+    buffers = _output_buffers(sig, calls)
+    if len(buffers) > 1:  # (TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)``)
+        return None, (f"arguments {' and '.join(buffers)} are output buffers the op writes or returns (a traced "
+                      "call leaves them None): a custom op leaves out one at most"), None, None
+    buffer = buffers[0] if buffers else None
     if buffer is not None:
         reduced = _without_buffer(sig, calls, buffer)
         if reduced is None:
@@ -388,7 +411,8 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             return None, f"argument {name} takes several types: {sorted(seen[name])}", None
         if p.default is inspect.Parameter.empty:
             params.append(f"{t} {name}")
-        elif unspellable(p.default):  # optional in the schema: its None means the host function's default
+        elif p.default is None or unspellable(p.default):  # optional in the schema (``max_seqlen_q: int = None``,
+            # lmdeploy's; or None meaning the host function's own default)
             params.append(f"{t.removesuffix('?')}? {name}=None")
         else:
             params.append(f"{t} {name}={_default(p.default)}")
@@ -513,25 +537,27 @@ def _plain_tensor_annotations(fn: Any, sig: inspect.Signature) -> Any:
     return prototype
 
 
-def _output_buffer(sig: inspect.Signature, calls: list[Call]) -> str | None:
-    """A parameter some traced call left None where the op's code put a tensor it writes or returns (mamba's ``out
-    = torch.empty_like(x) if out is None else out``): a caller's tensor there would be written and returned. Not
-    where a call passing one shows the op leaving it alone (vLLM's lightning attention clones its ``kv_history``)."""
+def _output_buffers(sig: inspect.Signature, calls: list[Call]) -> list[str]:
+    """The parameters, in order, some traced call left None where the op's code put a tensor it writes or returns
+    (mamba's ``out = torch.empty_like(x) if out is None else out``): a caller's tensor there would be written and
+    returned. Not where a call passing one shows the op leaving it alone (vLLM's lightning attention clones its
+    ``kv_history``)."""
     import torch
 
     def outputs(result: Any, rest: list[Any]) -> set[Any]:
         return {storage_id(t) for t in (*(rest[0] if rest else ()), *(result if isinstance(result, tuple) else (
             result,))) if isinstance(t, torch.Tensor)}
 
+    found: set[str] = set()
     for _, _, result, *rest in calls:
         for name, value in (rest[1] if len(rest) > 1 else {}).items():
-            if isinstance(value, torch.Tensor) and storage_id(value) in outputs(result, rest):
+            if name not in found and isinstance(value, torch.Tensor) and storage_id(value) in outputs(result, rest):
                 passed = [(b[name], r, rst) for args, kwargs, r, *rst in calls
                           if (b := _bound(sig, args, kwargs)) is not None and isinstance(b.get(name), torch.Tensor)]
                 if passed and all(storage_id(v) not in outputs(r, rst) for v, r, rst in passed):
                     continue  # each tensor passed there is neither written nor returned: an input
-                return name
-    return None
+                found.add(name)
+    return [name for name in sig.parameters if name in found]
 
 
 def _written_arguments(sig: inspect.Signature, calls: list[Call]) -> list[str]:

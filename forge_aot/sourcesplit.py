@@ -2035,9 +2035,12 @@ def imported_launch_sites(path: Path, text: str,
 
 
 def _kernel_choices(expr: ast.expr, kernels: set[str]) -> list[str] | None:
-    """The kernels an expression picks among (``A``, ``A if gemma else B``, ``(A, B)[i]``), or None for any other."""
+    """The kernels an expression picks among (``A``, ``A if gemma else B``, ``(A, B)[i]``; a ``None`` there picks
+    none: ``kernel = A if tuned else None``), or None for any other."""
     if isinstance(expr, (ast.Name, ast.Attribute)) and ast.unparse(expr) in kernels:
         return [ast.unparse(expr)]
+    if isinstance(expr, ast.Constant) and expr.value is None:
+        return []
     if isinstance(expr, ast.IfExp):
         body, orelse = _kernel_choices(expr.body, kernels), _kernel_choices(expr.orelse, kernels)
         return None if body is None or orelse is None else [*body, *(k for k in orelse if k not in body)]

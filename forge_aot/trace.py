@@ -22,7 +22,7 @@ from typing import Any
 
 from . import runtime as rt
 from .errors import SourceError
-from .introspect import as_host_call
+from .introspect import as_host_call, recording_library_registrations, undo_library_registrations
 from .ongpu import cuda_registrations_serve_cpu, machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
 from .runtime.host_modules import applied_function, host_signature
@@ -172,12 +172,12 @@ class TraceKernel(rt.Kernel):
         super().__init__(name, spec, targets, backend)
         self.records: list[TracedCall] = []
 
-    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
         # Triton itself at build time) is recorded as the runtime's stand-in, as the wheel's host code passes it.
         runtime, call = self._bind(*as_host_call(args, kwargs))
         if LAUNCHES.skip is True:  # the build's run of a Meta implementation (schema.meta_mismatch): no record
-            return
+            return rt.PlaceholderCompiled(self, call)
         values = list(runtime)
         for i in self.ptr_pos:
             try:
@@ -194,6 +194,8 @@ class TraceKernel(rt.Kernel):
         named = {**dict(zip(self.runtime_names, runtime)), **call}
         self.records.append(TracedCall(self.name, self.axis_values(runtime, call), key,
                                        rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0]))
+        # what a launch returns (Triton's CompiledKernel: Unsloth's MoE GEMMs log its registers): no binary yet
+        return rt.PlaceholderCompiled(self, call)
 
     @property
     def arg_names(self) -> list[str]:
@@ -228,8 +230,11 @@ class Tracer:
         # Module-level code of the kernel files and their helpers runs here: allocations on "cuda" stay on the CPU
         # where the machine has no GPU (on one with a GPU they are real: helper modules stay imported for the
         # process, dev mode's and the benchmarks' kernels then get real GPU tensors from them).
+        # What introspection (or an earlier trace) registered on project code's torch Libraries is registered
+        # again as the host code binds: taken back first.
+        undo_library_registrations()
         with as_target(target, per_target, model), fresh_modules(helpers), recording_reads(self.files_read), \
-                recording_imports(self.imported), \
+                recording_imports(self.imported), recording_library_registrations(), \
                 (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches(), \
                 cuda_registrations_serve_cpu():
             self._bind_all(kernels, modules)

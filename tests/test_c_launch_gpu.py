@@ -84,6 +84,37 @@ def test_c_path_gives_the_python_paths_results(packaged, c_path) -> None:
 
 
 @pytest.mark.gpu
+def test_a_launch_returns_its_binarys_compiled_kernel_on_both_paths(packaged, c_path) -> None:
+    """Triton's ``kernel[grid](...)`` returns the CompiledKernel it ran, and Unsloth's MoE GEMMs log its ``name``,
+    ``n_regs``, ``n_spills`` and ``metadata`` after every launch (the wheel's launch returned None). The Python
+    path's launch and the C path's return the same object, one per binary, with the driver's figures."""
+    import torch
+
+    fastpath, handles = c_path
+    add = handles[0]
+    x = torch.randn(3001, device="cuda")
+    y, out = torch.randn_like(x), torch.full_like(x, float("nan"))
+
+    def grid(meta):
+        return ((x.numel() + meta["BLOCK_SIZE"] - 1) // meta["BLOCK_SIZE"],)
+
+    fastpath.use_c_launch(add, False)
+    first = add[grid](x, y, out, x.numel())
+    assert fastpath.use_c_launch(add, True)
+    assert add[grid](x, y, out, x.numel()) is first  # the Python path, handing the call to the C path
+    out.fill_(float("nan"))
+    with python_runs([add]) as count:
+        again = add[grid](x, y, out, x.numel())
+    torch.cuda.synchronize()
+    assert count[0] == 0 and again is first
+    torch.testing.assert_close(out, x + y)
+    assert again.name == again.metadata.name == "add_kernel"
+    assert again.n_regs > 0 and again.n_spills >= 0 and again.n_max_threads >= 32 * again.metadata.num_warps
+    assert again.metadata.num_warps in (1, 2, 4, 8, 16) and again.metadata.target.arch > 0
+    assert "add_kernel" in repr(again)
+
+
+@pytest.mark.gpu
 def test_c_path_inside_cuda_graph_capture(packaged, c_path) -> None:
     import torch
 

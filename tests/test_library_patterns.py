@@ -1138,6 +1138,31 @@ def test_kernel_files_their_package_init_imports_define_their_torch_ops_once(tmp
         forget_projects()
 
 
+def test_an_autotuned_kernel_file_its_package_init_imports_registers_its_library_op_once(tmp_path: Path) -> None:
+    """The same layout with the kernel under ``@triton.autotune``: the build imports such a file with Triton to read
+    its configs, and that import ran ``direct_register_custom_op`` (``Library.define``) before the trace bound the
+    host code, which ran it again: "Tried to register an operator (vllm_e::scale_rows...) multiple times". What
+    introspection registered on the project's ``Library`` is taken back before the host code binds."""
+    import torch
+
+    files = _vllmish("vllm_e")
+    files["vllmish/ops/scale_op.py"] = files["vllmish/ops/scale_op.py"].replace(
+        "@triton.jit\n", '@triton.autotune(configs=[triton.Config({"BLOCK": 128}), triton.Config({"BLOCK": 256})], '
+        'key=["n"])\n@triton.jit\n').replace(
+        "scale_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=block_for(x.numel()))",
+        "scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta['BLOCK']),)](x, y, x.numel())")
+    try:
+        result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, files))])
+        assert result.exit_code == 0, result.output
+        assert "scale: scale_kernel [@triton.autotune]: 1 variants over (nothing), 2 configs in the space" \
+            in result.output
+        assert "scale: torch.ops.forge_vllm_e.scale(Tensor x) -> Tensor" in result.output
+        # the op stands, defined once: by the bound host code (whose function is the traced one), not introspection's
+        assert str(torch.ops.vllm_e.scale_rows.default._schema) == "vllm_e::scale_rows(Tensor x) -> Tensor"
+    finally:
+        _forget_package("vllmish")
+
+
 @pytest.mark.slow
 def test_a_wheel_of_kernel_files_their_package_init_imports_defines_their_ops_once(tmp_path: Path) -> None:
     """The wheel of that project in a fresh process without Triton or the project: the op first or the package
@@ -1611,3 +1636,63 @@ def test_a_pruning_hook_that_asks_the_gpu_prunes_for_each_target(tmp_path: Path)
     assert not any("unpruned" in n for n in plan.kernels["k"].notes), plan.kernels["k"].notes
     firsts = {e.target: e.tables["default"][0].preferences[0].meta["BLOCK"] for e in plan.entries}
     assert firsts == {"sm_80": 64, "sm_90": 256}, firsts
+
+
+UNSLOTH_LOGGED = '''\
+import logging
+
+import torch
+import triton
+import triton.language as tl
+
+logger = logging.getLogger(__name__)
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def log_kernel_info(compiled_kernel: triton.compiler.CompiledKernel):
+    kernel_name = compiled_kernel.name
+    nregs = compiled_kernel.n_regs
+    nspills = compiled_kernel.n_spills
+    metadata = compiled_kernel.metadata
+    logger.debug(f"{kernel_name}: n_regs={nregs} n_spills={nspills} metadata={metadata}")
+    return kernel_name, metadata.num_warps
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    kernel = _scale_kernel if x.numel() > 0 else None
+    compiled_kernel: triton.compiler.CompiledKernel = kernel[(triton.cdiv(x.numel(), 256),)](
+        x, y, x.numel(), BLOCK=256, num_warps=4)
+    assert log_kernel_info(compiled_kernel) == ("_scale_kernel", 4)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_what_a_launch_returns_is_a_compiled_kernel_as_tritons(tmp_path: Path) -> None:
+    """Unsloth's MoE GEMMs (``grouped_gemm/interface.py``) log what ``kernel[grid](**kernel_args)`` returns, Triton's
+    ``CompiledKernel``: ``.name``, ``.n_regs``, ``.n_spills``, ``.metadata``, after every launch, the kernel picked
+    into a local first (``kernel = A if ... else B``). The build's trace returned None there and the examples failed;
+    so did the wheel's launch (and its Meta implementation's). Now the trace and a Meta implementation return a
+    placeholder compiled kernel (no binary runs there), the wheel's launch its binary's (tests/test_c_launch_gpu.py)."""
+    manifest = one_file_project(tmp_path / "p", "forge_unsloth_logged", UNSLOTH_LOGGED, "_scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "scale: torch.ops.forge_unsloth_logged.scale(Tensor x) -> Tensor" in result.output, result.output
+    site = _installed(manifest, tmp_path / "w")
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_unsloth_logged
+        y = torch.ops.forge_unsloth_logged.scale(torch.empty(5000, device="meta"))  # the Meta implementation
+        print(json.dumps({"shape": list(y.shape), "compiled": "forge_unsloth_logged._runtime.compiled" in sys.modules}))
+        ''')
+    assert _run_fresh(check, site) == {"shape": [5000], "compiled": True}

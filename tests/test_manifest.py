@@ -287,6 +287,9 @@ def test_without_signature_tensors_of_several_dtypes_ask_for_a_type_variable(tmp
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 2 and "kernels.scale.signature.x_ptr" in result.output \
         and "give it a type variable of dtypes" in result.output, result.output
+    # every such parameter in one message, not one per run (lmdeploy's attention kernel took four runs)
+    assert "2 runtime parameters of scale_kernel have no type" in result.output \
+        and "kernels.scale.signature.out_ptr: runtime parameter 'out_ptr'" in result.output, result.output
     # what the message asks for: one pointer typed with the variable, the rest still from the calls
     manifest = _signatureless(tmp_path, "(torch.float16, torch.float32)",
                               'signature = { x_ptr = "*T" }\ndtypes = { T = ["fp16", "fp32"] }\n')

@@ -55,6 +55,45 @@ def test_an_annotated_parameter_defaulting_to_none_is_optional_in_the_schema() -
     assert torch.ops.forge_test_none_default.op(torch.ones(2), None, None, None).tolist() == [1.0, 1.0]
 
 
+def test_defaults_the_traced_schema_spells_as_torch_takes_them() -> None:
+    """lmdeploy's ops, typed from the traced calls: ``quant_policy: QuantPolicy = QuantPolicy.NONE`` (an IntEnum) was
+    written ``int quant_policy=<QuantPolicy.NONE: 0>``, which torch's parser refuses, and the wheel's custom op was
+    silently missing; ``max_seqlen_q: int = None`` was ``int max_seqlen_q=None``, whose op refuses the None. A
+    default no schema spells leaves the op without a custom op, saying why, instead of a schema that does not parse."""
+    import enum
+
+    import torch
+
+    from forge_aot.schema import schema_and_buffer
+
+    class Policy(enum.IntEnum):
+        NONE = 0
+        INT8 = 8
+
+    seen = []
+
+    def fill(x, policy=Policy.NONE, max_len: int = None, mode: str = "a"):  # noqa: RUF013 (as lmdeploy writes it)
+        seen.append((policy == Policy.NONE, max_len))
+        return x * 2
+
+    x = torch.ones(3)
+    calls = [((x,), {"max_len": 7}, x * 2, []), ((x, Policy.INT8), {"max_len": 9, "mode": "b"}, x * 2, [])]
+    schema, how, _, _ = schema_and_buffer(fill, calls)
+    assert schema == "(Tensor x, int policy=0, int? max_len=None, str mode='a') -> Tensor", schema
+    assert how == "from the traced examples"
+    lib = torch.library.Library("forge_test_enum_default", "DEF")
+    lib.define("fill" + schema)
+    lib.impl("fill", fill, "CPU")
+    assert torch.ops.forge_test_enum_default.fill(x, max_len=None).tolist() == [2.0, 2.0, 2.0]
+    assert seen == [(True, None)]
+
+    def seeded(x, seed=2**70):
+        return x * 2
+
+    schema, how, _, _ = schema_and_buffer(seeded, [((x, 3), {}, x * 2, [])])
+    assert schema is None and how.startswith(f"its schema (Tensor x, int seed={2**70}) -> Tensor does not parse: "), how
+
+
 def test_an_annotated_tensor_a_traced_call_passes_none_is_optional_in_the_schema() -> None:
     """gemlite's ``gemv_forward(..., scales_x: Tensor, ...)`` is called with ``scales_x=None``: the annotation's
     ``Tensor`` would make ``torch.ops`` refuse the very calls the examples make."""
@@ -112,6 +151,47 @@ def test_an_input_a_kernel_writes_only_under_a_flag_the_op_never_passes_is_read_
     # the index tells the runtime's guard what each flag writes (runtime/guard.py, tests/test_guard.py)
     assert plan.kernels["k"].spec_json()["writes_when"] == [[[["HAS_OUTPUT", False]], ["x_ptr"]],
                                                             [[["HAS_OUTPUT", True]], ["o_ptr"]]]
+
+
+def test_two_output_buffers_a_call_leaves_none_cost_the_op_its_custom_op(tmp_path) -> None:
+    """TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)`` fills both when None: the
+    schema left out whichever buffer a set's order gave first (it changed between runs with PYTHONHASHSEED) and kept
+    the other as a plain ``Tensor? b=None``, neither written nor returned by the schema's word, though a caller's
+    tensor there is both. A custom op leaves out one buffer at most: with two, the op runs as Python, every time."""
+    from tests.test_localmods import one_file_project
+
+    kernel = textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def acc_kernel(x_ptr, a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n)
+            tl.atomic_add(a_ptr + offs, x, mask=offs < n)
+            tl.atomic_add(b_ptr + offs, 2 * x, mask=offs < n)
+
+
+        def accumulate(x: torch.Tensor, a: torch.Tensor = None, b: torch.Tensor = None):
+            if a is None:
+                a = torch.zeros_like(x, dtype=torch.float32)
+            if b is None:
+                b = torch.zeros_like(x, dtype=torch.float32)
+            acc_kernel[(triton.cdiv(x.numel(), 128),)](x, a, b, x.numel(), BLOCK=128)
+            return a, b
+
+
+        def examples(device="cuda"):
+            accumulate(torch.randn(300, device=device))
+        ''')
+    manifest = one_file_project(tmp_path / "p", "forge_test_two_buffers", kernel, "acc_kernel", ["accumulate"])
+    plan = make_plan(load_manifest(manifest), ["sm_90"])
+    assert plan.modules["k"]["schemas"] == {"accumulate": None}
+    assert plan.modules["k"]["schema_notes"]["accumulate"] == (
+        "arguments a and b are output buffers the op writes or returns (a traced call leaves them None): a custom op "
+        "leaves out one at most")
 
 
 def test_a_return_annotation_the_traced_results_disagree_with_gives_way_to_them() -> None:
@@ -1318,8 +1398,11 @@ def test_a_meta_implementation_under_fake_gpu_tensors_sees_their_gpu() -> None:
     with FakeTensorMode() as mode:
         y = torch.ops.forge_test_fake_gpu.op(torch.empty(5, device="cuda"))
         assert y.shape == (10,) and str(y.device) == "cuda:0" and type(y).__name__ == "FakeTensor"
-        with pytest.raises(ValueError if torch.cuda.is_available() else AssertionError):
+        with pytest.raises(ValueError if torch.cuda.is_available() else AssertionError) as raised:
             torch.ops.forge_test_fake_gpu.op(torch.empty(3, device="cuda"))
+        if not torch.cuda.is_available():  # the Meta kernel's error, the fake GPU call's behind it (flashinfer's
+            # merge_states asked torch.cuda.get_device_properties there; the Meta kernel's own error hid that)
+            assert isinstance(raised.value.__context__, ValueError) and "three rows" in str(raised.value.__context__)
         assert not mode.in_kernel_invocation and not torch._C._meta_in_tls_dispatch_include()
         assert torch.ops.forge_test_fake_gpu.op(torch.empty(4, device="cuda")).shape == (8,)
     assert seen[0] == ("cuda:0", True) and ("meta", False) not in seen[:2]

@@ -28,8 +28,8 @@ def test_a_kernel_picked_into_a_local_name_is_launched_there(realworld_plan) -> 
 
 
 def test_kernel_aliases_are_names_bound_only_to_kernels(tmp_path) -> None:
-    """``fx = A``, ``A if c else B``, ``(A, B)[i]``: each kernel; a name also bound to anything else (by unpacking
-    too) is none."""
+    """``fx = A``, ``A if c else B``, ``(A, B)[i]``: each kernel; ``A if c else None`` (a handle picked at run time,
+    Unsloth's MoE style): A; a name also bound to anything else (by unpacking too) is none."""
     import ast
 
     from forge_aot.sourcesplit import _kernel_aliases
@@ -45,9 +45,11 @@ def test_kernel_aliases_are_names_bound_only_to_kernels(tmp_path) -> None:
             mixed = x
             pair = A
             pair, other2 = B, x
+            maybe = A if c else None
             fx[(1,)](x)
     ''')).body[0]
-    assert _kernel_aliases(fn, {"A", "B", "C"}) == {"fx": ["A", "B"], "gx": ["A", "B", "C"], "hx": ["A", "B"]}
+    assert _kernel_aliases(fn, {"A", "B", "C"}) == {"fx": ["A", "B"], "gx": ["A", "B", "C"], "hx": ["A", "B"],
+                                                  "maybe": ["A"]}
 
 
 # -- GPU ---------------------------------------------------------------------------------------------------------

@@ -76,6 +76,7 @@ _EXPORTS = {
     "desc_dtype": "descriptors",
     "desc_signature": "descriptors",
     "PlaceholderCompiled": "compiled",
+    "launched": "fastpath",
     "CompiledBase": "compiled",
     "DEVICE_PROFILE": "host_driver",
     "GPUTarget": "host_driver",

@@ -259,13 +259,15 @@ typedef struct {
     PyObject *device;                /* int */
     PyObject *check;                 /* check(code, what): raises the runtime's DriverError */
     PyObject *name;                  /* kernel function name, for messages */
+    PyObject *result;                /* what kernel[grid](...) returns for a launch of this binary (fastpath.Launched,
+                                      * set by the Python path's first launch of it), or NULL: None */
 } Launcher;
 
 static void Launcher_dealloc(PyObject *self) {
     Launcher *L = (Launcher *)self;
     PyTypeObject *tp = Py_TYPE(self);
     Py_XDECREF(L->scratch); Py_XDECREF(L->stream); Py_XDECREF(L->device); Py_XDECREF(L->check);
-    Py_XDECREF(L->name);
+    Py_XDECREF(L->name); Py_XDECREF(L->result);
     for (int j = 0; j < MAX_ARGS; j++) PyMem_Free(L->desc[j]);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(self);
@@ -717,11 +719,42 @@ static PyMethodDef Launcher_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *launcher_result(PyObject *launcher);
+
+static PyObject *Launcher_get_result(PyObject *self, void *closure) {
+    (void)closure;
+    return launcher_result(self);
+}
+
+static int Launcher_set_result(PyObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    Launcher *L = (Launcher *)self;
+    PyObject *old = L->result;
+    Py_XINCREF(value);
+    L->result = value == Py_None ? NULL : value;
+    if (value == Py_None) Py_DECREF(value);
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* A result returned as a new reference (None where unset): what a fast launch through this launcher returns. */
+static PyObject *launcher_result(PyObject *launcher) {
+    PyObject *r = ((Launcher *)launcher)->result ? ((Launcher *)launcher)->result : Py_None;
+    Py_INCREF(r);
+    return r;
+}
+
+static PyGetSetDef Launcher_getset[] = {
+    {"result", Launcher_get_result, Launcher_set_result, "What a launch of this binary returns (or None).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyType_Slot Launcher_slots[] = {
     {Py_tp_new, Launcher_new},
     {Py_tp_dealloc, Launcher_dealloc},
     {Py_tp_call, Launcher_call},
     {Py_tp_methods, Launcher_methods},
+    {Py_tp_getset, Launcher_getset},
     {Py_tp_doc, "One loaded binary on one device, launched from C."},
     {0, NULL},
 };
@@ -1426,7 +1459,7 @@ static int reread_pointers(FastKernel *F, PyObject *args, const CallKey *k, uint
  * 1 launched (by the C path or the fallback), -1 error (a heuristic, the pre-hook, the grid function, the launch or
  * the fallback raised: the error the Python path would raise). */
 static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kwargs, const CallKey *k,
-                     const Resolved *e, uint64_t *vals, PyObject *const *objs) {
+                     const Resolved *e, uint64_t *vals, PyObject *const *objs, PyObject **out) {
     int r = -1, hooks = F->n_heur || e->pre_hook;
     PyObject *nargs = NULL, *heur = NULL, *grid_meta = NULL, *grid = NULL, *key = NULL;
     if (hooks) {
@@ -1487,10 +1520,11 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
     if (launcher) {
         Py_INCREF(launcher);
         r = launcher_launch((Launcher *)launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+        if (r == 1) *out = launcher_result(launcher);
         Py_DECREF(launcher);
     } else {
         PyObject *done = PyObject_CallFunctionObjArgs(e->fallback, l->kernel, grid, args, e->call, heur, NULL);
-        if (done) { Py_DECREF(done); r = 1; }
+        if (done) { *out = done; r = 1; }   /* what the Python path's launch returned */
     }
 done:
     Py_XDECREF(nargs);
@@ -1527,7 +1561,7 @@ static int merge_keywords(FastKernel *F, PyObject *args, PyObject *kwargs, PyObj
     return 1;
 }
 
-static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken);
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken, PyObject **out);
 
 /* Under a custom op's guard (lo0, hi0, lo1, hi1...: the memory of the arguments its schema says it does not write),
  * checked before heuristics and pre-hooks run (a pre-hook such as init_to_zero writes too): 1 where no pointer the
@@ -1558,7 +1592,7 @@ static int guard_allows(FastKernel *F, PyObject *guard, const CallKey *k, const 
  * stands for (a call-site one as its keyword), then the runtime arguments not given by position from the keywords.
  * 1 launched, 0 left to the Python path (a parameter passed twice or missing, one never passed: Python binds or
  * refuses), -1 error. */
-static int bind_positional(Launch *l, PyObject *args, PyObject *kwargs) {
+static int bind_positional(Launch *l, PyObject *args, PyObject *kwargs, PyObject **out) {
     FastKernel *F = (FastKernel *)l->fast;
     Py_ssize_t given = PyTuple_Size(args), taken = 0;
     if (given > F->n_param || !F->runtime_names) return 0;
@@ -1591,30 +1625,30 @@ static int bind_positional(Launch *l, PyObject *args, PyObject *kwargs) {
         PyTuple_SetItem(head, j, v);
         taken++;
     }
-    r = fast_call_read(l, head, kw, taken);
+    r = fast_call_read(l, head, kw, taken, out);
 done:
     Py_XDECREF(head);
     Py_DECREF(kw);
     return r;
 }
 
-/* 1 launched, 0 left to the Python path, -1 error. */
-static int fast_call(Launch *l, PyObject *args, PyObject *kwargs) {
+/* 1 launched (*out: what the launch returns, a new reference), 0 left to the Python path, -1 error. */
+static int fast_call(Launch *l, PyObject *args, PyObject *kwargs, PyObject **out) {
     FastKernel *F = (FastKernel *)l->fast;
     Py_ssize_t given = PyTuple_Size(args);
-    if (given == F->n && F->n_lead == F->n) return fast_call_read(l, args, kwargs, 0);
-    if (given > F->n_lead) return bind_positional(l, args, kwargs);
+    if (given == F->n && F->n_lead == F->n) return fast_call_read(l, args, kwargs, 0, out);
+    if (given > F->n_lead) return bind_positional(l, args, kwargs, out);
     PyObject *merged;
     Py_ssize_t taken;
     int m = merge_keywords(F, args, kwargs, &merged, &taken);
     if (m <= 0) return m;
-    int r = fast_call_read(l, merged, kwargs, taken);
+    int r = fast_call_read(l, merged, kwargs, taken, out);
     Py_DECREF(merged);
     return r;
 }
 
 /* args: every runtime argument in order; kwargs: the call's keywords, of which `taken` were runtime arguments. */
-static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken) {
+static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_t taken, PyObject **out) {
     FastKernel *F = (FastKernel *)l->fast;
     /* LAUNCHES.skip: False as a rule; True while a custom op's Meta implementation runs (no launches); a custom op
      * guard (guard.py, a tuple of address ranges) while its real implementation runs */
@@ -1648,10 +1682,11 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
     unsigned long long dims[3];
     int r;
     if (e.late) {
-        r = late_call(l, F, args, kwargs, &k, &e, vals, objs);
+        r = late_call(l, F, args, kwargs, &k, &e, vals, objs, out);
     } else {
         r = eval_grid(l, args, e.meta, e.config, e.call, dims);
         if (r == 1) r = launcher_launch((Launcher *)e.launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
+        if (r == 1) *out = launcher_result(e.launcher);
     }
     Py_DECREF(e.launcher); Py_DECREF(e.meta); Py_DECREF(e.config); Py_DECREF(e.call);
     Py_XDECREF(e.kwargs); Py_XDECREF(e.late); Py_XDECREF(e.pre_hook); Py_XDECREF(e.fallback);
@@ -1661,18 +1696,21 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
 static PyObject *Launch_call(PyObject *self, PyObject *args, PyObject *kwargs) {
     Launch *l = (Launch *)self;
     if (l->fast) {
-        int r = fast_call(l, args, kwargs);
-        if (r == 1) Py_RETURN_NONE;
+        PyObject *out = NULL;
+        int r = fast_call(l, args, kwargs, &out);
+        if (r == 1) {
+            if (out) return out;
+            Py_RETURN_NONE;
+        }
+        Py_XDECREF(out);
         if (r < 0) return NULL;
     }
     PyObject *kw = kwargs ? kwargs : PyDict_New();
     if (!kw) return NULL;
     if (kwargs) Py_INCREF(kw);
-    PyObject *r = PyObject_CallMethodObjArgs(l->kernel, str_run, l->grid, args, kw, NULL);
+    PyObject *r = PyObject_CallMethodObjArgs(l->kernel, str_run, l->grid, args, kw, NULL);   /* what it returns */
     Py_DECREF(kw);
-    if (!r) return NULL;
-    Py_DECREF(r);
-    Py_RETURN_NONE;
+    return r;
 }
 
 static PyType_Slot Launch_slots[] = {
@@ -1802,7 +1840,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 10) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 11) < 0) {
         Py_DECREF(m);
         return NULL;
     }

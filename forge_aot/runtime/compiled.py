@@ -1,8 +1,10 @@
-"""What ``kernel.warmup(...)`` returns: Triton's ``CompiledKernel`` for a packaged binary.
+"""What ``kernel.warmup(...)`` returns, and what a launch's result reads (``fastpath.Launched``): Triton's
+``CompiledKernel`` for a packaged binary.
 
 Host code written like the Triton tutorial "Fused Softmax" compiles the kernel for a call with ``warmup`` to read
 the binary's register count and shared memory (``n_regs``, ``metadata.shared``), sizes its grid from them and
-launches the compiled kernel (``compiled[grid](*args)``). Loaded only where host code calls ``warmup``.
+launches the compiled kernel (``compiled[grid](*args)``). Loaded only where host code calls ``warmup`` or reads
+what a launch returned (Unsloth's MoE GEMMs log ``kernel[grid](...)``'s ``n_regs``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class PlaceholderCompiled(CompiledBase):
         self.kernel = kernel
         self.call = call
         self.function = 0
+        self.name = kernel.function
         warps = call.get("num_warps", 4)
         self.metadata = KernelMetadata(name=kernel.function, shared=1024, num_warps=warps,
                                        num_stages=call.get("num_stages", 3), num_ctas=1, warp_size=32, target=None,

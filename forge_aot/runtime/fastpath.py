@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from typing import Any
 
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
-ABI = 10
-"""The extension's interface version (10: FastKernel takes ``written``; ``LAUNCHES.skip`` may hold a custom op's
-guard, see guard.py); an extension of another version is not used."""
+ABI = 11
+"""The extension's interface version (11: a launch returns its ``Launcher.result``; 10: FastKernel takes
+``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another version is not
+used."""
 
 
 def _load() -> Any:
@@ -138,7 +140,7 @@ def launches_from_c(kernel: Any) -> bool:
 
 
 def remember(kernel: Any, state: Any, runtime: Any, call: dict[str, Any], c_launcher: Any, config: Any, spec: str,
-             heur: tuple[Any, ...] = ()) -> None:
+             heur: tuple[Any, ...] = (), result: Any = None) -> None:
     """After the Python path launched a call through ``c_launcher`` (its binary's C ``Launcher``) with its runtime
     arguments bound in order in ``runtime`` (a tuple, or the list the Python path bound from keywords) and its
     call-site values in ``call`` (and, for a kernel with heuristics, their values ``heur``), resolved in ``state``
@@ -147,6 +149,7 @@ def remember(kernel: Any, state: Any, runtime: Any, call: dict[str, Any], c_laun
     launches those it has not seen through ``BinaryBackend.launch`` with this state and config."""
     fast = kernel._fast
     if fast is not None:
+        c_launcher.result = result  # what the C path's launches of this binary return (``Launched``)
         runtime = tuple(runtime)
         named = config.all_kwargs() if heur or config.pre_hook else None
         fast.register(runtime, call, c_launcher, config.launch_meta, config, spec, heur, named, config.pre_hook,
@@ -154,8 +157,54 @@ def remember(kernel: Any, state: Any, runtime: Any, call: dict[str, Any], c_laun
 
 
 def _launch_after_hooks(state: Any, config: Any, kernel: Any, grid: Any, runtime: tuple[Any, ...],
-                        call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+                        call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
     """What the C path hands a call whose heuristics and pre-hook it ran, when their values (or the descriptors'
     block shapes) are new to it: the rest of ``Kernel.run``. (Bound to the state and config only: the C path's
     cache holds it, and a reference to the kernel would keep the kernel alive through its own ``_fast``.)"""
-    kernel.backend.launch(kernel, state, config, grid, runtime, call, heur)
+    return kernel.backend.launch(kernel, state, config, grid, runtime, call, heur)
+
+
+class Launched:
+    """What ``kernel[grid](...)`` returns, as Triton's launch returns the ``CompiledKernel`` it ran (Unsloth's MoE
+    GEMMs log ``.name``, ``.n_regs``, ``.n_spills``, ``.metadata`` of it): each attribute read from the binary's
+    ``compiled.CompiledKernel``, made then (a launch loads no more of the runtime). One per binary, made by its
+    first launch; it holds its kernel weakly (the kernel's C path holds it)."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, kernel: Any, launcher: Any, config: Any, call: dict[str, Any], target: str) -> None:
+        self._of = (weakref.ref(kernel), launcher, config, call, target)
+
+    def _compiled(self) -> Any:
+        from .compiled import CompiledKernel
+
+        ref, launcher, config, call, target = self._of
+        kernel = ref()
+        if kernel is None:
+            raise ReferenceError("the kernel handle this launch ran is gone")
+        return CompiledKernel(kernel, launcher, config, call, kernel.targets[target])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compiled(), name)
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._compiled()[grid]
+
+    def __repr__(self) -> str:
+        return repr(self._compiled())
+
+
+def launched(kernel: Any, launcher: Any, config: Any, call: dict[str, Any], target: str) -> Launched:
+    """The ``Launched`` of a binary's launches (``launcher``: its ``_BinaryLauncher``), made once."""
+    result = launcher.__dict__.get("launched")
+    if result is None:
+        result = launcher.launched = Launched(kernel, launcher, config, call, target)
+    return result
+
+
+def not_launched(kernel: Any, call: dict[str, Any]) -> Any:
+    """What a launch returns where launches are skipped (a custom op's Meta implementation), as the build's trace
+    returns it: a placeholder compiled kernel (``compiled.PlaceholderCompiled``)."""
+    from .compiled import PlaceholderCompiled
+
+    return PlaceholderCompiled(kernel, call)

@@ -30,8 +30,8 @@ class _Launch:
     def __init__(self, kernel: Kernel, grid: Any) -> None:
         self.kernel, self.grid = kernel, grid
 
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.kernel.run(self.grid, args, kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.kernel.run(self.grid, args, kwargs)
 
 
 class _PyKernelBase:
@@ -315,14 +315,14 @@ class Kernel(KernelBase):
         return warmup(self, args, kwargs)
 
     # -- the call -----------------------------------------------------------------------------------------
-    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if kwargs or not self._plain or len(args) != self.n_runtime:
             runtime, call = self._bind(args, kwargs)
         else:
             runtime, call = args, _NO_CONSTEXPRS
         guard = LAUNCHES.skip
         if guard is True:
-            return
+            return fastpath.not_launched(self, call)
         if guard:  # a custom op's real implementation runs (guard.py): checked before a pre-hook may write
             guard.check(self, runtime, call)
         state = self._state(runtime, call)
@@ -346,4 +346,4 @@ class Kernel(KernelBase):
                 grid = grid(config.launch_meta)
             except KeyError:  # the grid function reads an argument by name, as Triton allows
                 grid = grid(self.named_args(runtime, call, config))
-        self.backend.launch(self, state, config, grid, runtime, call, heur)
+        return self.backend.launch(self, state, config, grid, runtime, call, heur)

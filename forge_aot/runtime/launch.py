@@ -128,7 +128,7 @@ class BinaryBackend:
         return packaged(self, kernel, state, config, heur, runtime, call, generic)
 
     def launch(self, kernel: Kernel, state: _VariantState, config: Config, grid: Sequence[int],
-               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+               runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
         values = list(runtime)
         try:
             for i in kernel.ptr_pos:  # None: only a binary built for None takes the call
@@ -137,6 +137,7 @@ class BinaryBackend:
             values[i:] = [pointer_value(v) if j in kernel.ptr_pos else v for j, v in enumerate(runtime[i:], i)]
         spec = argument_spec(kernel.spec_slots, values)
         launcher = self.launcher_for(kernel, state, config, heur, spec, runtime)
+        result = fastpath.launched(kernel, launcher, config, call, state.target)  # (Triton returns the binary)
         if call and (attrs := launch_attrs(call)):
             launcher = launcher.with_attrs(attrs)
         # The C launcher (where the extension is loaded) packs and launches for the Python path too: calls the C
@@ -155,7 +156,8 @@ class BinaryBackend:
             packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime, kernel.pointer_ints)
             raise
         if kernel._fast is not None and c_launcher is not None:
-            fastpath.remember(kernel, state, runtime, call, c_launcher, config, spec, heur)
+            fastpath.remember(kernel, state, runtime, call, c_launcher, config, spec, heur, result)
+        return result
 
 
 class _ArgBuffer:

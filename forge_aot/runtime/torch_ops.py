@@ -220,8 +220,9 @@ def fake_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, A
 
         if not emulated or torch.cuda.is_available():  # the host code's own error, as a real call would raise it
             raise
-    # torch without the fake tensors' GPU (a CPU-only build) cannot run every op on them: as a Meta kernel
-    return _meta_call(fn, args, kwargs)
+        # torch without the fake tensors' GPU (a CPU-only build) cannot run every op on them: as a Meta kernel
+        # (run here, so that where it fails too the first error shows as well: often the cause, as a device query)
+        return _meta_call(fn, args, kwargs)
 
 
 def _meta_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -92,10 +92,9 @@ class TuneBackend:
         return launcher
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Any, runtime: Any,
-               call: dict[str, Any], heur: tuple[Any, ...]) -> None:
+               call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
         if kernel.name != self.kernel_name:
-            self.jit.launch(kernel, state, config, grid, runtime, call, heur)
-            return
+            return self.jit.launch(kernel, state, config, grid, runtime, call, heur)
         values = list(runtime)
         for i in kernel.ptr_pos:
             values[i] = rt.pointer_value(runtime[i])
@@ -109,6 +108,7 @@ class TuneBackend:
         self.records.append(LaunchRecord(launcher, grid, values, list(runtime), nargs, spec, binary["spec"],
                                          snapshots))
         launcher(grid, values)
+        return rt.launched(kernel, launcher, config, call, state.target)  # what the wheel's launch returns
 
 
 def _tensors(obj: Any) -> list[Any]:
