@@ -245,7 +245,9 @@ _PROBE_NAMES = frozenset({"inspect", *dir(__import__("builtins"))})
 
 def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -> str | None:
     """The source with each Triton feature probe outside kernels replaced by its value under the Triton that builds
-    the package (None: none found). flash-linear-attention's ``fla/utils`` decides ``IS_TMA_SUPPORTED`` by
+    the package (None: none found), and each ``find_spec("triton")`` or ``has_triton()`` by True
+    (``_finds_triton``).
+    flash-linear-attention's ``fla/utils`` decides ``IS_TMA_SUPPORTED`` by
     ``hasattr(triton.language, 'make_tensor_descriptor')`` and its autotuners' arguments by
     ``inspect.signature(triton.autotune)``: the wheel runs the binaries that Triton compiled, so its answers stand,
     as ``triton.__version__`` does. A probe is an expression that needs Triton (not only the host helpers, which the
@@ -262,7 +264,13 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
         return None
     found: list[tuple[ast.expr, Any]] = []
 
+    torch_probes = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                    and n.module == "torch.utils._triton" for a in n.names if a.name in _TORCH_TRITON_PROBES}
+
     def visit(node: ast.AST) -> None:
+        if _finds_triton(node, torch_probes):  # the build imports Triton: found (a ModuleSpec there: a flag)
+            found.append((node, True))
+            return
         names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
         if isinstance(node, (ast.Call, ast.Compare, ast.BoolOp, ast.UnaryOp)) and names & triton_names \
                 and _uses_triton(node, triton_names, driver_ok=False, decorators_ok=False):
@@ -286,6 +294,26 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
         lines[first:last + 1] = [lines[first][:node.col_offset] + f"({value!r}".encode() + b"\n" * (last - first)
                                  + b")" + lines[last][end:]]
     return b"".join(lines).decode()
+
+
+_TORCH_TRITON_PROBES = ("has_triton", "has_triton_package")
+"""``torch.utils._triton``'s tests of whether Triton is there (torchao's kernels are guarded by ``has_triton()``)."""
+
+
+def _finds_triton(node: ast.AST, torch_probes: set[str]) -> bool:
+    """``importlib.util.find_spec("triton")`` (or ``find_spec("triton.language")``, however imported), or
+    ``torch.utils._triton.has_triton()`` (``torch_probes``: the names the file imports it under): a test of whether
+    Triton is installed (``HAS_TRITON = find_spec("triton") is not None``, as xformers and many utils modules write
+    it), which the wheel, with no Triton, must answer as the build did, or its host code takes its fallback."""
+    if not isinstance(node, ast.Call):
+        return False
+    if not node.args and not node.keywords:
+        func = node.func
+        return (isinstance(func, ast.Name) and func.id in torch_probes) or ast.unparse(func) in {
+            f"torch.utils._triton.{name}" for name in _TORCH_TRITON_PROBES}
+    return bool(node.args) and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
+        and node.args[0].value.partition(".")[0] == "triton" \
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "find_spec"
 
 
 def _kernel_branch(stmt: ast.stmt, wrappers: frozenset[str], decide: Callable[[ast.expr], bool | None] | None = None,

@@ -1696,3 +1696,80 @@ def test_what_a_launch_returns_is_a_compiled_kernel_as_tritons(tmp_path: Path) -
         print(json.dumps({"shape": list(y.shape), "compiled": "forge_unsloth_logged._runtime.compiled" in sys.modules}))
         ''')
     assert _run_fresh(check, site) == {"shape": [5000], "compiled": True}
+
+
+FIND_SPEC = {
+    "xfm/__init__.py": "",
+    "xfm/utils.py": '''\
+import importlib.util
+
+import torch.utils._triton
+from torch.utils._triton import has_triton as torch_has_triton
+
+
+def is_triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None and torch_has_triton() \\
+        and torch.utils._triton.has_triton_package()
+''',
+    "xfm/double.py": '''\
+from importlib.util import find_spec
+
+import torch
+
+from xfm.utils import is_triton_available
+
+HAS_TRITON = find_spec("triton") is not None
+
+if HAS_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def double_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def double(x: torch.Tensor) -> torch.Tensor:
+    if not (HAS_TRITON and is_triton_available()):
+        raise RuntimeError("the torch fallback")
+    y = torch.empty_like(x)
+    double_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+def examples(device="cpu"):
+    double(torch.randn(1000, device=device))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_find_spec"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.double]
+source = "xfm/double.py:double_kernel"
+ops = ["double"]
+examples = "examples"
+''',
+}
+
+
+def test_a_triton_installed_test_by_find_spec_answers_as_the_build_did(tmp_path: Path) -> None:
+    """``HAS_TRITON = importlib.util.find_spec("triton") is not None`` (xformers' and many utils modules' test), and
+    torch's ``has_triton()`` (torchao's): the wheel's host code asked them again in a process without Triton, got
+    False and took the library's fallback, silently. The build, which imports Triton, answers them: the shipped code
+    reads True, in the kernel file and in a helper module it imports."""
+    site = _installed(_write_project(tmp_path / "p", FIND_SPEC), tmp_path)
+    shipped = (site / "forge_find_spec" / "_ops" / "double.py").read_text()
+    assert "HAS_TRITON = (True) is not None" in shipped and "find_spec(" not in shipped, shipped
+    helper = (site / "forge_find_spec" / "_ops" / "_local" / "xfm" / "utils.py").read_text()
+    assert "return (True) is not None and (True) \\\n        and (True)" in helper, helper
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_find_spec
+        y = torch.ops.forge_find_spec.double(torch.empty(5000, device="meta"))  # raised "the torch fallback"
+        print(json.dumps({"shape": list(y.shape)}))
+        ''')
+    assert _run_fresh(check, site) == {"shape": [5000]}

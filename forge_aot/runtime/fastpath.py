@@ -168,7 +168,8 @@ class Launched:
     """What ``kernel[grid](...)`` returns, as Triton's launch returns the ``CompiledKernel`` it ran (Unsloth's MoE
     GEMMs log ``.name``, ``.n_regs``, ``.n_spills``, ``.metadata`` of it): each attribute read from the binary's
     ``compiled.CompiledKernel``, made then (a launch loads no more of the runtime). One per binary, made by its
-    first launch; it holds its kernel weakly (the kernel's C path holds it)."""
+    first launch; it holds its kernel weakly (the kernel's C path holds it) and its binary's launcher, which holds
+    it (a cycle the collector does not see through the C ``Launcher``: a discarded kernel's binaries stay loaded)."""
 
     __slots__ = ("_of",)
 
@@ -196,7 +197,7 @@ class Launched:
 
 def launched(kernel: Any, launcher: Any, config: Any, call: dict[str, Any], target: str) -> Launched:
     """The ``Launched`` of a binary's launches (``launcher``: its ``_BinaryLauncher``), made once."""
-    result = launcher.__dict__.get("launched")
+    result = getattr(launcher, "launched", None)
     if result is None:
         result = launcher.launched = Launched(kernel, launcher, config, call, target)
     return result
