@@ -243,8 +243,10 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         hip = TARGETS[target].backend == "hip"
         torch.version.cuda = None if hip else (versions["cuda"] or STAND_IN_VERSIONS["cuda"])
         torch.version.hip = (versions["hip"] or STAND_IN_VERSIONS["hip"]) if hip else None
+        _forget_torch_has_triton()  # asked again here, torch's ``has_triton()`` answers as on that GPU (torchao)
         yield
     finally:
+        _forget_torch_has_triton()  # (and as this machine outside)
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
         for name in raw_stream:
@@ -254,6 +256,15 @@ def torch_answers_as(target: str, model: str | None = None) -> Iterator[None]:
         if rules is not None and not rules_built:  # built while torch.cuda held the stand-ins: again from torch's own
             rules.get_torch_obj_rule_map.cache_clear()
         compile_eager.__exit__(None, None, None)
+
+
+def _forget_torch_has_triton() -> None:
+    """Clear the answer ``torch.utils._triton.has_triton`` keeps for the process (``functools.cache``), where torch
+    has that module loaded: it asks the device, so a CPU machine's False would stand while host code traces as a GPU
+    (a library that launches only ``if has_triton():`` traced its fallback)."""
+    has_triton = getattr(sys.modules.get("torch.utils._triton"), "has_triton", None)
+    if hasattr(has_triton, "cache_clear"):
+        has_triton.cache_clear()
 
 
 @contextlib.contextmanager

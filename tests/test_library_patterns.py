@@ -1708,11 +1708,8 @@ from torch.utils._triton import has_triton as torch_has_triton
 
 
 def is_triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
-def is_triton_usable() -> bool:  # (torch's answer on the CPU build machine is its own: not called while tracing)
-    return torch_has_triton() and torch.utils._triton.has_triton_package()
+    return importlib.util.find_spec("triton") is not None and torch_has_triton() \\
+        and torch.utils._triton.has_triton_package()
 ''',
     "xfm/double.py": '''\
 from importlib.util import find_spec
@@ -1762,12 +1759,17 @@ def test_a_triton_installed_test_by_find_spec_answers_as_the_build_did(tmp_path:
     """``HAS_TRITON = importlib.util.find_spec("triton") is not None`` (xformers' and many utils modules' test), and
     torch's ``has_triton()`` (torchao's): the wheel's host code asked them again in a process without Triton, got
     False and took the library's fallback, silently. The build, which imports Triton, answers them: the shipped code
-    reads True, in the kernel file and in a helper module it imports."""
+    reads True, in the kernel file and in a helper module it imports. While the build traces, torch's own
+    ``has_triton()`` answers as the GPU traced for (it asks the device; a CPU machine's cached False had stood)."""
+    import torch.utils._triton
+
+    torch.utils._triton.has_triton.cache_clear()
+    assert not torch.utils._triton.has_triton() or torch.cuda.is_available()  # cached False, as on a CPU machine
     site = _installed(_write_project(tmp_path / "p", FIND_SPEC), tmp_path)
     shipped = (site / "forge_find_spec" / "_ops" / "double.py").read_text()
     assert "HAS_TRITON = (True) is not None" in shipped and "find_spec(" not in shipped, shipped
     helper = (site / "forge_find_spec" / "_ops" / "_local" / "xfm" / "utils.py").read_text()
-    assert "return (True) is not None\n" in helper and "return (True) and (True)\n" in helper, helper
+    assert "return (True) is not None and (True) \\\n        and (True)\n" in helper, helper
     check = textwrap.dedent('''\
         import json, sys
         sys.modules["triton"] = None
