@@ -166,24 +166,28 @@ def _launch_after_hooks(state: Any, config: Any, kernel: Any, grid: Any, runtime
 
 class Launched:
     """What ``kernel[grid](...)`` returns, as Triton's launch returns the ``CompiledKernel`` it ran (Unsloth's MoE
-    GEMMs log ``.name``, ``.n_regs``, ``.n_spills``, ``.metadata`` of it): each attribute read from the binary's
-    ``compiled.CompiledKernel``, made then (a launch loads no more of the runtime). One per binary, made by its
-    first launch; it holds its kernel weakly (the kernel's C path holds it) and its binary's launcher, which holds
-    it (a cycle the collector does not see through the C ``Launcher``: a discarded kernel's binaries stay loaded)."""
+    GEMMs log ``.name``, ``.n_regs``, ``.n_spills``, ``.metadata`` of it after every launch): the binary's
+    ``compiled.CompiledKernel``, made on the first attribute read (a launch loads no more of the runtime) and kept,
+    so the driver is asked its figures once. One per binary, made by its first launch. It holds its binary's
+    launcher, which holds it, and its kernel only weakly until that first read: a cycle the collector does not see
+    through the C ``Launcher`` (a discarded kernel's binaries, and once read its handle, stay loaded)."""
 
-    __slots__ = ("_of",)
+    __slots__ = ("_made", "_of")
 
     def __init__(self, kernel: Any, launcher: Any, config: Any, call: dict[str, Any], target: str) -> None:
         self._of = (weakref.ref(kernel), launcher, config, call, target)
+        self._made: Any = None
 
     def _compiled(self) -> Any:
-        from .compiled import CompiledKernel
+        if self._made is None:
+            from .compiled import CompiledKernel
 
-        ref, launcher, config, call, target = self._of
-        kernel = ref()
-        if kernel is None:
-            raise ReferenceError("the kernel handle this launch ran is gone")
-        return CompiledKernel(kernel, launcher, config, call, kernel.targets[target])
+            ref, launcher, config, call, target = self._of
+            kernel = ref()
+            if kernel is None:
+                raise ReferenceError("the kernel handle this launch ran is gone")
+            self._made = CompiledKernel(kernel, launcher, config, call, kernel.targets[target])
+        return self._made
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._compiled(), name)
