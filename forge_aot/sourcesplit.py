@@ -388,18 +388,51 @@ def _replace_blocks(text: str, tree: ast.Module, kept: dict[int, list[ast.stmt]]
     return "".join(lines)
 
 
-def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callable[[ast.expr], bool | None]]:
+def _triton_guard(text: str, tree: ast.Module, path: Path | None = None,
+                  ) -> tuple[str, ast.Module, Callable[[ast.expr], bool | None]]:
     """How the build, which has Triton, reads a file that guards its Triton use, for the wheel (which has none) to
     read it the same way: the source, its tree and the test decider ``_kernel_branch`` takes.
 
-    A top-level ``try`` importing Triton, whose body is nothing but Triton imports (each of which imports here) and
-    flags set to constants, its handlers catching ImportError (``try: import triton; _HAS_TRITON = True`` / ``except
-    ImportError: _HAS_TRITON = False``, or ``triton = None``), is replaced by its body, as the build runs it: else
-    the wheel's copy would run the handler, and host code testing the flag would take its fallback. The decider
-    answers a test made of the file's Triton names, the top-level names set before it to values made of those (the
-    flags, ``TRITON_HAS_REDUCE = hasattr(tl, "reduce")``) and builtins (``if _HAS_TRITON:``, ``if triton is not
-    None:``, ``if _TRITON_AVAILABLE and libdevice is not None:``) with its value here where the file reaches it, or
-    None for any other test."""
+    A top-level ``try`` importing Triton, whose body is nothing but Triton imports (each of which imports here),
+    flags set to constants and availability flags, its handlers catching ImportError (or Exception), is replaced by
+    its body, as the build runs it (``try: import triton; _HAS_TRITON = True`` / ``except ImportError: _HAS_TRITON =
+    False``, or ``triton = None``): else the wheel's copy would run the handler, and host code testing the flag
+    would take its fallback. An availability flag is a name the body computes and every handler sets to False
+    (DeepSpeed's ``_TRITON_AVAILABLE = any(b.driver.is_active() for b in backends.values())``, which asks the GPU):
+    the build imports the file with Triton and the target GPU's answers, so it takes the body and the flag is True,
+    and the wheel's copy says True (the plan checks that kernels such a flag guards were defined:
+    ``plan.check_kernel_branches``).
+
+    The decider answers a test made of the file's Triton names, the top-level names set before it to values made of
+    those (the flags, ``TRITON_HAS_REDUCE = hasattr(tl, "reduce")``), names a project module so sets and the file
+    imports (DeepSpeed's kernel files: ``from deepspeed.ops.triton_ops._triton import _TRITON_AVAILABLE, triton, tl``;
+    ``path``, the file's own, finds that module) and builtins (``if _HAS_TRITON:``, ``if triton is not None:``,
+    ``if _TRITON_AVAILABLE and libdevice is not None:``) with its value here where the file reaches it, or None for
+    any other test."""
+    text, tree, _, decisions = _guarded_values(text, tree, path, frozenset())
+
+    def decide(test: ast.expr) -> bool | None:
+        return decisions.get(id(test))
+
+    return text, tree, decide
+
+
+def _availability_flags(stmt: ast.Try) -> list[ast.Assign]:
+    """The body's ``NAME = <computed>`` statements whose name every handler sets to False (see ``_triton_guard``)."""
+    def set_false(handler: ast.ExceptHandler) -> set[str]:
+        return {t.id for s in handler.body if isinstance(s, ast.Assign) and isinstance(s.value, ast.Constant)
+                and s.value.value is False for t in s.targets if isinstance(t, ast.Name)}
+
+    false_in_all = set.intersection(*(set_false(h) for h in stmt.handlers))
+    return [s for s in stmt.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+            and isinstance(s.targets[0], ast.Name) and s.targets[0].id in false_in_all and not _literal_assignment(s)]
+
+
+def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozenset[Path],
+                    ) -> tuple[str, ast.Module, dict[str, Any], dict[int, bool]]:
+    """``_triton_guard``'s work: the source and tree read as the build runs them, the values known at the file's
+    end (Triton's names, the flags: what a module importing from this one may take) and the value of each
+    top-level ``if`` test known where the file reaches it (by the test's id)."""
     import builtins
 
     env: dict[str, Any] = {"__builtins__": builtins}
@@ -411,15 +444,26 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
             return False
         return True
 
-    kept: dict[int, list[ast.stmt]] = {}
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and stmt.handlers \
-                and all(_catches_import_error(h) for h in stmt.handlers) \
-                and any(_is_triton_import(s) for s in stmt.body) \
-                and all((_is_triton_import(s) and not _reexported_aliases(s)) or isinstance(s, ast.Pass)
-                        or _literal_assignment(s) for s in stmt.body) \
-                and imports([s for s in stmt.body if _is_triton_import(s)]):
-            kept[id(stmt)] = stmt.body
+    def guard_block(stmt: ast.stmt, flags: list[ast.Assign]) -> bool:
+        return isinstance(stmt, ast.Try) and not stmt.orelse and not stmt.finalbody and bool(stmt.handlers) \
+            and all(_catches_import_error(h) for h in stmt.handlers) \
+            and any(_is_triton_import(s) for s in stmt.body) \
+            and all((_is_triton_import(s) and not _reexported_aliases(s)) or isinstance(s, ast.Pass)
+                    or _literal_assignment(s) or s in flags for s in stmt.body) \
+            and imports([s for s in stmt.body if _is_triton_import(s)])
+
+    flags = [f for stmt in tree.body if isinstance(stmt, ast.Try) and stmt.handlers
+             for f in _availability_flags(stmt) if guard_block(stmt, _availability_flags(stmt))]
+    if flags:  # each written True over the same lines (ast's columns count UTF-8 bytes): then a literal flag
+        lines = [line.encode() for line in _split_lines(text, keepends=True)]
+        for node in sorted((f.value for f in flags), key=lambda n: (n.lineno, n.col_offset), reverse=True):
+            first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+            end = node.end_col_offset if node.end_col_offset is not None else len(lines[last])
+            lines[first:last + 1] = [lines[first][:node.col_offset] + b"(True" + b"\n" * (last - first) + b")"
+                                     + lines[last][end:]]
+        text = b"".join(lines).decode()
+        tree = ast.parse(text)
+    kept = {id(stmt): stmt.body for stmt in tree.body if guard_block(stmt, [])}
     if kept:
         text = _replace_blocks(text, tree, kept)
         tree = ast.parse(text)
@@ -444,11 +488,26 @@ def _triton_guard(text: str, tree: ast.Module) -> tuple[str, ast.Module, Callabl
             imports([stmt])
         elif isinstance(stmt, ast.Assign) and (found is None or isinstance(found, (bool, int, float, str))):
             env[stmt.targets[0].id] = found  # type: ignore[attr-defined]
+        elif isinstance(stmt, ast.ImportFrom) and path is not None and not _from_triton(stmt):
+            env.update(_project_values(path, stmt, seen))
+    return text, tree, env, decisions
 
-    def decide(test: ast.expr) -> bool | None:
-        return decisions.get(id(test))
 
-    return text, tree, decide
+def _project_values(path: Path, stmt: ast.ImportFrom, seen: frozenset[Path]) -> dict[str, Any]:
+    """What ``from <project module> import ...`` in the file at ``path`` binds that is known in that module as the
+    build reads it (``_guarded_values``): its flags and Triton's names, under the names the file gives them."""
+    from .localmods import file_module, import_from_target
+
+    target = import_from_target(stmt, file_module(path))
+    found = _project_file(path, target) if target and all(a.name != "*" for a in stmt.names) else None
+    if found is None or found in seen or len(seen) > 8:  # (a cycle of imports, or a deep chain: undecided)
+        return {}
+    try:
+        text = found.read_text(encoding="utf-8")
+        _, _, other, _ = _guarded_values(text, ast.parse(text), found, seen | {found, path.resolve()})
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return {}
+    return {a.asname or a.name: other[a.name] for a in stmt.names if a.name in other and a.name != "__builtins__"}
 
 
 _VALUE_BUILTINS = {name: getattr(__import__("builtins"), name) for name in (
@@ -1283,6 +1342,18 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
     return memo[fn.name]
 
 
+def _project_file(path: Path, dotted: str) -> Path | None:
+    """The file of the project module ``dotted`` as the file at ``path`` imports it (from its own directory, or
+    from the directory holding its topmost package), resolved; None where it is no file there."""
+    from .localmods import package_of
+
+    package = package_of(path)
+    parts = dotted.split(".")
+    return next((f.resolve() for d in (path.parent.resolve(), *([package[1]] if package else []))
+                 for f in (d.joinpath(*parts).with_suffix(".py"), d.joinpath(*parts, "__init__.py")) if f.is_file()),
+                None)
+
+
 def _imported_jit_functions(path: Path, tree: ast.Module, wrappers: frozenset[str],
                             ) -> tuple[_Helpers, dict[str, _Helpers | None], set[str]]:
     """The ``@triton.jit`` helpers a kernel file takes from project modules (gemlite's ``from .utils import *``
@@ -1292,22 +1363,18 @@ def _imported_jit_functions(path: Path, tree: ast.Module, wrappers: frozenset[st
     of the project; and the names those modules bind to ``triton.language``. So a pointer handed to such a helper
     counts as written only where the helper writes it, and one handed to a helper of a module that cannot be read
     (or a name it does not define) as written. Triton's own modules are none of these."""
-    from .localmods import file_module, import_from_target, package_of
+    from .localmods import file_module, import_from_target
 
     module = file_module(path)
-    package = package_of(path)
-    search = [path.parent.resolve(), *([package[1]] if package else [])]
     named: _Helpers = {}
     inner: _Helpers = {}
     namespaces: dict[str, _Helpers | None] = {}
     language: set[str] = set()
 
     def helpers_of(dotted: str) -> _Helpers | None:
-        parts = dotted.split(".")
-        files = [f for d in search for f in (d.joinpath(*parts).with_suffix(".py"), d.joinpath(*parts, "__init__.py"))
-                 if f.is_file()]
+        found = _project_file(path, dotted)
         try:
-            other = ast.parse(files[0].read_text(encoding="utf-8"), filename=str(files[0])) if files else None
+            other = ast.parse(found.read_text(encoding="utf-8"), filename=str(found)) if found else None
         except (OSError, SyntaxError, UnicodeDecodeError):
             other = None
         if other is None:
@@ -1625,7 +1692,7 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     branch_kernels: dict[str, tuple[int, int, int]] = {}
-    text, tree, decide = _triton_guard(text, tree)
+    text, tree, decide = _triton_guard(text, tree, path)
     if not helper and any(_kernel_branch(s, wrappers, decide) for s in tree.body):
         text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers, decide)
         tree = ast.parse(text, filename=str(path))
