@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import math
 import statistics
@@ -508,6 +509,46 @@ def _cases(torch, F, wheel, dev, jit):
                 "forge-aot": lambda q=q, kk=kk, v=v, c=causal: wheel.attention_tma(q, kk, v, c),
                 "jit-same": lambda q=q, kk=kk, v=v, c=causal: dev["attention_tma"](q, kk, v, c),
                 "torch": lambda q=q, kk=kk, v=v, c=causal: F.scaled_dot_product_attention(q, kk, v, is_causal=c)})
+    # DeepSpeed's triton_ops (dslike, its files unchanged; kernels under `if _TRITON_AVAILABLE:`): SwiGLU at
+    # Llama-3-8B's MLP width, bf16, forward and forward + backward; the fused RMSNorm at its built width (n_cols
+    # and eps are constexprs there: 2048, 1e-6), forward + backward; the autotuned grouped GEMM over its built 4
+    # groups (KC and NO are its autotune key: the wheel's untuned table serves any), torch one mm per group
+    ds_swiglu = jit["ds_swiglu"]
+    gate, up = (torch.randn(8, 512, 14336, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    cases["ds_swiglu fwd 4096x14336"] = (3 * 2 * gate.numel(), "B", {
+        "forge-aot": lambda: wheel.swiglu(gate, up), "jit-same": lambda: dev["swiglu"](gate, up),
+        "jit": lambda: ds_swiglu.swiglu(gate, up), "torch": lambda: F.silu(gate) * up})
+    gg, ug = gate.clone().requires_grad_(), up.clone().requires_grad_()
+    dout = torch.randn_like(gate)
+
+    def backward_of(fn, *args, grad):
+        return lambda: torch.autograd.backward(fn(*args), grad)
+
+    cases["ds_swiglu fwd+bwd 4096x14336"] = (None, None, {
+        name: backward_of(fn, gg, ug, grad=dout) for name, fn in (
+            ("forge-aot", wheel.swiglu), ("jit-same", dev["swiglu"]), ("jit", ds_swiglu.swiglu),
+            ("torch", lambda g, u: F.silu(g) * u))})
+    ds_rms = jit["ds_rms"]
+    hidden = torch.randn(4096, 2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.randn(2048, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dh = torch.randn_like(hidden)
+    cases["ds_fused_rms_norm fwd+bwd 4096x2048"] = (None, None, {
+        name: backward_of(fn, hidden, weight, 1e-6, grad=dh) for name, fn in (
+            ("forge-aot", wheel.fused_rms_norm), ("jit-same", dev["fused_rms_norm"]),
+            ("jit", ds_rms.fused_rms_norm), ("torch", lambda h, w, e: F.rms_norm(h, (h.shape[-1],), w, e)))})
+    ds_gmm = jit["ds_group_gemm"]
+    mat_a = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    mat_b = torch.randn(4, 4096, 2048, device="cuda", dtype=torch.bfloat16) / 64
+    offs = torch.tensor([1024, 4096, 6144, 8192], device="cuda", dtype=torch.int32)
+    bounds = [0, *offs.tolist()]
+
+    def torch_gmm(a, b):
+        return torch.cat([a[s:e] @ b[i] for i, (s, e) in enumerate(itertools.pairwise(bounds))])
+
+    cases["ds_group_gemm fwd 4x(2048x4096x2048)"] = (2 * 8192 * 4096 * 2048, "F", {
+        "forge-aot": lambda: wheel.group_gemm_triton(mat_a, mat_b, offs),
+        "jit-same": lambda: dev["group_gemm_triton"](mat_a, mat_b, offs),
+        "jit": lambda: ds_gmm.group_gemm_triton(mat_a, mat_b, offs), "torch": lambda: torch_gmm(mat_a, mat_b)})
     return cases
 
 
@@ -541,6 +582,9 @@ def main() -> None:
     jit["rotary"] = load_kernel_module(str(FIXTURE / "kernels" / "rotary.py"))
     # a package (its relative imports), imported as its users import it
     jit["unsloth_rope"] = importlib.import_module("unslothlike.kernels.rope_embedding")
+    for name, module in (("ds_swiglu", "swiglu_triton"), ("ds_rms", "fused_rms_norm"),
+                         ("ds_group_gemm", "group_gemm_triton")):
+        jit[name] = importlib.import_module(f"dslike.ops.triton_ops.{module}")
     results = {}
     names = ["forge-aot", "jit-same", "jit", "torch"]
     print(f"{'case':32s} " + " ".join(f"{n + ' ms':>12s}" for n in names)
