@@ -429,10 +429,10 @@ def _availability_flags(stmt: ast.Try) -> list[ast.Assign]:
 
 
 def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozenset[Path],
-                    ) -> tuple[str, ast.Module, dict[str, Any], dict[int, bool]]:
+                    wanted: frozenset[str] = frozenset()) -> tuple[str, ast.Module, dict[str, Any], dict[int, bool]]:
     """``_triton_guard``'s work: the source and tree read as the build runs them, the values known at the file's
-    end (Triton's names, the flags: what a module importing from this one may take) and the value of each
-    top-level ``if`` test known where the file reaches it (by the test's id)."""
+    end (Triton's names, the flags: what a module importing from this one may take, ``wanted`` by it) and the
+    value of each top-level ``if`` test known where the file reaches it (by the test's id)."""
     import builtins
 
     env: dict[str, Any] = {"__builtins__": builtins}
@@ -476,6 +476,17 @@ def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozen
             return ...
         return _build_time_value(expr, env, env.keys() | set(_VALUE_BUILTINS))
 
+    # the names a project module is read for: those the tests read, the flags they are set from, and ``wanted``
+    relevant = set(wanted) | {n.id for s in tree.body if isinstance(s, ast.If) for n in ast.walk(s.test)
+                              if isinstance(n, ast.Name)}
+    assigned = [(s.targets[0].id, s.value) for s in tree.body if isinstance(s, ast.Assign) and len(s.targets) == 1
+                and isinstance(s.targets[0], ast.Name)]
+    while True:
+        more = {n.id for name, value in assigned if name in relevant for n in ast.walk(value)
+                if isinstance(n, ast.Name)} - relevant
+        if not more:
+            break
+        relevant |= more
     decisions: dict[int, bool] = {}  # id of a top-level if's test -> its value where the file reaches it
     for stmt in tree.body:  # in order: Triton's imports, then flags and feature probes (``hasattr(tl, "reduce")``)
         found = value(stmt.test if isinstance(stmt, ast.If) else stmt.value) if isinstance(stmt, ast.If) or (
@@ -488,7 +499,8 @@ def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozen
             imports([stmt])
         elif isinstance(stmt, ast.Assign) and (found is None or isinstance(found, (bool, int, float, str))):
             env[stmt.targets[0].id] = found  # type: ignore[attr-defined]
-        elif isinstance(stmt, ast.ImportFrom) and path is not None and not _from_triton(stmt):
+        elif isinstance(stmt, ast.ImportFrom) and path is not None and not _from_triton(stmt) \
+                and any((a.asname or a.name) in relevant for a in stmt.names):
             env.update(_project_values(path, stmt, seen))
     return text, tree, env, decisions
 
@@ -502,12 +514,26 @@ def _project_values(path: Path, stmt: ast.ImportFrom, seen: frozenset[Path]) -> 
     found = _project_file(path, target) if target and all(a.name != "*" for a in stmt.names) else None
     if found is None or found in seen or len(seen) > 8:  # (a cycle of imports, or a deep chain: undecided)
         return {}
+    wanted = frozenset(a.name for a in stmt.names)
     try:
-        text = found.read_text(encoding="utf-8")
-        _, _, other, _ = _guarded_values(text, ast.parse(text), found, seen | {found, path.resolve()})
+        st = found.stat()
+        other = _module_values(found, st.st_mtime_ns, st.st_size, wanted, seen | {found, path.resolve()})
+    except OSError:
+        return {}
+    return {a.asname or a.name: other[a.name] for a in stmt.names if a.name in other}
+
+
+@functools.lru_cache(maxsize=256)
+def _module_values(path: Path, mtime_ns: int, size: int, wanted: frozenset[str], seen: frozenset[Path],
+                   ) -> dict[str, Any]:
+    """``_project_values``' reading of one module, once per version of its file (a build parses each kernel file
+    several times): the ``wanted`` names it knows at its end."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        _, _, env, _ = _guarded_values(text, ast.parse(text), path, seen, wanted)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return {}
-    return {a.asname or a.name: other[a.name] for a in stmt.names if a.name in other and a.name != "__builtins__"}
+    return {name: env[name] for name in wanted if name in env}
 
 
 _VALUE_BUILTINS = {name: getattr(__import__("builtins"), name) for name in (
