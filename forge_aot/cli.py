@@ -324,7 +324,7 @@ def check(manifest: Path, show_plan: bool) -> None:
             click.echo(f"    note: no examples function: {', '.join(k['unkeyed_ints'])} are assumed divisible by 16; "
                        "a call where one equals 1 (a unit stride) takes a less specialized binary")
     package = plan.loaded.manifest.project.name
-    ops = sorted((op, mod["schemas"].get(op), mod["schema_notes"].get(op, ""))
+    ops = sorted((mod.get("export_as", {}).get(op, op), mod["schemas"].get(op), mod["schema_notes"].get(op, ""))
                  for mod in plan.modules.values() for op in mod["ops"])
     click.echo(f"  ops ({len(ops)}; a custom op is what torch.compile(fullgraph=True) and torch.export trace):")
     for op, schema, note in ops:

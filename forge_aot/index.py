@@ -84,6 +84,7 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                           "schemas": {op: s for op, s in spec.get("schemas", {}).items() if s},
                           **({"autograd": spec["autograd"]} if spec.get("autograd") else {}),
                           **({"exports": spec["exports"]} if spec.get("exports") else {}),
+                          **({"export_as": spec["export_as"]} if spec.get("export_as") else {}),
                           **({"results": spec["results"]} if spec.get("results") else {}),
                           **({"buffers": spec["buffers"]} if spec.get("buffers") else {}),
                           **({"takes": spec["takes"]} if spec.get("takes") else {}),

@@ -213,10 +213,14 @@ class KernelEntry:
 class OpEntry:
     """An exported op whose file defines no kernel of the manifest: its host code launches kernels that other
     kernel files define and it imports (Liger's fused linear cross entropy runs the cross-entropy module's kernels
-    between torch matmuls). The op is the file's host function of the entry's name."""
+    between torch matmuls). The op is the file's host function of the entry's name, or of ``function``."""
 
     source: str
     """``path/to/file.py``, relative to the manifest."""
+    function: str | None = None
+    """The host function the op is, where the package exports it under another name (the entry's): two files that
+    each define an op of one name (SageAttention's ``per_block_int8`` and its varlen twin) cannot both be exported
+    under it. With ``function``, ``source`` may be a kernel file of the manifest."""
     examples: str | None = None
     """A host function of the same file that calls the op on representative inputs (as ``kernels.NAME.examples``:
     run on the CPU at build time; what its calls pass to the kernels is built; left out of the wheel)."""
@@ -526,19 +530,32 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
         seen_sources[k.source] = name
         for op in k.ops:
             if op in seen_ops and m.kernels[seen_ops[op]].source.split(":")[0] != k.source.split(":")[0]:
-                raise r.error(f"kernels.{name}.ops", f"op '{op}' is also exported by kernels.{seen_ops[op]}")
+                raise r.error(f"kernels.{name}.ops", f"op '{op}' is also exported by kernels.{seen_ops[op]}: "
+                              f"export this file's under another name ([ops.<name>] source = "
+                              f"\"{k.source.split(':')[0]}\", function = \"{op}\")")
             seen_ops[op] = name
     kernel_files = {kernel_source(root, k)[0] for k in m.kernels.values()}
+    renamed: dict[tuple[Path, str], str] = {}  # (file, function) -> the op exporting it under another name
     for name, o in m.ops.items():
         if not _is_identifier(name):
-            raise r.error(f"ops.{name}", f"'{name}' is not an identifier (it is the op's function name)")
+            raise r.error(f"ops.{name}", f"'{name}' is not an identifier (it is the op's name in the package)")
         if name in seen_ops:
             raise r.error(f"ops.{name}", f"op '{name}' is also exported by kernels.{seen_ops[name]}")
         if not o.source.endswith(".py") or not (root / o.source).is_file():
             raise r.error(f"ops.{name}.source", f"'{o.source}' is not a Python file (relative to the manifest)")
-        if (root / o.source).resolve() in kernel_files:
+        path = (root / o.source).resolve()
+        if o.function is None and path in kernel_files:
             raise r.error(f"ops.{name}.source", f"'{o.source}' defines kernels of this manifest: list '{name}' in "
-                          "the ops of one of them")
+                          f"the ops of one of them (or export it under this name: ops.{name}.function)")
+        if o.function is not None:
+            if not _is_identifier(o.function):
+                raise r.error(f"ops.{name}.function", f"'{o.function}' is not an identifier")
+            owner = next((k for k, e in m.kernels.items() if kernel_source(root, e)[0] == path
+                          and o.function in e.ops), renamed.get((path, o.function)))
+            if owner is not None:
+                raise r.error(f"ops.{name}.function", f"{o.source}'s '{o.function}' is exported already, by "
+                              f"{owner if owner.startswith('ops.') else 'kernels.' + owner}: a function is one op")
+            renamed[(path, o.function)] = f"ops.{name}"
     for name, file in m.exports.items():
         if not _is_identifier(name):
             raise r.error(f"exports.{name}", f"'{name}' is not an identifier (it is the exported name)")

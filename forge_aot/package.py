@@ -145,7 +145,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "_forge" / "build_info.json").write_bytes(_json_bytes(build_info))
     shutil.copyfile(resources.files("forge_aot.templates").joinpath("_forge_build_backend.py"),
                     stage_dir / "_forge_build_backend.py")
-    ops = [op for spec in plan.modules.values() for op in spec["ops"]]
+    ops = [spec.get("export_as", {}).get(op, op) for spec in plan.modules.values() for op in spec["ops"]]
     exports = {name: mod for mod, spec in sorted(plan.modules.items()) for name in spec.get("exports", ())}
     description = m.project.description or f"Triton kernels packaged ahead of time by forge-aot: {name}"
     values = {
@@ -306,6 +306,7 @@ def read_wheel(path: Path) -> dict[str, Any]:
     return {"wheel": str(path), "package": package, "size": path.stat().st_size, "tuning": tuning,
             "binary_bytes": sum(v for k, v in sizes.items() if k.startswith("_forge/bin/")),
             "binary_bytes_compressed": sum(v for k, v in compressed.items() if k.startswith("_forge/bin/")),
-            "build_info": build_info, "ops": [op for m in index["modules"].values() for op in m["ops"]],
+            "build_info": build_info, "ops": [m.get("export_as", {}).get(op, op) for m in index["modules"].values()
+                                              for op in m["ops"]],
             "exports": [n for m in index["modules"].values() for n in m.get("exports", ())],
             "rows": rows}

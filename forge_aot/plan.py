@@ -1448,7 +1448,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             own.add(k.examples)
     for op_name, o in m.ops.items():
         ops_by_file.setdefault((root / o.source).resolve(), set()).update(
-            (op_name, o.examples) if o.examples is not None else (op_name,))
+            (o.function or op_name, o.examples) if o.examples is not None else (o.function or op_name,))
     for k in m.kernels.values():  # another kernel or op file's examples (a file of neither is refused below)
         efile, _, fn_name = (k.examples or "").rpartition(":")
         if efile and (root / efile).resolve() in ops_by_file:
@@ -1524,14 +1524,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                 mod["build_only"].add(fn_name)
     for op_name, o in m.ops.items():  # ops of files with no kernel entry: they launch other files' kernels
         path = (root / o.source).resolve()
-        mod = host_module(path, needs_kernels=False)
+        mod = host_module(path, needs_kernels=path in kernel_paths)
         src = sources[path]
-        for field_name, fn_name in (("source", op_name), ("examples", o.examples)):
+        function = o.function or op_name
+        for field_name, fn_name in (("function" if o.function else "source", function), ("examples", o.examples)):
             if fn_name is not None and fn_name not in src.host_functions:
                 raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
                              close_match(fn_name, src.host_functions))
-        _no_class_op(loaded, f"ops.{op_name}", src, op_name)
-        mod["ops"].append(op_name)
+        _no_class_op(loaded, f"ops.{op_name}", src, function)
+        mod["ops"].append(function)
+        if o.function is not None:  # exported under the entry's name (the index's ``export_as``)
+            mod.setdefault("export_as", {})[function] = op_name
         if o.examples is not None:
             mod["examples"].add(o.examples)
     for name, text in foreign_examples:  # the examples of another kernel or op file, whose host code launches it

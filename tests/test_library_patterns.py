@@ -1809,3 +1809,145 @@ def test_a_triton_installed_test_by_find_spec_answers_as_the_build_did(tmp_path:
         print(json.dumps({"shape": list(y.shape)}))
         ''')
     assert _run_fresh(check, site) == {"shape": [5000]}
+
+
+SAGE_KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def {kernel}(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * {factor}, mask=offs < n)
+
+
+def per_block_int8(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty({shape}, device=x.device, dtype=x.dtype)
+    n = x.numel()
+    {kernel}[(triton.cdiv(n, 128),)](x, y, n, BLOCK=128)
+    return y
+'''
+SAGE = {
+    # SageAttention 1.0.6's layout: per_block_int8 defined in two files, both imported by the package under aliases
+    "sage/__init__.py": "from .core import sageattn\n",
+    "sage/quant.py": SAGE_KERNEL.format(kernel="quant_kernel", factor=2, shape="x.shape"),
+    "sage/quant_varlen.py": SAGE_KERNEL.format(kernel="quant_varlen_kernel", factor=3, shape="(x.numel() + 1,)"),
+    "sage/core.py": textwrap.dedent('''\
+        import torch
+
+        from .quant import per_block_int8
+        from .quant_varlen import per_block_int8 as per_block_int8_varlen
+
+
+        def sageattn(x: torch.Tensor, varlen: bool = False) -> torch.Tensor:
+            return per_block_int8_varlen(x) if varlen else per_block_int8(x)
+
+
+        def examples(device="cpu"):
+            for varlen in (False, True):
+                sageattn(torch.randn(1000, device=device, dtype=torch.float16), varlen)
+        '''),
+    # an exported class: its package routes host code's calls of ops by name to their custom ops (torch_ops)
+    "sage/layer.py": "import torch\n\nfrom .quant_varlen import per_block_int8\n\n\nclass Quant(torch.nn.Module):\n"
+                     "    def forward(self, x):\n        return per_block_int8(x)\n",
+    "kernel_manifest.toml": textwrap.dedent('''\
+        [project]
+        name = "forge_sage"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.quant]
+        source = "sage/quant.py:quant_kernel"
+        ops = ["per_block_int8"]
+        examples = "sage/core.py:examples"
+
+        [kernels.quant_varlen]
+        source = "sage/quant_varlen.py:quant_varlen_kernel"
+        examples = "sage/core.py:examples"
+
+        [ops.per_block_int8_varlen]
+        source = "sage/quant_varlen.py"
+        function = "per_block_int8"
+
+        [ops.sageattn]
+        source = "sage/core.py"
+        examples = "examples"
+
+        [exports]
+        Quant = "sage/layer.py"
+        '''),
+}
+
+
+def test_an_op_exported_under_another_name_beside_its_namesake(tmp_path: Path) -> None:
+    """SageAttention defines ``per_block_int8`` in two files (and ``forward`` in six); both could not be exported:
+    "op 'per_block_int8' is also exported by kernels.quant", and no manifest key renamed one. ``[ops.NAME] function``
+    exports a host function under the entry's name: here the package's ``per_block_int8_varlen`` and its custom op,
+    each reaching its own file's function, in a fresh process without Triton."""
+    site = _installed(_write_project(tmp_path / "p", SAGE), tmp_path)
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_sage
+        x = torch.empty(1000, device="meta", dtype=torch.float16)
+        shapes = {op: list(getattr(torch.ops.forge_sage, op)(x).shape) for op in ("per_block_int8",
+                  "per_block_int8_varlen")}
+        refused = {}
+        for op in ("per_block_int8", "per_block_int8_varlen"):
+            try:
+                getattr(forge_sage, op)(torch.randn(8, dtype=torch.float16))
+            except Exception as exc:
+                refused[op] = str(exc).split("(")[0]
+        forge_sage.Quant()  # binds its module
+        routed = {m: getattr(sys.modules[f"forge_sage._ops.{m}"], "per_block_int8").__kwdefaults__["_op"]
+                  for m in ("quant", "quant_varlen", "layer")}
+        print(json.dumps({"shapes": shapes, "refused": refused, "all": sorted(forge_sage.__all__), "routed": routed}))
+        ''')
+    out = _run_fresh(check, site)
+    # each module's global reaches its own function's op: the layer's is quant_varlen's function, imported by its
+    # name (bound after quant_varlen, so routed there already), not the op of that name
+    assert out["routed"] == {"quant": "per_block_int8", "quant_varlen": "per_block_int8_varlen",
+                             "layer": "per_block_int8_varlen"}, out
+    assert out["shapes"] == {"per_block_int8": [1000], "per_block_int8_varlen": [1001]}, out
+    assert out["refused"] == {"per_block_int8": "quant_kernel", "per_block_int8_varlen": "quant_varlen_kernel"}, out
+    assert out["all"] == ["Quant", "per_block_int8", "per_block_int8_varlen", "preload", "sageattn"]
+
+
+@pytest.mark.parametrize(("edits", "message"), [
+    ([('[ops.per_block_int8_varlen]\nsource = "sage/quant_varlen.py"\nfunction = "per_block_int8"\n', ""),
+      ('source = "sage/quant_varlen.py:quant_varlen_kernel"\n',
+       'source = "sage/quant_varlen.py:quant_varlen_kernel"\nops = ["per_block_int8"]\n')],
+     "kernels.quant_varlen.ops: op 'per_block_int8' is also exported by kernels.quant: export this file's under "
+     "another name ([ops.<name>] source = \"sage/quant_varlen.py\", function = \"per_block_int8\")"),
+    ([('function = "per_block_int8"', 'function = "per_block_int9"')],
+     "ops.per_block_int8_varlen.function: no host function 'per_block_int9' in sage/quant_varlen.py"),
+    ([('source = "sage/quant_varlen.py"\nfunction', 'source = "sage/quant.py"\nfunction')],
+     "ops.per_block_int8_varlen.function: sage/quant.py's 'per_block_int8' is exported already, by kernels.quant"),
+    ([('function = "per_block_int8"\n', "")],
+     "ops.per_block_int8_varlen.source: 'sage/quant_varlen.py' defines kernels of this manifest"),
+])
+def test_a_renamed_op_is_checked(tmp_path: Path, edits: list[tuple[str, str]], message: str) -> None:
+    files = dict(SAGE)
+    for old, new in edits:
+        assert old in files["kernel_manifest.toml"]
+        files["kernel_manifest.toml"] = files["kernel_manifest.toml"].replace(old, new)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, files))])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert message in result.output, result.output
+
+
+def test_development_mode_binds_a_renamed_op_to_its_own_function(tmp_path: Path) -> None:
+    from forge_aot.dev import load_dev_ops
+
+    manifest = _write_project(tmp_path / "p", SAGE)
+    sys.path.insert(0, str(manifest.parent))
+    try:
+        ops = load_dev_ops(manifest)
+    finally:
+        sys.path.remove(str(manifest.parent))
+        _forget_package("sage")
+    assert {"per_block_int8", "per_block_int8_varlen", "sageattn"} <= set(ops)
+    assert ops["per_block_int8"].__module__.endswith("._ops.quant")
+    assert ops["per_block_int8_varlen"].__module__.endswith("._ops.quant_varlen")

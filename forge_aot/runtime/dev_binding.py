@@ -48,8 +48,9 @@ def bind_ops(package: str, index: dict[str, Any], backend: Any, sources: dict[st
     with project_names_bound(index["modules"], bind) as bound:
         for mod_name in imports_first(index["modules"]):
             module = bound(mod_name)
+            export_as = index["modules"][mod_name].get("export_as", {})
             for op in (*index["modules"][mod_name]["ops"], *index["modules"][mod_name].get("exports", ())):
-                ops[op] = getattr(module, op)
+                ops[export_as.get(op, op)] = getattr(module, op)
     return ops
 
 

@@ -108,7 +108,7 @@ class Package:
         """The host function of an exported op."""
         fn = self.functions.get(op)
         if fn is None:
-            fn = getattr(self.module(self.ops[op][0]), op)
+            fn = getattr(self.module(self.ops[op][0]), (self.ops[op][6:7] or (op,))[0])  # host_modules.host_name
             fn = getattr(fn, "__forge_host__", fn)
             self.functions[op] = fn
         return fn

@@ -225,7 +225,8 @@ def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str
 
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """op → (host module, schema or None[, (setup_context, backward) or None[, result rule[, output buffer[, what
-    the schema takes: (positional count, names), where the host function's *args/**kwargs are left out]]]])
+    the schema takes: (positional count, names), where the host function's *args/**kwargs are left out[, the host
+    function, where the op's name is another (``host_name``)]]]]])
     from an index's ``modules``: the table the build writes into a generated ``__init__`` and that
     ``register_custom_ops`` reads (the rule, schema.ResultRule as a tuple, where an argument selects the result's
     structure; the buffer, (name, position), where the schema leaves one out: ``entry.custom_call``)."""
@@ -234,10 +235,17 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
         rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],
                       r.get("fill", False))
         takes = spec.get("takes", {}).get(op)
-        items = [ag and tuple(ag), rule, b and tuple(b), takes and (takes[0], tuple(takes[1]))]
+        items = [ag and tuple(ag), rule, b and tuple(b), takes and (takes[0], tuple(takes[1])),
+                 op if op in spec.get("export_as", {}) else None]
         while items and not items[-1]:
             items.pop()
         return tuple(items)
 
-    return {op: (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
+    return {spec.get("export_as", {}).get(op, op): (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
+
+
+def host_name(op: str, spec: tuple[Any, ...]) -> str:
+    """The host function of an op (its ``op_table`` entry's last item where the package exports it under another
+    name, ``[ops.NAME] function``)."""
+    return spec[6] if len(spec) > 6 and spec[6] else op

@@ -38,10 +38,19 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
     import torch
 
     from .entry import custom_call, rule_of, without_grad
+    from .host_modules import host_name
 
     is_compiling = torch.compiler.is_compiling
-    for op in sorted(ops.keys() & vars(module).keys()):
-        fn, spec = module.__dict__[op], (table or {}).get(op, ())
+    # an op exported under another name ([ops.NAME] function) by its host module's global of that function; the
+    # others by their name in any module (host code calling an op by name), after, so a function of the name of
+    # another module's op is routed as its own module's op
+    own = module.__name__.rpartition("._ops.")[2]
+    names = sorted((host_name(op, spec), op) for op, spec in (table or {}).items() if op in ops and spec[0] == own
+                   and host_name(op, spec) != op) + sorted((op, op) for op in ops)
+    for name, op in names:
+        if name not in vars(module):
+            continue
+        fn, spec = module.__dict__[name], (table or {}).get(op, ())
         if getattr(fn, "__forge_host__", None) is not None:
             continue
         rule, grad = rule_of(spec), len(spec) > 2 and bool(spec[2])
@@ -60,7 +69,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
 
         functools.update_wrapper(routed, fn)
         routed.__forge_host__ = fn  # type: ignore[attr-defined]
-        module.__dict__[op] = routed
+        module.__dict__[name] = routed
 
 
 def unpad(rule: Any, out: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> Any:
