@@ -69,6 +69,7 @@ class JitBackend:
 
     def launch(self, kernel: rt.Kernel, state: Any, config: rt.Config, grid: Sequence[int],
                runtime: Sequence[Any], call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
+        kernel._last_config = config  # (kernel.best_config, as the wheel's)
         return self.functions[kernel.name][tuple(grid)](**self._arguments(kernel, config, runtime, call, heur))
 
     def compiled(self, kernel: rt.Kernel, state: Any, config: rt.Config, heur: tuple[Any, ...],
@@ -100,8 +101,8 @@ class _DevKernel(rt.Kernel):
     """A kernel handle of development mode. The project's helper modules run with Triton itself here, so a call may
     pass one of ``triton.language``'s element types; the index, as the wheel's host code, has the runtime's."""
 
-    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        super().run(grid, *as_host_call(args, kwargs))
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return super().run(grid, *as_host_call(args, kwargs))
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
         args, kwargs = as_host_call(args, kwargs)

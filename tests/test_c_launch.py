@@ -1209,3 +1209,31 @@ def test_a_call_no_binary_takes_names_the_argument(rt, fake, tmp_path) -> None:
     with pytest.raises(rt.NotBuiltError, match=r"argument 'offs' is None, and this build's binaries take a tensor"):
         k[(4,)](o, None, 4096)
     assert fake.calls == 0
+
+
+@pytest.mark.parametrize("c_path", [True, False])
+def test_best_config_is_the_config_of_the_last_launch(rt, fake, tmp_path, c_path) -> None:
+    """``kernel.best_config`` (Triton's autotuner keeps the config its last call ran; Unsloth's MoE GEMMs log it after
+    every autotuned launch; the handle had none, so each such launch raised AttributeError): two table rows with
+    two configs, calls alternating between them after both were resolved (the C path serves them then, and keeps
+    its last launch; the Python path keeps its own)."""
+    spec = cs.kernel_spec(tmp_path, "add", ADD, dtypes={"T": ["fp16"]}, key=["n"])
+    target = spec["variants"]["T=fp16"]["targets"]["sm_90"]
+    small = {**target["configs"]["c"], "meta": {"BLOCK": 256},
+             "binaries": {"xxxx": cs.binary(tmp_path, "add", "xxxxT=fp16small")}}
+    target["configs"]["s"] = small
+    target["tables"]["default"] = [[4096, "c"], [64, "s"]]
+    kernel = rt.Kernel("add", spec, cs.TARGETS, rt.BinaryBackend(str(tmp_path)))
+    fake.block_size, fake.nparams = 48, 6
+    rt.fastpath.use_c_launch(kernel, c_path)
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    assert kernel.best_config is None  # before any launch
+    seen, by_python = [], []
+    kernel.run = lambda g, a, k: (by_python.append(a[3]), type(kernel).run(kernel, g, a, k))[1]
+    for n in (4096, 64, 4096, 64, 64, 4096):
+        result = kernel[(1,)](x, y, o, n)
+        seen.append((kernel.best_config.meta["BLOCK"], kernel.best_config.id, result._of[2] is kernel.best_config))
+    del kernel.run
+    assert seen == [(1024, "c", True), (256, "s", True)] * 2 + [(256, "s", True), (1024, "c", True)]
+    assert by_python == ([4096, 64] if c_path else [4096, 64, 4096, 64, 64, 4096])  # the C path served the rest
+    assert "BLOCK=1024" in repr(kernel.best_config) and "num_warps=4" in repr(kernel.best_config)

@@ -822,7 +822,16 @@ typedef struct {
     PyObject *runtime_names, *heuristics, *heuristic_names;   /* (name, function) pairs in calling order */
     Entry *table;
     size_t cap, used;
+    PyObject *last;          /* the Launcher of this kernel's last C launch (kernel.best_config), or NULL */
 } FastKernel;
+
+/* Remembers the launcher a C launch ran (a reference: the cache may drop its entry). */
+static void set_last(FastKernel *F, PyObject *launcher) {
+    PyObject *old = F->last;
+    Py_INCREF(launcher);
+    F->last = launcher;
+    Py_XDECREF(old);
+}
 
 static int pointer_like(int kind) { return kind == K_PTR || kind == K_DESC; }
 
@@ -858,7 +867,7 @@ static int FastKernel_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(F->tensor_types); Py_VISIT(F->get_device); Py_VISIT(F->data_ptr); Py_VISIT(F->launches);
     Py_VISIT(F->call_names); Py_VISIT(F->call_defaults); Py_VISIT(F->missing);
-    Py_VISIT(F->runtime_names); Py_VISIT(F->heuristics); Py_VISIT(F->heuristic_names);
+    Py_VISIT(F->runtime_names); Py_VISIT(F->heuristics); Py_VISIT(F->heuristic_names); Py_VISIT(F->last);
     for (size_t i = 0; i < F->cap; i++)
         if (F->table[i].used) ENTRY_REFS(F, &F->table[i], Py_VISIT);
     return 0;
@@ -869,7 +878,7 @@ static int FastKernel_clear(PyObject *self) {
     clear_table(F);
     Py_CLEAR(F->tensor_types); Py_CLEAR(F->get_device); Py_CLEAR(F->data_ptr); Py_CLEAR(F->launches);
     Py_CLEAR(F->call_names); Py_CLEAR(F->call_defaults); Py_CLEAR(F->missing);
-    Py_CLEAR(F->runtime_names); Py_CLEAR(F->heuristics); Py_CLEAR(F->heuristic_names);
+    Py_CLEAR(F->runtime_names); Py_CLEAR(F->heuristics); Py_CLEAR(F->heuristic_names); Py_CLEAR(F->last);
     return 0;
 }
 
@@ -1362,6 +1371,29 @@ static PyObject *FastKernel_size(PyObject *self, PyObject *unused) {
     return PyLong_FromSize_t(((FastKernel *)self)->used);
 }
 
+static PyObject *FastKernel_get_last(PyObject *self, void *closure) {
+    (void)closure;
+    PyObject *last = ((FastKernel *)self)->last;
+    if (!last) Py_RETURN_NONE;
+    return launcher_result(last);
+}
+
+static int FastKernel_set_last(PyObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    if (value != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "last can only be forgotten (set to None)");
+        return -1;
+    }
+    Py_CLEAR(((FastKernel *)self)->last);
+    return 0;
+}
+
+static PyGetSetDef FastKernel_getset[] = {
+    {"last", FastKernel_get_last, FastKernel_set_last,
+     "What the last C launch of this kernel returned (its binary's result), or None; set None to forget it.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef FastKernel_methods[] = {
     {"register", FastKernel_register, METH_VARARGS, "Remember the launch the Python path resolved for a call."},
     {"spec", FastKernel_read_spec, METH_VARARGS, "The specialization string read from a call, or None."},
@@ -1376,6 +1408,7 @@ static PyType_Slot FastKernel_slots[] = {
     {Py_tp_traverse, FastKernel_traverse},
     {Py_tp_clear, FastKernel_clear},
     {Py_tp_methods, FastKernel_methods},
+    {Py_tp_getset, FastKernel_getset},
     {Py_tp_doc, "How to read a kernel's calls, and the launches resolved for them."},
     {0, NULL},
 };
@@ -1520,7 +1553,7 @@ static int late_call(Launch *l, FastKernel *F, PyObject *args, PyObject *call_kw
     if (launcher) {
         Py_INCREF(launcher);
         r = launcher_launch((Launcher *)launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
-        if (r == 1) *out = launcher_result(launcher);
+        if (r == 1) { *out = launcher_result(launcher); set_last(F, launcher); }
         Py_DECREF(launcher);
     } else {
         PyObject *done = PyObject_CallFunctionObjArgs(e->fallback, l->kernel, grid, args, e->call, heur, NULL);
@@ -1686,7 +1719,7 @@ static int fast_call_read(Launch *l, PyObject *args, PyObject *kwargs, Py_ssize_
     } else {
         r = eval_grid(l, args, e.meta, e.config, e.call, dims);
         if (r == 1) r = launcher_launch((Launcher *)e.launcher, vals, objs, dims[0], dims[1], dims[2]) < 0 ? -1 : 1;
-        if (r == 1) *out = launcher_result(e.launcher);
+        if (r == 1) { *out = launcher_result(e.launcher); set_last(F, e.launcher); }
     }
     Py_DECREF(e.launcher); Py_DECREF(e.meta); Py_DECREF(e.config); Py_DECREF(e.call);
     Py_XDECREF(e.kwargs); Py_XDECREF(e.late); Py_XDECREF(e.pre_hook); Py_XDECREF(e.fallback);
@@ -1840,7 +1873,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 11) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 12) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -33,8 +33,9 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
-ABI = 11
-"""The extension's interface version (11: a launch returns its ``Launcher.result``; 10: FastKernel takes
+ABI = 12
+"""The extension's interface version (12: ``FastKernel.last``, the result of a kernel's last C launch; 11: a launch
+returns its ``Launcher.result``; 10: FastKernel takes
 ``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another version is not
 used."""
 
@@ -197,6 +198,16 @@ class Launched:
 
     def __repr__(self) -> str:
         return repr(self._compiled())
+
+
+def best_config(kernel: Any) -> Any:
+    """``kernel.best_config``: as Triton's autotuner keeps the config its last call ran (Unsloth's MoE GEMMs log it
+    after every autotuned launch), the config (``tables.Config``) of the binary this handle last launched, None
+    before any launch. The C path keeps its last launch (``FastKernel.last``); a launch by the Python path keeps its
+    config (``_last_config``; development mode's too) and forgets the C path's, so the C path's, where set, is the
+    latest."""
+    last = kernel._fast.last if kernel._fast is not None else None
+    return last._of[2] if last is not None else kernel.__dict__.get("_last_config")
 
 
 def launched(kernel: Any, launcher: Any, config: Any, call: dict[str, Any], target: str) -> Launched:

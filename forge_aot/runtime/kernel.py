@@ -70,6 +70,7 @@ class Kernel(KernelBase):
 
     _c_launch = True
     """Whether launches may go through the C launcher (fastpath.use_c_launch turns it off per handle)."""
+    best_config = property(fastpath.best_config)
 
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]],
                  backend: Any) -> None:
@@ -114,8 +115,7 @@ class Kernel(KernelBase):
                            for i in self.int_pos]
         type_args = spec["dtype_args"]
         self.type_vars = [(tv, self.runtime_names.index(type_args[tv])) for tv in self.axes if tv in type_args]
-        # How each variant axis is read from a call: (True, runtime position) for a type variable's tensor,
-        # (False, name) for a call-site value.
+        # How each variant axis is read: (True, runtime position) for a type variable's tensor, (False, name) else.
         self.axis_sources = [(True, self.runtime_names.index(type_args[a])) if a in type_args else (False, a)
                              for a in self.axes]
         self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names

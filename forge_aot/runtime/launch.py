@@ -155,8 +155,11 @@ class BinaryBackend:
         except struct.error:
             packing.out_of_range(kernel.function, kernel.int_checks, values, kernel.runtime, kernel.pointer_ints)
             raise
-        if kernel._fast is not None and c_launcher is not None:
-            fastpath.remember(kernel, state, runtime, call, c_launcher, config, spec, heur, result)
+        if kernel._fast is not None:
+            kernel._fast.last = None  # this launch is the latest (fastpath.best_config)
+            if c_launcher is not None:
+                fastpath.remember(kernel, state, runtime, call, c_launcher, config, spec, heur, result)
+        kernel._last_config = config
         return result
 
 

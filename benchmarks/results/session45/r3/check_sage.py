@@ -18,7 +18,8 @@ import torch.nn.functional as F
 out = {}
 for dtype in (torch.float16, torch.bfloat16):
     for d in (64, 128, 96):
-        for (b, hq, hk, lq, lk, layout, causal) in ((2, 4, 2, 301, 1029, "HND", False), (1, 4, 4, 517, 517, "NHD", True),
+        for (b, hq, hk, lq, lk, layout, causal) in ((2, 4, 2, 301, 1029, "HND", False),
+                                                    (1, 4, 4, 517, 517, "NHD", True),
                                                     (3, 4, 2, 1, 64, "HND", False)):
             shape = (lambda h, l: (b, h, l, d)) if layout == "HND" else (lambda h, l: (b, l, h, d))
             q = torch.randn(*shape(hq, lq), dtype=dtype, device="cuda")
@@ -45,6 +46,10 @@ for seed in (1, 2):
         diff = max(abs(a - b) for a, b in zip(w["o"], j["o"]))
         rows[f"seed{seed} {key}"] = {"wheel_vs_sdpa": w["rel_err_vs_sdpa"], "jit_vs_sdpa": j["rel_err_vs_sdpa"],
                                      "max_abs_wheel_minus_jit_first4096": diff, "nan": w["nan"] or j["nan"]}
-        print(f"{'seed%d ' % seed + key:50s} wheel/sdpa {w['rel_err_vs_sdpa']:.4f}  jit/sdpa {j['rel_err_vs_sdpa']:.4f}"
+        print(f"{f'seed{seed} ' + key:50s} wheel/sdpa {w['rel_err_vs_sdpa']:.4f}  jit/sdpa {j['rel_err_vs_sdpa']:.4f}"
               f"  |wheel-jit| {diff:.3g}")
-print(json.dumps(rows), file=open(sys.argv[1], "w") if len(sys.argv) > 1 else sys.stderr)
+if len(sys.argv) > 1:
+    with open(sys.argv[1], "w") as f:
+        print(json.dumps(rows), file=f)
+else:
+    print(json.dumps(rows), file=sys.stderr)
