@@ -246,6 +246,9 @@ class TracedCall:
     """Arguments by name (for heuristics and pruning hooks), the call-site values included."""
     target: str | None = None
     """The target the host code was traced for where it asks about the device (see trace.as_target), else None."""
+    keywords: tuple[str, ...] = ()
+    """The arguments the call passed by keyword (Triton hands those to a pruning hook as ``**kwargs``: Unsloth's MoE
+    launches ``kernel[grid](**kernel_args)`` and its pruner reads ``kwargs["x_ptr"]``)."""
 
 
 @dataclass

@@ -33,9 +33,10 @@ def early_prune_hook(kp: KernelPlan) -> str | None:
 def hook_arguments(kp: KernelPlan, call: TracedCall) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(nargs, kwargs)`` of a hook: every argument of the call by name (Triton's ``nargs`` holds those passed
     positionally: a hook finds each where Triton puts it), and the constexprs with the runtime arguments some launch
-    passes by keyword (the attention tutorial's ``prune_invalid_configs`` reads ``kwargs["N_CTX"]``)."""
+    passes by keyword (the attention tutorial's ``prune_invalid_configs`` reads ``kwargs["N_CTX"]``), or this call
+    did (Unsloth's MoE: ``kernel[grid](**kernel_args)``, its pruner reading ``kwargs["x_ptr"]``)."""
     named = dict(call.named or {})
-    keywords = {kw for site in kp.launches for kw in site.keywords}
+    keywords = {kw for site in kp.launches for kw in site.keywords} | set(call.keywords)
     runtime = {n for n, ty in kp.params if ty not in ("meta", "constexpr", "heuristic")}
     return named, {k: v for k, v in named.items() if k not in runtime or k in keywords}
 

@@ -193,7 +193,8 @@ class TraceKernel(rt.Kernel):
         # Arguments by name, for heuristics and for tuning's pruning hooks (meta or CPU tensors, ints).
         named = {**dict(zip(self.runtime_names, runtime)), **call}
         self.records.append(TracedCall(self.name, self.axis_values(runtime, call), key,
-                                       rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0]))
+                                       rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0],
+                                       tuple(kwargs)))
         # what a launch returns (Triton's CompiledKernel: Unsloth's MoE GEMMs log its registers): no binary yet
         return rt.PlaceholderCompiled(self, call)
 

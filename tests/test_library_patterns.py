@@ -1953,3 +1953,47 @@ def test_development_mode_binds_a_renamed_op_to_its_own_function(tmp_path: Path)
     assert {"per_block_int8", "per_block_int8_varlen", "sageattn"} <= set(ops)
     assert ops["per_block_int8"].__module__.endswith("._ops.quant")
     assert ops["per_block_int8_varlen"].__module__.endswith("._ops.quant_varlen")
+
+
+KWARGS_PRUNE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def prune_by_dtype(configs, args, **kwargs):
+    x = kwargs["x_ptr"]  # Unsloth's prune_kernel_configs_fwd: the launch passes everything by keyword
+    return [c for c in configs if c.kwargs["BLOCK"] * x.element_size() <= 512]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=4) for b in (512, 256, 128)], key=["n"],
+                 prune_configs_by={"early_config_prune": prune_by_dtype})
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    kernel_args = {"x_ptr": x, "y_ptr": y, "n": x.numel()}
+    scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](**kernel_args)
+    return y
+
+
+def examples(device="cpu"):
+    for dtype in (torch.float16, torch.float32):
+        scale(torch.randn(1000, device=device, dtype=dtype))
+'''
+
+
+def test_a_pruning_hook_reads_the_arguments_a_call_passes_by_keyword(tmp_path: Path) -> None:
+    """Triton hands an ``early_config_prune`` the call's keyword arguments as ``**kwargs``; Unsloth's MoE GEMMs launch
+    ``kernel[grid](**kernel_args)`` and their pruner reads ``kwargs["x_ptr"]``. The build passed only the runtime
+    arguments some launch site names by keyword (none there): KeyError, and every row took the space unpruned."""
+    manifest = one_file_project(tmp_path / "p", "forge_kwprune", KWARGS_PRUNE, "scale_kernel", ["scale"],
+                                extra='signature = { x_ptr = "*T" }\ndtypes = { T = ["fp16", "fp32"] }\n')
+    plan = make_plan(load_manifest(manifest))
+    assert not any("pruning hook" in n for n in plan.kernels["k"].notes), plan.kernels["k"].notes
+    blocks = {e.assignment["T"]: [c.meta["BLOCK"] for c in e.tables["default"][0].preferences] for e in plan.entries}
+    assert blocks == {"fp16": [256, 128], "fp32": [128]}, blocks
