@@ -199,9 +199,34 @@ def _mode(home: str) -> Any:
                 args = tuple(map(placed, args))
                 out = func(*args, **kwargs)
                 return as_cpu(out) if to_cpu and out.device.type == "cpu" else out
+            body = _custom_op_body(func, args, kwargs)
+            if body is not None:  # its body under this mode, as a direct call of the function runs
+                with type(self)():
+                    return body(*args, **kwargs)
             return func(*args, **kwargs)
 
     return OnGpu
+
+
+def _custom_op_body(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The function of a ``@torch.library.custom_op`` that ``func`` (its OpOverload) would run, where a call may run
+    it directly: the dispatcher runs it outside this torch-function mode (axolotl's LoRA MLP calls its
+    ``swiglu_forward`` custom op, which allocates on ``"cuda"``: a CPU build machine's torch raised), so the body runs
+    under the mode instead, unless the call needs the op's registered autograd (a tensor argument requiring grad
+    with grad mode on). None for any other function."""
+    if type(func).__name__ != "OpOverload" or not hasattr(func, "name"):
+        return None
+    import torch
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(func.name())
+    body = getattr(opdef, "_init_fn", None)
+    if body is None or getattr(body, "__module__", "torch").partition(".")[0] == "torch":  # (torch's own: prims)
+        return None
+    if getattr(opdef, "_backward_fn", None) is not None and torch.is_grad_enabled() and any(
+            isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())):
+        return None
+    return body
 
 
 def _names_cuda(device: Any) -> bool:

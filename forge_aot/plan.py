@@ -11,6 +11,7 @@ row's first choice and walks down a row's list only when a config fails to compi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -435,6 +436,9 @@ class KernelPlan:
                     f"the heuristic for {name} of {self.function} reads argument {exc}, which the build cannot "
                     "know from the key: name an examples function that calls the ops (see the README)",
                     key_path=f"kernels.{self.name}.examples") from None
+            except Exception as exc:
+                raise ManifestError(f"the heuristic for {name} of {self.function} failed: {type(exc).__name__}: {exc}",
+                                    key_path=f"kernels.{self.name}") from None
         return tuple((n, nargs[n]) for n in self.heuristic_names)
 
     @property
@@ -531,10 +535,15 @@ class BuildPlan:
         else:
             combos = [(kp.default_spec(key), {**dict(zip(kp.key, key)), **entry.assignment}, True)]
         pairs = []
-        for spec, named, traced in combos:
-            heur = kp.evaluate_heuristics(named, config)
-            pairs.append((spec, heur, kp.presence_heuristics(named, config) if calls else set(), traced,
-                          kp.descriptor_blocks(named, config, heur)))
+        # heuristics and pre-hooks are host code: as a GPU of the entry's target (FlagAttention's paged attention picks
+        # num_stages by torch.cuda.get_device_capability() in a heuristic), as the wheel runs them on one
+        from .trace import as_target
+
+        with as_target(entry.target, False) if kp.heuristics or config.pre_hook else contextlib.nullcontext():
+            for spec, named, traced in combos:
+                heur = kp.evaluate_heuristics(named, config)
+                pairs.append((spec, heur, kp.presence_heuristics(named, config) if calls else set(), traced,
+                              kp.descriptor_blocks(named, config, heur)))
         ints = kp.int_positions()
         alignable = [i for i, n in enumerate(kp.spec_params) if i in ints or dict(kp.params)[n].startswith("*")]
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]

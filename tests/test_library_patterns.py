@@ -1997,3 +1997,258 @@ def test_a_pruning_hook_reads_the_arguments_a_call_passes_by_keyword(tmp_path: P
     assert not any("pruning hook" in n for n in plan.kernels["k"].notes), plan.kernels["k"].notes
     blocks = {e.assignment["T"]: [c.meta["BLOCK"] for c in e.tables["default"][0].preferences] for e in plan.entries}
     assert blocks == {"fp16": [256, 128], "fp32": [128]}, blocks
+
+
+TRITON_OP_AUTOGRAD = '''\
+import torch
+import triton
+import triton.language as tl
+from torch.library import triton_op, wrap_triton
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+@triton_op("mylib::scale2", mutates_args=())
+def scale2(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    n = x.numel()
+    wrap_triton(scale_kernel)[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+
+
+def _setup(ctx, inputs, output):
+    pass
+
+
+def _backward(ctx, grad):
+    return scale2(grad)
+
+
+scale2.register_autograd(_backward, setup_context=_setup)
+
+
+def examples(device="cpu"):
+    for dtype in (torch.float16, torch.float32):
+        scale2(torch.randn(1000, device=device, dtype=dtype))
+        scale2(torch.randn(1000, device=device, dtype=dtype, requires_grad=True)).sum().backward()
+'''
+
+
+def test_a_triton_op_trains_through_the_autograd_registered_on_it(tmp_path: Path) -> None:
+    """PyTorch's way to train through a ``@triton_op`` is ``op.register_autograd(backward, setup_context=...)``
+    (axolotl 0.19's Gemma-4 fused RMSNorm + RoPE); the runtime's ``triton_op`` returned the bare function: "'function'
+    object has no attribute 'register_autograd'" at import, so the build refused the file. A call that needs
+    gradients now goes through the op with that autograd (its output has a grad_fn); others run the function."""
+    manifest = one_file_project(tmp_path / "p", "forge_tritonop_ag", TRITON_OP_AUTOGRAD, "scale_kernel", ["scale2"],
+                                extra='signature = { x_ptr = "*T" }\ndtypes = { T = ["fp16", "fp32"] }\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    site = _installed(manifest, tmp_path / "w")
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_tritonop_ag
+        try:  # no gradient needed: the function itself, whose launch refuses a CPU tensor
+            forge_tritonop_ag.scale2(torch.randn(7))
+        except Exception as exc:
+            plain = type(exc).__name__
+        # a gradient needed: through the op and its autograd (a meta input: the op's fake, no launch)
+        trained = forge_tritonop_ag.scale2(torch.empty(7, device="meta", requires_grad=True))
+        by_op = torch.ops.forge_tritonop_ag.scale2(torch.empty(7, device="meta", dtype=torch.float16))
+        print(json.dumps({"plain": plain, "trained": [list(trained.shape), type(trained.grad_fn).__name__],
+                          "op": [list(by_op.shape), str(by_op.dtype)]}))
+        ''')
+    out = _run_fresh(check, site)
+    assert out["plain"] == "UnsupportedDeviceError" and out["op"] == [[7], "torch.float16"], out
+    assert out["trained"][0] == [7] and out["trained"][1] not in ("NoneType", ""), out
+
+
+CUSTOM_OP_FAKE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+    tl.store(y_ptr + offs, (x * tl.sigmoid(x)).to(y_ptr.dtype.element_ty), mask=offs < n)
+
+
+@torch.library.custom_op("mylib::silu", mutates_args=())
+def silu(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty(x.shape, dtype=x.dtype, device="cuda")  # axolotl's geglu_forward allocates so
+    n = x.numel()
+    silu_kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+
+
+@silu.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def examples(device="cpu"):
+    silu(torch.randn(1000, device=device, dtype=torch.float16))
+'''
+
+
+def test_a_custom_ops_meta_implementation_is_the_fake_its_author_registered(tmp_path: Path) -> None:
+    """axolotl's ``geglu_forward``/``swiglu_forward``: a ``@torch.library.custom_op`` allocating its output on
+    ``"cuda"``, with a ``register_fake`` returning ``empty_like``. The package op's Meta implementation ran the body
+    (launches skipped), whose allocation needs CUDA: ``torch.ops.<package>.silu`` on meta tensors raised "Torch not
+    compiled with CUDA enabled" on a CPU-only torch (and allocated on the GPU elsewhere); it takes the author's
+    fake."""
+    manifest = one_file_project(tmp_path / "p", "forge_opfake", CUSTOM_OP_FAKE, "silu_kernel", ["silu"])
+    site = _installed(manifest, tmp_path / "w")
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_opfake
+        y = torch.ops.forge_opfake.silu(torch.empty(5, 33, device="meta", dtype=torch.float16))
+        print(json.dumps([list(y.shape), str(y.dtype), y.device.type]))
+        ''')
+    assert _run_fresh(check, site) == [[5, 33], "torch.float16", "meta"]
+
+
+CUSTOM_OP_CALLERS = {
+    # axolotl's LoRA MLP (lora.py) calls its swiglu_forward custom op, which allocates on "cuda" (swiglu.py)
+    "mylib/__init__.py": "",
+    "mylib/act.py": CUSTOM_OP_FAKE.replace("def examples", "def _unused_examples"),
+    "mylib/mlp.py": "import torch\n\nfrom .act import silu\n\n\n"
+                    "def mlp(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:\n    return silu(x @ w)\n",
+    "ex.py": textwrap.dedent('''\
+        import torch
+
+        from mylib.act import silu
+        from mylib.mlp import mlp
+
+
+        def examples(device="cpu"):
+            x = torch.randn(5, 33, dtype=torch.float16, device=device)
+            silu(x)
+            mlp(x, torch.randn(33, 77, dtype=torch.float16, device=device))
+        '''),
+    "kernel_manifest.toml": textwrap.dedent('''\
+        [project]
+        name = "forge_opcallers"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.silu]
+        source = "mylib/act.py:silu_kernel"
+        ops = ["silu"]
+        examples = "ex.py:examples"
+
+        [ops.mlp]
+        source = "mylib/mlp.py"
+
+        [exports]
+        examples = "ex.py"
+        '''),
+}
+
+
+def test_a_custom_op_another_module_calls_runs_its_body_as_a_direct_call_does(tmp_path: Path) -> None:
+    """The trace runs host code with its tensors answering as CUDA ones (a torch-function mode); a direct call of a
+    ``@torch.library.custom_op`` ran its function under that mode, but a call from another module went through
+    torch's dispatcher, outside it: the body's ``device="cuda"`` allocation raised on a CPU build machine (axolotl's
+    LoRA MLP calling ``swiglu_forward``). The op's body now runs under the mode either way."""
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, CUSTOM_OP_CALLERS))])
+    assert result.exit_code == 0, result.output
+    assert "mlp: torch.ops.forge_opcallers.mlp(Tensor x, Tensor w) -> Tensor" in result.output, result.output
+
+
+HEURISTIC_ASKS_GPU = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+def get_num_stages(BLOCK):
+    # FlagAttention's paged.py: a launch option chosen per GPU, in a heuristic
+    return 3 if torch.cuda.get_device_capability() == (8, 0) else 1
+
+
+@triton.heuristics({"num_stages": lambda args: get_num_stages(args["BLOCK"])})
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def copy(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    copy_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+
+
+def examples(device="cpu"):
+    copy(torch.randn(1000, device=device))
+'''
+
+
+def test_a_heuristic_asking_the_gpu_answers_as_each_target(tmp_path: Path) -> None:
+    """FlagAttention's paged attention picks ``num_stages`` in a ``@triton.heuristics`` by
+    ``torch.cuda.get_device_capability()``: the plan evaluated heuristics outside the target GPU's answers, and a
+    CPU build machine's torch raised ("Torch not compiled with CUDA enabled", a traceback from ``check``). Each
+    target's binaries now carry the value its GPU gives, as the wheel computes it there; a heuristic that fails
+    is a clean error naming it."""
+    manifest = one_file_project(tmp_path / "p", "forge_heurgpu", HEURISTIC_ASKS_GPU, "copy_kernel", ["copy"])
+    manifest.write_text(manifest.read_text().replace('targets = ["sm_90"]', 'targets = ["sm_80", "sm_90"]'))
+    plan = make_plan(load_manifest(manifest))
+    stages = {e.target: {dict(b.heur)["num_stages"] for row in e.tables["default"]
+                         for b in plan.binaries_for(e, row.key, row.preferences[0])} for e in plan.entries}
+    assert stages == {"sm_80": {3}, "sm_90": {1}}, stages
+    broken = manifest.parent / "k.py"
+    broken.write_text(HEURISTIC_ASKS_GPU.replace("return 3 if", "return 1 // 0 if"))
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "the heuristic for num_stages of copy_kernel failed: ZeroDivisionError" in result.output, result.output
+
+
+DEVICE_OF = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    device = torch.cuda.device_of(x)  # FlagAttention's every op (total.py, flash.py, paged.py...)
+    with torch.cuda.device(device):
+        scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_a_device_switch_by_device_of_switches_nothing_on_meta_tensors(tmp_path: Path) -> None:
+    """``with torch.cuda.device(torch.cuda.device_of(x)):`` in host code: the Meta implementation replaces
+    ``torch.cuda.device`` (a meta tensor has no device to switch to), and torch read a ``device_of`` object, an
+    instance of the class replaced, as no device: "'<' not supported between instances of 'NoneType' and 'int'"
+    from ``torch.ops.<package>.<op>`` on meta tensors."""
+    site = _installed(one_file_project(tmp_path / "p", "forge_deviceof", DEVICE_OF, "scale_kernel", ["scale"]),
+                      tmp_path / "w")
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_deviceof
+        y = torch.ops.forge_deviceof.scale(torch.empty(300, device="meta"))
+        print(json.dumps([list(y.shape), y.device.type]))
+        ''')
+    assert _run_fresh(check, site) == [[300], "meta"]

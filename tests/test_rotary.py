@@ -47,7 +47,7 @@ def test_a_triton_op_that_writes_its_arguments_is_no_custom_op(tmp_path: Path) -
         "top = triton._triton_op; custom_op = triton._custom_op; wrap_triton = triton._wrap_triton"
 
 
-def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> None:
+def test_the_stand_ins_give_the_handle_back_and_call_the_function_as_it_is() -> None:
     spec = {"function": "k", "params": [["x", "*fp16"]], "axes": [], "dtype_args": {}, "spec_params": [],
             "key": [], "variants": {}}
     handle = rt.Kernel("k", spec, {}, backend=None)
@@ -58,8 +58,11 @@ def test_the_stand_ins_give_the_handle_back_and_leave_the_function_alone() -> No
     def op(x):
         return x
 
-    assert rt.host_triton._triton_op("a::b", mutates_args={})(op) is op
-    assert rt.host_triton._triton_op("a::b", op, mutates_args=()) is op
+    # the function, called as it is (with CustomOpDef's registrations: a call needing a registered autograd goes
+    # through the op, tests/test_library_patterns.py)
+    for wrapped in (rt.host_triton._triton_op("a::b", mutates_args={})(op), rt.host_triton._triton_op(
+            "a::b", op, mutates_args=())):
+        assert wrapped.__wrapped__ is op and wrapped._init_fn is op and wrapped(5) == 5 and wrapped.__name__ == "op"
 
 
 def test_a_libraries_custom_op_is_defined_in_the_packages_namespace() -> None:

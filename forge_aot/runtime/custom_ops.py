@@ -81,8 +81,9 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
         from .torch_ops import fake_call, pad  # the runtime loads on first use, not at import
 
         fn = function(op)
-        # a @torch.library.custom_op's own function (its fake, if it has one, would be the author's, not this)
-        fn = getattr(fn, "_init_fn", fn)
+        # a @torch.library.custom_op (or @triton_op): the fake its author registered where there is one (axolotl's
+        # geglu allocates on "cuda" and registers empty_like), else its own function
+        fn = getattr(fn, "_abstract_fn", None) or getattr(fn, "_init_fn", fn)
         out = fake_call(fn, *_host_defaults(fn, *_with_buffer(buffer, args, kwargs)))
         return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
 

@@ -28,13 +28,16 @@ def meta_switches_nothing() -> Any:
             if isinstance(real, type):
                 class device(real):  # type: ignore[valid-type, misc]
                     def __init__(self, device: Any) -> None:
-                        if device is None or getattr(device, "type", device) == "meta":
+                        if isinstance(device, real):  # torch.cuda.device_of(x) (FlagAttention): its index
+                            device = device.idx
+                        if device is None or device == -1 or getattr(device, "type", device) == "meta":
                             self.idx, self.prev_idx = -1, -1  # torch's "no device": enter and exit switch nothing
                         else:
                             super().__init__(device)
             else:  # already replaced by a function (the build's trace answers as a GPU it has not got)
                 def device(device: Any) -> Any:
-                    meta = device is None or getattr(device, "type", device) == "meta"
+                    meta = device is None or getattr(device, "type", device) == "meta" \
+                        or getattr(device, "idx", None) == -1  # (device_of a meta tensor)
                     return contextlib.nullcontext() if meta else real(device)
 
             def get_device_properties(device: Any = None) -> Any:

@@ -146,20 +146,69 @@ def _wrap_triton(kernel: Any) -> Any:
 
 
 def _triton_op(name: str, fn: Any = None, /, *, mutates_args: Any, schema: Any = None) -> Any:
-    """``@torch.library.triton_op(name, mutates_args=...)`` in host code: the function as it is. The package
-    registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation from the host code (so
-    ``torch.compile`` sees one opaque op). The name given is defined, as ``<package>__ns::name`` (see _custom_op),
-    only where host code looks it up (torchao's ``register_sharding(torch.ops.torchao.triton_to_mxfp8_dim1
-    .default)``: ``_ops_namespace``, ``_op_name``): defining ops costs the import time."""
+    """``@torch.library.triton_op(name, mutates_args=...)`` in host code: the function, called as it is (a
+    ``_TritonOp``). The package registers its ops itself, as ``torch.ops.<package>.<op>`` with a Meta implementation
+    from the host code (so ``torch.compile`` sees one opaque op). The name given is defined, as
+    ``<package>__ns::name`` (see _custom_op), only where host code looks it up (torchao's
+    ``register_sharding(torch.ops.torchao.triton_to_mxfp8_dim1.default)``: ``_ops_namespace``, ``_op_name``) or a
+    call needs the autograd registered on it: defining ops costs the import time."""
     def define(f: Any) -> Any:
-        _PENDING.setdefault(name.partition("::")[0], {})[name] = (f, mutates_args, schema)
-        return f
+        op = _PENDING.setdefault(name.partition("::")[0], {})[name] = _TritonOp(name, f, mutates_args, schema)
+        return op
 
     return define(fn) if fn is not None else define
 
 
-_PENDING: dict[str, dict[str, tuple[Any, Any, Any]]] = {}
-"""Namespace → ops ``@triton_op`` named there, not defined yet: name → (function, mutates_args, schema)."""
+class _TritonOp:
+    """What ``@triton_op`` makes in host code: its function, with ``CustomOpDef``'s registrations. PyTorch trains
+    through a triton_op by ``register_autograd`` (axolotl's Gemma-4 fused RMSNorm + RoPE): a call that needs
+    gradients (grad mode on, a tensor argument requiring grad) goes through the op, defined then with that autograd
+    and the fake its author registered (else the host code's, launches skipped); any other call runs the function,
+    as before. ``_init_fn`` and ``_abstract_fn`` as ``CustomOpDef`` names them (custom_ops' Meta implementation)."""
+
+    def __init__(self, name: str, fn: Any, mutates_args: Any, schema: Any) -> None:
+        import functools
+
+        self.name, self._init_fn, self._options = name, fn, (mutates_args, schema)
+        self._abstract_fn: Any = None
+        self._autograd: tuple[Any, Any] | None = None
+        self._op: Any = None
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._autograd is not None and _needs_grad(args, kwargs):
+            if self._op is None:
+                _op_name(self.name)  # defines the pending ops of its namespace, this one's ``_op`` among them
+            return self._op(*args, **kwargs)
+        return self._init_fn(*args, **kwargs)
+
+    def register_autograd(self, backward: Any, /, *, setup_context: Any = None) -> None:
+        self._autograd = (backward, setup_context)
+        if self._op is not None:
+            self._op.register_autograd(backward, setup_context=setup_context)
+
+    def register_fake(self, fn: Any = None, /) -> Any:
+        def register(f: Any) -> Any:
+            self._abstract_fn = f
+            if self._op is not None:
+                self._op.register_fake(f)
+            return f
+
+        return register(fn) if fn is not None else register
+
+
+def _needs_grad(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    import torch
+
+    if not torch.is_grad_enabled():
+        return False
+    values = [*args, *kwargs.values()]
+    values += [v for a in values if isinstance(a, (list, tuple)) for v in a]
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+_PENDING: dict[str, dict[str, _TritonOp]] = {}
+"""Namespace → ops ``@triton_op`` named there, not defined yet: name → its ``_TritonOp``."""
 _DEFINED: list[Any] = []
 """The custom ops defined from them (kept: an op's registration lives as long as its definition)."""
 
@@ -173,10 +222,14 @@ def _define_pending(ns: str) -> None:
     from .torch_ops import fake_call
 
     with _DEFINING:  # (another thread looking the namespace up meanwhile waits for the ops)
-        for name, (fn, mutates_args, schema) in _PENDING.get(ns, {}).items():
+        for name, pending in _PENDING.get(ns, {}).items():
+            fn, (mutates_args, schema) = pending._init_fn, pending._options
             op = torch.library.custom_op(f"{_namespace(ns)}::{name.partition('::')[2]}", fn,
                                          mutates_args=mutates_args, schema=schema)
-            op.register_fake(lambda *args, _fn=fn, **kwargs: fake_call(_fn, args, kwargs))
+            op.register_fake(pending._abstract_fn or (lambda *args, _fn=fn, **kwargs: fake_call(_fn, args, kwargs)))
+            if pending._autograd is not None:
+                op.register_autograd(pending._autograd[0], setup_context=pending._autograd[1])
+            pending._op = op
             _DEFINED.append(op)
         _PENDING.pop(ns, None)  # (after: a thread that saw it pending has waited for them)
 
