@@ -216,15 +216,15 @@ def _custom_op_body(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     with grad mode on). None for any other function."""
     if type(func).__name__ != "OpOverload" or not hasattr(func, "name"):
         return None
-    import torch
     from torch._library.custom_ops import OPDEFS
+
+    from .runtime.host_driver import _needs_grad
 
     opdef = OPDEFS.get(func.name())
     body = getattr(opdef, "_init_fn", None)
     if body is None or getattr(body, "__module__", "torch").partition(".")[0] == "torch":  # (torch's own: prims)
         return None
-    if getattr(opdef, "_backward_fn", None) is not None and torch.is_grad_enabled() and any(
-            isinstance(v, torch.Tensor) and v.requires_grad for v in (*args, *kwargs.values())):
+    if getattr(opdef, "_backward_fn", None) is not None and _needs_grad(args, kwargs):
         return None
     return body
 
