@@ -1333,18 +1333,34 @@ def _imported_launches(m: mf.Manifest, root: Path, sources: dict[Path, SourceFil
         path, func = mf.kernel_source(root, k)
         functions.setdefault(path, set()).add(func)
     out: dict[tuple[Path, str], list[LaunchSite]] = {}
-    for path, src in sources.items():
-        def imported(module: str, name: str, path: Path = path, depth: int = 0) -> tuple[Path, str] | None:
-            lm = local[path].get(module)
+    texts = {path: (src.host_source, local[path]) for path, src in sources.items()}
+    # and the project's helper modules those files import, which may launch the kernels they import in turn
+    # (mlstm_kernels: the op file's fwbw.py calls fw.py, whose fw_recurrent.py launches with num_stages=)
+    for lm in sorted({lm for mods in local.values() for lm in mods.values()}, key=lambda lm: str(lm.path)):
+        helper = lm.path.resolve()
+        if not lm.package and helper not in texts and helper not in functions:
+            try:
+                text = helper.read_text(encoding="utf-8")
+                texts[helper] = (text, local_imports(helper, root, text))
+            except (OSError, UnicodeDecodeError, SourceError):
+                continue
+    for path, (text, imports) in texts.items():
+        def imported(module: str, name: str, path: Path = path, imports: dict[str, LocalModule] = imports,
+                     depth: int = 0) -> tuple[Path, str] | None:
+            lm = imports.get(module)
             if lm is None:
                 return None
             if lm.package:  # ``from .kernels import add_kernel``: the package __init__ re-exports it (mlstm_kernels)
                 found = _reexport(lm, name)
-                return imported(found[0], found[1], path, depth + 1) if found and depth < 3 else None
+                return imported(found[0], found[1], path, imports, depth + 1) if found and depth < 3 else None
             target = lm.path.resolve()
             return (target, name) if target != path and name in functions.get(target, ()) else None
 
-        for (kernel_file, func), site in imported_launch_sites(path, src.host_source, imported):
+        try:
+            sites = imported_launch_sites(path, text, imported)
+        except SyntaxError:
+            continue
+        for (kernel_file, func), site in sites:
             out.setdefault((kernel_file, func), []).append(dataclasses.replace(site, kernel=func))
     return out
 

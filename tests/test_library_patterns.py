@@ -2252,3 +2252,79 @@ def test_a_device_switch_by_device_of_switches_nothing_on_meta_tensors(tmp_path:
         print(json.dumps([list(y.shape), y.device.type]))
         ''')
     assert _run_fresh(check, site) == [[300], "meta"]
+
+
+HELPER_LAUNCH = {
+    # mlstm_kernels 2.0.6: the op file (fwbw.py) calls a helper module (fw_recurrent.py) that launches the kernel,
+    # imported through its package __init__, with num_stages= and num_warps=
+    "kernel_manifest.toml": textwrap.dedent('''\
+        [project]
+        name = "forge_helperlaunch"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.add]
+        source = "pkg/kernels/add.py:add_kernel"
+        examples = "pkg/host/op.py:examples"
+        signature = { x_ptr = "*T", y_ptr = "*T", out_ptr = "*T" }
+        dtypes = { T = ["fp32", "fp16"] }
+
+        [ops.my_add]
+        source = "pkg/host/op.py"
+        '''),
+    "pkg/__init__.py": "",
+    "pkg/host/__init__.py": "",
+    "pkg/host/launch.py": textwrap.dedent('''\
+        import torch
+        import triton
+
+        from ..kernels import add_kernel
+
+
+        def launch_add(x, y, num_warps=None):
+            out = torch.empty_like(x)
+            n = x.numel()
+            num_warps = 4 if num_warps is None else num_warps
+            add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK_SIZE=1024, num_warps=num_warps, num_stages=1)
+            return out
+        '''),
+    "pkg/host/op.py": textwrap.dedent('''\
+        import torch
+
+        from .launch import launch_add
+
+
+        def my_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return launch_add(x, y)
+
+
+        def examples(device="cpu"):
+            for dt in (torch.float32, torch.float16):
+                x = torch.randn(1000, dtype=dt, device=device)
+                my_add(x, x)
+        '''),
+    "pkg/kernels/__init__.py": "from .add import add_kernel\n",
+    "pkg/kernels/add.py": textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+            mask = offs < n_elements
+            tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+        '''),
+}
+
+
+def test_launch_options_in_a_helper_module_the_op_file_imports_are_call_site_options(tmp_path: Path) -> None:
+    """mlstm_kernels launches every chunkwise kernel from a helper module (``fw_recurrent.py``) that its op file
+    reaches through another (``fwbw.py`` -> ``fw.py``), passing ``num_warps=``/``num_stages=``: only the kernel file's
+    and op files' launches counted, so those options were not built and the examples were refused ("the call passes
+    num_stages=1, but num_stages was not built as a call-site option"). The project's helper modules' launches count
+    too."""
+    result = CliRunner().invoke(main, ["check", "--manifest", str(_write_project(tmp_path, HELPER_LAUNCH))])
+    assert result.exit_code == 0, result.output
+    assert "launched in launch_add() in pkg/host/launch.py line 11: passes BLOCK_SIZE, num_warps, num_stages" \
+        in result.output, result.output
