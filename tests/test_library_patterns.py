@@ -2328,3 +2328,54 @@ def test_launch_options_in_a_helper_module_the_op_file_imports_are_call_site_opt
     assert result.exit_code == 0, result.output
     assert "launched in launch_add() in pkg/host/launch.py line 11: passes BLOCK_SIZE, num_warps, num_stages" \
         in result.output, result.output
+
+
+RESULTS_BY_TWO_FLAGS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x: torch.Tensor, return_lse: bool = False, return_total: bool = False):
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    if True in (return_lse, return_total):  # FlagAttention's flash attention: has_extra_return
+        return y, (x.sum() if return_lse else None), (x.amax() if return_total else None)
+    return y
+
+
+def examples(device="cpu"):
+    x = torch.randn(1000, device=device)
+    scale(x)
+    scale(x, return_lse=True)
+'''
+
+
+def test_results_whose_structure_follows_an_argument_the_examples_left_alone_are_refused(tmp_path: Path) -> None:
+    """FlagAttention's flash attention returns one tensor, or a tuple where any of three flags is set; examples that
+    vary one flag give a rule by that flag alone, and a call setting another had its extra results dropped by the
+    custom op (torch.compile's path) silently. The op now refuses such a call, saying what to add to the examples."""
+    manifest = one_file_project(tmp_path / "p", "forge_twoflags", RESULTS_BY_TWO_FLAGS, "scale_kernel", ["scale"])
+    site = _installed(manifest, tmp_path / "w")
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_twoflags
+        x = torch.empty(1000, device="meta")
+        shapes = [list(torch.ops.forge_twoflags.scale(x, True)[0].shape)]
+        try:
+            torch.ops.forge_twoflags.scale(x, False, True)
+            refused = ""
+        except Exception as exc:
+            refused = str(exc)
+        print(json.dumps({"shapes": shapes, "refused": refused}))
+        ''')
+    out = _run_fresh(check, site)
+    assert out["shapes"] == [[1000]], out
+    assert "returned 3 results where the build saw one for return_lse=False" in out["refused"], out

@@ -75,13 +75,18 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
 def unpad(rule: Any, out: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> Any:
     """A custom op's padded results as the host code returns them for this call: one value or an n-tuple, as the
     rule's argument selects (schema.ResultRule: argument, position, default, (value, arity) pairs, width, fill)."""
+    name, value, arity = _rule_arity(rule, args, kwargs)
+    if arity is not None:
+        return out[0] if arity == 0 else tuple(out[:arity])
+    raise ForgeRuntimeError(f"{op}: the build saw results only for {name} in "
+                            f"{[v for v, _ in rule[3]]}, not {value!r}")
+
+
+def _rule_arity(rule: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any, int | None]:
+    """The rule's argument, its value in this call and the arity the build saw for it (0: one value), or None."""
     name, position, default, arities = rule[:4]
     value = args[position] if 0 <= position < len(args) else kwargs.get(name, default)
-    for seen, arity in arities:
-        if seen == value:
-            return out[0] if arity == 0 else tuple(out[:arity])
-    raise ForgeRuntimeError(f"{op}: the build saw results only for {name} in "
-                            f"{[v for v, _ in arities]}, not {value!r}")
+    return name, value, next((arity for seen, arity in arities if seen == value), None)
 
 
 def pad(rule: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -90,6 +95,13 @@ def pad(rule: Any, out: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> t
     op's outputs may not alias its inputs."""
     import torch
 
+    got = len(out) if isinstance(out, tuple) else 0
+    name, value, expected = _rule_arity(rule, args, kwargs)
+    # (FlagAttention: ``True in (return_lse, return_total, return_seed)`` picks the structure, not one of them)
+    if expected is not None and got != expected:
+        raise ForgeRuntimeError(f"the op returned {got or 'one'} results where the build saw {expected or 'one'} for "
+                                f"{name}={value!r}: what it returns follows more than {name}; give the examples "
+                                "calls that vary the other arguments too, and rebuild")
     out = out if isinstance(out, tuple) else (out,)
     inputs = {storage_id(a) for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)}
     out = tuple(o.clone() if isinstance(o, torch.Tensor) and storage_id(o) in inputs else o for o in out)
