@@ -286,11 +286,16 @@ def _freeze_triton_probes(text: str, tree: ast.Module, triton_names: set[str]) -
             visit(stmt)
     if not found:
         return None
-    lines = [line.encode() for line in _split_lines(text, keepends=True)]  # ast's columns count UTF-8 bytes
+    return _with_values(text, found)
+
+
+def _with_values(text: str, found: list[tuple[ast.expr, Any]]) -> str:
+    """The source with each expression of ``found`` replaced by its value, parenthesized over the same lines, so
+    every later line keeps its number (ast's columns count UTF-8 bytes)."""
+    lines = [line.encode() for line in _split_lines(text, keepends=True)]
     for node, value in sorted(found, key=lambda f: (f[0].lineno, f[0].col_offset), reverse=True):
         first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
         end = node.end_col_offset if node.end_col_offset is not None else len(lines[last])
-        # parenthesized over the same lines, so every later line keeps its number
         lines[first:last + 1] = [lines[first][:node.col_offset] + f"({value!r}".encode() + b"\n" * (last - first)
                                  + b")" + lines[last][end:]]
     return b"".join(lines).decode()
@@ -452,16 +457,13 @@ def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozen
                     or _literal_assignment(s) or s in flags for s in stmt.body) \
             and imports([s for s in stmt.body if _is_triton_import(s)])
 
-    flags = [f for stmt in tree.body if isinstance(stmt, ast.Try) and stmt.handlers
-             for f in _availability_flags(stmt) if guard_block(stmt, _availability_flags(stmt))]
-    if flags:  # each written True over the same lines (ast's columns count UTF-8 bytes): then a literal flag
-        lines = [line.encode() for line in _split_lines(text, keepends=True)]
-        for node in sorted((f.value for f in flags), key=lambda n: (n.lineno, n.col_offset), reverse=True):
-            first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
-            end = node.end_col_offset if node.end_col_offset is not None else len(lines[last])
-            lines[first:last + 1] = [lines[first][:node.col_offset] + b"(True" + b"\n" * (last - first) + b")"
-                                     + lines[last][end:]]
-        text = b"".join(lines).decode()
+    flags: list[ast.Assign] = []
+    for stmt in tree.body:
+        own = _availability_flags(stmt) if isinstance(stmt, ast.Try) and stmt.handlers else []
+        if own and guard_block(stmt, own):
+            flags += own
+    if flags:  # each written True: then a literal flag
+        text = _with_values(text, [(f.value, True) for f in flags])
         tree = ast.parse(text)
     kept = {id(stmt): stmt.body for stmt in tree.body if guard_block(stmt, [])}
     if kept:

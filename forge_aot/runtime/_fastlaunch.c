@@ -828,6 +828,7 @@ typedef struct {
 /* Remembers the launcher a C launch ran (a reference: the cache may drop its entry). */
 static void set_last(FastKernel *F, PyObject *launcher) {
     PyObject *old = F->last;
+    if (old == launcher) return;   /* (the common case: the same binary again, no reference to move) */
     Py_INCREF(launcher);
     F->last = launcher;
     Py_XDECREF(old);
