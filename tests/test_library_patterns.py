@@ -1853,7 +1853,9 @@ SAGE = {
         '''),
     # an exported class: its package routes host code's calls of ops by name to their custom ops (torch_ops)
     "sage/layer.py": "import torch\n\nfrom .quant_varlen import per_block_int8\n\n\nclass Quant(torch.nn.Module):\n"
-                     "    def forward(self, x):\n        return per_block_int8(x)\n",
+                     "    def forward(self, x):\n        return per_block_int8(x)\n\n\n"
+                     "def sageattn(x):  # only shares the op's name (SageAttention: forward in six files)\n"
+                     "    return x\n",
     "kernel_manifest.toml": textwrap.dedent('''\
         [project]
         name = "forge_sage"
@@ -1903,11 +1905,18 @@ def test_an_op_exported_under_another_name_beside_its_namesake(tmp_path: Path) -
             except Exception as exc:
                 refused[op] = str(exc).split("(")[0]
         forge_sage.Quant()  # binds its module
+        import forge_sage._ops.core
         routed = {m: getattr(sys.modules[f"forge_sage._ops.{m}"], "per_block_int8").__kwdefaults__["_op"]
                   for m in ("quant", "quant_varlen", "layer")}
-        print(json.dumps({"shapes": shapes, "refused": refused, "all": sorted(forge_sage.__all__), "routed": routed}))
+        namesakes = {m: hasattr(sys.modules[f"forge_sage._ops.{m}"].sageattn, "__forge_host__") for m in ("core",
+                     "layer")}
+        print(json.dumps({"shapes": shapes, "refused": refused, "all": sorted(forge_sage.__all__), "routed": routed,
+                          "namesakes": namesakes}))
         ''')
     out = _run_fresh(check, site)
+    # the op's own function is routed; layer's function that only shares the op's name is left alone (before, host
+    # code calling it under a custom op's backward or torch.compile reached torch.ops.forge_sage.sageattn)
+    assert out["namesakes"] == {"core": True, "layer": False}, out
     # each module's global reaches its own function's op: the layer's is quant_varlen's function, imported by its
     # name (bound after quant_varlen, so routed there already), not the op of that name
     assert out["routed"] == {"quant": "per_block_int8", "quant_varlen": "per_block_int8_varlen",

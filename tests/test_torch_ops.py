@@ -420,7 +420,7 @@ def test_compiled_host_code_calling_an_op_by_name_takes_its_custom_op() -> None:
     lib = torch.library.Library("forge_test_route_compiled", "FRAGMENT")
     lib.define("scaled(Tensor x) -> Tensor")
     lib.impl("scaled", lambda x: x * 3, "CompositeExplicitAutograd")
-    module = types.ModuleType("forge_test_route_compiled_host")
+    module = types.ModuleType("forge_test_route_compiled._ops.m")  # the op's own host module
     module.scaled = lambda x: x * 2  # the host code
     torch_ops.route_in_module(module, "forge_test_route_compiled", {"scaled": True}, {"scaled": ("m", "(...)")})
     compiled = torch.compile(lambda x: module.scaled(x) + 1, fullgraph=True, backend="eager")

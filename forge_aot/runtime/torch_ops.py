@@ -51,7 +51,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
         if name not in vars(module):
             continue
         fn, spec = module.__dict__[name], (table or {}).get(op, ())
-        if getattr(fn, "__forge_host__", None) is not None:
+        if getattr(fn, "__forge_host__", None) is not None or not _is_host_of(fn, spec, own, namespace):
             continue
         rule, grad = rule_of(spec), len(spec) > 2 and bool(spec[2])
 
@@ -70,6 +70,22 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
         functools.update_wrapper(routed, fn)
         routed.__forge_host__ = fn  # type: ignore[attr-defined]
         module.__dict__[name] = routed
+
+
+def _is_host_of(fn: Any, spec: tuple[Any, ...], own: str, namespace: str) -> bool:
+    """Whether a module's global named as an op is that op's host function: any global of the op's own module,
+    elsewhere only the function defined there (imported, or wrapped with ``functools.wraps``), not another file's
+    function that shares the name (SageAttention defines ``forward`` in six files)."""
+    if not spec or spec[0] == own:
+        return True
+    home = f"{namespace}._ops.{spec[0]}"
+    for _ in range(8):  # a __wrapped__ chain, bounded
+        if getattr(fn, "__module__", None) == home:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 def unpad(rule: Any, out: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> Any:
