@@ -39,8 +39,12 @@ def compile_one(job: dict[str, Any]) -> dict[str, Any]:
     t = job["target_info"]
     target = GPUTarget(t["backend"], t["arch"], t["warp_size"])
     attrs = {(i,): [["tt.divisibility", 16]] for i in job["divisible"]}
-    # A constexpr host code passed as a Triton element type arrives as its text (``tl.bfloat16``).
-    constexprs = {name: host_dtype(value) for name, value in job["constexprs"].items()}
+    # A constexpr host code passed as a Triton element type arrives as its text (``tl.bfloat16``), a @triton.jit
+    # function as its text too, with its file and name (SGLang's SCORE_MOD=score_mod).
+    functions = {text: base_jit_function(getattr(load_kernel_module(file), name))
+                 for text, (file, name) in job.get("functions", {}).items()}
+    constexprs = {name: functions[value] if isinstance(value, str) and value in functions else host_dtype(value)
+                  for name, value in job["constexprs"].items()}
     src = ASTSource(fn=fn, signature=job["signature"], constexprs=constexprs, attrs=attrs)
     cfg = job["config"]
     start = time.perf_counter()

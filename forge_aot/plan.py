@@ -214,6 +214,8 @@ class CompileJob:
     timeout: float
     options: tuple[tuple[str, Any], ...] = ()
     """Compile options the variant was chosen with at the call site (``enable_fp_fusion=False``)."""
+    functions: tuple[tuple[str, str, str], ...] = ()
+    """(constexpr text, file, name) of the @triton.jit functions among ``constexprs`` (KernelPlan.functions)."""
 
     @property
     def binary_stem(self) -> str:
@@ -228,6 +230,8 @@ class CompileJob:
         options = {**dict(self.options), **{n: v for n, v in self.binary.heur if n in HEURISTIC_OPTIONS}}
         if options:
             extra["options"] = options
+        if self.functions:
+            extra["functions"] = {text: [file, name] for text, file, name in self.functions}
         return {"kernel": self.kernel, "function": self.function, "source": self.source, "variant": self.variant,
                 "target": self.target, "config": self.config.to_json(), "specialization": self.binary.spec,
                 "heuristics": dict(self.binary.heur), "signature": self.signature, "constexprs": self.constexprs,
@@ -340,6 +344,9 @@ class KernelPlan:
     kernel whose own autotuner has the hook (part of ``meta_names``)."""
     meta_defaults: dict[str, Any] = field(default_factory=dict)
     """Those of ``pruner_meta`` with a default: what a config that does not set them compiles with."""
+    functions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """Constexpr values that are ``@triton.jit`` functions host code passed (SGLang's ``SCORE_MOD``), by their text
+    (see trace.function_constexpr): (file relative to the manifest, name), for the compile step."""
     row_spaces: dict[tuple[str, tuple[int, ...], str], list[ConfigChoice]] = field(default_factory=dict)
     """(variant id, key) → the configs ``early_config_prune`` returned for the row's first traced call (see
     ``pruning``): the row's space, in the hook's order, instead of ``space``."""
@@ -1200,8 +1207,10 @@ def _variants(loaded: mf.LoadedManifest, kp: KernelPlan, traced: list[TracedCall
                      for s in kp.launches if a in s.keywords]
             raise _error(loaded, f"{at}.constexprs",
                          f"{'launch option' if a in LAUNCH_OPTIONS else 'constexpr parameter'} '{a}' of "
-                         f"{kp.function} is chosen at the call site{' (' + ', '.join(sites) + ')' if sites else ''}: "
-                         "give its values under constexprs, derive or combinations, or name an examples function")
+                         f"{kp.function} is chosen at the call site{' (' + ', '.join(sites) + ')' if sites else ''}"
+                         + (f", and no call of the examples ({k.examples}) launched it" if k.examples else "")
+                         + ": give its values under constexprs, derive or combinations, or "
+                         + ("examples that reach the launch" if k.examples else "name an examples function"))
     out: dict[tuple[Any, ...], tuple[dict[str, Any], set[tuple[int, ...]]]] = {}
 
     def add(assignment: dict[str, Any], keys: set[tuple[int, ...]]) -> None:
@@ -1595,10 +1604,13 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         imported = src.reachable(set(importers)) - shipped
         for fn, refs in sorted(src.kernel_refs.items()):
             for kern in sorted(refs - declared):
-                if fn in shipped:
-                    raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
-                                      f"{loaded.path.name}")
-                if fn in imported:  # another file's op may reach it (an autograd backward): maybe never called
+                if fn in shipped:  # a traced call that launches it is refused (trace.TritonLaunch): here none did
+                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which the package's ops "
+                                    f"reach, launches '{kern}', which has no entry in {loaded.path.name}, and no "
+                                    "traced call launched it (a branch for another GPU, say): a call of the wheel's "
+                                    "ops that reaches it raises ForgeRuntimeError; give the kernel an entry to "
+                                    "package it")
+                elif fn in imported:  # another file's op may reach it (an autograd backward): maybe never called
                     by = sorted({os.path.relpath(f, root) for name in importers for f in importers[name]
                                  if fn in src.reachable({name})})
                     warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which {', '.join(by)} "
@@ -1617,6 +1629,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     per_target = len(gpus) > 1 and bool(reads_device)
     tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1], str(root))
     traced = tracer.run_examples(modules)
+    _function_constexprs(kernels, traced, loaded.root)
     imported_by_host = dict(tracer.imported)
     files_read = set(tracer.files_read)
     if per_target:
@@ -1638,7 +1651,9 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         subset = {m: mod for m, mod in modules.items() if m in asking}
         for target, model in gpus[1:]:
             other = Tracer(kernels, subset, target, True, model, str(root))
-            for name, calls in other.run_examples(subset).items():
+            more = other.run_examples(subset)
+            _function_constexprs(kernels, more, loaded.root)
+            for name, calls in more.items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
             files_read |= other.files_read
@@ -1853,8 +1868,23 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
     if TARGETS[entry.target].backend == "hip":  # (configs' AMD options, see _kernel_plan)
         params = dict(kp.params)
         options += tuple((o, config.meta[o]) for o in HIP_CONFIG_OPTIONS if o in config.meta and o not in params)
+    functions = tuple(sorted((v, *kp.functions[v]) for v in constexprs.values() if isinstance(v, str)
+                             and v in kp.functions))
     return CompileJob(entry.kernel, kp.function, source, entry.variant, entry.target, config, binary, signature,
-                      constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout, options)
+                      constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout, options, functions)
+
+
+def _function_constexprs(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]], root: Path) -> None:
+    """Each kernel's ``functions``: the @triton.jit functions its traced calls pass as constexprs."""
+    from .trace import FUNCTION_CONSTEXPRS
+
+    for name, calls in traced.items():
+        for value in {v for call in calls for v in call.values if isinstance(v, str) and v.startswith("jit:")}:
+            if value in FUNCTION_CONSTEXPRS:
+                file, function = FUNCTION_CONSTEXPRS[value]
+                with contextlib.suppress(ValueError):
+                    file = Path(file).resolve().relative_to(root).as_posix()
+                kernels[name].functions[value] = (file, function)
 
 
 def plan_summary(plan: BuildPlan) -> dict[str, Any]:

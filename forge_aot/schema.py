@@ -42,8 +42,8 @@ def _type_of(value: Any) -> str | None:
         return "int"
     if isinstance(value, float):
         return "float"
-    if isinstance(value, str):
-        return "str"
+    if isinstance(value, str) or type(value).__name__ == "JITFunction":
+        return "str"  # a helper module's @triton.jit function: the wheel passes its stand-in, a str (KernelSide)
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
         return "Tensor[]"  # vLLM's LoRA ops take the weights of each slice as a list
     if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):

@@ -26,6 +26,7 @@ from .introspect import as_host_call, recording_library_registrations, undo_libr
 from .ongpu import cuda_registrations_serve_cpu, machine_has_gpu, patched_while_inside, tensors_on_gpu
 from .plan import KernelPlan, TracedCall
 from .runtime.host_modules import applied_function, host_signature
+from .runtime.host_triton import KernelSide
 from .runtime.kernel import LAUNCHES
 
 TRACED_TARGET: list[str | None] = [None]
@@ -165,6 +166,32 @@ def bound_names(modules: dict[str, Any]) -> Iterator[None]:
             del sys.modules[name]
 
 
+FUNCTION_CONSTEXPRS: dict[str, tuple[str, str]] = {}
+"""A ``@triton.jit`` function host code passed as a constexpr, by its text (``runtime.KernelSide``'s): its file and
+name, for the compile step (SGLang's ``SCORE_MOD=score_mod``)."""
+
+
+def function_constexpr(kernel: str, param: str, value: Any) -> str:
+    """A constexpr value that is a function: a ``@triton.jit`` function of a host module (bound as the wheel binds it,
+    a ``KernelSide``) or of a project helper module (Triton's ``JITFunction`` at build time), as the text the wheel's
+    call will pass; anything else callable is refused (Triton cannot compile it either)."""
+    if isinstance(value, KernelSide) and value.file is not None:
+        module, name, file = value.module.removeprefix("_forge_trace_"), value.name, value.file
+    elif type(value).__name__ == "JITFunction" and getattr(getattr(value, "fn", None), "__code__", None):
+        module, name, file = value.__module__, value.__name__, value.fn.__code__.co_filename
+    else:
+        shown = getattr(value, "__name__", None) or type(value).__name__
+        raise TypeError(f"{kernel}(): constexpr '{param}' is passed {shown}, a function that is not a @triton.jit "
+                        "function of the project: a constexpr takes numbers, bools, strings, Triton types and "
+                        "@triton.jit functions")
+    text = str(KernelSide(name, module))
+    known = FUNCTION_CONSTEXPRS.setdefault(text, (file, name))
+    if known != (file, name):
+        raise TypeError(f"{kernel}(): constexpr '{param}' is passed {name} of {file}, and another call {known[1]} of "
+                        f"{known[0]}: the wheel tells functions apart by module and name ({text}); rename one")
+    return text
+
+
 class TraceKernel(rt.Kernel):
     """A kernel handle that binds a call like the packaged one and records it."""
 
@@ -178,6 +205,9 @@ class TraceKernel(rt.Kernel):
         runtime, call = self._bind(*as_host_call(args, kwargs))
         if LAUNCHES.skip is True:  # the build's run of a Meta implementation (schema.meta_mismatch): no record
             return rt.PlaceholderCompiled(self, call)
+        for name, value in call.items():
+            if callable(value) and not isinstance(value, type) and (type(value) is not str):
+                call[name] = function_constexpr(self.function, name, value)
         values = list(runtime)
         for i in self.ptr_pos:
             try:
@@ -219,6 +249,7 @@ class Tracer:
         """``target``, ``model``: the host code sees that GPU (``as_target``); ``per_target``: the build traces once
         per target (and GPU model), and each call records the target it was traced for. ``root``: the project's
         directory, which messages name files from."""
+        FUNCTION_CONSTEXPRS.clear()  # one project's functions at a time (a long-lived process plans several)
         self.target = target
         self.root = root
         self.model = model

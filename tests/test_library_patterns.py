@@ -115,6 +115,192 @@ def test_an_examples_function_reaching_triton_is_reported_at_its_line(tmp_path: 
     assert "k.py:21: host code uses 'BENCH', defined with Triton on line 5" in result.output
 
 
+
+OTHER_GPU_BRANCH = '''\
+import torch
+import triton
+import triton.language as tl
+
+_is_hip = torch.version.hip is not None
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+@triton.jit
+def lean_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def _lean(x, y):
+    lean_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    if _is_hip and x.numel() > 4096:
+        _lean(x, y)
+    else:
+        scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device, dtype=torch.float16))
+'''
+
+
+def test_a_launch_no_traced_call_reaches_is_a_warning(tmp_path: Path) -> None:
+    """SGLang's ``decode_attention_fwd`` (its public decode op) launches ``_lean_attention_decode_kernel`` only on
+    ROCm. Listing the op was refused ("host function '_decode_lean_attention_fwd' launches ..., which has no
+    entry"), and giving that kernel an entry needs values no CUDA example reaches: the op could not be packaged. A
+    launch no traced call reaches is now a warning, as for the ops other files import; the wheel's op works, and
+    the branch raises ForgeRuntimeError if a call ever takes it (a traced call that does is refused, see above)."""
+    manifest = one_file_project(tmp_path / "p", "forge_branch", OTHER_GPU_BRANCH, "scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert ("k.py: host function '_lean', which the package's ops reach, launches 'lean_kernel', which has no entry "
+            "in kernel_manifest.toml, and no traced call launched it") in " ".join(result.output.split()), result.output
+    site = _installed(manifest, tmp_path)
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_branch
+        import forge_branch._ops.k as host
+        y = torch.ops.forge_branch.scale(torch.empty(5000, device="meta", dtype=torch.float16))
+        try:
+            host.lean_kernel[(1,)](y, y, 1, BLOCK=256)
+        except Exception as exc:
+            refused = type(exc).__name__
+        print(json.dumps({"shape": list(y.shape), "refused": refused}))
+        ''')
+    assert _run_fresh(check, site) == {"shape": [5000], "refused": "ForgeRuntimeError"}
+
+
+def test_an_entry_its_examples_never_launch_says_so(tmp_path: Path) -> None:
+    """Given an entry (typed by hand), the ROCm-only kernel above was refused with "give its values under
+    constexprs, derive or combinations, or name an examples function" where the entry names one: the examples just
+    never reach the launch. The message says so."""
+    manifest = one_file_project(tmp_path / "p", "forge_branch2", OTHER_GPU_BRANCH, "scale_kernel", ["scale"],
+                                '\n[kernels.lean]\nsource = "k.py:lean_kernel"\nexamples = "examples"\n'
+                                'signature = { x_ptr = "*fp16", y_ptr = "*fp16", n = "i32" }\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert ("constexpr parameter 'BLOCK' of lean_kernel is chosen at the call site (_lean() line 21), and no "
+            "call of the examples (examples) launched it: give its values under constexprs, derive or "
+            "combinations, or examples that reach the launch") in " ".join(result.output.split()), result.output
+
+
+
+FUNCTION_CONSTEXPR = {
+    # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
+    # the kernel file's own or of a helper module (its score_mod.py)
+    "fk/__init__.py": "",
+    "fk/mods.py": "import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef square_mod(x):\n"
+                  "    return x * x\n",
+    "fk/k.py": textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from fk.mods import square_mod
+
+
+        @triton.jit
+        def relu_mod(x):
+            return tl.maximum(x, 0.0)
+
+
+        @triton.jit
+        def apply_kernel(x_ptr, y_ptr, n, MOD: tl.constexpr, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+            if MOD is not None:
+                x = MOD(x)
+            tl.store(y_ptr + offs, x.to(y_ptr.dtype.element_ty), mask=offs < n)
+
+
+        def apply(x: torch.Tensor, mod=None) -> torch.Tensor:
+            y = torch.empty_like(x)
+            n = x.numel()
+            apply_kernel[(triton.cdiv(n, 256),)](x, y, n, MOD=mod, BLOCK=256)
+            return y
+
+
+        def examples(device="cpu"):
+            for mod in (None, relu_mod, square_mod):
+                apply(torch.randn(1000, device=device, dtype=torch.float16), mod)
+        '''),
+    "kernel_manifest.toml": textwrap.dedent('''\
+        [project]
+        name = "forge_fnconst"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.apply]
+        source = "fk/k.py:apply_kernel"
+        ops = ["apply"]
+        examples = "examples"
+        '''),
+}
+
+
+def test_a_function_valued_constexpr_gets_a_binary_per_function(tmp_path: Path) -> None:
+    """SGLang's decode and extend attention take ``SCORE_MOD: tl.constexpr``, a ``@triton.jit`` function the host
+    code passes (Triton compiles one binary per function). ``check`` passed and the build failed on every binary
+    ("Object of type KernelSide is not JSON serializable", "no config compiled"). Such a value is now the text of the
+    wheel's stand-in for the function (``jit:<module>.<name>``): a variant per function, compiled with the function
+    itself, and the wheel's call, passing its stand-in, matches it as a string constexpr; its custom op takes the
+    text. Here a function of the kernel file and one of a helper module."""
+    manifest = _write_project(tmp_path / "p", FUNCTION_CONSTEXPR)
+    plan = make_plan(load_manifest(manifest))
+    kp = plan.kernels["apply"]
+    assert {e.assignment["MOD"] for e in plan.entries} == {None, "jit:k.relu_mod", "jit:mods.square_mod"}
+    assert kp.functions == {"jit:k.relu_mod": ("fk/k.py", "relu_mod"), "jit:mods.square_mod": ("fk/mods.py",
+                                                                                            "square_mod")}
+    site = _installed(manifest, tmp_path)
+    check = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_fnconst
+        import forge_fnconst._ops.k as host
+        meta = torch.ops.forge_fnconst.apply(torch.empty(9, device="meta", dtype=torch.float16), "jit:k.relu_mod")
+        print(json.dumps({"own": host.relu_mod, "helper": host.square_mod, "shape": list(meta.shape)}))
+        ''')
+    assert _run_fresh(check, site) == {"own": "jit:k.relu_mod", "helper": "jit:mods.square_mod", "shape": [9]}
+    binaries = sorted(p.parent.parent.name for p in (site / "forge_fnconst" / "_forge" / "bin").rglob("*.cubin"))
+    assert {b.split("_BLOCK")[0] for b in binaries} == {"MOD=None", "MOD=jit_k.relu_mod", "MOD=jit_mods.square_mod"}
+
+
+@pytest.mark.gpu
+def test_a_function_valued_constexpr_on_the_gpu(tmp_path: Path) -> None:
+    """The wheel's op with each function (and None) against torch in fp64, misaligned odd lengths, Triton blocked;
+    through the plain call and the custom op."""
+    site = _installed(_write_project(tmp_path / "p", FUNCTION_CONSTEXPR), tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_fnconst
+        import forge_fnconst._ops.k as host
+        refs = {None: lambda x: x, "relu": torch.relu, "square": lambda x: x * x}
+        mods = {None: None, "relu": host.relu_mod, "square": host.square_mod}
+        errs = {}
+        for name, mod in mods.items():
+            for n in (1000, 4099):
+                x = torch.randn(n + 1, device="cuda", dtype=torch.float16)[1:]
+                ref = refs[name](x.double()).half().double()
+                y = forge_fnconst.apply(x, mod)
+                z = torch.ops.forge_fnconst.apply(x, None if mod is None else str(mod))
+                errs[f"{name}-{n}"] = max((y.double() - ref).abs().max().item(), (z.double() - ref).abs().max().item())
+        print(json.dumps(errs))
+        ''')
+    errs = _run_fresh(code, site)
+    assert len(errs) == 6 and max(errs.values()) == 0.0, errs
+
 SECOND_HANDLE = '''\
 import torch
 import triton
@@ -176,7 +362,9 @@ def test_a_second_autotuned_handle_of_a_kernel_is_a_kernel_of_its_own(tmp_path: 
     manifest = one_file_project(tmp_path / "p", "forge_second", source, "softcap_kernel", ["softcap"])
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "host function 'softcap' launches 'softcap_kernel_autotuned', which has no entry" in result.output
+    # the examples launch it: refused as the wheel would refuse it (the static reach alone is a warning)
+    assert "softcap_kernel_autotuned is Triton code that the package does not ship" in result.output
+    assert "a kernel needs an entry there" in result.output
     manifest.write_text(manifest.read_text() + SECOND_HANDLE_ENTRY)
     plan = make_plan(load_manifest(manifest))
     plain, tuned = plan.kernels["k"], plan.kernels["softcap_tuned"]

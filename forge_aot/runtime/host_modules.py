@@ -49,7 +49,7 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
             by_function[function].add_heuristics(values, outermost)
 
     def kernel_side(name: str, module: str) -> Any:  # where the file defines a kernel (or other Triton code)
-        return kernels[name] if name in kernels else KernelSide(name, module)
+        return kernels[name] if name in kernels else KernelSide(name, module, filename)
 
     module.__dict__.update(kernels)
     module.__dict__["triton"] = host_triton

@@ -83,16 +83,22 @@ def scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs
     return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
-class KernelSide:
+class KernelSide(str):
     """What shipped host code binds where its file defines Triton code the package has no binary of: a
     ``@triton.jit`` function the manifest does not list, ``exp = tl.exp``... Importable, as a package ``__init__``
-    that re-exports it needs (FLA's ``from fla.ops.utils.softplus import softplus``); calling or launching it raises."""
+    that re-exports it needs (FLA's ``from fla.ops.utils.softplus import softplus``); calling or launching it raises.
+    Its text, ``jit:<module's last name>.<name>``, is what a kernel's constexpr holds where host code passes such a
+    function (SGLang's ``SCORE_MOD=score_mod``): the build compiles a binary per function under that text, and the
+    wheel's call matches it as any string constexpr."""
 
-    __slots__ = ("module", "name")
+    name: str
+    module: str
+    file: str | None
 
-    def __init__(self, name: str, module: str) -> None:
-        self.name = name
-        self.module = module
+    def __new__(cls, name: str, module: str, file: str | None = None) -> KernelSide:
+        side = super().__new__(cls, f"jit:{module.rpartition('.')[2]}.{name}")
+        side.name, side.module, side.file = name, module, file
+        return side
 
     def __repr__(self) -> str:
         return f"<Triton code {self.module}.{self.name}, not packaged>"
@@ -101,7 +107,8 @@ class KernelSide:
         from .errors import ForgeRuntimeError
 
         raise ForgeRuntimeError(f"{self.module}.{self.name} is Triton code that the package does not ship: packaged "
-                                "host code runs without Triton, and only the manifest's kernels are built")
+                                "host code runs without Triton, and only the kernels listed in the package's "
+                                "kernel_manifest.toml are built (a kernel needs an entry there)")
 
     __getitem__ = __call__
 
