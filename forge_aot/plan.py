@@ -1604,7 +1604,11 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         imported = src.reachable(set(importers)) - shipped
         for fn, refs in sorted(src.kernel_refs.items()):
             for kern in sorted(refs - declared):
-                if fn in shipped:  # a traced call that launches it is refused (trace.TritonLaunch): here none did
+                if fn in exported:  # an op's own launch: its main path, not a branch a helper takes elsewhere
+                    raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
+                                      f"{loaded.path.name}")
+                if fn in shipped:  # a helper the ops reach; a traced call launching it is refused (its stand-in
+                    # raises), here none did (SGLang's decode_attention_fwd -> its ROCm-only lean attention)
                     warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which the package's ops "
                                     f"reach, launches '{kern}', which has no entry in {loaded.path.name}, and no "
                                     "traced call launched it (a branch for another GPU, say): a call of the wheel's "

@@ -158,13 +158,21 @@ def test_a_launch_no_traced_call_reaches_is_a_warning(tmp_path: Path) -> None:
     """SGLang's ``decode_attention_fwd`` (its public decode op) launches ``_lean_attention_decode_kernel`` only on
     ROCm. Listing the op was refused ("host function '_decode_lean_attention_fwd' launches ..., which has no
     entry"), and giving that kernel an entry needs values no CUDA example reaches: the op could not be packaged. A
-    launch no traced call reaches is now a warning, as for the ops other files import; the wheel's op works, and
-    the branch raises ForgeRuntimeError if a call ever takes it (a traced call that does is refused, see above)."""
+    launch in a helper the ops reach that no traced call reaches is now a warning, as for the ops other files import
+    (an op's own launch stays an error); the wheel's op works, and the branch raises ForgeRuntimeError if a call ever
+    takes it. A traced call that launches such a kernel is refused: its stand-in raises, naming the manifest."""
     manifest = one_file_project(tmp_path / "p", "forge_branch", OTHER_GPU_BRANCH, "scale_kernel", ["scale"])
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 0, result.output
     assert ("k.py: host function '_lean', which the package's ops reach, launches 'lean_kernel', which has no entry "
             "in kernel_manifest.toml, and no traced call launched it") in " ".join(result.output.split()), result.output
+    reached = manifest.parent / "k.py"
+    reached.write_text(OTHER_GPU_BRANCH.replace("if _is_hip and x.numel() > 4096:", "if not _is_hip:"))
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "lean_kernel is Triton code that the package does not ship" in result.output, result.output
+    assert "a kernel needs an entry there" in " ".join(result.output.split()), result.output
+    reached.write_text(OTHER_GPU_BRANCH)
     site = _installed(manifest, tmp_path)
     check = textwrap.dedent('''\
         import json, sys
@@ -362,9 +370,7 @@ def test_a_second_autotuned_handle_of_a_kernel_is_a_kernel_of_its_own(tmp_path: 
     manifest = one_file_project(tmp_path / "p", "forge_second", source, "softcap_kernel", ["softcap"])
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    # the examples launch it: refused as the wheel would refuse it (the static reach alone is a warning)
-    assert "softcap_kernel_autotuned is Triton code that the package does not ship" in result.output
-    assert "a kernel needs an entry there" in result.output
+    assert "host function 'softcap' launches 'softcap_kernel_autotuned', which has no entry" in result.output
     manifest.write_text(manifest.read_text() + SECOND_HANDLE_ENTRY)
     plan = make_plan(load_manifest(manifest))
     plain, tuned = plan.kernels["k"], plan.kernels["softcap_tuned"]

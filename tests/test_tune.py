@@ -516,7 +516,8 @@ def test_candidates_honour_constraints_and_the_decorators_prune_hook() -> None:
     # norms choose their block at the call site: nothing to tune, and no item
     all_items = make_items(plan, notes=notes)
     assert {i.entry.kernel for i in all_items} == {"add_norm_bwd", "add_norm_fwd", "attention", "attention_tma",
-                                                   "chunk_cumsum", "matmul", "matmul_tma_host", "total"}
+                                                   "chunk_cumsum", "ds_group_gemm", "matmul", "matmul_tma_host",
+                                                   "total"}
 
 
 def test_shards_split_the_rows() -> None:
