@@ -206,7 +206,7 @@ class TraceKernel(rt.Kernel):
         if LAUNCHES.skip is True:  # the build's run of a Meta implementation (schema.meta_mismatch): no record
             return rt.PlaceholderCompiled(self, call)
         for name, value in call.items():
-            if callable(value) and not isinstance(value, type) and (type(value) is not str):
+            if callable(value) and not isinstance(value, type):  # (a KernelSide is a callable str)
                 call[name] = function_constexpr(self.function, name, value)
         values = list(runtime)
         for i in self.ptr_pos:
