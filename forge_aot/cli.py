@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -280,9 +281,11 @@ def check(manifest: Path, show_plan: bool) -> None:
     from .tune.apply import apply_tuning, load_database
 
     try:
-        loaded = load_manifest(manifest)
-        plan = make_plan(loaded)
-        tuning = apply_tuning(plan, load_database(loaded), triton_version())
+        # what host code prints while its examples are traced goes to stderr where stdout is the plan's JSON
+        with contextlib.redirect_stdout(sys.stderr) if show_plan else contextlib.nullcontext():
+            loaded = load_manifest(manifest)
+            plan = make_plan(loaded)
+            tuning = apply_tuning(plan, load_database(loaded), triton_version())
     except ForgeError as exc:
         _fail(exc)
     for line in tuning.stale + tuning.warnings:
@@ -317,7 +320,12 @@ def check(manifest: Path, show_plan: bool) -> None:
             click.echo(f"    writes through: {', '.join(k['writes'])}")
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
-                       "values other calls pass there is built)")
+                       "values other calls of the same variant and row pass there is built)")
+        if k.get("optional_per_variant"):
+            names = ", ".join(k["optional_per_variant"])
+            click.echo(f"    note: {names}: None in all traced calls of some variants or rows, passed in all of "
+                       "others; each is built as its calls pass it, and another combination raises NotBuiltError "
+                       "(trace it in the examples if it occurs)")
         for line in [*_data_like_notes(k), *k["notes"]]:
             click.echo(f"    note: {line}")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:

@@ -223,7 +223,8 @@ class OpEntry:
     under it. With ``function``, ``source`` may be a kernel file of the manifest."""
     examples: str | None = None
     """A host function of the same file that calls the op on representative inputs (as ``kernels.NAME.examples``:
-    run on the CPU at build time; what its calls pass to the kernels is built; left out of the wheel)."""
+    run on the CPU at build time; what its calls pass to the kernels is built; left out of the wheel);
+    ``path/to/file.py:function`` names one of another file of the package."""
 
 
 @dataclass(frozen=True)

@@ -600,7 +600,10 @@ def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[st
     and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
     call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
     another call passed there (so heuristics reading its dtype see a real one) and the aligned code; only those the
-    calls pass where the manifest says ``every-none-combination = false``."""
+    calls pass where the manifest says ``every-none-combination = false``. Per variant and row: a pointer passed as
+    None by every call of one variant and as a tensor by every call of another is not crossed (FLA's ``USE_G=g is
+    not None``, flash-attn's positional ``residual is not None``: crossing would build binaries no call reaches;
+    ``check`` names such pointers, see ``_optional_per_variant``)."""
     out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     if not kp.entry.every_none_combination:
         return list(out.values())
@@ -1093,12 +1096,14 @@ def _unshipped_imports(root: Path, imported: dict[str, str | None], shipped: dic
 
 
 def _data_files(loaded: mf.LoadedManifest, modules: dict[str, dict[str, Any]],
-                files_read: set[str]) -> dict[str, str]:
+                files_read: set[str], local_dirs: set[Path]) -> dict[str, str]:
     """Data files the wheel carries (its path under the package -> the project file): what host code read while
     traced and what ``project.package-data`` lists, each where host code looks for it relative to its module's
     ``__file__``: beside a kernel file it lands beside that file's host module (``_ops/``), elsewhere in the project
-    beside the shipped project modules (``_ops/_local/``). Files outside the project (torch's, the system's) and
-    Python sources are not data."""
+    beside the shipped project modules (``_ops/_local/``). One under a kernel file's folder that is also under a
+    shipped project module's (``local_dirs``: lightllm's ``common/kernel_config.py`` reads
+    ``common/all_kernel_configs/`` beside its kernel files) lands in both places: the build does not know which
+    module read it. Files outside the project (torch's, the system's) and Python sources are not data."""
     root = loaded.root.resolve()
     kernel_dirs = sorted({Path(mod["path"]).resolve().parent for mod in modules.values()},
                          key=lambda d: -len(d.parts))
@@ -1110,16 +1115,14 @@ def _data_files(loaded: mf.LoadedManifest, modules: dict[str, dict[str, Any]],
         if path.suffix in (".py", ".pyc") or path == loaded.path.resolve() or not path.is_file():
             continue
         home = next((d for d in kernel_dirs if path.is_relative_to(d)), None)
-        if home is not None:
-            shipped = "_ops/" + path.relative_to(home).as_posix()
-        elif path.is_relative_to(root):
-            shipped = "_ops/_local/" + path.relative_to(root).as_posix()
-        else:
-            continue
-        if shipped in out and out[shipped] != name:
-            raise SourceError(f"{name} and {out[shipped]} would both be shipped as {shipped} (kernel files in "
-                              "different folders read data files of the same name)")
-        out[shipped] = name
+        places = ["_ops/" + path.relative_to(home).as_posix()] if home is not None else []
+        if path.is_relative_to(root) and (home is None or any(path.is_relative_to(d) for d in local_dirs)):
+            places.append("_ops/_local/" + path.relative_to(root).as_posix())
+        for shipped in places:
+            if shipped in out and out[shipped] != name:
+                raise SourceError(f"{name} and {out[shipped]} would both be shipped as {shipped} (kernel files in "
+                                  "different folders read data files of the same name)")
+            out[shipped] = name
     return out
 
 
@@ -1534,7 +1537,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             if op not in mod["ops"]:
                 mod["ops"].append(op)
         if k.examples is not None and ":" in k.examples:  # another file's, once every file of the package is read
-            foreign_examples.append((name, k.examples))
+            foreign_examples.append((f"kernels.{name}.examples", k.examples))
         elif k.examples is not None:
             if k.examples not in src.host_functions:
                 raise _error(loaded, f"kernels.{name}.examples", f"no host function '{k.examples}' in {file}",
@@ -1564,7 +1567,11 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod = host_module(path, needs_kernels=path in kernel_paths)
         src = sources[path]
         function = o.function or op_name
-        for field_name, fn_name in (("function" if o.function else "source", function), ("examples", o.examples)):
+        foreign = o.examples is not None and ":" in o.examples
+        if foreign:  # another file's (lightllm's flash decoding driver, exercised from a file of examples)
+            foreign_examples.append((f"ops.{op_name}.examples", o.examples))
+        for field_name, fn_name in (("function" if o.function else "source", function),
+                                    ("examples", None if foreign else o.examples)):
             if fn_name is not None and fn_name not in src.host_functions:
                 raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
                              close_match(fn_name, src.host_functions))
@@ -1572,18 +1579,18 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod["ops"].append(function)
         if o.function is not None:  # exported under the entry's name (the index's ``export_as``)
             mod.setdefault("export_as", {})[function] = op_name
-        if o.examples is not None:
+        if o.examples is not None and not foreign:
             mod["examples"].add(o.examples)
-    for name, text in foreign_examples:  # the examples of another kernel or op file, whose host code launches it
+    for key_path, text in foreign_examples:  # the examples of another kernel or op file, whose host code calls it
         efile, _, fn_name = text.rpartition(":")
         epath = (root / efile).resolve()
         if epath not in sources:
-            raise _error(loaded, f"kernels.{name}.examples", f"{efile} is none of the package's kernel or op files "
+            raise _error(loaded, key_path, f"{efile} is none of the package's kernel or op files "
                          "(name the examples function of a file whose host code launches the kernel; a file of "
                          f"examples of its own is one where the package exports a function of it: [exports] "
                          f"{fn_name} = \"{efile}\")")
         if fn_name not in sources[epath].host_functions:
-            raise _error(loaded, f"kernels.{name}.examples", f"no host function '{fn_name}' in {efile}",
+            raise _error(loaded, key_path, f"no host function '{fn_name}' in {efile}",
                          close_match(fn_name, sources[epath].host_functions))
         modules[module_names[epath]]["examples"].add(fn_name)
     for name, file in m.exports.items():  # classes and functions exported as they are (a library's nn.Modules)
@@ -1633,7 +1640,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     per_target = len(gpus) > 1 and bool(reads_device)
     tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1], str(root))
     traced = tracer.run_examples(modules)
-    _function_constexprs(kernels, traced, loaded.root)
+    _function_constexprs(kernels, traced, tracer.functions, loaded.root)
     imported_by_host = dict(tracer.imported)
     files_read = set(tracer.files_read)
     if per_target:
@@ -1656,7 +1663,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         for target, model in gpus[1:]:
             other = Tracer(kernels, subset, target, True, model, str(root))
             more = other.run_examples(subset)
-            _function_constexprs(kernels, more, loaded.root)
+            _function_constexprs(kernels, more, other.functions, loaded.root)
             for name, calls in more.items():
                 if name in reads_device:
                     traced.setdefault(name, []).extend(calls)
@@ -1716,7 +1723,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod["local_sources"] = {name: texts[name] for name in sorted(runs[Path(mod["path"])])}
     warnings += _unshipped_imports(root, imported_by_host, shipped,
                                    {Path(mod["path"]).resolve() for mod in modules.values()})
-    data_files = _data_files(loaded, modules, files_read)
+    data_files = _data_files(loaded, modules, files_read,
+                             {lm.path.resolve().parent for name, lm in shipped.items() if name not in aliased})
     entries: list[EntryPlan] = []
     for name, kp in kernels.items():
         calls = traced.get(name, [])
@@ -1878,17 +1886,30 @@ def job_for(plan: BuildPlan, entry: EntryPlan, config: ConfigChoice, binary: Bin
                       constexprs, tuple(divisible), plan.loaded.manifest.project.compile_timeout, options, functions)
 
 
-def _function_constexprs(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]], root: Path) -> None:
-    """Each kernel's ``functions``: the @triton.jit functions its traced calls pass as constexprs."""
-    from .trace import FUNCTION_CONSTEXPRS
-
+def _function_constexprs(kernels: dict[str, KernelPlan], traced: dict[str, list[TracedCall]],
+                         known: dict[str, tuple[str, str]], root: Path) -> None:
+    """Each kernel's ``functions``: the @triton.jit functions its traced calls pass as constexprs (``known``: the
+    tracer's, see ``Tracer.functions``)."""
     for name, calls in traced.items():
         for value in {v for call in calls for v in call.values if isinstance(v, str) and v.startswith("jit:")}:
-            if value in FUNCTION_CONSTEXPRS:
-                file, function = FUNCTION_CONSTEXPRS[value]
+            if value in known:
+                file, function = known[value]
                 with contextlib.suppress(ValueError):
                     file = Path(file).resolve().relative_to(root).as_posix()
                 kernels[name].functions[value] = (file, function)
+
+
+def _optional_per_variant(kp: KernelPlan, entries: list[EntryPlan]) -> list[str]:
+    """Arguments every traced call of some variant or row passes as None and every call of another passes: each is
+    built for what its own calls pass (``_none_combinations``), so a call of another combination (lightllm's gated
+    RMSNorm with a bias and the ``NORM_BEFORE_GATE`` only traced without one) finds no binary."""
+    out = []
+    for i, name in enumerate(kp.spec_params):
+        kinds = {frozenset(c.spec[i] == SPEC_ABSENT for c in calls) for e in entries
+                 for calls in e.calls.values() if calls}
+        if frozenset({True}) in kinds and frozenset({False}) in kinds:
+            out.append(name)
+    return out
 
 
 def plan_summary(plan: BuildPlan) -> dict[str, Any]:
@@ -1927,6 +1948,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "optional": sorted({kp.spec_params[i] for e in entries for calls in e.calls.values() for c in calls
                                 for i, code in enumerate(c.spec) if code == SPEC_ABSENT},
                                key=kp.spec_params.index),
+            "optional_per_variant": _optional_per_variant(kp, entries),
             "writes": kp.written,
             "data_like_constexprs": data_like_constexprs(kp, entries),
             "notes": list(kp.notes),

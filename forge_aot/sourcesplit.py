@@ -36,6 +36,10 @@ from .runtime import HEURISTICS_HOOK, HOST_DTYPES, KERNEL_SIDE_HOOK, LAUNCH_OPTI
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics",
                # Gluon kernels (triton.experimental.gluon): kernel-side like any other, left out of host code
                "gluon.jit": "jit", "experimental.gluon.jit": "jit"}
+_DECORATOR_ROOTS = {"autotune", "heuristics"}
+"""Names of Triton's decorators that wrap a ``@triton.jit`` function: bound to another module's object, such a
+decorator on a function with no ``@triton.jit`` is host code's own (a ``jit`` of a library's is taken for
+Triton's, as a wrapper of it would be)."""
 
 
 class _ComputedDefault:
@@ -464,11 +468,11 @@ def _guarded_values(text: str, tree: ast.Module, path: Path | None, seen: frozen
             flags += own
     if flags:  # each written True: then a literal flag
         text = _with_values(text, [(f.value, True) for f in flags])
-        tree = ast.parse(text)
+        tree = _parse(text)
     kept = {id(stmt): stmt.body for stmt in tree.body if guard_block(stmt, [])}
     if kept:
         text = _replace_blocks(text, tree, kept)
-        tree = ast.parse(text)
+        tree = _parse(text)
 
     def value(expr: ast.expr) -> Any:
         """Where ``expr`` is a literal or reads a name known so far (Triton's, a flag's), its value; else ``...``
@@ -532,7 +536,7 @@ def _module_values(path: Path, mtime_ns: int, size: int, wanted: frozenset[str],
     several times): the ``wanted`` names it knows at its end."""
     try:
         text = path.read_text(encoding="utf-8")
-        _, _, env, _ = _guarded_values(text, ast.parse(text), path, seen, wanted)
+        _, _, env, _ = _guarded_values(text, _parse(text), path, seen, wanted)
     except (OSError, SyntaxError, UnicodeDecodeError):
         return {}
     return {name: env[name] for name in wanted if name in env}
@@ -817,7 +821,7 @@ def library_namespaces(texts: list[str]) -> set[str]:
     kernel files using ``torch.ops.vllm.<op>``), a literal name torch does not own."""
     found: set[str] = set()
     for text in texts:
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(_parse(text)):
             if not isinstance(node, ast.Call) or not node.args or not _is_library_call(node):
                 continue
             kind = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "kind"),
@@ -838,7 +842,7 @@ def rename_library_namespaces(text: str, namespaces: set[str]) -> str:
         return text
     lines = _split_lines(text, keepends=True)
     spans: dict[int, list[tuple[int, int, str]]] = {}
-    _op_reference_spans(ast.parse(text).body, set(), namespaces, True, spans)
+    _op_reference_spans(_parse(text).body, set(), namespaces, True, spans)
     _apply_spans(lines, spans)
     return "".join(lines)
 
@@ -942,6 +946,33 @@ def _triton_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _parse(text: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, with every decorator or call named ``autotune`` or ``heuristics`` by something the file
+    imports from elsewhere than Triton marked (lightllm's ``from lightllm.common.triton_utils.autotuner import
+    autotune``, a host function's decorator): ``_kernel_decorators`` then does not take a function it decorates
+    without ``@triton.jit`` for a kernel missing its ``@triton.jit``."""
+    tree = ast.parse(text, filename=filename)
+    bound: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            bound.update(a.asname or a.name.split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(stmt.name)
+    foreign = (bound & _DECORATOR_ROOTS) - _triton_names(tree)
+    if foreign:
+        for node in ast.walk(tree):
+            targets = [node.func] if isinstance(node, ast.Call) else []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                targets += [d for d in node.decorator_list if not isinstance(d, ast.Call)]
+            for target in targets:
+                root = target
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in foreign:
+                    target._forge_foreign = True  # type: ignore[attr-defined]
+    return tree
+
+
 def _decorator_kind(dec: ast.expr, library: bool = True) -> str | None:
     target = dec.func if isinstance(dec, ast.Call) else dec
     text = ast.unparse(target)
@@ -966,7 +997,10 @@ def _kernel_decorators(fn: ast.FunctionDef,
     found = found[outer:]
     kinds = [k for k, _ in found]
     if "jit" not in kinds:
-        if any(_decorator_kind(d, library=False) for _, d in found):  # not a library's autotuner: no jit, no kernel
+        # not a library's autotuner: no jit, no kernel; a decorator of Triton's name that the file imports from
+        # elsewhere (lightllm's own ``autotune`` of host functions) is host code's
+        if any(_decorator_kind(d, library=False) and not getattr(d.func if isinstance(d, ast.Call) else d,
+                                                                  "_forge_foreign", False) for _, d in found):
             raise SourceError(f"line {fn.lineno}: {fn.name} is decorated with @triton.autotune or "
                               "@triton.heuristics but not @triton.jit")
         return None
@@ -1402,7 +1436,7 @@ def _imported_jit_functions(path: Path, tree: ast.Module, wrappers: frozenset[st
     def helpers_of(dotted: str) -> _Helpers | None:
         found = _project_file(path, dotted)
         try:
-            other = ast.parse(found.read_text(encoding="utf-8"), filename=str(found)) if found else None
+            other = _parse(found.read_text(encoding="utf-8"), filename=str(found)) if found else None
         except (OSError, SyntaxError, UnicodeDecodeError):
             other = None
         if other is None:
@@ -1716,18 +1750,18 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     """
     try:
         text = path.read_text(encoding="utf-8")
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError) as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     branch_kernels: dict[str, tuple[int, int, int]] = {}
     text, tree, decide = _triton_guard(text, tree, path)
     if not helper and any(_kernel_branch(s, wrappers, decide) for s in tree.body):
         text, branch_kernels = _flatten_kernel_branches(text, tree, wrappers, decide)
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, filename=str(path))
     triton_names = _triton_names(tree)
     frozen = _freeze_triton_probes(text, tree, triton_names)
     if frozen is not None:
-        text, tree = frozen, ast.parse(frozen, filename=str(path))
+        text, tree = frozen, _parse(frozen, filename=str(path))
     kernel_blocks = {id(s): names for s in tree.body if (names := _kernel_side_block(s, triton_names))}
     triton_names |= {n for names in kernel_blocks.values() for n in names}
     language_aliases = _language_aliases(tree)
@@ -2092,7 +2126,7 @@ def code_sha256(path: Path, roots: set[str]) -> str:
     ``ast.dump``: the tuning GPU and the build machine may run different Python versions."""
     text = path.read_text(encoding="utf-8")
     try:
-        tree = ast.parse(text, filename=str(path))
+        tree = _parse(text, filename=str(path))
     except SyntaxError as exc:
         raise SourceError(f"{path}: cannot parse: {exc}") from None
     bound = {id(s): _bound_names(s) for s in tree.body}
@@ -2129,7 +2163,7 @@ def imported_launch_sites(path: Path, text: str,
     ``imported`` said of it, and names the file."""
     from .localmods import file_module, import_from_target
 
-    tree = ast.parse(text, filename=str(path))
+    tree = _parse(text, filename=str(path))
     own = file_module(path)
     local: dict[str, Any] = {}
     bound_modules: dict[str, str] = {}  # a name host code reaches a module by (dotted where imported so) → module

@@ -166,15 +166,11 @@ def bound_names(modules: dict[str, Any]) -> Iterator[None]:
             del sys.modules[name]
 
 
-FUNCTION_CONSTEXPRS: dict[str, tuple[str, str]] = {}
-"""A ``@triton.jit`` function host code passed as a constexpr, by its text (``runtime.KernelSide``'s): its file and
-name, for the compile step (SGLang's ``SCORE_MOD=score_mod``)."""
-
-
-def function_constexpr(kernel: str, param: str, value: Any) -> str:
+def function_constexpr(kernel: str, param: str, value: Any, known_functions: dict[str, tuple[str, str]]) -> str:
     """A constexpr value that is a function: a ``@triton.jit`` function of a host module (bound as the wheel binds it,
     a ``KernelSide``) or of a project helper module (Triton's ``JITFunction`` at build time), as the text the wheel's
-    call will pass; anything else callable is refused (Triton cannot compile it either)."""
+    call will pass, recorded in ``known_functions`` (text -> file and name, for the compile step); anything else
+    callable is refused (Triton cannot compile it either)."""
     if isinstance(value, KernelSide) and value.file is not None:
         module, name, file = value.module.removeprefix("_forge_trace_"), value.name, value.file
     elif type(value).__name__ == "JITFunction" and getattr(getattr(value, "fn", None), "__code__", None):
@@ -185,7 +181,7 @@ def function_constexpr(kernel: str, param: str, value: Any) -> str:
                         "function of the project: a constexpr takes numbers, bools, strings, Triton types and "
                         "@triton.jit functions")
     text = str(KernelSide(name, module))
-    known = FUNCTION_CONSTEXPRS.setdefault(text, (file, name))
+    known = known_functions.setdefault(text, (file, name))
     if known != (file, name):
         raise TypeError(f"{kernel}(): constexpr '{param}' is passed {name} of {file}, and another call {known[1]} of "
                         f"{known[0]}: the wheel tells functions apart by module and name ({text}); rename one")
@@ -195,9 +191,12 @@ def function_constexpr(kernel: str, param: str, value: Any) -> str:
 class TraceKernel(rt.Kernel):
     """A kernel handle that binds a call like the packaged one and records it."""
 
-    def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> None:
+    def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any,
+                 functions: dict[str, tuple[str, str]]) -> None:
         super().__init__(name, spec, targets, backend)
         self.records: list[TracedCall] = []
+        self.constexpr_functions = functions
+        """The tracer's ``@triton.jit`` functions passed as constexprs (see ``function_constexpr``)."""
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
@@ -207,7 +206,7 @@ class TraceKernel(rt.Kernel):
             return rt.PlaceholderCompiled(self, call)
         for name, value in call.items():
             if callable(value) and not isinstance(value, type):  # (a KernelSide is a callable str)
-                call[name] = function_constexpr(self.function, name, value)
+                call[name] = function_constexpr(self.function, name, value, self.constexpr_functions)
         values = list(runtime)
         for i in self.ptr_pos:
             try:
@@ -249,7 +248,9 @@ class Tracer:
         """``target``, ``model``: the host code sees that GPU (``as_target``); ``per_target``: the build traces once
         per target (and GPU model), and each call records the target it was traced for. ``root``: the project's
         directory, which messages name files from."""
-        FUNCTION_CONSTEXPRS.clear()  # one project's functions at a time (a long-lived process plans several)
+        self.functions: dict[str, tuple[str, str]] = {}
+        """Each ``@triton.jit`` function host code passed as a constexpr, by its text (``runtime.KernelSide``'s):
+        its file and name, for the compile step (SGLang's ``SCORE_MOD=score_mod``)."""
         self.target = target
         self.root = root
         self.model = model
@@ -296,7 +297,7 @@ class Tracer:
         index = {"targets": {}, "kernels": {kp.name: kp.spec_json() for kp in plans}, "modules": {mod_name: entry}}
 
         def factory(name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any) -> TraceKernel:
-            self.handles[name] = TraceKernel(name, spec, targets, backend)
+            self.handles[name] = TraceKernel(name, spec, targets, backend, self.functions)
             return self.handles[name]
 
         source = mod["source"]
@@ -324,6 +325,8 @@ class Tracer:
             return self._run_examples(modules)
 
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
+        import torch
+
         from .schema import has_var_parameters, meta_mismatch, schema_and_buffer, schema_takes
 
         calls: dict[str, dict[str, list[Any]]] = {m: {op: [] for op in mod["ops"]} for m, mod in modules.items()}
@@ -400,6 +403,13 @@ class Tracer:
                     mod.setdefault("buffers", {})[op] = list(buffer)
                 if mod["schemas"][op] and has_var_parameters(fn):
                     mod.setdefault("takes", {})[op] = schema_takes(mod["schemas"][op])
+                owner = getattr(fn, "__self__", None)
+                if mod["schemas"][op] and op not in mod.get("autograd", {}) and getattr(fn, "__name__", "") == \
+                        "apply" and isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+                    # (applied-ai's ``fused_softmax = triton_softmax.apply``)
+                    mod["schema_notes"][op] += (f"; {owner.__name__}.apply, an autograd.Function: its custom op has "
+                                                "no backward ([kernels.NAME.autograd] gives one), so a compiled call "
+                                                "needing gradients breaks the graph and runs eagerly")
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

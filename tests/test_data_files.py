@@ -152,3 +152,81 @@ def test_the_wheel_reads_its_shipped_data_in_a_fresh_process(tmp_path: Path) -> 
 def test_the_realworld_block_fp8_matmul_ships_its_tuned_config_file(realworld_plan) -> None:
     name = "N=1536,K=7168,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json"
     assert realworld_plan.data_files == {f"_ops/configs/{name}": str((REALWORLD / "kernels/configs" / name).resolve())}
+
+
+HELPER_CONFIG_KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+from mylib.cfg import get_config
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+def scale(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    BLOCK = get_config(n)["BLOCK"]
+    scale_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, BLOCK=BLOCK)
+    return out
+
+
+def examples(device="cpu"):
+    scale(torch.randn(4099, device=device, dtype=torch.float16))
+'''
+
+
+def _helper_reads_beside_itself(root: Path) -> Path:
+    """lightllm's layout: a package whose kernel file asks a helper module of the same folder
+    (``common/kernel_config.py``) for its config, which the helper reads from a JSON file beside itself."""
+    (root / "mylib" / "configs").mkdir(parents=True)
+    (root / "mylib" / "__init__.py").write_text("")
+    (root / "mylib" / "cfg.py").write_text(textwrap.dedent('''\
+        import json
+        import os
+
+
+        def get_config(n):
+            path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", f"n={n}.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    return json.load(f)
+            return {"BLOCK": 128}  # the library's fallback: never traced, never built
+        '''))
+    (root / "mylib" / "configs" / "n=4099.json").write_text('{"BLOCK": 1024}\n')
+    (root / "mylib" / "scale.py").write_text(HELPER_CONFIG_KERNEL)
+    manifest = root / "kernel_manifest.toml"
+    manifest.write_text(MANIFEST.format(extra="").replace("kernels/scale.py", "mylib/scale.py"))
+    return manifest
+
+
+def test_a_file_a_helper_reads_beside_itself_in_a_kernel_folder_ships_beside_both(tmp_path: Path) -> None:
+    """Session 47's lightllm hunt: a data file in a kernel file's folder was shipped beside the host module only
+    (``_ops/configs/``), while the helper module of that folder that reads it ships as ``_ops/_local/mylib/cfg.py``
+    and looked for ``_ops/_local/mylib/configs/``: the wheel's helper fell back to a config the build never built."""
+    root = tmp_path / "p"
+    plan = _plan(_helper_reads_beside_itself(root))
+    source = str((root / "mylib/configs/n=4099.json").resolve())
+    assert plan.data_files == {"_ops/configs/n=4099.json": source, "_ops/_local/mylib/configs/n=4099.json": source}
+    assert {e.assignment["BLOCK"] for e in plan.entries} == {1024}
+
+
+@pytest.mark.slow
+def test_a_helper_of_a_kernel_folder_reads_its_shipped_data_in_a_fresh_process(tmp_path: Path) -> None:
+    target = _installed(_helper_reads_beside_itself(tmp_path / "project"), tmp_path)
+    code = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        sys.modules["mylib"] = None
+        import torch, forge_datafiles
+        out = torch.ops.forge_datafiles.scale(torch.empty(4099, device="meta", dtype=torch.float16))
+        import forge_datafiles._ops.scale as host
+        print(json.dumps({"shape": list(out.shape), "config": host.get_config(4099)}))
+        ''')
+    res = _run_fresh(code, target)
+    assert res == {"shape": [4099], "config": {"BLOCK": 1024}}

@@ -633,6 +633,343 @@ def test_an_autotuner_of_the_librarys_own_takes_the_manifests_space(tmp_path: Pa
     assert {r.key for e in plan.entries for r in e.tables["default"]} == {(37, 300), (1000, 513)}
 
 
+HOST_AUTOTUNER = {
+    "ll/__init__.py": "",
+    "ll/autotuner.py": '''\
+import functools
+
+
+def autotune(kernel_name, configs_gen_func, static_key_func, run_key_func, mutates_args=()):
+    """lightllm's own tuner of a host function: it picks the run_config the host function launches with."""
+    def decorator(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, run_config=None, **kwargs):
+            return fn(*args, run_config=run_config or configs_gen_func()[-1], **kwargs)
+        return wrapper
+    return decorator
+''',
+    "ll/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+from ll.autotuner import autotune
+from . import autotuner as tuners
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+@autotune(kernel_name="scale:v1", configs_gen_func=lambda: [{"BLOCK": 256}, {"BLOCK": 1024}],
+          static_key_func=lambda x: {"dtype": str(x.dtype)}, run_key_func=lambda x: x.numel())
+def scale(x, run_config=None):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, run_config["BLOCK"]),)](x, y, n, BLOCK=run_config["BLOCK"], num_warps=4)
+    return y
+
+
+@tuners.autotune(kernel_name="scale2:v1", configs_gen_func=lambda: [{"BLOCK": 256}],
+                 static_key_func=lambda x: {}, run_key_func=lambda x: x.numel())
+def scale_small(x, run_config=None):
+    return scale(x, run_config=run_config)
+
+
+def examples(device="cpu"):
+    scale(torch.randn(4099, dtype=torch.float16, device=device))
+    scale_small(torch.randn(1000, dtype=torch.float16, device=device))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_llstyle"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "ll/scale.py:_scale_kernel"
+ops = ["scale", "scale_small"]
+examples = "examples"
+''',
+}
+"""lightllm's ``moe_sum_reduce`` and gated RMSNorm: host functions decorated with the library's own
+``@autotune(kernel_name=..., configs_gen_func=...)`` (``lightllm.common.triton_utils.autotuner``), which has Triton's
+decorator's name and nothing else of it."""
+
+
+def test_a_host_functions_decorator_named_autotune_from_another_module_is_not_tritons(tmp_path: Path) -> None:
+    """Session 47's lightllm hunt: ``check`` refused the file, "scale is decorated with @triton.autotune or
+    @triton.heuristics but not @triton.jit", because a decorator named ``autotune`` was taken for Triton's whatever
+    the file imported it from. A name the file binds to another module is host code's own."""
+    manifest = _write_project(tmp_path, HOST_AUTOTUNER)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    plan = make_plan(load_manifest(manifest))
+    assert {e.assignment["BLOCK"] for e in plan.entries} == {256, 1024}  # both ops' run_configs were traced
+    assert {"scale", "scale_small"} <= set(plan.modules["scale"]["ops"])
+    # Triton's own name keeps its meaning: a function with no @triton.jit under Triton's autotune is refused
+    kernel_file = tmp_path / "ll" / "scale.py"
+    kernel_file.write_text(kernel_file.read_text().replace("@tuners.autotune(", "@triton.autotune(configs=[], "
+                                                           "key=[], ", 1))
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "scale_small is decorated with @triton.autotune or @triton.heuristics but not @triton.jit" \
+        in result.output, result.output
+
+
+@pytest.mark.gpu
+def test_session_47s_hunt_patterns_run_from_their_wheels_on_the_gpu(tmp_path: Path) -> None:
+    """The lightllm hunt's mends on a GPU, each wheel in a fresh process that blocks Triton, on misaligned inputs of
+    odd sizes: ops under the library's own ``@autotune`` (each picks its run_config), an optional bias beside a
+    call-site flag (the traced combinations, and an untraced one refused as ``check`` notes), and a helper's config
+    file read beside the helper (the traced BLOCK=1024, not the fallback); and (the applied-ai hunt) an
+    ``autograd.Function.apply`` op under torch.compile: its custom op without gradients, a graph break naming it
+    where they are needed (fullgraph=True raises it), the eager autograd's gradients otherwise."""
+    from tests.test_data_files import _helper_reads_beside_itself
+    from tests.test_manifest import GATED_BIAS
+
+    llstyle = _installed(_write_project(tmp_path / "ll", HOST_AUTOTUNER), tmp_path / "ll_site")
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_llstyle
+        errs = {}
+        for name in ("scale", "scale_small"):
+            for n in (1000, 4099):
+                x = torch.randn(n + 1, device="cuda", dtype=torch.float16)[1:]
+                errs[f"{name}/{n}"] = (getattr(forge_llstyle, name)(x).double() - x.double() * 2).abs().max().item()
+        print(json.dumps(errs))
+        '''), llstyle)
+    assert res and all(e == 0 for e in res.values()), res
+    gated = _installed(one_file_project(tmp_path / "g", "forge_test_gated", GATED_BIAS, "k", ["gated"]),
+                       tmp_path / "g_site")
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_test_gated
+        out = {}
+        for flag, bias in ((False, False), (True, True), (False, True)):
+            x = torch.randn(1001, device="cuda")[1:]
+            b = torch.randn(1001, device="cuda")[1:] if bias else None
+            ref = (x.double() + (b.double() if bias else 0)) * (2 if flag else 1)
+            try:
+                out[f"{flag}/{bias}"] = (forge_test_gated.gated(x, b, norm_before_gate=flag).double()
+                                         - ref).abs().max().item()
+            except Exception as exc:
+                out[f"{flag}/{bias}"] = f"{type(exc).__name__}: {exc}"
+        print(json.dumps(out))
+        '''), gated)
+    # the traced combinations exact; the untraced one refused before any launch, as check's note says
+    assert res["False/False"] < 1e-5 and res["True/True"] < 1e-5, res
+    assert res["False/True"].startswith("NotBuiltError"), res
+    data = _installed(_helper_reads_beside_itself(tmp_path / "d"), tmp_path / "d_site")
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_datafiles
+        import forge_datafiles._ops.scale as host
+        x = torch.randn(4100, device="cuda", dtype=torch.float16)[1:]
+        err = (forge_datafiles.scale(x).double() - x.double() * 2).abs().max().item()
+        print(json.dumps({"err": err, "config": host.get_config(4099)}))
+        '''), data)
+    assert res == {"err": 0, "config": {"BLOCK": 1024}}, res
+    fnapply = _installed(one_file_project(tmp_path / "f", "forge_fnapply", FUNCTION_APPLY, "_scale_kernel",
+                                          ["scale2"]), tmp_path / "f_site")
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_fnapply
+        x = torch.randn(4100, device="cuda")[1:]
+        out = {}
+        full = torch.compile(lambda t: forge_fnapply.scale2(t) + 1, backend="aot_eager", fullgraph=True)
+        out["nograd"] = (full(x).double() - (x.double() * 2 + 1)).abs().max().item()  # the custom op
+        xg = x.clone().requires_grad_()
+        try:
+            full(xg)
+        except Exception as exc:
+            out["fullgraph"] = str(exc)
+        broken = torch.compile(lambda t: forge_fnapply.scale2(t) + 1, backend="aot_eager")
+        y = broken(xg)
+        y.backward(torch.ones_like(y))
+        out["grad"] = (xg.grad.double() - 2).abs().max().item()
+        out["value"] = (y.double() - (x.double() * 2 + 1)).abs().max().item()
+        print(json.dumps(out))
+        '''), fnapply)
+    assert res["nograd"] < 1e-6 and res["value"] < 1e-6 and res["grad"] == 0, res
+    assert "forge_fnapply.scale2: its inputs need gradients and the manifest gives it no backward" \
+        in res.get("fullgraph", ""), res
+
+
+PRINTING_HOST_CODE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    print(f"{y.size()=}")  # applied-ai's float8_groupwise_quantize prints like this on every call
+    scale_kernel[(triton.cdiv(x.numel(), 128),)](x, y, x.numel(), BLOCK=128)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_the_plan_on_stdout_is_json_when_host_code_prints(tmp_path: Path) -> None:
+    """Session 47's applied-ai hunt: ``check --plan`` put the prints of the traced host code ahead of the JSON on
+    stdout, so ``json.load`` of it failed. They go to stderr now."""
+    import json
+
+    manifest = one_file_project(tmp_path / "p", "forge_prints", PRINTING_HOST_CODE, "scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--plan", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["kernels"]["k"]["function"] == "scale_kernel"
+    assert "y.size()=torch.Size([1000])" in result.stderr
+
+
+FUNCTION_APPLY = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_kernel(out_ptr, in_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(in_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def _launch(x):
+    out = torch.empty_like(x)
+    _scale_kernel[(triton.cdiv(x.numel(), 1024),)](out, x, x.numel(), BLOCK=1024)
+    return out
+
+
+class _Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _launch(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _launch(g) * 1
+
+
+scale2 = _Scale.apply
+
+
+def examples(device="cpu"):
+    x = torch.randn(4099, device=device, requires_grad=True)
+    scale2(x).backward(torch.randn(4099, device=device))
+'''
+"""applied-ai's training softmax: ``fused_softmax = triton_softmax.apply``, forward and backward Triton kernels."""
+
+
+def test_an_autograd_function_op_with_no_backward_in_the_manifest_is_told_what_compile_does(tmp_path: Path) -> None:
+    """Session 47's applied-ai hunt: ``check`` listed the op's custom op as "what torch.compile(fullgraph=True)
+    traces" and said nothing of its having no backward; a compiled call needing gradients then failed in Dynamo
+    with "missing_mp_subscript" or "posix.stat". Now ``check`` says so, and the compiled call's graph break names
+    the op and what to give (``tests/test_torch_ops.py``)."""
+    manifest = one_file_project(tmp_path / "p", "forge_fnapply", FUNCTION_APPLY, "_scale_kernel", ["scale2"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "scale2: torch.ops.forge_fnapply.scale2(Tensor x) -> Tensor (from the traced examples; _Scale.apply, an " \
+        "autograd.Function: its custom op has no backward ([kernels.NAME.autograd] gives one), so a compiled call " \
+        "needing gradients breaks the graph and runs eagerly)" in result.output, result.output
+
+
+OPS_EXAMPLES_ELSEWHERE = {
+    "mylib/__init__.py": "",
+    "mylib/scale.py": '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    _scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+''',
+    "mylib/driver.py": '''\
+from mylib.scale import scale
+
+
+def scale_twice(x):
+    return scale(scale(x))
+''',
+    "ex.py": '''\
+import torch
+from mylib.scale import scale
+from mylib.driver import scale_twice
+
+
+def examples_scale(device="cpu"):
+    scale(torch.randn(4099, dtype=torch.float16, device=device))
+
+
+def examples_driver(device="cpu"):
+    scale_twice(torch.randn(1000, dtype=torch.float16, device=device))
+''',
+    "kernel_manifest.toml": '''\
+[project]
+name = "forge_opsex"
+version = "0.1.0"
+targets = ["sm_90"]
+
+[kernels.scale]
+source = "mylib/scale.py:_scale_kernel"
+ops = ["scale"]
+examples = "ex.py:examples_scale"
+
+[ops.scale_twice]
+source = "mylib/driver.py"
+examples = "ex.py:examples_driver"
+
+[exports]
+examples_scale = "ex.py"
+''',
+}
+
+
+def test_an_ops_examples_may_name_another_files_function_as_a_kernels_may(tmp_path: Path) -> None:
+    """Session 47's lightllm hunt: ``[ops.NAME].examples = "file.py:function"`` (lightllm's flash decoding driver,
+    a file with no kernel, exercised from a file of examples) was refused as "no host function
+    'ex.py:examples_driver' in mylib/driver.py", though ``[kernels.NAME].examples`` takes the form and the README
+    says an op's examples work as a kernel's."""
+    manifest = _write_project(tmp_path, OPS_EXAMPLES_ELSEWHERE)
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "scale_twice: torch.ops.forge_opsex.scale_twice(Tensor x) -> Tensor (from the traced examples)" \
+        in result.output
+    text = manifest.read_text()
+    for wrong, message in (('"ex.py:examples_driverr"', "ops.scale_twice.examples: no host function "
+                            "'examples_driverr' in ex.py (did you mean 'examples_driver'?)"),
+                           ('"nowhere.py:examples_driver"', "ops.scale_twice.examples: nowhere.py is none of the "
+                            "package's kernel or op files")):
+        manifest.write_text(text.replace('"ex.py:examples_driver"', wrong))
+        result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert message in result.output, result.output
+
+
 UNLISTED = {
     "pkg/__init__.py": "",
     "pkg/utils.py": '''\

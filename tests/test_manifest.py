@@ -489,6 +489,71 @@ def test_every_none_combination_false_builds_the_traced_combinations_only(tmp_pa
     assert heuristic_sets("every-none-combination = false\n") == {(False,) * 4, (True,) * 4}
 
 
+GATED_BIAS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"HAS_BIAS": lambda args: args["B"] is not None})
+@triton.jit
+def k(X, B, Y, N, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr, NORM_BEFORE_GATE: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + offs, mask=offs < N)
+    if HAS_BIAS:
+        x += tl.load(B + offs, mask=offs < N)
+    if NORM_BEFORE_GATE:
+        x = x * 2
+    tl.store(Y + offs, x, mask=offs < N)
+
+
+def gated(x, b=None, norm_before_gate=False):
+    y = torch.empty_like(x)
+    k[(1,)](x, b, y, x.numel(), BLOCK=1024, NORM_BEFORE_GATE=norm_before_gate)
+    return y
+
+
+def examples(device="cuda"):
+    x = torch.randn(1000, device=device)
+    gated(x, None, norm_before_gate=False)
+    gated(x, torch.randn(1000, device=device), norm_before_gate=True)
+'''
+"""lightllm's gated RMSNorm: an optional bias (a ``HAS_BIAS`` heuristic) beside a call-site flag, each value of the
+flag traced with one presence of the bias only."""
+
+
+def test_a_pointer_whose_presence_follows_the_variant_is_named_by_check(tmp_path: Path) -> None:
+    """Session 47's lightllm hunt: a bias traced only with ``NORM_BEFORE_GATE=True`` is built with that value only,
+    as each variant is built for what its own calls pass (crossing every variant would build binaries no call
+    reaches where a flag is computed from the pointer: FLA's ``USE_G=g is not None`` went from 20 binaries to 128,
+    the realworld fixtures from 3514 to 14094). ``check`` said "each combination with the values other calls pass
+    there is built"; it now says per variant and row, and names such a pointer with what to do."""
+    from tests.test_localmods import one_file_project
+
+    def built_and_output(source: str, root: Path) -> tuple[set[tuple[bool, bool]], str]:
+        manifest = one_file_project(root, "forge_test_gated", source, "k", ["gated"])
+        plan = make_plan(load_manifest(manifest), ["sm_90"])
+        built = {(e.assignment["NORM_BEFORE_GATE"], dict(b.heur)["HAS_BIAS"]) for e in plan.entries
+                 for rows in e.tables.values() for row in rows
+                 for b in plan.binaries_for(e, row.key, row.preferences[0])}
+        result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+        assert result.exit_code == 0, result.output
+        return built, result.output
+
+    built, output = built_and_output(GATED_BIAS, tmp_path / "p")
+    assert built == {(False, False), (True, True)}
+    assert "(each combination with the values other calls of the same variant and row pass there is built)" in output
+    assert "note: B: None in all traced calls of some variants or rows, passed in all of others; each is built as " \
+        "its calls pass it, and another combination raises NotBuiltError (trace it in the examples if it occurs)" \
+        in output
+    # traced with both presences in one variant: crossed there, and nothing to note
+    built, output = built_and_output(GATED_BIAS.replace(
+        "    gated(x, None, norm_before_gate=False)\n",
+        "    gated(x, None, norm_before_gate=False)\n    gated(x, x, norm_before_gate=False)\n"), tmp_path / "q")
+    assert built == {(False, False), (False, True), (True, True)}
+    assert "note: B:" not in output
+
+
 def test_a_type_variable_named_like_a_constexpr_parameter_is_refused(tmp_path: Path) -> None:
     """FLA's l2norm kernels take ``T: tl.constexpr`` (the row count) where FLA projects name their dtype variable
     ``T``: the two shared one variant axis, so the traced row counts were lost and one binary served every count,

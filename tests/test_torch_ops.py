@@ -426,7 +426,14 @@ def test_compiled_host_code_calling_an_op_by_name_takes_its_custom_op() -> None:
     compiled = torch.compile(lambda x: module.scaled(x) + 1, fullgraph=True, backend="eager")
     x = torch.ones(3)
     assert torch.equal(compiled(x), x * 3 + 1) and torch.equal(module.scaled(x), x * 2)
-    assert torch.equal(compiled(x.clone().requires_grad_()), x * 2 + 1)  # no backward in the manifest: host code
+    # a call needing gradients, and no backward in the manifest: the graph breaks there, saying why (fullgraph=True
+    # raises it: a real op's host code launches through the runtime, which Dynamo cannot trace either, and said
+    # "missing_mp_subscript" or "posix.stat"), and the host code runs eagerly
+    with pytest.raises(Exception, match=r"forge_test_route_compiled\.scaled: its inputs need gradients and the "
+                                        r"manifest gives it no backward \(\[kernels\.NAME\.autograd\]\)"):
+        compiled(x.clone().requires_grad_())
+    broken = torch.compile(lambda x: module.scaled(x) + 1, backend="eager")
+    assert torch.equal(broken(x.clone().requires_grad_()), x * 2 + 1)
 
 
 @pytest.mark.gpu

@@ -1,11 +1,10 @@
 """The package entry point: ``import <package>`` registers the ops and loads nothing else.
 
-At import, a generated package hands over its ops table (op → host module, torch.library schema), written into
-its ``__init__.py`` at build time, so import parses no index and runs no host code: it puts ``torch.ops.<package>``
-in place, which defines the ops that have a schema as torch custom ops when first needed (see ``custom_ops``), and
-returns the exported callables. The first call of an op (or its custom op, ``preload``, an exported class, importing
-``<package>._ops.<module>``) loads the rest of the runtime, the index and that host module with its kernel
-handles, once, under a lock. This module imports only the standard library (and torch for custom ops)."""
+A generated package hands over its ops table (op → host module, torch.library schema), written into its
+``__init__.py`` at build time: import parses no index and runs no host code; it puts ``torch.ops.<package>`` in
+place, which defines the custom ops when first needed (``custom_ops``), and returns the exported callables. The
+first call of an op (its custom op, ``preload``, an exported class, ``<package>._ops.<module>``) loads the rest of
+the runtime, the index and that host module with its kernel handles, once, under a lock. Imports: stdlib, torch."""
 
 from __future__ import annotations
 
@@ -58,9 +57,8 @@ class Package:
             aliases = tuple(local + n for n in spec.get("imported_as", ()))
             builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
             for alias in aliases:
-                # As Python imports a module's parent package first: a package __init__ that imports this file
-                # back binds it itself (through _HostModuleFinder), as its own import would. Outside the lock:
-                # another thread running that __init__ holds its import lock and may be waiting for ours.
+                # As Python imports a module's parent package first: a package __init__ importing this file back
+                # binds it itself (_HostModuleFinder). Outside the lock: a thread running it may wait for ours.
                 importlib.import_module(alias.rpartition(".")[0])
             with self.lock:
                 module = self.modules.get(mod)
@@ -69,9 +67,8 @@ class Package:
                     from .kernel import Kernel
                     from .launch import BinaryBackend
 
-                    # The import system takes a module found in sys.modules as imported with its parents:
-                    # ``import <package>._ops.<mod> as m`` after a first call reads ``<package>._ops``, which
-                    # must be the subpackage, imported.
+                    # ``import <package>._ops.<mod> as m`` after a first call reads ``<package>._ops``: the
+                    # subpackage, imported (a module in sys.modules counts as imported with its parents).
                     importlib.import_module(f"{self.package}._ops")
 
                     if self.backend is None:
@@ -145,8 +142,7 @@ class _HostModuleFinder:
         from .local_imports import host_module_imported_as, package_local_spec
 
         if fullname.startswith(self.local_prefix):
-            # A shipped project module, else (no such file: the build never ships a host module twice) maybe a
-            # kernel file imported by its project name, which the full index says.
+            # A shipped project module, else maybe a kernel file imported by its project name (the index says)
             spec = package_local_spec(self.package, fullname)
             mod = host_module_imported_as(self.package, fullname) if spec is None else None
             if mod is None:
@@ -165,8 +161,7 @@ class _HostModuleFinder:
         self.specs[spec.name] = module.__spec__
         return module
 
-    def exec_module(self, module: Any) -> None:
-        # The host file's own spec (the import system set the spec of the name imported, maybe an alias).
+    def exec_module(self, module: Any) -> None:  # the host file's own spec (not that of an alias imported)
         module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
 
 
@@ -194,7 +189,7 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
             from .torch_ops import unpad
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling() and without_grad(differentiable, args, kwargs):
+            if is_compiling() and without_grad(differentiable, args, kwargs, f"{namespace}.{op}"):
                 call = custom_call(spec, args, kwargs)
                 if call is not None:
                     out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
@@ -209,11 +204,16 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     return exported
 
 
-def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients."""
+def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> bool:
+    """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients. Where not, the
+    graph breaks here saying why (``fullgraph=True`` raises that), and the host code runs eagerly with its autograd."""
     torch = sys.modules["torch"]  # imported: the package has custom ops
-    return differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+    if differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
+        return True
+    torch._dynamo.graph_break(msg=f"{op}: its inputs need gradients and the manifest gives it no backward "
+                                  "([kernels.NAME.autograd]), so its custom op cannot take the call; it runs eagerly")
+    return False
 
 
 def rule_of(spec: tuple[Any, ...]) -> Any:

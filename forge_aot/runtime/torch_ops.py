@@ -57,7 +57,8 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
 
         def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
                    _rule: Any = rule, _grad: bool = grad, _spec: Any = spec, **kwargs: Any) -> Any:
-            if ROUTING.custom or (_custom and is_compiling() and without_grad(_grad, args, kwargs)):
+            if ROUTING.custom or (_custom and is_compiling() and without_grad(_grad, args, kwargs,
+                                                                               f"{namespace}.{_op}")):
                 if not _custom:
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
                                             "custom op itself (it has no schema): give it type annotations")
