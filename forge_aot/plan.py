@@ -1489,12 +1489,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     for op_name, o in m.ops.items():
         ops_by_file.setdefault((root / o.source).resolve(), set()).update(
             (o.function or op_name, o.examples) if o.examples is not None else (o.function or op_name,))
-    for k in m.kernels.values():  # another kernel or op file's examples (a file of neither is refused below)
-        efile, _, fn_name = (k.examples or "").rpartition(":")
-        if efile and (root / efile).resolve() in ops_by_file:
-            ops_by_file[(root / efile).resolve()].add(fn_name)
     for file in m.exports.values():
         ops_by_file.setdefault((root / file).resolve(), set())
+    # another file's examples: a kernel or op file's, or a file of examples of its own (lightllm's hunt examples,
+    # SGLang's), a host module of no op, shipped without its examples (a missing file is refused below)
+    for text in [k.examples for k in m.kernels.values()] + [o.examples for o in m.ops.values()]:
+        efile, _, fn_name = (text or "").rpartition(":")
+        if efile and (root / efile).resolve().is_file():
+            ops_by_file.setdefault((root / efile).resolve(), set()).add(fn_name)
     sources: dict[Path, SourceFile] = {}
     local: dict[Path, dict[str, LocalModule]] = {}
     packages: dict[Path, str | None] = {}
@@ -1585,10 +1587,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         efile, _, fn_name = text.rpartition(":")
         epath = (root / efile).resolve()
         if epath not in sources:
-            raise _error(loaded, key_path, f"{efile} is none of the package's kernel or op files "
-                         "(name the examples function of a file whose host code launches the kernel; a file of "
-                         f"examples of its own is one where the package exports a function of it: [exports] "
-                         f"{fn_name} = \"{efile}\")")
+            raise _error(loaded, key_path, f"{efile} is no file of the project (name the examples function of a "
+                         "file whose host code calls the ops, or of a file of examples)")
         if fn_name not in sources[epath].host_functions:
             raise _error(loaded, key_path, f"no host function '{fn_name}' in {efile}",
                          close_match(fn_name, sources[epath].host_functions))

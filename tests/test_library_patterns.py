@@ -970,12 +970,37 @@ def test_an_ops_examples_may_name_another_files_function_as_a_kernels_may(tmp_pa
     text = manifest.read_text()
     for wrong, message in (('"ex.py:examples_driverr"', "ops.scale_twice.examples: no host function "
                             "'examples_driverr' in ex.py (did you mean 'examples_driver'?)"),
-                           ('"nowhere.py:examples_driver"', "ops.scale_twice.examples: nowhere.py is none of the "
-                            "package's kernel or op files")):
+                           ('"nowhere.py:examples_driver"', "ops.scale_twice.examples: nowhere.py is no file of "
+                            "the project")):
         manifest.write_text(text.replace('"ex.py:examples_driver"', wrong))
         result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert message in result.output, result.output
+
+
+def test_a_file_of_examples_of_its_own_needs_no_export(tmp_path: Path) -> None:
+    """Session 46's SGLang hunt and session 47's lightllm and applied-ai hunts: a file of examples that is no kernel
+    or op file had to be listed under ``[exports]``, which ships its functions as the package's API. It is now a host
+    module of no op, shipped without its examples; ``[exports]`` still exports one where wanted."""
+    import zipfile
+
+    from forge_aot.pipeline import build
+
+    manifest = _write_project(tmp_path / "p", OPS_EXAMPLES_ELSEWHERE)
+    manifest.write_text(manifest.read_text().split("[exports]")[0])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "scale_twice: torch.ops.forge_opsex.scale_twice(Tensor x) -> Tensor (from the traced examples)" \
+        in result.output
+    plan = make_plan(load_manifest(manifest))
+    assert {e.assignment["BLOCK"] for e in plan.entries} == {1024}
+    assert plan.modules["ex"]["ops"] == [] and "exports" not in plan.modules["ex"]
+    wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    with zipfile.ZipFile(wheel) as z:
+        shipped = z.read("forge_opsex/_ops/ex.py").decode()
+        init = z.read("forge_opsex/__init__.py").decode()
+    assert "def examples_scale" not in shipped and "def examples_driver" not in shipped
+    assert "examples_scale" not in init and "examples_driver" not in init
 
 
 UNLISTED = {
@@ -2064,11 +2089,12 @@ def test_a_device_asking_kernel_whose_examples_live_in_another_file_is_traced_on
     # the examples file is one because the package exports its function: which the wheel ships (it had left the
     # function out, so ``forge_hopperonly.examples`` raised AttributeError)
     assert "def examples(" in plan.modules["ex"]["host_source"]
+    # unexported (session 47): traced as well, on every target, and shipped without the examples
     files = dict(HOPPER_ONLY)
     files["kernel_manifest.toml"] = files["kernel_manifest.toml"].split("[exports]")[0]
-    with pytest.raises(ForgeError, match=r'a file of examples of its own is one where the package exports a function '
-                                         r'of it: \[exports\] examples = "ex.py"'):
-        make_plan(load_manifest(_write_project(tmp_path / "q", files)))
+    plan = make_plan(load_manifest(_write_project(tmp_path / "q", files)))
+    assert dict(plan.kernels["copy"].params)["x_ptr"] == "*fp32"
+    assert "def examples(" not in plan.modules["ex"]["host_source"]
 
 
 LOCAL_IMPORT_EXAMPLES = {
