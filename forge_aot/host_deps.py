@@ -33,22 +33,28 @@ def requirement_name(requirement: str) -> str:
     return canonical(re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0])
 
 
-def imported_tops(text: str) -> Iterator[tuple[str, int]]:
-    """The top-level names absolute imports in ``text`` bring in, with their lines; not those under a ``try`` that
-    catches the ImportError (an optional dependency the code does without)."""
+def imported_tops(text: str) -> Iterator[tuple[str, int, str | None]]:
+    """The top-level names absolute imports in ``text`` bring in, with their lines and the test of the innermost
+    ``if`` they are under (SGLang's ``if envs.SGLANG_CUDA_COREDUMP.get(): import sglang...``), or None; not those
+    under a ``try`` that catches the ImportError (an optional dependency the code does without)."""
     tree = ast.parse(text)
     optional: set[int] = set()
-    for node in ast.walk(tree):
+    condition: dict[int, str] = {}
+    for node in ast.walk(tree):  # (outer ifs first: an inner one overwrites what it holds)
         if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
             optional |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+        elif isinstance(node, ast.If):
+            test = ast.unparse(node.test)
+            condition.update({id(n): test for stmt in node.body for n in ast.walk(stmt)})
+            condition.update({id(n): f"not ({test})" for stmt in node.orelse for n in ast.walk(stmt)})
     for node in ast.walk(tree):
         if id(node) in optional:
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name.partition(".")[0], node.lineno
+                yield alias.name.partition(".")[0], node.lineno, condition.get(id(node))
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            yield node.module.partition(".")[0], node.lineno
+            yield node.module.partition(".")[0], node.lineno, condition.get(id(node))
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
@@ -79,10 +85,11 @@ def undeclared_imports(plan: BuildPlan) -> list[str]:
         texts.append((_shown(path, root), mod["host_source"], path.parent))
         texts += [(name, text, path.parent) for name, (text, _) in mod.get("local_sources", {}).items() if text]
     providers = _distributions()
-    missing: dict[str, str] = {}
+    missing: dict[str, tuple[str, str | None]] = {}  # top -> where, and the condition of every import of it
     for where, text, folder in texts:
-        for top, line in imported_tops(text):
-            if top in missing or top in PROVIDED or top in project_tops or top in sys.stdlib_module_names:
+        for top, line, test in imported_tops(text):
+            if (top in missing and missing[top][1] is None) or top in PROVIDED or top in project_tops \
+                    or top in sys.stdlib_module_names:
                 continue
             if any((d / top).is_dir() or (d / f"{top}.py").is_file() for d in (folder, root)):
                 continue  # the project's own (a sibling the file imports by its plain name)
@@ -90,10 +97,14 @@ def undeclared_imports(plan: BuildPlan) -> list[str]:
             if canonical(top) in declared or any(canonical(d) in declared for d in dists):
                 continue  # (a name not installed here counts as its own distribution's)
             given = f"distribution {dists[0]}" if dists else "not installed here"
-            missing[top] = f"{top} ({given}), imported at {where}:{line}"
-    return [f"the packaged host code imports {what}, which the wheel does not require: pip will not install it with "
-            "the wheel; add it to [project] dependencies in the manifest (torch is there by default)"
-            for what in missing.values()]
+            if top not in missing or test is None:  # an unconditional import says more than a conditional one
+                missing[top] = (f"{top} ({given}), imported at {where}:{line}", test)
+    return [f"the packaged host code imports {what}"
+            + (f" only where `{test}` holds" if test is not None else "")
+            + ", which the wheel does not require: pip will not install it with the wheel; "
+            + ("where that holds, " if test is not None else "")
+            + "add it to [project] dependencies in the manifest (torch is there by default)"
+            for what, test in missing.values()]
 
 
 def _shown(path: Path, root: Path) -> str:

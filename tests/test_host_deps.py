@@ -87,6 +87,30 @@ def test_forge_aot_check_prints_the_warning(tmp_path: Path) -> None:
     assert "warning: the packaged host code imports click (distribution click), imported at k.py:4" in out.stderr
 
 
+def test_an_import_under_a_condition_is_named_with_it(tmp_path: Path) -> None:
+    """SGLang's ``environ.py``: ``if envs.SGLANG_CUDA_COREDUMP.get(): import sglang.srt...`` was warned about as an
+    import every process makes; the warning now gives the condition (an import also made unconditionally keeps the
+    plain warning)."""
+    from forge_aot.host_deps import undeclared_imports
+    from forge_aot.manifest import load_manifest
+    from forge_aot.plan import make_plan
+    from tests.test_localmods import one_file_project
+
+    source = KERNEL.replace("import os.path\n", "import os.path\n\nif os.environ.get(\"WANT_DEBUG\"):\n"
+                            "    import guarded_debug_lib  # noqa: F401\nelse:\n    import click as other_click\n", 1)
+    manifest = one_file_project(tmp_path / "p", "forge_test_guarded", source, "_scale_kernel", ["scale"],
+                                entry="scale")
+    lines = undeclared_imports(make_plan(load_manifest(manifest), ["sm_90"]))
+    guarded = [line for line in lines if "guarded_debug_lib" in line]
+    assert guarded == ["the packaged host code imports guarded_debug_lib (not installed here), imported at k.py:5 "
+                       "only where `os.environ.get('WANT_DEBUG')` holds, which the wheel does not require: pip will "
+                       "not install it with the wheel; where that holds, add it to [project] dependencies in the "
+                       "manifest (torch is there by default)"], lines
+    # click: under the else branch and at line 9 unconditionally: the unconditional one is named
+    assert any(line.startswith("the packaged host code imports click (distribution click), imported at k.py:9, "
+                               "which the wheel does not require") for line in lines), lines
+
+
 def test_requirement_names() -> None:
     from forge_aot.host_deps import requirement_name
 
