@@ -192,11 +192,12 @@ class TraceKernel(rt.Kernel):
     """A kernel handle that binds a call like the packaged one and records it."""
 
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, Any], backend: Any,
-                 functions: dict[str, tuple[str, str]]) -> None:
+                 functions: dict[str, tuple[str, str]] | None = None) -> None:
         super().__init__(name, spec, targets, backend)
         self.records: list[TracedCall] = []
-        self.constexpr_functions = functions
-        """The tracer's ``@triton.jit`` functions passed as constexprs (see ``function_constexpr``)."""
+        self.constexpr_functions = {} if functions is None else functions
+        """The tracer's ``@triton.jit`` functions passed as constexprs (see ``function_constexpr``); a handle made
+        alone keeps its own."""
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         # A Triton element type from a project helper module (Liger's torch_to_triton_dtype: helpers run with
