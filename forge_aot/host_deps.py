@@ -85,7 +85,7 @@ def undeclared_imports(plan: BuildPlan) -> list[str]:
         texts.append((_shown(path, root), mod["host_source"], path.parent))
         texts += [(name, text, path.parent) for name, (text, _) in mod.get("local_sources", {}).items() if text]
     providers = _distributions()
-    missing: dict[str, tuple[str, str | None]] = {}  # top -> where, and the condition of every import of it
+    missing: dict[str, tuple[str, str | None]] = {}  # top -> where, and its condition (None: one import has none)
     for where, text, folder in texts:
         for top, line, test in imported_tops(text):
             if (top in missing and missing[top][1] is None) or top in PROVIDED or top in project_tops \

@@ -36,7 +36,7 @@ from .runtime import HEURISTICS_HOOK, HOST_DTYPES, KERNEL_SIDE_HOOK, LAUNCH_OPTI
 _DECORATORS = {"jit": "jit", "autotune": "autotune", "heuristics": "heuristics",
                # Gluon kernels (triton.experimental.gluon): kernel-side like any other, left out of host code
                "gluon.jit": "jit", "experimental.gluon.jit": "jit"}
-_DECORATOR_ROOTS = {"autotune", "heuristics"}
+_WRAPPING_DECORATORS = {"autotune", "heuristics"}
 """Names of Triton's decorators that wrap a ``@triton.jit`` function: bound to another module's object, such a
 decorator on a function with no ``@triton.jit`` is host code's own (a ``jit`` of a library's is taken for
 Triton's, as a wrapper of it would be)."""
@@ -958,7 +958,7 @@ def _parse(text: str, filename: str = "<unknown>") -> ast.Module:
             bound.update(a.asname or a.name.split(".")[0] for a in stmt.names)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(stmt.name)
-    foreign = (bound & _DECORATOR_ROOTS) - _triton_names(tree)
+    foreign = (bound & _WRAPPING_DECORATORS) - _triton_names(tree)
     if foreign:
         for node in ast.walk(tree):
             targets = [node.func] if isinstance(node, ast.Call) else []
