@@ -2,10 +2,10 @@
 
 On the H200 hosts' torch 2.11, a compiled call of an op with no backward in the manifest took the custom op although
 its input needed gradients (no gradient came back; ``benchmarks/results/session47/r5/probes.txt``), while torch 2.13
-on the CPU machine breaks the graph as meant. Every term but ``torch.compiler.is_exporting()`` was probed there and
-evaluated as in eager code; a third-party note says some releases fold ``is_exporting()`` to True inside any Dynamo
-trace, torch.compile's included. This prints each term as traced, under ``torch.compile`` and under strict
-``torch.export``, so the fix (how ``without_grad`` tells an export from a compile) can be chosen on that torch.
+on the CPU machine broke the graph as meant. Session 48 ran this there: 2.11's Dynamo folds ``is_exporting()`` to
+True in any trace, torch.compile's included (pytorch#176347; 2.13 reads the flag torch.export sets), so
+``without_grad`` now reads that flag, ``torch.compiler._is_exporting_flag``, itself. This prints each term as traced
+under ``torch.compile`` and under strict and non-strict ``torch.export``.
 
     python scripts/probe_compile_grad.py      (a CUDA or CPU torch; no wheel needed)
 """
@@ -19,12 +19,14 @@ import torch
 
 def terms(x: torch.Tensor) -> torch.Tensor:
     bits = [torch.compiler.is_exporting(), torch.compiler.is_compiling(), torch.is_grad_enabled(),
-            x.requires_grad, any(isinstance(a, torch.Tensor) and a.requires_grad for a in (x,))]
+            x.requires_grad, any(isinstance(a, torch.Tensor) and a.requires_grad for a in (x,)),
+            bool(getattr(torch.compiler, "_is_exporting_flag", False))]
     return x + sum(float(b) * 10 ** i for i, b in enumerate(bits))
 
 
 def decode(value: float) -> dict[str, bool]:
-    names = ["is_exporting", "is_compiling", "is_grad_enabled", "requires_grad", "any(requires_grad)"]
+    names = ["is_exporting", "is_compiling", "is_grad_enabled", "requires_grad", "any(requires_grad)",
+             "_is_exporting_flag"]
     digits = str(round(value)).rjust(len(names), "0")[::-1]
     return {n: d == "1" for n, d in zip(names, digits)}
 

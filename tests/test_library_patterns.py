@@ -863,9 +863,6 @@ def test_an_autograd_function_op_with_no_backward_in_the_manifest_is_told_what_c
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=False, reason="session 47, torch 2.11 on the H200 hosts: a compiled call needing gradients "
-                   "took the custom op (no gradient; torch warns that no autograd kernel is registered) where torch "
-                   "2.13 on the CPU machine breaks the graph; cause not found (device time ran out)")
 def test_an_autograd_function_op_under_torch_compile_on_the_gpu(tmp_path: Path) -> None:
     """The applied-ai hunt's ``autograd.Function.apply`` op with no backward in the manifest, from its wheel in a
     fresh process: compiled without gradients, its custom op; needing them, a graph break naming the op

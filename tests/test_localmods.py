@@ -152,7 +152,9 @@ def _run_fresh(code: str, target: Path) -> dict:
     its last line of output, as JSON."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/", env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env)
+    if out.returncode:  # what the process said, not only that it failed
+        pytest.fail(f"the fresh process exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

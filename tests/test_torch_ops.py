@@ -436,6 +436,63 @@ def test_compiled_host_code_calling_an_op_by_name_takes_its_custom_op() -> None:
     assert torch.equal(broken(x.clone().requires_grad_()), x * 2 + 1)
 
 
+def test_a_traced_call_its_custom_op_does_not_take_runs_the_host_code_eagerly() -> None:
+    """Where a compiled call does not take the custom op (it needs gradients the op has no backward for, or passes
+    the output buffer the schema leaves out), the host code runs with Dynamo disabled, both for the exported op and
+    for host code calling it by name: traced, it reached the runtime's launch, which torch 2.11's Dynamo recursed
+    in (``fastpath.Launched``, on the H200 hosts). The host functions here record whether they were traced."""
+    import types
+
+    import torch
+
+    from forge_aot.runtime import torch_ops
+    from forge_aot.runtime.entry import export
+
+    lib = torch.library.Library("forge_test_eager_host", "FRAGMENT")
+    lib.define("scaled(Tensor x) -> Tensor")
+    lib.impl("scaled", lambda x: x * 3, "CompositeExplicitAutograd")
+    traced: list[bool] = []
+
+    def host(x):
+        traced.append(torch.compiler.is_compiling())
+        return x * 2
+
+    exported = export(lambda op: host, "forge_test_eager_host", "scaled", True, ("m", "(Tensor x) -> Tensor"))
+    module = types.ModuleType("forge_test_eager_host._ops.m")
+    module.scaled = host
+    torch_ops.route_in_module(module, "forge_test_eager_host", {"scaled": True}, {"scaled": ("m", "(...)")})
+    x = torch.ones(3)
+    for fn in (exported, module.scaled):
+        torch._dynamo.reset()
+        traced.clear()
+        assert torch.equal(torch.compile(lambda t, fn=fn: fn(t) + 1, fullgraph=True, backend="eager")(x), x * 3 + 1)
+        xg = x.clone().requires_grad_()
+        y = torch.compile(lambda t, fn=fn: fn(t) + 1, backend="eager")(xg)
+        y.sum().backward()
+        assert torch.equal(y, x * 2 + 1) and torch.equal(xg.grad, torch.full((3,), 2.0)) and traced == [False]
+
+
+def test_without_grad_reads_the_flag_export_sets_not_is_exporting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch 2.11's Dynamo folds ``torch.compiler.is_exporting()`` to True in any trace (pytorch#176347; measured
+    on the H200 hosts with ``scripts/probe_compile_grad.py``), so a compiled call needing gradients through an op
+    with no backward took its custom op and got no gradient. ``without_grad`` reads the flag torch.export sets
+    (``torch.compiler._is_exporting_flag``) instead; a fold cannot be staged in 2.13's Dynamo (it evaluates a
+    replaced ``is_exporting`` eagerly), so the decision is checked as such, and on the GPU hosts' 2.11 by
+    ``test_an_autograd_function_op_under_torch_compile_on_the_gpu``."""
+    import torch
+
+    from forge_aot.runtime.entry import without_grad
+
+    x = torch.ones(3, requires_grad=True)
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)  # what 2.11's Dynamo answers in a compile
+    assert not without_grad(False, (x,), {}, "ns.op")  # not exporting: the graph breaks (eagerly, a no-op)
+    assert without_grad(True, (x,), {}, "ns.op") and without_grad(False, (x.detach(),), {}, "ns.op")
+    monkeypatch.setattr(torch.compiler, "_is_exporting_flag", True)  # as torch.export sets it
+    assert without_grad(False, (x,), {}, "ns.op")  # export takes the custom op (it cannot break)
+    monkeypatch.delattr(torch.compiler, "_is_exporting_flag")  # a torch without the flag: is_exporting() decides
+    assert without_grad(False, (x,), {}, "ns.op")
+
+
 @pytest.mark.gpu
 def test_compiled_training_step_through_custom_op_autograd_matches_eager() -> None:
     """torch.compile(fullgraph=True) trains through forge_realworld.rms_norm: the forward and the backward are

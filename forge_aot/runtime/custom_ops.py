@@ -104,14 +104,14 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
         return set()
     import torch
 
-    from .entry import buffer_of, rule_of
+    from .entry import rule_of
 
     lib = torch.library.Library(namespace, "FRAGMENT")
     LIBRARIES.append(lib)
     custom: set[str] = set()
     for op, spec in sorted(with_schema.items()):
         _, schema, *autograd = spec
-        rule, buffer = rule_of(spec), buffer_of(spec)
+        rule, buffer = rule_of(spec), spec[4] if len(spec) > 4 else None  # (name, position or -1)
         try:
             lib.define(f"{op}{schema}")
         except RuntimeError:

@@ -116,7 +116,6 @@ class Package:
         from .host_modules import load_index
 
         self.define_custom_ops()
-
         for mod in sorted(load_index(self.root)["modules"]):
             self.module(mod)
         return self.backend.preload(device)
@@ -128,8 +127,7 @@ class _HostModuleFinder:
 
     def __init__(self, package: Package, modules: set[str]) -> None:
         self.package = package
-        self.prefix = f"{package.package}._ops."
-        self.local_prefix = f"{package.package}._ops._local."
+        self.prefix, self.local_prefix = f"{package.package}._ops.", f"{package.package}._ops._local."
         self.names = modules
         self.specs: dict[str, Any] = {}
         self.host_modules: dict[str, str] = {}
@@ -170,7 +168,7 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
     code; for a custom op (``spec``: its op table entry), ``torch.ops.<namespace>.<op>`` while torch.compile or
     torch.export trace (padded results unpadded by its rule), except a call needing gradients through an op with
-    no backward in the manifest (its results would not differentiate, silently): the host code runs there."""
+    no backward in the manifest (its results would not differentiate, silently): the host code runs there, eagerly."""
     loaded: list[Callable[..., Any]] = []
 
     def load() -> Callable[..., Any]:
@@ -187,13 +185,18 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
         if rule is not None:
             from .torch_ops import unpad
+        # a traced call the custom op cannot take runs the host code eagerly: Dynamo tracing into the runtime's
+        # launch fails (torch 2.11 recursed in fastpath.Launched), and its graph could not launch a binary anyway
+        host_eagerly = torch._disable_dynamo(lambda *a, **k: (loaded[0] if loaded else load())(*a, **k))
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling() and without_grad(differentiable, args, kwargs, f"{namespace}.{op}"):
-                call = custom_call(spec, args, kwargs)
-                if call is not None:
-                    out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
-                    return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
+            if is_compiling():
+                if without_grad(differentiable, args, kwargs, f"{namespace}.{op}"):
+                    call = custom_call(spec, args, kwargs)
+                    if call is not None:
+                        out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
+                        return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
+                return host_eagerly(*args, **kwargs)
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
@@ -208,8 +211,9 @@ def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, 
     """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients. Where not, the
     graph breaks here saying why (``fullgraph=True`` raises that), and the host code runs eagerly with its autograd."""
     torch = sys.modules["torch"]  # imported: the package has custom ops
-    if differentiable or not torch.is_grad_enabled() or torch.compiler.is_exporting() or not any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)  # torch 2.11's Dynamo folds is_exporting() to True
+    if differentiable or not torch.is_grad_enabled() or (flag if flag is not None else torch.compiler.is_exporting()) \
+            or not any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
         return True
     torch._dynamo.graph_break(msg=f"{op}: its inputs need gradients and the manifest gives it no backward "
                                   "([kernels.NAME.autograd]), so its custom op cannot take the call; it runs eagerly")
@@ -219,11 +223,6 @@ def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, 
 def rule_of(spec: tuple[Any, ...]) -> Any:
     """An op table entry's result rule, or None."""
     return spec[3] if len(spec) > 3 else None
-
-
-def buffer_of(spec: tuple[Any, ...]) -> Any:
-    """An op table entry's output buffer left out of its schema, (name, position or -1), or None."""
-    return spec[4] if len(spec) > 4 else None
 
 
 def custom_call(spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],

@@ -53,12 +53,13 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
         fn, spec = module.__dict__[name], (table or {}).get(op, ())
         if getattr(fn, "__forge_host__", None) is not None or not _is_host_of(fn, spec, own, namespace):
             continue
-        rule, grad = rule_of(spec), len(spec) > 2 and bool(spec[2])
+        rule, grad, eager = rule_of(spec), len(spec) > 2 and bool(spec[2]), torch._disable_dynamo(fn)
 
         def routed(*args: Any, _fn: Callable[..., Any] = fn, _op: str = op, _custom: bool = ops[op],
-                   _rule: Any = rule, _grad: bool = grad, _spec: Any = spec, **kwargs: Any) -> Any:
-            if ROUTING.custom or (_custom and is_compiling() and without_grad(_grad, args, kwargs,
-                                                                               f"{namespace}.{_op}")):
+                   _rule: Any = rule, _grad: bool = grad, _spec: Any = spec, _eager: Callable[..., Any] = eager,
+                   **kwargs: Any) -> Any:
+            compiling = is_compiling()  # a traced call the custom op does not take: the host code runs eagerly
+            if ROUTING.custom or (_custom and compiling and without_grad(_grad, args, kwargs, f"{namespace}.{_op}")):
                 if not _custom:
                     raise ForgeRuntimeError(f"{namespace}.{_op} is called from a custom op's backward but is no "
                                             "custom op itself (it has no schema): give it type annotations")
@@ -66,7 +67,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
                 if call is not None:
                     out = getattr(getattr(torch.ops, namespace), _op)(*call[0], **call[1])
                     return out if _rule is None else unpad(_rule, out, *call, f"{namespace}.{_op}")
-            return _fn(*args, **kwargs)
+            return (_eager if compiling else _fn)(*args, **kwargs)  # (see entry.export)
 
         functools.update_wrapper(routed, fn)
         routed.__forge_host__ = fn  # type: ignore[attr-defined]
