@@ -63,6 +63,7 @@ from .sourcesplit import (
     LaunchSite,
     SourceFile,
     asks_device,
+    function_writes,
     imported_launch_sites,
     library_namespaces,
     parse_source,
@@ -1045,7 +1046,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     plan = KernelPlan(name, k, func, path, path.stem, params, axes, type_args, spec_params, key, space,
                       meta_names, constraints, t.default and {**meta_defaults, **t.default}, heuristic_names,
                       defaults, autotune, reset, restore,
-                      launches, writes=ks.writes, writes_when=ks.writes_when, do_not_specialize=frozenset(dns),
+                      launches, writes=ks.all_writes, do_not_specialize=frozenset(dns),
+                      writes_when=tuple((f, ks.with_writes_through(w, [True] * len(ks.writes_through)))
+                                        for f, w in ks.writes_when),
                       pointer_ints=pointer_ints,
                       pruner_meta=meta_names[len(declared_meta):], meta_defaults=meta_defaults)
     if by_heuristic:
@@ -1671,6 +1674,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             imported_by_host.update(other.imported)
     for name, kp in kernels.items():
         infer_signature(loaded, kp, traced.get(name, []))
+        _writes_through_functions(kp, modules[kp.module]["source"].kernels.get(kp.function), traced.get(name, []),
+                                  loaded.root)
     optional_scalars(kernels, traced)
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
@@ -1897,6 +1902,24 @@ def _function_constexprs(kernels: dict[str, KernelPlan], traced: dict[str, list[
                 with contextlib.suppress(ValueError):
                     file = Path(file).resolve().relative_to(root).as_posix()
                 kernels[name].functions[value] = (file, function)
+
+
+def _writes_through_functions(kp: KernelPlan, ks: KernelSource | None, calls: list[TracedCall], root: Path) -> None:
+    """What a kernel writes through the function-valued constexprs it calls (SGLang's ``SCORE_MOD(qk, Aux0, ...)``:
+    ``KernelSource.writes_through``): of what it hands them, what the functions its traced calls pass write, instead
+    of all of it (``KernelSource.all_writes``, until the calls are known)."""
+    if ks is None or not ks.writes_through:
+        return
+
+    def resolve(value: Any) -> frozenset[int | str] | None:
+        known = kp.functions.get(value) if isinstance(value, str) else None
+        return None if known is None else function_writes(root / known[0], known[1])
+
+    through = set().union(*(ks.with_writes_through((), [(c.named or {}).get(p) for p, _ in ks.writes_through],
+                                                   resolve) for c in calls))
+    kp.writes = tuple(p.name for p in ks.params if p.name in through or p.name in ks.writes)
+    kp.writes_when = tuple((flags, tuple(p.name for p in ks.params if p.name in through or p.name in names))
+                           for flags, names in ks.writes_when)
 
 
 def _optional_per_variant(kp: KernelPlan, entries: list[EntryPlan]) -> list[str]:

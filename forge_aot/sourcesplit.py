@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import os
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,11 @@ class KernelSource:
     writes_when: tuple[tuple[tuple[tuple[str, bool], ...], tuple[str, ...]], ...] = ()
     """``writes`` for each combination of the constexpr flags the kernel branches on (FlashInfer's ``rms_norm``
     stores to ``o_ptr if HAS_OUTPUT else x_ptr``): empty where no flag changes them (``writes_for``)."""
+    writes_through: tuple[tuple[str, tuple[tuple[int | str, tuple[str, ...]], ...]], ...] = ()
+    """What the kernel hands to a function-valued constexpr it calls (SGLang's ``SCORE_MOD(qk, Aux0, ...)``): per
+    such parameter, each argument slot of its calls (position or keyword) with the parameters that may point there.
+    Which of them are written depends on the function a launch passes (``writes_for``); ``writes`` and
+    ``writes_when`` leave them out, ``all_writes`` counts them."""
     rewrapped: bool = False
     """Whether host code wraps the kernel again after its def in a call that is not Triton's own (Cut
     Cross-Entropy's ``K = cce_forward_autotune()(K)``): its decorators are then read from the kernel Triton builds
@@ -109,13 +115,33 @@ class KernelSource:
     autotune_line: int = 0
     """The line of the ``autotune`` decorator (0: none)."""
 
-    def writes_for(self, named: dict[str, Any]) -> tuple[str, ...]:
+    def writes_for(self, named: dict[str, Any],
+                   function_writes: Callable[[Any], frozenset[int | str] | None] | None = None) -> tuple[str, ...]:
         """The parameters a launch with these arguments (by name) may write through: ``writes`` for the values it
-        passes to the flags it branches on, all of them where it passes no bool to one."""
-        for flags, writes in self.writes_when:
-            if all(isinstance(named.get(n), bool) and named[n] is v for n, v in flags):
-                return writes
-        return self.writes
+        passes to the flags it branches on, all of them where it passes no bool to one; with what it hands to a
+        function-valued constexpr where that function writes it (``function_writes``: the argument slots the value
+        passed writes, None where unknown: then all), or all of that without ``function_writes``."""
+        found = next((w for flags, w in self.writes_when
+                      if all(isinstance(named.get(n), bool) and named[n] is v for n, v in flags)), self.writes)
+        return self.with_writes_through(found, [named.get(p) for p, _ in self.writes_through], function_writes)
+
+    def with_writes_through(self, writes: tuple[str, ...], functions: list[Any],
+                            function_writes: Callable[[Any], frozenset[int | str] | None] | None = None,
+                            ) -> tuple[str, ...]:
+        """``writes`` and the parameters handed to each function-valued constexpr where the function passed there
+        (``functions``, in ``writes_through``'s order; None: no call is made) writes them (see ``writes_for``)."""
+        more: set[str] = set()
+        for (_, slots), value in zip(self.writes_through, functions):
+            if value is None:
+                continue
+            written = function_writes(value) if function_writes is not None else None
+            more.update(n for slot, names in slots if written is None or slot in written for n in names)
+        return tuple(p.name for p in self.params if p.name in more or p.name in writes) if more else writes
+
+    @property
+    def all_writes(self) -> tuple[str, ...]:
+        """Every parameter the kernel may write through, whatever function a launch passes."""
+        return self.with_writes_through(self.writes, [True] * len(self.writes_through))
 
     @property
     def autotuned(self) -> bool:
@@ -1303,7 +1329,8 @@ def _reaching_definitions(fn: ast.FunctionDef) -> Callable[[str, ast.AST], list[
 def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef], language: set[str],
                   memo: dict[str, tuple[set[int], set[int]]],
                   namespaces: dict[str, _Helpers | None] | None = None,
-                  flags: dict[str, bool] | None = None) -> tuple[set[int], set[int]]:
+                  flags: dict[str, bool] | None = None,
+                  through: dict[str, list[tuple[int | str, set[int]]]] | None = None) -> tuple[set[int], set[int]]:
     """(positions of ``fn``'s parameters it may write through, those its return value may point into).
 
     Written: a pointer (or block pointer, or descriptor) derived from the parameter by assignments reaches the
@@ -1313,10 +1340,13 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
     ``language``: the names the file binds to ``triton.language``, whose other functions (loads,
     ``make_block_ptr``…) write nothing. ``memo``: each function analysed once per file (one in progress counts as
     neither: Triton has no recursion). ``flags``: values of ``fn``'s constexpr flags, whose branches not taken
-    then count for nothing (``KernelSource.writes_when``; the helpers it calls are read without them)."""
+    then count for nothing (``KernelSource.writes_when``; the helpers it calls are read without them). ``through``:
+    where given, a call of one of the parameters it has as keys (``fn``'s function-valued constexprs) writes nothing
+    here; what each of its argument slots may point into is put there instead (``KernelSource.writes_through``)."""
     namespaces, flags = namespaces or {}, flags or {}
-    if fn.name in memo:
+    if fn.name in memo and through is None:
         return memo[fn.name]
+    before = memo.get(fn.name)
     memo[fn.name] = (set(), set())
     params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
     taint: dict[str, set[int]] = {p: {i} for i, p in enumerate(params)}
@@ -1396,12 +1426,50 @@ def _pointer_flow(fn: ast.FunctionDef, jit_functions: dict[str, ast.FunctionDef]
                                                        *(sources(k.value) for k in node.keywords))
         elif isinstance(func, ast.Attribute):
             continue  # tl.load, tl.make_block_ptr, x.to(...), desc.load(...): they write nothing
+        elif through is not None and isinstance(func, ast.Name) and func.id in through:
+            slots = through.setdefault(func.id, [])
+            slots += [(i, sources(a)) for i, a in enumerate(node.args)]
+            slots += [(k.arg, sources(k.value)) for k in node.keywords if k.arg is not None]
         elif (callee := helper(node)) is not None:
             written |= by_position(node, callee, _pointer_flow(callee, jit_functions, language, memo, namespaces)[0])
         elif not (isinstance(func, ast.Name) and func.id in _PURE_BUILTINS):
             written |= set().union(*(sources(a) for a in node.args), *(sources(k.value) for k in node.keywords))
-    memo[fn.name] = ({i for i in written if i < len(params)}, {i for i in returned if i < len(params)})
-    return memo[fn.name]
+    found = ({i for i in written if i < len(params)}, {i for i in returned if i < len(params)})
+    if through is None:
+        memo[fn.name] = found
+    elif before is None:
+        memo.pop(fn.name)
+    else:
+        memo[fn.name] = before
+    return found
+
+
+def function_writes(path: str | Path, name: str) -> frozenset[int | str] | None:
+    """The argument slots (positions and parameter names) the ``@triton.jit`` function ``name`` of the file at
+    ``path`` may write through (``_pointer_flow``, with its file's helpers and those it imports), or None where it
+    cannot be read: what a kernel hands it there is written (``KernelSource.writes_through``)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return _function_writes(str(path), name, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)  # (each traced launch asks; the file's time and size keep it current)
+def _function_writes(file: str, name: str, mtime_ns: int, size: int) -> frozenset[int | str] | None:
+    path = Path(file)
+    try:
+        tree = _parse(path.read_text(encoding="utf-8"), filename=file)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    own = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef) and _is_kernel(f)}
+    if name not in own:
+        return None
+    imported, namespaces, language = _imported_jit_functions(path, tree, frozenset())
+    fn = own[name]
+    positions = _pointer_flow(fn, {**imported, **own}, _language_aliases(tree) | language, {}, namespaces)[0]
+    params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+    return frozenset(positions) | {params[i] for i in positions}
 
 
 def _project_file(path: Path, dotted: str) -> Path | None:
@@ -1832,19 +1900,34 @@ def parse_source(path: Path, ops: set[str] | None = None, *, helper: bool = Fals
     flows: dict[str, tuple[set[int], set[int]]] = {}
     for k in kernel_stmts:
         params = kernels[k.name].params
-        positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows, namespaces)[0]
+        constexprs = {p.name for p in params if p.constexpr}
+        # a kernel calling a function-valued constexpr: what it hands there is written where the function writes it
+        called = {n.func.id for n in ast.walk(k) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                  and n.func.id in constexprs}
+
+        def fresh(called: set[str] = called) -> dict[str, list[tuple[int | str, set[int]]]] | None:
+            return {n: [] for n in called} if called else None
+
+        through = fresh()
+        positions = _pointer_flow(k, jit_functions, language_aliases | imported_language, flows, namespaces,
+                                  None, through)[0]
         writes = tuple(p.name for i, p in enumerate(params) if i in positions)
         # the flags whose branches change what is written (each alone, the others either way), four at the most
-        flags = [f for f in _branch_flags(k, {p.name for p in params if p.constexpr})
+        flags = [f for f in _branch_flags(k, constexprs)
                  if any(_pointer_flow(k, jit_functions, language_aliases | imported_language, {}, namespaces,
-                                      {f: v})[0] != positions for v in (False, True))][:4]
+                                      {f: v}, fresh())[0] != positions
+                        for v in (False, True))][:4]
         when = []
         for values in itertools.product((False, True), repeat=len(flags)) if flags else ():
             env = dict(zip(flags, values))
-            live = _pointer_flow(k, jit_functions, language_aliases | imported_language, {}, namespaces, env)[0]
+            live = _pointer_flow(k, jit_functions, language_aliases | imported_language, {}, namespaces, env,
+                                 fresh())[0]
             when.append((tuple(env.items()), tuple(p.name for i, p in enumerate(params) if i in live)))
+        slots = tuple((f, tuple((slot, names) for slot, src in found if (names := tuple(
+            p.name for i, p in enumerate(params) if i in src and not p.constexpr)))) for f, found in sorted(
+            (through or {}).items()))  # (a constexpr, the function itself among them, is never written)
         kernels[k.name] = dataclasses.replace(kernels[k.name], writes=writes, writes_when=tuple(when) if any(
-            w != writes for _, w in when) else ())
+            w != writes for _, w in when) else (), writes_through=tuple((f, ss) for f, ss in slots if ss))
     # A second handle of a kernel made by an autotune decorator (SGLang): a kernel of its own name, the def's
     # decorators under that autotuner, its line kernel side; one a heuristics makes stays host code (refused below).
     second = _second_handles(tree, kernels)

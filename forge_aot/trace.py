@@ -28,6 +28,7 @@ from .plan import KernelPlan, TracedCall
 from .runtime.host_modules import applied_function, host_signature
 from .runtime.host_triton import KernelSide
 from .runtime.kernel import LAUNCHES
+from .sourcesplit import function_writes
 
 TRACED_TARGET: list[str | None] = [None]
 """The target recorded with each traced call: the one whose GPU host code saw, where the build traces per target
@@ -417,6 +418,11 @@ class Tracer:
             handle.records = []
         return out
 
+    def _function_writes(self, value: Any) -> frozenset[int | str] | None:
+        """The argument slots a function-valued constexpr's value (its text, see ``function_constexpr``) writes."""
+        known = self.functions.get(value) if isinstance(value, str) else None
+        return None if known is None else function_writes(*known)
+
     def _written(self, before: dict[str, int], modules: dict[str, dict[str, Any]]) -> list[Any]:
         """The tensors the kernel launches recorded since ``before`` (record counts per handle) may write: those
         passed where a kernel stores (``KernelSource.writes``), a host-side descriptor's tensor included."""
@@ -428,7 +434,8 @@ class Tracer:
                 continue
             kernel = source.kernels[kp.function]
             for record in handle.records[before.get(name, 0):]:
-                for param in kernel.writes_for(record.named or {}):  # (the branches its flags take)
+                # (the branches its flags take; what it hands a function-valued constexpr, where that writes it)
+                for param in kernel.writes_for(record.named or {}, self._function_writes):
                     value = (record.named or {}).get(param)
                     value = getattr(value, "base", value) if isinstance(value, rt.TensorDescriptor) else value
                     if hasattr(value, "untyped_storage"):

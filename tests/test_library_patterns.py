@@ -284,6 +284,66 @@ def test_a_function_valued_constexpr_gets_a_binary_per_function(tmp_path: Path) 
     assert {b.split("_BLOCK")[0] for b in binaries} == {"MOD=None", "MOD=jit_k.relu_mod", "MOD=jit_mods.square_mod"}
 
 
+FUNCTION_WITH_AUX = {
+    # SGLang's score_mod gets the kernel's aux tensor (``SCORE_MOD(qk, Aux0, ...)``), one of a helper module here
+    "fk/__init__.py": "",
+    "fk/mods.py": textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def bias_mod(x, aux_ptr, offs, mask):
+            return x + tl.load(aux_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        '''),
+    "fk/k.py": textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+        from fk.mods import bias_mod
+
+
+        @triton.jit
+        def apply_kernel(x_ptr, y_ptr, aux_ptr, n, MOD: tl.constexpr, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+            if MOD is not None:
+                x = MOD(x, aux_ptr, offs, offs < n)
+            tl.store(y_ptr + offs, x.to(y_ptr.dtype.element_ty), mask=offs < n)
+
+
+        def apply(x: torch.Tensor, aux: torch.Tensor, mod=None) -> torch.Tensor:
+            y = torch.empty_like(x)
+            n = x.numel()
+            apply_kernel[(triton.cdiv(n, 256),)](x, y, aux, n, MOD=mod, BLOCK=256)
+            return y
+
+
+        def examples(device="cpu"):
+            for mod in (None, bias_mod):
+                apply(torch.randn(1000, device=device), torch.randn(1000, device=device), mod)
+        '''),
+    "kernel_manifest.toml": FUNCTION_CONSTEXPR["kernel_manifest.toml"].replace("forge_fnconst", "forge_fnaux"),
+}
+
+
+def test_a_tensor_handed_to_a_function_valued_constexpr_is_written_only_where_the_function_writes_it(
+        tmp_path: Path) -> None:
+    """SGLang's decode attention hands ``Aux0`` to its ``SCORE_MOD``; ``check`` said the op writes it (a call of a
+    function the kernel file does not define counted what it was handed as written), so its custom op's schema said
+    ``Tensor(a!) aux`` and torch.compile would copy the tensor. Now what the functions the traced calls pass write
+    decides: a score_mod that reads its aux leaves it an input, one that stores to it makes it written."""
+    plan = make_plan(load_manifest(_write_project(tmp_path / "p", FUNCTION_WITH_AUX)))
+    assert plan.kernels["apply"].written == ["y_ptr"]
+    assert "Tensor(a" not in plan.modules["k"]["schemas"]["apply"], plan.modules["k"]["schemas"]
+    writing = {**FUNCTION_WITH_AUX, "fk/mods.py": FUNCTION_WITH_AUX["fk/mods.py"].replace(
+        "    return x + tl.load(", "    tl.store(aux_ptr + offs, x, mask=mask)\n    return x + tl.load(")}
+    plan = make_plan(load_manifest(_write_project(tmp_path / "w", writing)))
+    assert plan.kernels["apply"].written == ["y_ptr", "aux_ptr"]
+    assert "Tensor(a!) aux" in plan.modules["k"]["schemas"]["apply"], plan.modules["k"]["schemas"]
+
+
 @pytest.mark.gpu
 def test_a_function_valued_constexpr_on_the_gpu(tmp_path: Path) -> None:
     """The wheel's op with each function (and None) against torch in fp64, misaligned odd lengths, Triton blocked;

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from forge_aot.errors import SourceError
-from forge_aot.sourcesplit import parse_source
+from forge_aot.sourcesplit import function_writes, parse_source
 from tests.conftest import REPO
 
 
@@ -608,6 +608,60 @@ def test_the_parameters_written_follow_the_flags_a_launch_passes(tmp_path: Path)
     ks = parse_source(path).kernels["k"]
     assert ks.writes_for({"HAS_OUTPUT": True, "HAS_RESIDUAL": True}) == ("o_ptr",)
     assert ks.writes_for({"HAS_OUTPUT": False, "HAS_RESIDUAL": True}) == ("x_ptr", "r_ptr")
+
+
+FUNCTION_WRITES = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bias_mod(qk, aux_ptr, offs):        # SGLang's score_mod: reads its aux tensor
+    return qk + tl.load(aux_ptr + offs)
+
+
+@triton.jit
+def logging_mod(qk, aux_ptr, offs):     # one that writes it
+    tl.store(aux_ptr + offs, qk)
+    return qk
+
+
+@triton.jit
+def k(x_ptr, y_ptr, aux_ptr, n, SCORE_MOD: tl.constexpr, FLAG: tl.constexpr):
+    offs = tl.arange(0, 128)
+    qk = tl.load(x_ptr + offs)
+    if SCORE_MOD is not None:
+        qk = SCORE_MOD(qk, aux_ptr + 0, offs=offs)
+    tl.store((y_ptr if FLAG else x_ptr) + offs, qk)
+"""
+
+
+def test_what_a_kernel_hands_a_function_valued_constexpr_is_written_where_that_function_writes(
+        tmp_path: Path) -> None:
+    """SGLang's attention calls ``SCORE_MOD(qk, Aux0, ...)``, a ``@triton.jit`` function host code passes as a
+    constexpr: any call of a name the file does not define counted what it was handed as written, so ``check`` and
+    the schema said the op writes ``Aux0`` (``Tensor(a!)``: torch.compile copies it). Now what is handed there is
+    written where the function passed writes it (``function_writes``), and all of it where that is unknown."""
+    path = tmp_path / "k.py"
+    path.write_text(FUNCTION_WRITES)
+    ks = parse_source(path).kernels["k"]
+    assert ks.writes == ("x_ptr", "y_ptr") and ks.all_writes == ("x_ptr", "y_ptr", "aux_ptr")
+    # qk is handed back in: its value may point where the call's result may (slot 0); offs= carries no pointer
+    assert ks.writes_through == (("SCORE_MOD", ((0, ("aux_ptr",)), (1, ("aux_ptr",)))),)
+    # (any name in a stored address counts: offs too, here handed no pointer)
+    assert function_writes(path, "bias_mod") == frozenset() and function_writes(path, "logging_mod") == {
+        1, "aux_ptr", 2, "offs"}
+    assert function_writes(path, "no_such") is None and function_writes(tmp_path / "none.py", "k") is None
+
+    def resolve(value):
+        return function_writes(path, value) if value != "unknown" else None
+
+    flag = {"FLAG": True}
+    assert ks.writes_for({**flag, "SCORE_MOD": None}, resolve) == ("y_ptr",)
+    assert ks.writes_for({**flag, "SCORE_MOD": "bias_mod"}, resolve) == ("y_ptr",)
+    assert ks.writes_for({**flag, "SCORE_MOD": "logging_mod"}, resolve) == ("y_ptr", "aux_ptr")
+    assert ks.writes_for({**flag, "SCORE_MOD": "unknown"}, resolve) == ("y_ptr", "aux_ptr")
+    assert ks.writes_for({**flag, "SCORE_MOD": "bias_mod"}) == ("y_ptr", "aux_ptr")  # no resolver: all of it
 
 
 def test_a_constexpr_global_passed_as_a_runtime_float_is_specialized_as_a_float() -> None:
