@@ -1625,10 +1625,17 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                     "ops that reaches it raises ForgeRuntimeError; give the kernel an entry to "
                                     "package it")
                 elif fn in imported:  # another file's op may reach it (an autograd backward): maybe never called
-                    by = sorted({os.path.relpath(f, root) for name in importers for f in importers[name]
-                                 if fn in src.reachable({name})})
-                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which {', '.join(by)} "
-                                    f"import{'s' if len(by) == 1 else ''}, launches '{kern}', which has no entry in "
+                    # who imports it, or a function reaching it (SGLang's examples import decode_attention_fwd)
+                    through: dict[str, set[str]] = {}
+                    for name in importers:
+                        if fn in src.reachable({name}):
+                            for f in importers[name]:
+                                through.setdefault(os.path.relpath(f, root), set()).add(name)
+                    who = "; ".join(f"{f} imports" if fn in names else f"{f} reaches through "
+                                    f"{', '.join(sorted(names))}, which it imports" for f, names in sorted(
+                                        through.items()))
+                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which {who}, "
+                                    f"launches '{kern}', which has no entry in "
                                     f"{loaded.path.name}: a call of the wheel's ops that reaches it (a backward, "
                                     "say) raises ForgeRuntimeError; give the kernel an entry to package it")
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.

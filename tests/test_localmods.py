@@ -1353,6 +1353,20 @@ def test_an_ops_files_backward_that_launches_an_unlisted_kernel_is_named_at_chec
         "entry in kernel_manifest.toml: a call of the wheel's ops that reaches it (a backward, say) raises "
         "ForgeRuntimeError; give the kernel an entry to package it"]
     assert plan.to_json()["warnings"] == plan.warnings
+    # imported through another function (SGLang's examples import decode_attention_fwd, which reaches its ROCm-only
+    # lean attention): the warning said the file imports the launcher itself
+    (tmp_path / "opsf" / "kern.py").write_text(OPS_FILE_KERNELS + "\n\ndef scale_bwd_twice(dy):\n"
+                                                "    return scale_bwd(scale_bwd(dy))\n")
+    (tmp_path / "opsf" / "op.py").write_text(OPS_FILE_OP.replace("scale_bwd", "scale_bwd_twice"))
+    manifest.write_text(head + '\n[ops.scale]\nsource = "opsf/op.py"\nexamples = "examples"\n')
+    sys.path.insert(0, str(tmp_path))
+    try:
+        plan = make_plan(load_manifest(manifest))
+    finally:
+        sys.path.remove(str(tmp_path))
+        _forget_package("opsf")
+    assert plan.warnings[0].startswith("opsf/kern.py: host function 'scale_bwd', which opsf/op.py reaches through "
+                                       "scale_bwd_twice, which it imports, launches 'scale_bwd_kernel'"), plan.warnings
 
 
 def test_launch_wrappers_apply_to_the_kernels_of_the_helper_modules_shipped_code_reaches(tmp_path: Path) -> None:
