@@ -900,7 +900,9 @@ def _kernel_plan(loaded: mf.LoadedManifest, name: str, k: mf.KernelEntry, src: S
     launches = [*(s for s in src.launches if s.kernel == func), *imported_launches]
     passed_options = {kw for s in launches for kw in s.keywords if kw in ("num_warps", "num_stages",
                                                                           *rt.COMPILE_OPTIONS)}
-    if any(s.star_args for s in launches):  # ``**config`` (vLLM's tuned-config dicts) may carry either
+    # ``**config`` (vLLM's tuned-config dicts) may carry either; not a positional ``*x.stride()`` (attorch), nor a
+    # call of a kernel with @triton.autotune, whose configs give them (Triton refuses them passed again)
+    if not ks.autotuned and any(s.star_kwargs for s in launches):
         passed_options |= {"num_warps", "num_stages"}
     launch_axes = [o for o in LAUNCH_OPTIONS if o in call_names or o in passed_options]
     declared_meta = list(meta_names)

@@ -78,6 +78,8 @@ class LaunchSite:
     keywords: tuple[str, ...]
     star_args: bool
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
+    star_kwargs: bool = False
+    """Whether it spreads ``**kwargs`` (the keywords it passes are unknown: launch options among them)."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
     grid_sets: tuple[str, ...] = ()
@@ -2349,7 +2351,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             out += [LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                                sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                                tuple(k.arg for k in node.keywords if k.arg is not None), star,
-                               grid_sets=grid_sets(f))
+                               any(k.arg is None for k in node.keywords), grid_sets=grid_sets(f))
                     for kernel in aliases[f.value.id]]
             continue
         kernel = None
@@ -2370,7 +2372,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
         out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
-                                    and not (warmup and k.arg == "grid")), star, grid_sets=grid_sets(f)))
+                                    and not (warmup and k.arg == "grid")), star,
+                              any(k.arg is None for k in node.keywords), grid_sets=grid_sets(f)))
     return out
 
 

@@ -204,6 +204,49 @@ def test_an_entry_its_examples_never_launch_says_so(tmp_path: Path) -> None:
 
 
 
+STAR_STRIDES = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({}, num_warps=1), triton.Config({}, num_warps=8, num_stages=2)], key=["n"])
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, stride, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs * stride, tl.load(x_ptr + offs * stride, mask=offs < n) * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    scale_kernel[(1,)](x, y, x.numel(), *x.stride(), BLOCK=1024)  # attorch passes strides as *t.stride()
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_a_launch_spreading_positional_arguments_keeps_the_autotune_configs_warps(tmp_path: Path) -> None:
+    """attorch launches ``kernel[grid](x, ..., *x.stride(), BLOCK=...)``: any spread argument made ``num_warps``
+    and ``num_stages`` call-site axes (meant for vLLM's ``**config`` dicts), so every row took Triton's defaults
+    (w4-s3) instead of the decorator's configs and only those were built, silently. A positional spread passes no
+    keyword, and an autotuned kernel takes them from its configs (Triton refuses them passed again)."""
+    manifest = one_file_project(tmp_path / "p", "forge_star", STAR_STRIDES, "scale_kernel", ["scale"])
+    plan = make_plan(load_manifest(manifest))
+    kp = plan.kernels["k"]
+    assert "num_warps" not in kp.axes and "num_stages" not in kp.axes, kp.axes
+    assert {e.assignment.get("num_warps") for e in plan.entries} == {None}
+    assert {(c.num_warps, c.num_stages) for c in kp.space} == {(1, 3), (8, 2)}
+    # a kernel without @triton.autotune, launched with **config: the dict may carry them (vLLM), still axes
+    plain = STAR_STRIDES.split("@triton.jit")[0].rsplit("@triton.autotune", 1)[0] + "@triton.jit" + \
+        STAR_STRIDES.split("@triton.jit", 1)[1].replace("BLOCK=1024)", "**{'BLOCK': 1024, 'num_warps': 2})")
+    plan = make_plan(load_manifest(one_file_project(tmp_path / "q", "forge_star2", plain, "scale_kernel",
+                                                    ["scale"])))
+    assert {"num_warps", "num_stages"} <= set(plan.kernels["k"].axes)
+
+
 FUNCTION_CONSTEXPR = {
     # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
     # the kernel file's own or of a helper module (its score_mod.py)
