@@ -571,7 +571,7 @@ def _module_values(path: Path, mtime_ns: int, size: int, wanted: frozenset[str],
 
 
 _VALUE_BUILTINS = {name: getattr(__import__("builtins"), name) for name in (
-    "abs", "all", "any", "bool", "callable", "dict", "divmod", "float", "frozenset", "getattr", "hasattr", "int",
+    "abs", "all", "any", "bool", "callable", "dict", "dir", "divmod", "float", "frozenset", "getattr", "hasattr", "int",
     "isinstance", "issubclass", "len", "list", "max", "min", "repr", "round", "set", "sorted", "str", "tuple",
     "type")}
 """The builtins a build-time value may call: none that writes, reads files or input, or runs code (``open``,
