@@ -1607,6 +1607,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         mod.setdefault("exports", []).append(name)
     taken = _names_taken_from_sources(sources, local)
     warnings: list[str] = []
+    unlisted: list[str] = []  # (all of them at once: FBGEMM's matmul_fp8_row launches four)
     for path, src in sources.items():
         declared = {kp.function for kp in kernels.values() if kp.source == path}
         exported = {op for kp in kernels.values() if kp.source == path for op in kp.entry.ops} \
@@ -1616,13 +1617,21 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         imported = src.reachable(set(importers)) - shipped
         for fn, refs in sorted(src.kernel_refs.items()):
             for kern in sorted(refs - declared):
-                if fn in exported:  # an op's own launch: its main path, not a branch a helper takes elsewhere
-                    raise SourceError(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
-                                      f"{loaded.path.name}")
-                if fn in shipped:  # a helper the ops reach; a traced call launching it is refused (its stand-in
-                    # raises), here none did (SGLang's decode_attention_fwd -> its ROCm-only lean attention)
-                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', which the package's ops "
-                                    f"reach, launches '{kern}', which has no entry in {loaded.path.name}, and no "
+                sites = [s for s in src.launches if s.function == fn and s.kernel == kern]
+                if fn in exported and (not sites or not all(s.conditional for s in sites)):
+                    # an op's own launch on its main path; one in a branch is warned about below (FBGEMM's
+                    # matmul_fp8_row launches its TMA kernels where tma_persistent: a Triton of their own)
+                    unlisted.append(f"{path}: host function '{fn}' launches '{kern}', which has no entry in "
+                                    f"{loaded.path.name}")
+                    continue
+                if fn in shipped:  # a helper the ops reach, or an op's branch; a traced call launching it is refused
+                    # (its stand-in raises), here none did (SGLang's decode_attention_fwd -> its ROCm-only lean
+                    # attention)
+                    who = "an op of the package, launches" if fn in exported else \
+                        "which the package's ops reach, launches"
+                    warnings.append(f"{os.path.relpath(path, root)}: host function '{fn}', {who} '{kern}'"
+                                    f"{' in a branch' if fn in exported else ''}, which has no entry in "
+                                    f"{loaded.path.name}, and no "
                                     "traced call launched it (a branch for another GPU, say): a call of the wheel's "
                                     "ops that reaches it raises ForgeRuntimeError; give the kernel an entry to "
                                     "package it")
@@ -1640,6 +1649,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
                                     f"launches '{kern}', which has no entry in "
                                     f"{loaded.path.name}: a call of the wheel's ops that reaches it (a backward, "
                                     "say) raises ForgeRuntimeError; give the kernel an entry to package it")
+    if unlisted:
+        raise SourceError("\n".join(unlisted))
     # Kernel files that other host code imports by project name: the tracer binds them under that name too.
     _imported_as(modules, {m: local[Path(mod["path"])] for m, mod in modules.items()},
                  {m: mod["source"].host_source for m, mod in modules.items()})

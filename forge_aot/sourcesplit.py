@@ -80,6 +80,8 @@ class LaunchSite:
     """Whether the call spreads ``*args`` or ``**kwargs`` (what it passes is then unknown to ``check``)."""
     star_kwargs: bool = False
     """Whether it spreads ``**kwargs`` (the keywords it passes are unknown: launch options among them)."""
+    conditional: bool = False
+    """Whether a branch, loop or ``try`` of its host function holds it (FBGEMM's ``if tma_persistent:``)."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
     grid_sets: tuple[str, ...] = ()
@@ -2322,6 +2324,10 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
     out = []
     aliases = _kernel_aliases(fn, kernels)
     local_defs = {d.name: d for d in ast.walk(fn) if isinstance(d, ast.FunctionDef)}
+    branches = (ast.If, ast.IfExp, ast.BoolOp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match,
+                *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+    conditional = {id(inner) for node in ast.walk(fn) if isinstance(node, branches) for inner in ast.walk(node)
+                   if inner is not node}
 
     def assigned(fdef: ast.FunctionDef, meta: str, seen: set[str]) -> set[str]:
         """The keys ``fdef`` assigns in its parameter ``meta``, and the local functions it hands ``meta`` to."""
@@ -2351,7 +2357,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             out += [LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
                                sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                                tuple(k.arg for k in node.keywords if k.arg is not None), star,
-                               any(k.arg is None for k in node.keywords), grid_sets=grid_sets(f))
+                               any(k.arg is None for k in node.keywords), id(node) in conditional,
+                               grid_sets=grid_sets(f))
                     for kernel in aliases[f.value.id]]
             continue
         kernel = None
@@ -2373,7 +2380,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                               tuple(k.arg for k in node.keywords if k.arg is not None
                                     and not (warmup and k.arg == "grid")), star,
-                              any(k.arg is None for k in node.keywords), grid_sets=grid_sets(f)))
+                              any(k.arg is None for k in node.keywords), id(node) in conditional,
+                              grid_sets=grid_sets(f)))
     return out
 
 

@@ -247,6 +247,68 @@ def test_a_launch_spreading_positional_arguments_keeps_the_autotune_configs_warp
     assert {"num_warps", "num_stages"} <= set(plan.kernels["k"].axes)
 
 
+BRANCH_FOR_ANOTHER_TRITON = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+@triton.jit
+def add_kernel_tma(x_ptr, y_ptr, n, BLOCK: tl.constexpr):  # (FBGEMM's uses tl._experimental_descriptor_load)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+@triton.jit
+def add_kernel_ws(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def add_one(x, tma_persistent: bool = False, ws: bool = False):
+    y = torch.empty_like(x)
+    if tma_persistent:
+        add_kernel_tma[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    elif ws:
+        add_kernel_ws[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    else:
+        add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    add_one(torch.randn(4096, device=device))
+'''
+
+
+def test_an_ops_branch_launching_a_kernel_with_no_entry_is_a_warning(tmp_path: Path) -> None:
+    """FBGEMM's ``matmul_fp8_row`` launches its TMA kernels where ``tma_persistent`` (kernels this Triton cannot
+    compile): an op's own launch of a kernel with no entry was an error wherever it stood, so the op could not be
+    packaged without them, and the four were named one rebuild at a time. One in a branch is now a warning, as a
+    helper's is (a call taking it raises ForgeRuntimeError; a traced call reaching it is refused by the build);
+    one on the op's main path stays an error, every such launch named at once."""
+    manifest = one_file_project(tmp_path / "p", "forge_branchy", BRANCH_FOR_ANOTHER_TRITON, "add_kernel", ["add_one"])
+    plan = make_plan(load_manifest(manifest))
+    assert [w.split(", which has no entry")[0] for w in plan.warnings] == [
+        "k.py: host function 'add_one', an op of the package, launches 'add_kernel_tma' in a branch",
+        "k.py: host function 'add_one', an op of the package, launches 'add_kernel_ws' in a branch"]
+    main_path = BRANCH_FOR_ANOTHER_TRITON.replace("    if tma_persistent:\n        add_kernel_tma",
+                                                  "    add_kernel_tma").replace("    elif ws:\n        add_kernel_ws",
+                                                                               "    add_kernel_ws").replace(
+        "    else:\n        add_kernel[", "    add_kernel[")
+    manifest = one_file_project(tmp_path / "q", "forge_branchy2", main_path, "add_kernel", ["add_one"])
+    with pytest.raises(ForgeError) as caught:
+        make_plan(load_manifest(manifest))
+    assert str(caught.value).count("which has no entry in kernel_manifest.toml") == 2, str(caught.value)
+    assert "launches 'add_kernel_tma'" in str(caught.value) and "launches 'add_kernel_ws'" in str(caught.value)
+
+
 FUNCTION_CONSTEXPR = {
     # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
     # the kernel file's own or of a helper module (its score_mod.py)
