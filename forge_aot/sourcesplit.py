@@ -709,6 +709,10 @@ def _host_import(stmt: ast.stmt) -> dict[str, str] | None:
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton" and stmt.level == 0 \
             and any(a.name in _HOST_HELPERS for a in stmt.names):
         return {a.asname or a.name: f"triton.{a.name}" for a in stmt.names if a.name in _HOST_HELPERS}
+    # ``from triton.runtime.jit import reinterpret as tl_reinterpret, TensorWrapper`` (FBGEMM's fp8 matmuls)
+    if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton.runtime.jit" and stmt.level == 0 \
+            and all(a.name in ("reinterpret", "TensorWrapper") for a in stmt.names):
+        return {a.asname or a.name: f"triton.{a.name}" for a in stmt.names}
     return None
 
 
@@ -716,7 +720,7 @@ _DECORATOR_HELPERS = ("heuristics", "Config", "autotune")
 """Host helpers for decorators host code applies after a kernel's def (see runtime/host_decorators.py): allowed
 where host code reaches them, but a definition using them counts as Triton code where nothing shipped reaches it
 (a config list an ``@triton.autotune`` on a def reads stays out of the wheel)."""
-_HOST_HELPERS = ("cdiv", "next_power_of_2", *_DECORATOR_HELPERS)
+_HOST_HELPERS = ("cdiv", "next_power_of_2", "reinterpret", "TensorWrapper", *_DECORATOR_HELPERS)
 """What ``from triton import ...`` may bring into host code: the helpers the runtime's ``triton`` has."""
 
 

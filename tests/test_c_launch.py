@@ -1237,3 +1237,30 @@ def test_best_config_is_the_config_of_the_last_launch(rt, fake, tmp_path, c_path
     assert seen == [(1024, "c", True), (256, "s", True)] * 2 + [(256, "s", True), (1024, "c", True)]
     assert by_python == ([4096, 64] if c_path else [4096, 64, 4096, 64, 64, 4096])  # the C path served the rest
     assert "BLOCK=1024" in repr(kernel.best_config) and "num_warps=4" in repr(kernel.best_config)
+
+
+def test_a_reinterpreted_tensor_launches_as_the_element_type_it_is_given(rt, fake, tmp_path) -> None:
+    """FBGEMM's fp8 matmuls pass ``triton.reinterpret(uint8_tensor, tl.float8e4nv)``, which packaged host code could
+    not call. The runtime's ``reinterpret`` types the tensor as that element type: the launch is the one of the same
+    memory viewed as ``float8_e4m3fn`` (the Python path's: the C path reads the wrapper as a descriptor of uint8, a
+    key no binary was registered under, and leaves it to Python), and of another variant than the uint8 tensor's."""
+    import importlib
+
+    import torch
+
+    host_triton = importlib.import_module(f"{rt.__name__}.host_triton")
+    k = _kernel(rt, tmp_path, "fp8", [["x_ptr", "*T"], ["y_ptr", "*fp32"], ["n", "i32"], ["BLOCK", "meta"]],
+                dtypes={"T": ["fp8e4nv", "u8"]}, specs=["DDD", "xxx"])
+    fake.block_size, fake.nparams = 40, 5
+    u8, y = _tensor(0, 4096, dtype=torch.uint8), _tensor(0, 4096, dtype=torch.float32)
+    fp8 = u8.view(torch.float8_e4m3fn)
+    cs.on(0, fp8)
+    wrapped = host_triton.reinterpret(u8, host_triton.HostDtype("tl.float8e4nv"))
+    assert host_triton.reinterpret(wrapped, torch.uint8) is u8 and wrapped.stride() == u8.stride()
+    as_wrapped, fallbacks = _launch_both(rt, fake, k, (4,), (wrapped, y, 4096))
+    as_fp8, _ = _launch_both(rt, fake, k, (4,), (fp8, y, 4096))
+    as_u8, _ = _launch_both(rt, fake, k, (4,), (u8, y, 4096))
+    assert as_wrapped[0] == as_wrapped[1] == as_wrapped[2] == as_fp8[0] and fallbacks == 2
+    assert as_u8[0][0] != as_wrapped[0][0]  # the u8 variant's function
+    with pytest.raises(TypeError, match="Cannot reinterpret"):
+        host_triton.reinterpret(3, torch.uint8)

@@ -309,6 +309,69 @@ def test_an_ops_branch_launching_a_kernel_with_no_entry_is_a_warning(tmp_path: P
     assert "launches 'add_kernel_tma'" in str(caught.value) and "launches 'add_kernel_ws'" in str(caught.value)
 
 
+REINTERPRET_FP8 = '''\
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.jit import reinterpret as tl_reinterpret, TensorWrapper  # (FBGEMM's fp8_gemm.py)
+
+
+@triton.jit
+def scale_fp8_kernel(x_ptr, y_ptr, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n).to(tl.float32)
+    tl.store(y_ptr + offs, x * s, mask=offs < n)
+
+
+def reinterpret_fp8_type(tensor: torch.Tensor, dtype: tl.dtype) -> TensorWrapper:
+    return tl_reinterpret(tensor, dtype=dtype)
+
+
+def scale_fp8(x: torch.Tensor, s: float) -> torch.Tensor:
+    """x: fp8 e4m3 values in uint8 storage."""
+    y = torch.empty(x.shape, device=x.device, dtype=torch.float32)
+    scale_fp8_kernel[(triton.cdiv(x.numel(), 1024),)](reinterpret_fp8_type(x, tl.float8e4nv), y, x.numel(), s,
+                                                      BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    scale_fp8(torch.randn(4099, device=device).to(torch.float8_e4m3fn).view(torch.uint8), 0.5)
+'''
+
+
+def test_host_code_reinterpreting_a_tensor_for_a_kernel(tmp_path: Path) -> None:
+    """FBGEMM's fp8 matmuls hand kernels ``tl_reinterpret(tensor, dtype=tl.float8e4nv)`` (``from
+    triton.runtime.jit import reinterpret as tl_reinterpret, TensorWrapper``): ``check`` refused the host function
+    as Triton code. The runtime has both; the kernel is typed by the element type given."""
+    manifest = one_file_project(tmp_path / "p", "forge_reint", REINTERPRET_FP8, "scale_fp8_kernel", ["scale_fp8"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert 'x_ptr = "*fp8e4nv", y_ptr = "*fp32"' in result.output, result.output
+    assert "scale_fp8(Tensor x, float s) -> Tensor" in result.output, result.output
+
+
+@pytest.mark.gpu
+def test_host_code_reinterpreting_a_tensor_on_the_gpu(tmp_path: Path) -> None:
+    """The wheel's op on uint8 storage of fp8 values (misaligned, odd length), Triton blocked, against torch's own
+    float8_e4m3fn conversion in fp64; the plain call and the custom op."""
+    site = _installed(one_file_project(tmp_path / "p", "forge_reint", REINTERPRET_FP8, "scale_fp8_kernel",
+                                       ["scale_fp8"]), tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_reint
+        out = {}
+        for n in (1000, 4099):
+            x = torch.randn(n + 1, device="cuda").to(torch.float8_e4m3fn).view(torch.uint8)[1:]
+            ref = x.view(torch.float8_e4m3fn).double() * 0.5
+            y, z = forge_reint.scale_fp8(x, 0.5), torch.ops.forge_reint.scale_fp8(x, 0.5)
+            out[n] = max((y.double() - ref).abs().max().item(), (z.double() - ref).abs().max().item())
+        print(json.dumps(out))
+        '''), site)
+    assert len(res) == 2 and max(res.values()) == 0.0, res
+
+
 FUNCTION_CONSTEXPR = {
     # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
     # the kernel file's own or of a helper module (its score_mod.py)

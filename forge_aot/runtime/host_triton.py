@@ -223,11 +223,39 @@ def _built_with() -> str:
         return version("triton")
 
 
+class TensorWrapper:
+    """``triton.reinterpret(tensor, tl.float8e4nv)`` (FBGEMM's fp8 matmuls on uint8 storage): the tensor, typed as
+    that element type where a kernel takes it, as Triton's own wrapper is."""
+
+    def __init__(self, base: Any, dtype: Any) -> None:
+        self.base, self.dtype, self.device, self.shape = base, dtype, base.device, base.shape
+
+    def data_ptr(self) -> int:
+        return self.base.data_ptr()
+
+    def __getattr__(self, name: str) -> Any:  # stride, get_device, element_size, untyped_storage...: the base's
+        if name == "base":  # (not set yet: a copy being made)
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def __repr__(self) -> str:
+        return f"TensorWrapper[{self.dtype}]({self.base})"
+
+
+def reinterpret(tensor: Any, dtype: Any) -> Any:
+    """Triton's ``reinterpret``: ``tensor`` typed as ``dtype`` (back to itself where that is its own)."""
+    if isinstance(tensor, TensorWrapper):
+        return tensor.base if dtype == tensor.base.dtype else TensorWrapper(tensor.base, dtype)
+    if not hasattr(tensor, "data_ptr"):
+        raise TypeError(f"Cannot reinterpret a {type(tensor)}.")
+    return TensorWrapper(tensor, dtype)
+
+
 class _HostTriton(types.ModuleType):
     """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
 
     HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__", "heuristics", "Config",
-                    "autotune")
+                    "autotune", "reinterpret", "TensorWrapper")
 
     LAZY = ("runtime", "_wrap_triton", "_triton_op", "_custom_op", "_op_name", "_ops_namespace",
             "_namespace")
@@ -240,6 +268,7 @@ class _HostTriton(types.ModuleType):
         self.next_power_of_2 = next_power_of_2
         self.set_allocator = set_allocator
         self._host_constexpr = host_constexpr
+        self.reinterpret, self.TensorWrapper = reinterpret, TensorWrapper
 
     def __getattr__(self, name: str) -> Any:
         if name == "language":  # tl.<type> in host code (rare: made where first read)

@@ -58,7 +58,10 @@ def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]]
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
                       "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                       "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
-                      "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5"}
+                      "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
+                      # Triton's own spellings: a reinterpreted tensor's dtype (host_triton.TensorWrapper)
+                      "float8e4nv": "fp8e4nv", "float8e5": "fp8e5", "float8e5b16": "fp8e5b16", "float8e4b8": "fp8e4b8",
+                      "float8e4b15": "fp8e4b15", "int1": "i1"}
 
 
 _KNOWN = frozenset(_TORCH_DTYPE_NAMES.values())
