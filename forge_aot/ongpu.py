@@ -36,7 +36,8 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
     (``.device``, ``.is_cuda``, ``.get_device()``, ``.is_cpu`` False) and a GPU asked of torch
     (``torch.empty(n, device=x.device)``, ``x.to("cuda")``, ``x.to(0)``, ``x.cuda()``, ``device=0``) is ``home``;
     ``pin_memory`` is a no-op. ``x.cpu()`` and ``x.to("cpu")`` give a view that answers as a CPU tensor (vLLM-style
-    host code checks its ``*_cpu`` metadata). Autograd backwards run under the thread's innermost block. Nests; the
+    host code checks its ``*_cpu`` metadata). ``torch.autocast("cuda", ...)`` is the CPU's autocast (attorch's linear
+    backward multiplies fp16 by fp32 under it). Autograd backwards run under the thread's innermost block. Nests; the
     trace's ``meta_random_factories`` is entered outside it (this mode sees a call first, so that one sees
     ``device="meta"``)."""
     import torch
@@ -50,7 +51,8 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
     backward = torch.autograd.function.BackwardCFunction
     try:
         with patched_while_inside(backward, "apply", _under_innermost_home), \
-                patched_while_inside(backward, "apply_boxed", _under_innermost_home), _mode(home)():
+                patched_while_inside(backward, "apply_boxed", _under_innermost_home), \
+                patched_while_inside(torch.amp.autocast_mode.autocast, "__init__", _autocast_at_home), _mode(home)():
             yield
     finally:
         homes.pop()
@@ -83,6 +85,15 @@ def patched_while_inside(owner: Any, name: str, wrapper: Any) -> Iterator[None]:
                 if entry[0] == 0:
                     setattr(owner, name, entry[1])
                     del _PATCHES[key]
+
+
+def _autocast_at_home(real: Any) -> Any:
+    def init(self: Any, device_type: str, *args: Any, **kwargs: Any) -> None:
+        # the tensors are the CPU's (or meta, which no autocast casts): the CPU's autocast casts as CUDA's would
+        at_home = bool(getattr(_LOCAL, "homes", None)) and device_type == "cuda"
+        real(self, "cpu" if at_home else device_type, *args, **kwargs)
+
+    return init
 
 
 def _under_innermost_home(real: Any) -> Any:

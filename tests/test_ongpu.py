@@ -113,3 +113,24 @@ def test_the_block_is_undone_after_an_error_and_across_threads() -> None:
         t.join()
     assert answers == {"a": True, "b": True, "b-backward": True}
     assert _apply_entries() == before and not torch.randn(1).is_cuda  # modes are per thread: none here
+
+
+def test_cuda_autocast_in_traced_host_code_casts_as_on_the_gpu() -> None:
+    """attorch's linear backward multiplies an fp16 gradient by fp32 weights under ``torch.autocast('cuda',
+    dtype=fp16)``: on the CPU tensors of the trace CUDA's autocast cast nothing and the matmul raised "expected m1
+    and m2 to have the same dtype". Inside the block it is the CPU's autocast; outside, CUDA's as before."""
+    import warnings
+
+    import torch
+
+    from forge_aot.ongpu import tensors_on_gpu
+
+    y, w = torch.randn(4, 3, dtype=torch.float16), torch.randn(5, 3)
+    with tensors_on_gpu("cpu"), torch.autocast("cuda", dtype=torch.float16):
+        assert (y @ w.T).dtype == torch.float16
+    with tensors_on_gpu("cpu"), torch.amp.autocast("cuda", dtype=torch.bfloat16):
+        assert (y.float() @ w.T).dtype == torch.bfloat16
+    if not torch.cuda.is_available():
+        with warnings.catch_warnings(), torch.autocast("cuda", dtype=torch.float16):  # (torch warns: no CUDA)
+            warnings.simplefilter("ignore")
+            assert not torch.is_autocast_enabled("cuda")
