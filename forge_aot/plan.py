@@ -1980,7 +1980,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "variants": len({e.variant for e in entries}), "space": len(kp.space),
             "traced_calls": sum(len(v) for e in entries for v in e.calls.values())
             // max(1, len({e.target for e in entries})),  # each target's entries share the variant's calls
-            "launches": [{"function": s.function, "line": s.line, "keywords": list(s.keywords),
+            "launches": [{"function": s.qualname or s.function, "line": s.line, "keywords": list(s.keywords),
                           "unknown": s.star_args,
                           **({"file": os.path.relpath(s.path, plan.loaded.root)} if s.path else {})}
                          for s in kp.launches],

@@ -82,6 +82,9 @@ class LaunchSite:
     """Whether it spreads ``**kwargs`` (the keywords it passes are unknown: launch options among them)."""
     conditional: bool = False
     """Whether a branch, loop or ``try`` of its host function holds it (FBGEMM's ``if tma_persistent:``)."""
+    qualname: str = ""
+    """The def holding it, where that is a method or a nested def (attorch's ``ActFuncAutoGrad.backward``); empty
+    where it is ``function`` itself."""
     path: str = ""
     """The file, where it is not the kernel's own (an op file launching a kernel it imports)."""
     grid_sets: tuple[str, ...] = ()
@@ -2332,6 +2335,18 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
                 *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
     conditional = {id(inner) for node in ast.walk(fn) if isinstance(node, branches) for inner in ast.walk(node)
                    if inner is not node}
+    qualnames: dict[int, str] = {}  # each node in a method or nested def -> its qualified name
+
+    def name_defs(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = f"{prefix}.{child.name}" if prefix else child.name
+            if inner != getattr(fn, "name", None):
+                qualnames[id(child)] = inner
+            name_defs(child, inner)
+
+    name_defs(fn, getattr(fn, "name", ""))
 
     def assigned(fdef: ast.FunctionDef, meta: str, seen: set[str]) -> set[str]:
         """The keys ``fdef`` assigns in its parameter ``meta``, and the local functions it hands ``meta`` to."""
@@ -2362,7 +2377,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
                                sum(1 for a in node.args if not isinstance(a, ast.Starred)),
                                tuple(k.arg for k in node.keywords if k.arg is not None), star,
                                any(k.arg is None for k in node.keywords), id(node) in conditional,
-                               grid_sets=grid_sets(f))
+                               qualnames.get(id(node), ""), grid_sets=grid_sets(f))
                     for kernel in aliases[f.value.id]]
             continue
         kernel = None
@@ -2385,7 +2400,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
                               tuple(k.arg for k in node.keywords if k.arg is not None
                                     and not (warmup and k.arg == "grid")), star,
                               any(k.arg is None for k in node.keywords), id(node) in conditional,
-                              grid_sets=grid_sets(f)))
+                              qualnames.get(id(node), ""), grid_sets=grid_sets(f)))
     return out
 
 

@@ -1090,6 +1090,19 @@ def test_an_autograd_function_op_with_no_backward_in_the_manifest_is_told_what_c
         "needing gradients breaks the graph and runs eagerly)" in result.output, result.output
 
 
+def test_check_names_the_method_a_launch_is_in(tmp_path: Path) -> None:
+    """attorch launches its kernels in ``ActFuncAutoGrad.forward`` and ``.backward``: ``check`` said "launched in
+    ActFuncAutoGrad()" for both. It names the method (and a nested def) now; a module-level function as before."""
+    source = FUNCTION_APPLY.replace("        return _launch(x)\n", "        out = torch.empty_like(x)\n"
+                                    "        _scale_kernel[(triton.cdiv(x.numel(), 1024),)](out, x, x.numel(), "
+                                    "BLOCK=1024)\n        return out\n")
+    manifest = one_file_project(tmp_path / "p", "forge_methods", source, "_scale_kernel", ["scale2"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "launched in _launch() line 14" in result.output and "launched in _Scale.forward() line 22" in \
+        result.output, result.output
+
+
 @pytest.mark.gpu
 def test_an_autograd_function_op_under_torch_compile_on_the_gpu(tmp_path: Path) -> None:
     """The applied-ai hunt's ``autograd.Function.apply`` op with no backward in the manifest, from its wheel in a
