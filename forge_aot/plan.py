@@ -1928,7 +1928,7 @@ def _writes_through_functions(kp: KernelPlan, ks: KernelSource | None, calls: li
     """What a kernel writes through the function-valued constexprs it calls (SGLang's ``SCORE_MOD(qk, Aux0, ...)``:
     ``KernelSource.writes_through``): of what it hands them, what the functions its traced calls pass write, instead
     of all of it (``KernelSource.all_writes``, until the calls are known)."""
-    if ks is None or not ks.writes_through:
+    if ks is None or not ks.writes_through or not calls:  # (no traced call: whatever the function, all of it)
         return
 
     def resolve(value: Any) -> frozenset[int | str] | None:
