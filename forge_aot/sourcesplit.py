@@ -683,10 +683,11 @@ def _kernel_side_block(stmt: ast.stmt, triton_names: set[str]) -> set[str]:
 
 def _host_driver_import(stmt: ast.stmt) -> list[str] | None:
     """``from triton.runtime import driver [as d]``: the names it binds to Triton's driver, which host code may
-    use (the runtime's ``triton.runtime.driver`` answers for it); None for any other statement."""
+    use (the runtime's ``triton.runtime.driver`` answers for it); None for any other statement. The statement's
+    other names (Cut Cross-Entropy's ``from triton.runtime import autotuner, driver``) are kernel side."""
     if isinstance(stmt, ast.ImportFrom) and stmt.module == "triton.runtime" and stmt.level == 0 \
-            and all(a.name == "driver" for a in stmt.names):
-        return [a.asname or a.name for a in stmt.names]
+            and any(a.name == "driver" for a in stmt.names):
+        return [a.asname or a.name for a in stmt.names if a.name == "driver"]
     # ``import triton.runtime.driver as driver`` (FLA's backends): the same module, under the name it gives
     if isinstance(stmt, ast.Import) and all(a.name == "triton.runtime.driver" and a.asname for a in stmt.names):
         return [a.asname for a in stmt.names]  # type: ignore[misc]

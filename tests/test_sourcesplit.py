@@ -772,6 +772,21 @@ def test_library_ways_of_writing_module_code(tmp_path: Path) -> None:
     assert host[2] == f"HAS_TMA_DESC = ({'nv_tma_desc_type' in dir(triton.language)})", host
 
 
+def test_the_driver_imported_beside_other_triton_runtime_names_is_the_runtimes(tmp_path: Path) -> None:
+    """Cut Cross-Entropy's ``tl_autotune.py``: ``from triton.runtime import autotuner, driver``, and a perf model
+    asking ``driver.active.utils.get_device_properties``: the driver counted as Triton's with ``autotuner`` (the
+    host function "uses 'estimate_matmul_time', defined with Triton"); it is the runtime's, ``autotuner`` kernel
+    side."""
+    f = tmp_path / "k.py"
+    f.write_text("import triton\nfrom triton.runtime import autotuner, driver\n\n\n@triton.jit\ndef k(x):\n"
+                 "    pass\n\n\ndef sms():\n    return driver.active.utils.get_device_properties(0)"
+                 "['multiprocessor_count']\n\n\ndef op(x):\n    k[(sms(),)](x)\n    return x\n")
+    src = parse_source(f, {"op"})
+    host = src.host_source.splitlines()
+    assert host[1] == "driver = triton.runtime.driver" and "sms" in src.host_functions, host
+    assert src.reads_device
+
+
 def test_stand_ins_bind_every_name_of_a_line_and_no_others(tmp_path: Path) -> None:
     """Where Triton code is left out, the names it bound stay bound on its line: both statements' names where two
     share a line, and never a name the statement only changes (``cfg["f"] = ...``), which a host binding holds."""
