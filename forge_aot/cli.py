@@ -318,6 +318,9 @@ def check(manifest: Path, show_plan: bool) -> None:
             click.echo(f"    signature from the traced calls (as Triton's JIT types them): {{ {typed} }}")
         if k["writes"]:
             click.echo(f"    writes through: {', '.join(k['writes'])}")
+        if k["launch_heuristics"]:  # (Cut Cross-Entropy's: the space's w4-s3 is not what its binaries run with)
+            click.echo(f"    {', '.join(k['launch_heuristics'])}: computed by @triton.heuristics for each binary, "
+                       "whatever the configs of the space say")
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
                        "values other calls of the same variant and row pass there is built)")
@@ -390,12 +393,17 @@ def inspect_cmd(wheel: Path, as_json: bool) -> None:
         click.echo(f"{target}: {t['tuned']} rows tuned ({', '.join(t['devices']) or 'no GPU model'}), "
                    f"{t['aliased']} aliased, {t['untuned']} untuned")
     headers = ["kernel", "variant", "target", "config", "rows", "binaries", "shared", "size"]
-    table: list[list[Any]] = [[r["kernel"], r["variant"], r["target"], r["config"], r["rows"],
-                               "+".join(r["specializations"]), r["shared"], _fmt_size(r["bytes"])]
-                              for r in info["rows"]]
+    table: list[list[Any]] = [[r["kernel"], r["variant"], r["target"], r["config"] + (
+        f" ({'/'.join(r['launch_heuristics'])} by heuristics)" if r.get("launch_heuristics") else ""), r["rows"],
+        _specializations(r["specializations"]), r["shared"], _fmt_size(r["bytes"])] for r in info["rows"]]
     widths = [max(len(str(x)) for x in col) for col in zip(headers, *table)]
     for row in [headers, *table]:
         click.echo("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+
+
+def _specializations(specs: list[str], shown: int = 3) -> str:
+    """A config's specializations, the first few (Cut Cross-Entropy's rows had dozens, 16 kB a line)."""
+    return "+".join(specs) if len(specs) <= shown else f"{'+'.join(specs[:shown])}+… ({len(specs)})"
 
 
 @main.group("server")

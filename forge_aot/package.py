@@ -292,6 +292,7 @@ def read_wheel(path: Path) -> dict[str, Any]:
                         "rows": sum(1 for rows in tentry["tables"].values() for r in rows if r[-1] == cid),
                         "tables": sorted(tentry["tables"]),
                         "specializations": sorted(cfg["binaries"]),
+                        "launch_heuristics": spec.get("launch_heuristics", []),
                         "bytes": sum(sizes[b["path"]] for b in cfg["binaries"].values()),
                         "shared": max(b["shared"] for b in cfg["binaries"].values()),
                     })

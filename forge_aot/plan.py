@@ -1993,6 +1993,7 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
                                key=kp.spec_params.index),
             "optional_per_variant": _optional_per_variant(kp, entries),
             "writes": kp.written,
+            "launch_heuristics": kp.launch_heuristics,
             "data_like_constexprs": data_like_constexprs(kp, entries),
             "notes": list(kp.notes),
         }

@@ -162,6 +162,11 @@ def _without_var_parameters(sig: inspect.Signature, calls: list[Call]) -> tuple[
     return sig.replace(parameters=[p for p in sig.parameters.values() if p not in var]), shown
 
 
+def passes_var_arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a call passes something through the host function's ``*args``/``**kwargs`` (or does not bind)."""
+    return _without_var_parameters(host_signature(fn), [(args, kwargs)])[0] is None
+
+
 def has_var_parameters(fn: Callable[..., Any]) -> bool:
     """Whether the host function takes ``*args`` or ``**kwargs`` (a schema leaves them out: ``schema_takes``)."""
     return _without_var_parameters(host_signature(fn), [])[1] is not None
@@ -343,8 +348,8 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
             # would not be the host code's, and torch.ops crashed on it) the traced results decide
             disagrees = "its return annotation disagrees with what the traced calls return"
     if not calls:
-        return None, (f"{unannotated}, and no examples call it directly (a call from inside another op does "
-                      "not count)"), None
+        return None, (f"{unannotated}, and no traced call reaches it (from the examples or another op's code, "
+                      "one that binds its parameters)"), None
     seen: dict[str, set[str]] = {name: set() for name in sig.parameters}
     in_place_of_none: dict[str, set[str]] = {name: set() for name in sig.parameters}
     # per traced call: ("()",) for nothing, ("", kind) for one result, the kinds of a tuple's items otherwise

@@ -329,11 +329,11 @@ class Tracer:
     def _run_examples(self, modules: dict[str, dict[str, Any]]) -> dict[str, list[TracedCall]]:
         import torch
 
-        from .schema import has_var_parameters, meta_mismatch, schema_and_buffer, schema_takes
+        from .schema import has_var_parameters, meta_mismatch, passes_var_arguments, schema_and_buffer, schema_takes
 
         calls: dict[str, dict[str, list[Any]]] = {m: {op: [] for op in mod["ops"]} for m, mod in modules.items()}
         originals = {m: {op: getattr(self.modules[m], op) for op in mod["ops"]} for m, mod in modules.items()}
-        depth = [0]  # ops calling ops: only the outermost call is the op as the examples call it
+        depth = [0]  # ops calling ops: the outermost call is the op as the examples call it (Nones replaced)
 
         def recorder(mod_name: str, op: str, op_fn: Any) -> Any:
             # A @torch.library.custom_op's own function, as the wheel's op runs it: through torch's dispatcher
@@ -352,30 +352,30 @@ class Tracer:
                         result, replaced = fn(*args, **kwargs), {}
                 finally:
                     depth[0] -= 1
-                if depth[0] == 0:  # the op as the examples call it, not as another op calls it
-                    # written: what its launches write through, and what an in-place torch op changed
+                # every call, another op's too (Cut Cross-Entropy's training path calls cce_lse_forward_kernel
+                # with return_logit_avg=True, which returns a tuple): under torch.compile such a call reaches the
+                # custom op too (routing), whose schema must take it; not one passing more than the schema can
+                # take (**kwargs), which runs as Python there (entry.custom_call). written: what its launches
+                # write through, and what an in-place torch op changed
+                if depth[0] == 0 or not passes_var_arguments(fn, args, kwargs):
                     written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
                     calls[mod_name][op].append((args, kwargs, result, written, replaced))
                 return result
             call.__forge_traced__ = op_fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
             return call
 
-        for mod_name, mod in sorted(modules.items()):
-            module = self.modules[mod_name]
-            # its own ops, and the ops of other files it took by name (FLA's chunk.py examples call
-            # chunk_gated_delta_rule_fwd_h, imported from chunk_delta_h.py): recorded as that file's
-            by_object = {id(fn): (m, op) for m, ops in originals.items() for op, fn in ops.items()}
-            patched = {name: value for name, value in vars(module).items() if id(value) in by_object
-                       and value is originals[by_object[id(value)][0]][by_object[id(value)][1]]}
-            for name, value in patched.items():
-                setattr(module, name, recorder(*by_object[id(value)], value))
-            # and every op in its own module, for examples that import it inside the function (lmdeploy's) or call
-            # it as ``module.op``
-            elsewhere = [(m, op) for m, ops in originals.items() if m != mod_name for op in ops
-                         if vars(self.modules[m]).get(op) is originals[m][op]]
-            for m, op in elsewhere:
-                setattr(self.modules[m], op, recorder(m, op, originals[m][op]))
-            try:
+        # every op where a host module holds it: its own module's, and the ops of other files one took by name
+        # (FLA's chunk.py examples call chunk_gated_delta_rule_fwd_h, imported from chunk_delta_h.py; Cut
+        # Cross-Entropy's cce.py calls cce_lse_forward_kernel), recorded as that file's; its own module's also serves
+        # examples that import it inside the function (lmdeploy's) or call it as ``module.op``
+        by_object = {id(fn): (m, op) for m, ops in originals.items() for op, fn in ops.items()}
+        patched = [(holder, name, value) for holder in self.modules.values() for name, value in vars(holder).items()
+                   if (found := by_object.get(id(value))) is not None and value is originals[found[0]][found[1]]]
+        for holder, name, value in patched:
+            setattr(holder, name, recorder(*by_object[id(value)], value))
+        try:
+            for mod_name, mod in sorted(modules.items()):
+                module = self.modules[mod_name]
                 for fn_name in sorted(mod["examples"]):
                     try:
                         with tensors_on_gpu("cpu"), no_triton_launches(), cuda_registrations_serve_cpu():
@@ -386,11 +386,9 @@ class Tracer:
                     except Exception as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') failed "
                                           f"(kernels are recorded, not run, on the CPU):\n{_trace(exc)}") from None
-            finally:
-                for name, value in patched.items():
-                    setattr(module, name, value)
-                for m, op in elsewhere:
-                    setattr(self.modules[m], op, originals[m][op])
+        finally:
+            for holder, name, value in patched:
+                setattr(holder, name, value)
         for mod_name, mod in sorted(modules.items()):
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals[mod_name].items():

@@ -57,6 +57,31 @@ def test_a_heuristic_may_compute_num_ctas(tmp_path: Path) -> None:
     assert heur == {1}
 
 
+def test_check_and_inspect_say_the_heuristics_give_warps_and_stages(tmp_path: Path) -> None:
+    """Cut Cross-Entropy's binaries run with the warps and stages its heuristics compute, while ``check --plan`` and
+    ``inspect`` showed only the space's config (``w4-s3``) and ``inspect`` joined a row's dozens of
+    specializations into one 16 kB cell. Both say where warps and stages come from; ``inspect`` shows three."""
+    import json
+
+    from click.testing import CliRunner
+
+    from forge_aot.cli import _specializations, main
+    from forge_aot.package import read_wheel
+    from forge_aot.pipeline import build
+
+    manifest = _project(tmp_path / "p")
+    check = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert "num_warps, num_stages, num_ctas: computed by @triton.heuristics for each binary" in check.output, \
+        check.output
+    wheel = build(manifest, out_dir=tmp_path / "dist", build_dir=tmp_path / "work").wheel
+    rows = read_wheel(wheel)["rows"]
+    assert rows and all(r["launch_heuristics"] == ["num_warps", "num_stages", "num_ctas"] for r in rows)
+    shown = CliRunner().invoke(main, ["inspect", str(wheel)]).output
+    assert "(num_warps/num_stages/num_ctas by heuristics)" in shown, shown
+    assert json.loads(CliRunner().invoke(main, ["inspect", "--json", str(wheel)]).output)["rows"] == rows
+    assert _specializations(["a", "b"]) == "a+b" and _specializations(list("abcde")) == "a+b+c+… (5)"
+
+
 @pytest.mark.gpu
 def test_the_wheel_launches_the_kernel(tmp_path: Path) -> None:
     from tests.test_localmods import wheel_max_error

@@ -372,6 +372,103 @@ def test_host_code_reinterpreting_a_tensor_on_the_gpu(tmp_path: Path) -> None:
     assert len(res) == 2 and max(res.values()) == 0.0, res
 
 
+NESTED_OP_CALL = {
+    # Cut Cross-Entropy: the examples call cce_lse_forward_kernel(e, c) (a tensor), its training path calls it with
+    # return_logit_avg=True (a tuple), from cce.py's LinearCrossEntropyFunction.forward
+    "k.py": textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def _scale(X, Y, Z, N, HAS_Z: tl.constexpr, BLOCK: tl.constexpr):
+            o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            x = tl.load(X + o, mask=o < N)
+            tl.store(Y + o, x * 2, mask=o < N)
+            if HAS_Z:
+                tl.store(Z + o, x * 3, mask=o < N)
+
+
+        def scale(x: torch.Tensor, return_extra: bool = False):
+            y = torch.empty_like(x)
+            z = torch.empty_like(x) if return_extra else None
+            _scale[(triton.cdiv(x.numel(), 128),)](x, y, z, x.numel(), HAS_Z=z is not None, BLOCK=128)
+            if return_extra:
+                return y, z
+            return y
+
+
+        def examples(device="cpu"):
+            x = torch.randn(1000, device=device)
+            scale(x)
+            from train import train_op
+            train_op(x)
+        '''),
+    "train.py": textwrap.dedent('''\
+        import torch
+
+        from k import scale
+
+
+        def train_op(x: torch.Tensor) -> torch.Tensor:
+            y, z = scale(x, return_extra=True)
+            return y + z
+        '''),
+    "kernel_manifest.toml": textwrap.dedent('''\
+        [project]
+        name = "forge_nested"
+        version = "0.1.0"
+        targets = ["sm_90"]
+
+        [kernels.scale]
+        source = "k.py:_scale"
+        ops = ["scale"]
+        examples = "examples"
+
+        [ops.train_op]
+        source = "train.py"
+        examples = "k.py:examples"
+        '''),
+}
+
+
+def test_an_ops_schema_takes_the_calls_other_ops_make(tmp_path: Path) -> None:
+    """Cut Cross-Entropy's training path calls ``cce_lse_forward_kernel(..., return_logit_avg=True)`` (a tuple) from
+    another op, which imported it by name; the schema came from the examples' own calls only (``-> Tensor``), and the
+    custom op, which a compiled call of the other op reaches through routing, raised "Unable to cast (tensor,
+    tensor) to Tensor". Calls from other ops' host code count now, through any host module's global."""
+    plan = make_plan(load_manifest(_write_project(tmp_path / "p", NESTED_OP_CALL)))
+    assert plan.modules["k"]["schemas"]["scale"] == "(Tensor x, bool return_extra=False) -> (Tensor, Tensor?)", \
+        plan.modules["k"]["schemas"]
+
+
+@pytest.mark.gpu
+def test_an_ops_schema_takes_the_calls_other_ops_make_on_the_gpu(tmp_path: Path) -> None:
+    """The wheel's ``scale`` with and without ``return_extra``, plainly, through its custom op and compiled with
+    fullgraph=True, and ``train_op`` calling it, against torch's fp32 products on a misaligned odd length, Triton
+    blocked."""
+    site = _installed(_write_project(tmp_path / "p", NESTED_OP_CALL), tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_nested
+        x = torch.randn(4100, device="cuda")[1:]
+        two, three = (x * 2).double(), (x * 3).double()  # (the kernel's fp32 products)
+        err = lambda a, b: (a.double() - b).abs().max().item()
+        y, z = forge_nested.scale(x, return_extra=True)
+        cy, cz = torch.compile(lambda t: forge_nested.scale(t, return_extra=True), fullgraph=True,
+                               backend="aot_eager")(x)
+        oy, oz = torch.ops.forge_nested.scale(x, True)
+        out = {"plain": max(err(y, two), err(z, three)), "compiled": max(err(cy, two), err(cz, three)),
+               "op": max(err(oy, two), err(oz, three)), "one": err(forge_nested.scale(x), two),
+               "train": err(forge_nested.train_op(x), (x * 2 + x * 3).double()), "none": oz is not None and
+               torch.ops.forge_nested.scale(x)[1] is None}
+        print(json.dumps(out))
+        '''), site)
+    assert res.pop("none") is True and max(res.values()) == 0.0, res
+
+
 FUNCTION_CONSTEXPR = {
     # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
     # the kernel file's own or of a helper module (its score_mod.py)
@@ -598,7 +695,9 @@ def test_a_second_autotuned_handle_of_a_kernel_is_a_kernel_of_its_own(tmp_path: 
     manifest = one_file_project(tmp_path / "p", "forge_second", source, "softcap_kernel", ["softcap"])
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "host function 'softcap' launches 'softcap_kernel_autotuned', which has no entry" in result.output
+    # (a launch in a branch of the op: the traced call reaching it names it)
+    assert "softcap_kernel_autotuned[lambda meta" in result.output and "softcap_kernel_autotuned is Triton code " \
+        "that the package does not ship" in result.output and "a kernel needs an entry there" in result.output
     manifest.write_text(manifest.read_text() + SECOND_HANDLE_ENTRY)
     plan = make_plan(load_manifest(manifest))
     plain, tuned = plan.kernels["k"], plan.kernels["softcap_tuned"]
