@@ -2349,6 +2349,13 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
 
     name_defs(fn, getattr(fn, "name", ""))
 
+    def site(kernel: str, node: ast.Call, keywords: tuple[str, ...], f: ast.expr) -> LaunchSite:
+        spread_kwargs = any(k.arg is None for k in node.keywords)
+        return LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
+                          sum(1 for a in node.args if not isinstance(a, ast.Starred)), keywords,
+                          any(isinstance(a, ast.Starred) for a in node.args) or spread_kwargs, spread_kwargs,
+                          id(node) in conditional, qualnames.get(id(node), ""), grid_sets=grid_sets(f))
+
     def assigned(fdef: ast.FunctionDef, meta: str, seen: set[str]) -> set[str]:
         """The keys ``fdef`` assigns in its parameter ``meta``, and the local functions it hands ``meta`` to."""
         seen.add(fdef.name)
@@ -2373,12 +2380,7 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             continue
         f = node.func
         if isinstance(f, ast.Subscript) and isinstance(f.value, ast.Name) and f.value.id in aliases:
-            star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-            out += [LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
-                               sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                               tuple(k.arg for k in node.keywords if k.arg is not None), star,
-                               any(k.arg is None for k in node.keywords), id(node) in conditional,
-                               qualnames.get(id(node), ""), grid_sets=grid_sets(f))
+            out += [site(kernel, node, tuple(k.arg for k in node.keywords if k.arg is not None), f)
                     for kernel in aliases[f.value.id]]
             continue
         kernel = None
@@ -2395,13 +2397,8 @@ def _launch_sites(fn: ast.stmt, kernels: set[str]) -> list[LaunchSite]:
             kernel = f.value.id  # type: ignore[union-attr]
         if kernel is None:
             continue
-        star = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
-        out.append(LaunchSite(kernel, getattr(fn, "name", "?"), node.lineno,
-                              sum(1 for a in node.args if not isinstance(a, ast.Starred)),
-                              tuple(k.arg for k in node.keywords if k.arg is not None
-                                    and not (warmup and k.arg == "grid")), star,
-                              any(k.arg is None for k in node.keywords), id(node) in conditional,
-                              qualnames.get(id(node), ""), grid_sets=grid_sets(f)))
+        out.append(site(kernel, node, tuple(k.arg for k in node.keywords if k.arg is not None
+                                            and not (warmup and k.arg == "grid")), f))
     return out
 
 
