@@ -1,6 +1,9 @@
 """Session 48: the attorch, FBGEMM and Cut Cross-Entropy hunt wheels (built on the CPU machine from the libraries'
 files) against torch on the GPU, each in a fresh process with Triton blocked. Prints one JSON line per library."""
-import json, os, subprocess, sys, textwrap
+import json
+import os
+import subprocess
+import sys
 
 ATTORCH = r'''
 import sys, json
