@@ -1696,6 +1696,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         infer_signature(loaded, kp, traced.get(name, []))
         _writes_through_functions(kp, modules[kp.module]["source"].kernels.get(kp.function), traced.get(name, []),
                                   loaded.root)
+        kp.notes += _state_reading_heuristics(kp)
     optional_scalars(kernels, traced)
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
@@ -1940,6 +1941,26 @@ def _writes_through_functions(kp: KernelPlan, ks: KernelSource | None, calls: li
     kp.writes = tuple(p.name for p in ks.params if p.name in through or p.name in ks.writes)
     kp.writes_when = tuple((flags, tuple(p.name for p in ks.params if p.name in through or p.name in names))
                            for flags, names in ks.writes_when)
+
+
+PROCESS_STATE = frozenset({"get_float32_matmul_precision", "getenv", "environ", "are_deterministic_algorithms_enabled",
+                           "allow_tf32", "get_default_dtype", "is_grad_enabled", "is_inference_mode_enabled"})
+"""Names a heuristic reads process-wide settings through (``torch.get_float32_matmul_precision()``, ``os.environ``)."""
+
+
+def _state_reading_heuristics(kp: KernelPlan) -> list[str]:
+    """Notes on heuristics that read process-wide settings (Cut Cross-Entropy's ``DOT_PRECISION`` follows
+    ``torch.get_float32_matmul_precision()``): the build evaluates them under its own."""
+    out = []
+    for name, fn in kp.heuristics:
+        reads = sorted(set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE)
+        if reads:
+            # (the build evaluates heuristics per config after the trace, not at each traced call: examples
+            # calling the ops under another setting do not change what is built)
+            out.append(f"kernels.{kp.name}: @triton.heuristics computes {name} from process-wide settings "
+                       f"({', '.join(reads)}): the binaries have the values the build process's own settings give; "
+                       "a process set otherwise asks for a value no binary has (NotBuiltError)")
+    return out
 
 
 def _optional_per_variant(kp: KernelPlan, entries: list[EntryPlan]) -> list[str]:

@@ -469,6 +469,48 @@ def test_an_ops_schema_takes_the_calls_other_ops_make_on_the_gpu(tmp_path: Path)
     assert res.pop("none") is True and max(res.values()) == 0.0, res
 
 
+STATE_HEURISTIC = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"PREC": lambda args: "tf32" if torch.get_float32_matmul_precision() == "high" else "ieee"})
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, PREC: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if PREC == "tf32":
+        x = x * 1.0
+    tl.store(y_ptr + offs, x * 2, mask=offs < n)
+
+
+def scale(x):
+    y = torch.empty_like(x)
+    scale_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+def examples(device="cpu"):
+    scale(torch.randn(1000, device=device))
+'''
+
+
+def test_a_heuristic_reading_process_wide_settings_is_noted(tmp_path: Path) -> None:
+    """Cut Cross-Entropy's ``DOT_PRECISION`` heuristic follows ``torch.get_float32_matmul_precision()``: the build
+    evaluates it under its own setting, so only ``ieee`` was built, and a server that sets ``"high"`` asks for a
+    binary the wheel lacks (NotBuiltError). ``check`` says so. (Examples calling the op under both settings do not
+    build both: the build evaluates heuristics per config after the trace, under its own setting.)"""
+    manifest = one_file_project(tmp_path / "p", "forge_state", STATE_HEURISTIC, "scale_kernel", ["scale"])
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "@triton.heuristics computes PREC from process-wide settings (get_float32_matmul_precision)" in \
+        " ".join(result.output.split()), result.output
+    plan = make_plan(load_manifest(manifest))
+    assert {dict(b.heur)["PREC"] for e in plan.entries for rows in e.tables.values() for row in rows
+            for b in plan.binaries_for(e, row.key, row.preferences[0])} == {"ieee"}
+
+
 FUNCTION_CONSTEXPR = {
     # SGLang's decode/extend attention: SCORE_MOD is a @triton.jit function host code passes as a constexpr, one of
     # the kernel file's own or of a helper module (its score_mod.py)
