@@ -153,9 +153,16 @@ def _run_fresh(code: str, target: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env)
-    if out.returncode:  # what the process said, not only that it failed
-        pytest.fail(f"the fresh process exited {out.returncode}:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    if out.returncode:
+        raise FreshProcessError(out.returncode, "python -c <code>", out.stdout, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class FreshProcessError(subprocess.CalledProcessError):
+    """A fresh process's failure, with what it said (a CalledProcessError shows only that it failed)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{(self.stdout or '')[-3000:]}\n{(self.stderr or '')[-6000:]}"
 
 
 def wheel_max_error(manifest: Path, tmp_path: Path, package: str, call: str, reference: str,
