@@ -1215,9 +1215,9 @@ def test_annotations_that_make_no_schema_are_named_so() -> None:
     namespace = {"torch": torch}
     exec("def op(x: torch.Tensor, n: int):\n    return x\n\n\ndef bare(x, n):\n    return x\n", namespace)
     assert op_schema(namespace["op"], [])[1] == (
-        "annotations that make no schema (No return type annotation was provided. Please add one), and no examples "
-        "call it directly (a call from inside another op does not count)")
-    assert op_schema(namespace["bare"], [])[1].startswith("no type annotations, and no examples call it directly")
+        "annotations that make no schema (No return type annotation was provided. Please add one), and no traced "
+        "call reaches it (from the examples or another op's code, one that binds its parameters)")
+    assert op_schema(namespace["bare"], [])[1].startswith("no type annotations, and no traced call reaches it")
 
 
 def test_an_op_returning_a_view_of_an_input_is_no_custom_op_and_a_class_is_no_op(tmp_path) -> None:
