@@ -185,9 +185,8 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
         if rule is not None:
             from .torch_ops import unpad
-        # a traced call the custom op cannot take runs the host code eagerly: Dynamo tracing into the runtime's
-        # launch fails (torch 2.11 recursed in fastpath.Launched), and its graph could not launch a binary anyway
-        host_eagerly = torch._disable_dynamo(lambda *a, **k: (loaded[0] if loaded else load())(*a, **k))
+        # a traced call the custom op cannot take runs host code eagerly (Dynamo failed in the runtime's launch)
+        eagerly: list[Callable[..., Any]] = []
 
         def exported(*args: Any, **kwargs: Any) -> Any:
             if is_compiling():
@@ -196,7 +195,9 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
                     if call is not None:
                         out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
                         return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
-                return host_eagerly(*args, **kwargs)
+                if not eagerly:
+                    eagerly.append(torch._disable_dynamo(lambda *a, **k: (loaded[0] if loaded else load())(*a, **k)))
+                return eagerly[0](*args, **kwargs)
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
         def exported(*args: Any, **kwargs: Any) -> Any:
