@@ -61,6 +61,18 @@ def tensors_on_gpu(home: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def watching_torch_calls(watcher: Any) -> Iterator[None]:
+    """Inside ``tensors_on_gpu`` on this thread (a Function's backward included), ``watcher(func, args, kwargs,
+    result)`` sees every torch call host code makes after it returned (the trace's ``output_reads``)."""
+    previous = getattr(_LOCAL, "watcher", None)
+    _LOCAL.watcher = watcher
+    try:
+        yield
+    finally:
+        _LOCAL.watcher = previous
+
+
+@contextlib.contextmanager
 def patched_while_inside(owner: Any, name: str, wrapper: Any) -> Iterator[None]:
     """``owner.name`` (a class's or a module's) replaced by ``wrapper(the owner's own)`` while any thread is inside
     (installed by the first, removed by the last, under a lock), so overlapping threads leave it as it was; the
@@ -187,7 +199,13 @@ def _mode(home: str) -> Any:
     class OnGpu(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                                kwargs: dict[str, Any] | None = None) -> Any:
-            kwargs = kwargs or {}
+            out = self.answer(func, args, kwargs or {})
+            watcher = getattr(_LOCAL, "watcher", None)
+            if watcher is not None:  # (in a Function's backward too: the engine's entry enters this mode again)
+                watcher(func, args, kwargs or {}, out)
+            return out
+
+        def answer(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             owner = getattr(func, "__self__", None)
             if owner is device_attr:
                 return gpu if mine(args[0]) else func(*args)

@@ -1663,6 +1663,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     per_target = len(gpus) > 1 and bool(reads_device)
     tracer = Tracer(kernels, modules, gpus[0][0], per_target, gpus[0][1], str(root))
     traced = tracer.run_examples(modules)
+    warnings += tracer.output_reads.warnings(str(root))
     _function_constexprs(kernels, traced, tracer.functions, loaded.root)
     imported_by_host = dict(tracer.imported)
     files_read = set(tracer.files_read)
@@ -1686,6 +1687,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         for target, model in gpus[1:]:
             other = Tracer(kernels, subset, target, True, model, str(root))
             more = other.run_examples(subset)
+            warnings += [w for w in other.output_reads.warnings(str(root)) if w not in warnings]
             _function_constexprs(kernels, more, other.functions, loaded.root)
             for name, calls in more.items():
                 if name in reads_device:

@@ -23,7 +23,14 @@ from typing import Any
 from . import runtime as rt
 from .errors import SourceError
 from .introspect import as_host_call, recording_library_registrations, undo_library_registrations
-from .ongpu import cuda_registrations_serve_cpu, machine_has_gpu, patched_while_inside, tensors_on_gpu
+from .ongpu import (
+    cuda_registrations_serve_cpu,
+    machine_has_gpu,
+    patched_while_inside,
+    tensors_on_gpu,
+    watching_torch_calls,
+)
+from .output_reads import OutputReads
 from .plan import KernelPlan, TracedCall
 from .runtime.host_modules import applied_function, host_signature
 from .runtime.host_triton import KernelSide
@@ -196,6 +203,8 @@ class TraceKernel(rt.Kernel):
                  functions: dict[str, tuple[str, str]] | None = None) -> None:
         super().__init__(name, spec, targets, backend)
         self.records: list[TracedCall] = []
+        self.on_record: Callable[[str, TracedCall], None] | None = None
+        """Told of each record as it is made (the examples' ``output_reads``)."""
         self.constexpr_functions = {} if functions is None else functions
         """The tracer's ``@triton.jit`` functions passed as constexprs (see ``function_constexpr``); a handle made
         alone keeps its own."""
@@ -226,6 +235,8 @@ class TraceKernel(rt.Kernel):
         self.records.append(TracedCall(self.name, self.axis_values(runtime, call), key,
                                        rt.argument_spec(self.spec_slots, values), named, TRACED_TARGET[0],
                                        tuple(kwargs)))
+        if self.on_record is not None:
+            self.on_record(self.name, self.records[-1])
         # what a launch returns (Triton's CompiledKernel: Unsloth's MoE GEMMs log its registers): no binary yet
         return rt.PlaceholderCompiled(self, call)
 
@@ -261,6 +272,8 @@ class Tracer:
         """Files host code opened for reading while binding and running examples (see ``recording_reads``)."""
         self.imported: dict[str, str | None] = {}
         """Modules host code imported by a name made at run time, with their files (see ``recording_imports``)."""
+        self.output_reads = OutputReads(self._is_host_file)
+        """Where the examples' host code read values a recorded launch wrote (see ``output_reads``)."""
         helpers = {name for kp in kernels.values() for name in kp.local_modules} if per_target else set()
         # Module-level code of the kernel files and their helpers runs here: allocations on "cuda" stay on the CPU
         # where the machine has no GPU (on one with a GPU they are real: helper modules stay imported for the
@@ -273,6 +286,14 @@ class Tracer:
                 (contextlib.nullcontext() if machine_has_gpu() else tensors_on_gpu("cpu")), no_triton_launches(), \
                 cuda_registrations_serve_cpu():
             self._bind_all(kernels, modules)
+
+    def _is_host_file(self, filename: str) -> bool:
+        """Whether a code object's file is the project's host code (a kernel file, a helper module of the project)."""
+        if filename in self.paths.values():
+            return True
+        root = os.path.abspath(self.root) + os.sep if self.root else None
+        return root is not None and filename.startswith(root) and "site-packages" not in filename \
+            and not filename.startswith(os.path.dirname(os.path.abspath(__file__)) + os.sep)
 
     def _listed(self) -> set[tuple[str, str]]:
         return {(str(kp.source), kp.function) for kp in self.kernels.values()}
@@ -373,12 +394,17 @@ class Tracer:
                    if (found := by_object.get(id(value))) is not None and value is originals[found[0]][found[1]]]
         for holder, name, value in patched:
             setattr(holder, name, recorder(*by_object[id(value)], value))
+        reads = self.output_reads
+        for handle in self.handles.values():
+            handle.on_record = lambda name, record: reads.launched(
+                self.kernels[name].function, self._record_writes(name, record, modules))
         try:
             for mod_name, mod in sorted(modules.items()):
                 module = self.modules[mod_name]
                 for fn_name in sorted(mod["examples"]):
                     try:
-                        with tensors_on_gpu("cpu"), no_triton_launches(), cuda_registrations_serve_cpu():
+                        with tensors_on_gpu("cpu"), no_triton_launches(), cuda_registrations_serve_cpu(), \
+                                watching_torch_calls(reads):
                             getattr(module, fn_name)("cpu")
                     except TritonLaunch as exc:
                         raise SourceError(f"{self.paths[mod_name]}: examples function {fn_name}('cpu') reached "
@@ -389,6 +415,8 @@ class Tracer:
         finally:
             for holder, name, value in patched:
                 setattr(holder, name, value)
+            for handle in self.handles.values():
+                handle.on_record = None
         for mod_name, mod in sorted(modules.items()):
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals[mod_name].items():
@@ -422,22 +450,24 @@ class Tracer:
         return None if known is None else function_writes(*known)
 
     def _written(self, before: dict[str, int], modules: dict[str, dict[str, Any]]) -> list[Any]:
-        """The tensors the kernel launches recorded since ``before`` (record counts per handle) may write: those
-        passed where a kernel stores (``KernelSource.writes``), a host-side descriptor's tensor included."""
+        """The tensors the kernel launches recorded since ``before`` (record counts per handle) may write."""
+        return [t for name, handle in self.handles.items() for record in handle.records[before.get(name, 0):]
+                for t in self._record_writes(name, record, modules)]
+
+    def _record_writes(self, name: str, record: TracedCall, modules: dict[str, dict[str, Any]]) -> list[Any]:
+        """The tensors one recorded launch of entry ``name`` may write: those passed where the kernel stores
+        (``KernelSource.writes``), a host-side descriptor's tensor included."""
+        kp = self.kernels.get(name)
+        source = modules.get(kp.module, {}).get("source") if kp is not None else None
+        if source is None or kp.function not in source.kernels:
+            return []
         out = []
-        for name, handle in self.handles.items():
-            kp = self.kernels.get(name)
-            source = modules.get(kp.module, {}).get("source") if kp is not None else None
-            if source is None or kp.function not in source.kernels:
-                continue
-            kernel = source.kernels[kp.function]
-            for record in handle.records[before.get(name, 0):]:
-                # (the branches its flags take; what it hands a function-valued constexpr, where that writes it)
-                for param in kernel.writes_for(record.named or {}, self._function_writes):
-                    value = (record.named or {}).get(param)
-                    value = getattr(value, "base", value) if isinstance(value, rt.TensorDescriptor) else value
-                    if hasattr(value, "untyped_storage"):
-                        out.append(value)
+        # (the branches its flags take; what it hands a function-valued constexpr, where that writes it)
+        for param in source.kernels[kp.function].writes_for(record.named or {}, self._function_writes):
+            value = (record.named or {}).get(param)
+            value = getattr(value, "base", value) if isinstance(value, rt.TensorDescriptor) else value
+            if hasattr(value, "untyped_storage"):
+                out.append(value)
         return out
 
     def trace_inputs(self, kp: KernelPlan, assignment: dict[str, Any], key: tuple[int, ...],
