@@ -118,8 +118,7 @@ def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
     """``op_schema`` and ``output_buffer`` of one op in one pass (the build asks both)."""
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
-        text = str(declared)
-        return text[text.index("("):], "from its @torch.library.custom_op", None, None
+        return _declared_schema(declared, inspect.signature(fn._init_fn), calls)
     sig, varargs = _without_var_parameters(host_signature(fn), calls)
     if varargs is not None and sig is None:
         return None, varargs, None, None
@@ -131,6 +130,24 @@ def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
         return schema, how, rule, buffer
     return schema, f"{how}; without its {varargs} (empty in every traced call: a call passing more runs as Python, " \
         "the others as the custom op)", rule, buffer
+
+
+def _declared_schema(declared: Any, sig: inspect.Signature, calls: list[Call],
+                     ) -> tuple[str, str, None, None]:
+    """A ``@torch.library.custom_op``'s own schema, with the arguments its examples' launches write marked written
+    where its ``mutates_args`` leaves them out (scattermoe's ``groupXtY_compileable`` names ``DW`` and its kernel
+    writes ``Db`` too): torch would not know of the write, and the wheel's guard refused the call."""
+    text = str(declared)
+    schema = text[text.index("("):]
+    marked = {a.name for a in declared.arguments if a.alias_info is not None and a.alias_info.is_write}
+    unmarked = [n for n in _written_arguments(sig, calls) if n not in marked]
+    if not unmarked:
+        return schema, "from its @torch.library.custom_op", None, None
+    taken = [int(n) for n in re.findall(r"\(a(\d+)!?\)", schema)]
+    for i, name in enumerate(unmarked, start=max(taken, default=-1) + 1):
+        schema = re.sub(rf"\bTensor(\?\[\]|\?|\[\])? {name}(?=[,)=])", rf"Tensor(a{i}!)\g<1> {name}", schema, count=1)
+    return schema, (f"from its @torch.library.custom_op, with {', '.join(unmarked)} marked written: its kernels "
+                    "write there in the examples, and its mutates_args leaves that out"), None, None
 
 
 def _unparsed(schema: str | None) -> str | None:

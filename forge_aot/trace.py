@@ -432,12 +432,17 @@ class Tracer:
                 if mod["schemas"][op] and has_var_parameters(fn):
                     mod.setdefault("takes", {})[op] = schema_takes(mod["schemas"][op])
                 owner = getattr(fn, "__self__", None)
-                if mod["schemas"][op] and op not in mod.get("autograd", {}) and getattr(fn, "__name__", "") == \
-                        "apply" and isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
-                    # (applied-ai's ``fused_softmax = triton_softmax.apply``)
-                    mod["schema_notes"][op] += (f"; {owner.__name__}.apply, an autograd.Function: its custom op has "
-                                                "no backward ([kernels.NAME.autograd] gives one), so a compiled call "
-                                                "needing gradients breaks the graph and runs eagerly")
+                applied = getattr(fn, "__name__", "") == "apply" and isinstance(owner, type) \
+                    and issubclass(owner, torch.autograd.Function)  # (applied-ai's fused_softmax = Fn.apply)
+                # or a function whose results the examples differentiate (scattermoe's parallel_linear, NSA's
+                # topk_sparse_attention: each returns Fn.apply(...))
+                with_grad = any(t.requires_grad for c in op_calls for t in _tensor_arguments((c[2],), {}))
+                if mod["schemas"][op] and op not in mod.get("autograd", {}) and (applied or with_grad):
+                    what = f"{owner.__name__}.apply, an autograd.Function" if applied else \
+                        "its examples differentiate its results"
+                    mod["schema_notes"][op] += (f"; {what}: its custom op has no backward ([kernels.NAME.autograd] "
+                                                "gives one), so a compiled call needing gradients breaks the graph "
+                                                "and runs eagerly")
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

@@ -1,0 +1,158 @@
+"""Ops whose custom op the author declared or wrapped (session 49's hunts over scattermoe and
+native-sparse-attention-triton): a ``@torch.library.custom_op`` whose ``mutates_args`` leaves out an argument its
+kernel writes, and an autograd Function applied inside a function, whose custom op has no backward either."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from forge_aot.manifest import load_manifest
+from forge_aot.plan import make_plan
+from tests.test_localmods import _installed, _run_fresh, one_file_project
+
+MUTATES_TOO_LITTLE = '''\
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _two(x_ptr, dw_ptr, db_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    tl.store(dw_ptr + offs, x * 2, mask=m)
+    if db_ptr is not None:
+        tl.store(db_ptr + offs, x + 1, mask=m)
+
+
+@torch.library.custom_op("mylib::two", mutates_args={"DW"})
+def two_compileable(DW: torch.Tensor, Db: Optional[torch.Tensor], x: torch.Tensor) -> None:
+    n = x.numel()
+    _two[(triton.cdiv(n, 128),)](x, DW, Db, n, BLOCK=128)
+
+
+def two(x, has_bias=False):
+    DW = torch.zeros_like(x)
+    Db = torch.zeros_like(x) if has_bias else None
+    two_compileable(DW, Db, x)
+    return DW, Db
+
+
+def examples(device="cpu"):
+    x = torch.randn(1000, device=device)
+    two(x, has_bias=True)
+    two(x, has_bias=False)
+'''
+"""scattermoe's ``groupXtY_compileable``: ``mutates_args={"DW"}``, and its kernel writes ``Db`` where given."""
+
+
+def test_a_declared_custom_op_gets_the_writes_its_mutates_args_leaves_out(tmp_path: Path) -> None:
+    """The schema marks ``Db`` written, saying why; before, the author's schema was taken as it was, and the wheel's
+    guard refused every call through the custom op that passed ``Db`` (torch.compile, ``torch.ops``), even at the
+    examples' own shapes, telling to add an example call that was already there."""
+    manifest = one_file_project(tmp_path / "p", "forge_mutates", MUTATES_TOO_LITTLE, "_two", ["two_compileable"])
+    plan = make_plan(load_manifest(manifest))
+    assert plan.modules["k"]["schemas"]["two_compileable"] == "(Tensor(a0!) DW, Tensor(a1!)? Db, Tensor x) -> ()"
+    assert plan.modules["k"]["schema_notes"]["two_compileable"].startswith(
+        "from its @torch.library.custom_op, with Db marked written")
+
+
+def test_a_declared_custom_ops_schema_stays_where_it_names_every_write(tmp_path: Path) -> None:
+    source = MUTATES_TOO_LITTLE.replace('mutates_args={"DW"}', 'mutates_args={"DW", "Db"}')
+    plan = make_plan(load_manifest(one_file_project(tmp_path / "p", "forge_mutates2", source, "_two",
+                                                    ["two_compileable"])))
+    assert plan.modules["k"]["schemas"]["two_compileable"] == "(Tensor(a0!) DW, Tensor(a1!)? Db, Tensor x) -> ()"
+    assert plan.modules["k"]["schema_notes"]["two_compileable"] == "from its @torch.library.custom_op"
+
+
+@pytest.mark.gpu
+def test_a_declared_custom_op_writing_more_than_it_says_runs_compiled_on_the_gpu(tmp_path: Path) -> None:
+    """Through ``torch.ops`` and compiled with fullgraph=True, with and without ``Db``, against torch, Triton
+    blocked; a misaligned odd length."""
+    site = _installed(one_file_project(tmp_path / "p", "forge_mutates", MUTATES_TOO_LITTLE, "_two",
+                                       ["two_compileable"]), tmp_path)
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_mutates
+        x = torch.randn(4100, device="cuda")[1:]
+        out = {}
+        def run(fn, bias):
+            dw, db = torch.full_like(x, float("nan")), torch.full_like(x, float("nan")) if bias else None
+            fn(dw, db, x)
+            return max((dw - x * 2).abs().max().item(), (db - (x + 1)).abs().max().item() if bias else 0.0)
+        for bias in (True, False):
+            out[f"op_{bias}"] = run(torch.ops.forge_mutates.two_compileable, bias)
+            out[f"compiled_{bias}"] = run(torch.compile(forge_mutates.two_compileable, fullgraph=True), bias)
+            out[f"plain_{bias}"] = run(forge_mutates.two_compileable, bias)
+        print(json.dumps(out))
+        '''), site)
+    assert max(res.values()) == 0.0, res
+
+
+APPLIED_INSIDE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * s, mask=m)
+
+
+def _launch(x, s):
+    y = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), s, BLOCK=256)
+    return y
+
+
+class Scale(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return _launch(x, 2.0)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _launch(g, 2.0)
+
+
+scale_apply = Scale.apply
+
+
+def scale_wrapped(x):
+    return Scale.apply(x)
+
+
+def scale_inference(x):
+    return _launch(x, 3.0)
+
+
+def examples(device="cpu"):
+    x = torch.randn(1000, device=device, requires_grad=True)
+    scale_apply(x).sum().backward()
+    scale_wrapped(x).sum().backward()
+    scale_inference(x.detach())
+'''
+
+
+def test_an_op_whose_examples_differentiate_it_is_noted_to_break_compiled_training(tmp_path: Path) -> None:
+    """scattermoe's ``parallel_linear`` and NSA's ``topk_sparse_attention`` return ``Fn.apply(...)`` from a function:
+    only ``op = Fn.apply`` was noted. Now any op whose examples' results need gradients is, as its custom op (with no
+    ``[kernels.NAME.autograd]``) breaks a compiled training graph the same way; an op used without gradients is not."""
+    manifest = one_file_project(tmp_path / "p", "forge_applied", APPLIED_INSIDE, "_scale",
+                                ["scale_apply", "scale_wrapped", "scale_inference"])
+    notes = make_plan(load_manifest(manifest)).modules["k"]["schema_notes"]
+    tail = ": its custom op has no backward ([kernels.NAME.autograd] gives one), so a compiled call needing " \
+        "gradients breaks the graph and runs eagerly"
+    assert notes["scale_apply"] == "from the traced examples; Scale.apply, an autograd.Function" + tail
+    assert notes["scale_wrapped"] == "from the traced examples; its examples differentiate its results" + tail
+    assert notes["scale_inference"] == "from the traced examples"
