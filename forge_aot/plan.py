@@ -81,6 +81,27 @@ _PASSED = object()
 """Stands for a tensor where the build asks whether a heuristic depends on an argument being None."""
 
 
+class _CallValue:
+    """Stands for a runtime argument where the build asks whether a heuristic reads any (``settled_heuristics``):
+    every use of it raises (arithmetic, comparison, attributes, truth, conversion); ``is None`` alone answers."""
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise _ReadsCallValue(object.__getattribute__(self, "_name"))
+
+    __getattr__ = __setattr__ = __bool__ = __index__ = __int__ = __float__ = __len__ = __iter__ = __call__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = __str__ = __repr__ = __format__ = _refuse  # type: ignore[assignment]
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __abs__ = _refuse
+    __and__ = __rand__ = __or__ = __ror__ = __lshift__ = __rshift__ = __getitem__ = __contains__ = _refuse
+
+
+class _ReadsCallValue(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class ConfigChoice:
     """One point of a tuning space."""
@@ -485,6 +506,32 @@ class KernelPlan:
                                     key_path=f"kernels.{self.name}.examples") from None
         return tuple((n, tuple(int(d) for d in nargs[n].block_shape)) for n in names)
 
+    def settled_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> set[str]:
+        """The heuristics whose values follow from the variant's values and the config alone (scattermoe's
+        ``NO_K_MASK: args['K'] % args['BLOCK_K'] == 0`` with ``K`` a call-site constexpr): no call of this variant
+        and config has another, so the build flips none of them (it had built both values: 120 of scattermoe's 217
+        binaries could never launch). Found by evaluating them with every runtime argument standing for a value
+        they may not read; one reading process-wide settings (``PROCESS_STATE``) is never settled."""
+        if not self.heuristics:
+            return set()
+        runtime = {n for n, kind in self.params if kind not in ("meta", "constexpr", "heuristic")}
+        nargs = {**{n: _CallValue(n) if n in runtime and v is not None else v for n, v in named.items()},
+                 **config.all_kwargs()}  # (a None stays: which arguments are None is presence_heuristics')
+        settled = set()
+        for name, fn in self.heuristics:
+            try:
+                value = fn(nargs)
+            except Exception:  # (_ReadsCallValue, or what the stand-in made the heuristic's own code raise)
+                nargs[name] = _CallValue(name)  # a later heuristic reading it reads the call too
+                continue
+            reads_state = set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE
+            if isinstance(value, _CallValue) or reads_state:
+                nargs[name] = _CallValue(name)
+                continue
+            nargs[name] = value
+            settled.add(name)
+        return settled
+
     def presence_heuristics(self, named: dict[str, Any], config: ConfigChoice) -> set[str]:
         """The heuristics whose value follows from which pointer (or optional float) arguments a call passes as
         None (FLA's ``USE_INITIAL_STATE: args['h0'] is not None``): the build never flips those (a binary for
@@ -550,8 +597,9 @@ class BuildPlan:
         with as_target(entry.target, False) if kp.heuristics or config.pre_hook else contextlib.nullcontext():
             for spec, named, traced in combos:
                 heur = kp.evaluate_heuristics(named, config)
-                pairs.append((spec, heur, kp.presence_heuristics(named, config) if calls else set(), traced,
-                              kp.descriptor_blocks(named, config, heur)))
+                fixed = (kp.presence_heuristics(named, config) if calls else set()) \
+                    | kp.settled_heuristics(named, config)
+                pairs.append((spec, heur, fixed, traced, kp.descriptor_blocks(named, config, heur)))
         ints = kp.int_positions()
         alignable = [i for i, n in enumerate(kp.spec_params) if i in ints or dict(kp.params)[n].startswith("*")]
         sizes = [i for i in ints if "stride" not in kp.spec_params[i].lower()]
