@@ -232,9 +232,42 @@ def _mode(home: str) -> Any:
             if body is not None:  # its body under this mode, as a direct call of the function runs
                 with type(self)():
                     return body(*args, **kwargs)
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except NotImplementedError as exc:
+                if home != "cpu" or "not implemented for '" not in str(exc):
+                    raise
+                return _in_a_dtype_the_cpu_has(func, args, kwargs, exc)
 
     return OnGpu
+
+
+def _in_a_dtype_the_cpu_has(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> Any:
+    """A torch op the GPU has for its tensors' dtype and the CPU does not (``torch.histc`` of int64 tensors:
+    native-sparse-attention's ``transform_score``), run on the CPU in float64 (integers and bools) or float32 (half
+    precision), its results cast back to the dtype of its first such tensor (a 0-dim tensor stays: it is often a
+    size, ``bins=idx.max() + 1``). Not for an in-place op (its tensor would not change): that one raises as before."""
+    import torch
+    from torch.utils._pytree import tree_map
+
+    name = getattr(func, "__name__", "")
+    if name.endswith("_") and not name.startswith("_"):
+        raise exc
+    wider = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+    cast: list[Any] = []
+
+    def widen(v: Any) -> Any:
+        if isinstance(v, torch.Tensor) and v.dim() and (v.dtype in wider or not (v.is_floating_point()
+                                                                                 or v.is_complex())):
+            cast.append(v.dtype)
+            return v.to(wider.get(v.dtype, torch.float64))
+        return v
+
+    args, kwargs = tree_map(widen, args), tree_map(widen, kwargs)
+    if not cast:
+        raise exc
+    out = func(*args, **kwargs)
+    return tree_map(lambda v: v.to(cast[0]) if isinstance(v, torch.Tensor) and v.is_floating_point() else v, out)
 
 
 def _custom_op_body(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

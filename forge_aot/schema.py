@@ -18,7 +18,9 @@ default None, which the registered implementations turn back into the host funct
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -628,7 +630,12 @@ def meta_mismatch(fn: Callable[..., Any], calls: list[Call]) -> str | None:
             with tensors_on_gpu("meta"):
                 out = fake_call(fn, meta(args), {k: meta(v) for k, v in kwargs.items()})
         except Exception as exc:
-            return f"its Meta implementation (the host code on meta tensors) fails: {type(exc).__name__}: {exc}"
+            # where in the host code (a 0-dim tensor used as a size, ``torch.zeros(h, counts[-1])``, reads it)
+            host = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == fn.__code__.co_filename] \
+                if hasattr(fn, "__code__") else []
+            at = f" at {os.path.basename(host[-1].filename)}:{host[-1].lineno} ({(host[-1].line or '').strip()})" \
+                if host else ""
+            return f"its Meta implementation (the host code on meta tensors) fails{at}: {type(exc).__name__}: {exc}"
         if seen(out) != seen(result):
             grad = any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
             return (f"its Meta implementation (the host code on meta tensors) gives other results than the call: "

@@ -1,6 +1,6 @@
-"""Ops whose custom op the author declared or wrapped (session 49's hunts over scattermoe and
-native-sparse-attention-triton): a ``@torch.library.custom_op`` whose ``mutates_args`` leaves out an argument its
-kernel writes, and an autograd Function applied inside a function, whose custom op has no backward either."""
+"""Ops' custom ops in the styles session 49's hunts met (scattermoe, native-sparse-attention-triton): a
+``@torch.library.custom_op`` whose ``mutates_args`` leaves out an argument its kernel writes, an autograd Function
+applied inside a function (whose custom op has no backward either), a 0-dim tensor given a factory as a size."""
 
 from __future__ import annotations
 
@@ -156,3 +156,52 @@ def test_an_op_whose_examples_differentiate_it_is_noted_to_break_compiled_traini
     assert notes["scale_apply"] == "from the traced examples; Scale.apply, an autograd.Function" + tail
     assert notes["scale_wrapped"] == "from the traced examples; its examples differentiate its results" + tail
     assert notes["scale_inference"] == "from the traced examples"
+
+
+SIZE_FROM_A_TENSOR = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill_kernel(x_ptr, s_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1, mask=m)
+
+
+def op_implicit(x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    scratch = torch.zeros(2, cu_seqlens[-1], dtype=torch.int32, device=x.device)
+    y = torch.empty_like(x)
+    fill_kernel[(triton.cdiv(x.numel(), 256),)](x, scratch, y, x.numel(), BLOCK=256)
+    return y
+
+
+def op_sized_by_values(x: torch.Tensor, cu_seqlens: torch.Tensor) -> torch.Tensor:
+    y = torch.empty(cu_seqlens[-1], dtype=x.dtype, device=x.device)
+    scratch = torch.zeros(2, dtype=torch.int32, device=x.device)
+    fill_kernel[(triton.cdiv(x.numel(), 256),)](x, scratch, y, x.numel(), BLOCK=256)
+    return y
+
+
+def examples(device):
+    x = torch.randn(1000, device=device)
+    cu = torch.tensor([0, 400, 1000], dtype=torch.int32, device=device)
+    op_implicit(x, cu)
+    op_sized_by_values(x, cu)
+'''
+
+
+def test_a_0_dim_tensor_given_a_factory_as_a_size_is_read_as_cu_seqlens_item_would_be(tmp_path: Path) -> None:
+    """NSA's ``count_query`` sizes a scratch buffer ``torch.zeros(h, cu_seqblocks[-1])``: its Meta implementation
+    failed ("Tensor.item() cannot be called on meta tensors", though the host code calls no ``.item()``) and the op
+    got no custom op, where ``cu_seqblocks[-1].item()`` got one. Now both do; an op whose result is sized so is
+    refused as one reading ``.item()`` is, and the note names the host line."""
+    manifest = one_file_project(tmp_path / "p", "forge_sized", SIZE_FROM_A_TENSOR, "fill_kernel",
+                                ["op_implicit", "op_sized_by_values"])
+    mod = make_plan(load_manifest(manifest)).modules["k"]
+    assert mod["schemas"]["op_implicit"] == "(Tensor x, Tensor cu_seqlens) -> Tensor", mod["schema_notes"]
+    assert mod["schemas"]["op_sized_by_values"] is None
+    assert "the shapes of its results follow tensor values its host code reads" in \
+        mod["schema_notes"]["op_sized_by_values"]

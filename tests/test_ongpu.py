@@ -134,3 +134,22 @@ def test_cuda_autocast_in_traced_host_code_casts_as_on_the_gpu() -> None:
         with warnings.catch_warnings(), torch.autocast("cuda", dtype=torch.float16):  # (torch warns: no CUDA)
             warnings.simplefilter("ignore")
             assert not torch.is_autocast_enabled("cuda")
+
+
+def test_a_torch_op_the_cpu_lacks_for_a_dtype_runs_in_a_wider_one() -> None:
+    """``torch.histc`` of int64 tensors exists on the GPU, not on the CPU (native-sparse-attention's
+    ``transform_score``): the trace's call runs in float64 and gives int64, as the GPU's; a 0-dim tensor given as an
+    integer argument (``bins=idx.max() + 1``) stays as it is; an op the CPU lacks for every dtype raises as
+    before."""
+    import torch
+
+    from forge_aot.ongpu import tensors_on_gpu
+
+    idx = torch.tensor([0, 1, 1, 3, 3, 3])
+    with pytest.raises(NotImplementedError):
+        torch.histc(idx, bins=4, min=0, max=3)
+    with tensors_on_gpu("cpu"):
+        counts = torch.histc(idx, bins=idx.max() + 1, min=0, max=idx.max())
+        assert counts.dtype == torch.int64 and counts.tolist() == [1, 2, 0, 3]
+        with pytest.raises(NotImplementedError):
+            torch.histc(torch.tensor([1 + 1j]), bins=2)

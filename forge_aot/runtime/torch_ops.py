@@ -200,6 +200,9 @@ def _stand_in_class() -> Any:
                     return storage_id(t) * 512 % (1 << 62) + t.storage_offset() * t.element_size()
                 self.used = True
                 return self.value(name, args[0])
+            if func in factories and func not in (torch.tensor, torch.as_tensor):  # a 0-dim tensor as a size
+                sized = [self.size(a) for a in args]  # (NSA's torch.zeros(h, cu_seqblocks[-1]): read as an index)
+                args = tuple(tuple(map(self.size, a)) if isinstance(a, (tuple, list)) else a for a in sized)
             if func in factories and torch._C._meta_in_tls_dispatch_include() and (kwargs or {}).get(
                     "device") is None and not any(isinstance(a, torch.Tensor) for a in args):
                 # FakeTensorMode runs a Meta kernel with Meta in the thread's dispatch keys, where a factory with
@@ -211,6 +214,12 @@ def _stand_in_class() -> Any:
                 finally:
                     torch._C._set_meta_in_tls_dispatch_include(True)
             return func(*args, **(kwargs or {}))
+
+        def size(self, a: Any) -> Any:
+            if isinstance(a, torch.Tensor) and a.dim() == 0 and without_data(a) and not a.dtype.is_floating_point:
+                self.used = True
+                return self.value("index", a)
+            return a
 
         def value(self, name: str, t: Any) -> Any:
             if name == "bool" or t.dtype == torch.bool:
