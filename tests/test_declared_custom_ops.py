@@ -205,3 +205,71 @@ def test_a_0_dim_tensor_given_a_factory_as_a_size_is_read_as_cu_seqlens_item_wou
     assert mod["schemas"]["op_sized_by_values"] is None
     assert "the shapes of its results follow tensor values its host code reads" in \
         mod["schema_notes"]["op_sized_by_values"]
+
+
+FIRST_CALL_COMPILED = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+@torch.library.custom_op("mylib::double", mutates_args=())
+def double(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    _double[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y
+
+
+@double.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def double_twice(x, **options):
+    return double(double(x))
+
+
+def examples(device="cpu"):
+    double_twice(torch.randn(1000, device=device), verbose=True)
+'''
+"""scattermoe's ``group``: an op with no custom op (here: a call passes ``**options``) calling a
+``@torch.library.custom_op``."""
+
+COMPILE_FIRST = textwrap.dedent('''\
+    import json, sys
+    sys.modules["triton"] = None
+    import torch, forge_first
+    device = sys.argv[1] if len(sys.argv) > 1 else "meta"
+    x = torch.randn(4099, device=device)[1:]
+    compiled = torch.compile(lambda t: forge_first.double_twice(t) + 1, fullgraph=True, backend="aot_eager")
+    first, again = compiled(x), compiled(x)  # the first call of the op in this process is inside the compile
+    out = {"shape": list(first.shape), "device": first.device.type, "loaded": "forge_first._ops.k" in sys.modules}
+    if device != "meta":
+        out["err"] = max((first - (x * 4 + 1)).abs().max().item(), (again - (x * 4 + 1)).abs().max().item())
+    print(json.dumps(out))
+    ''')
+
+
+def test_an_ops_first_call_inside_torch_compile_is_traced_through(tmp_path: Path) -> None:
+    """An op with no custom op whose first call in a process is inside ``torch.compile(fullgraph=True)``: Dynamo
+    traced its first-call loading (host module, index files) and stopped (``posix.stat``); after one eager call the
+    same compile worked. The loading now runs while Dynamo traces, not traced, and the trace goes on into the host
+    code and the custom op it calls. On meta tensors here (the custom op's Meta implementation runs)."""
+    site = _installed(one_file_project(tmp_path / "p", "forge_first", FIRST_CALL_COMPILED, "_double",
+                                       ["double", "double_twice"]), tmp_path)
+    assert _run_fresh(COMPILE_FIRST, site) == {"shape": [4098], "device": "meta", "loaded": True}
+
+
+@pytest.mark.gpu
+def test_an_ops_first_call_inside_torch_compile_runs_on_the_gpu(tmp_path: Path) -> None:
+    site = _installed(one_file_project(tmp_path / "p", "forge_first", FIRST_CALL_COMPILED, "_double",
+                                       ["double", "double_twice"]), tmp_path)
+    res = _run_fresh(COMPILE_FIRST.replace('sys.argv[1] if len(sys.argv) > 1 else "meta"', '"cuda"'), site)
+    assert res == {"shape": [4098], "device": "cuda", "loaded": True, "err": 0.0}, res

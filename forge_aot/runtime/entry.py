@@ -179,14 +179,13 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
             loaded.append(fn)
         return fn
 
-    if custom:
-        import torch
+    import torch  # (imported: the ops take its tensors)
 
+    if custom:
         is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
         if rule is not None:
             from .torch_ops import unpad
-        # a traced call the custom op cannot take runs host code eagerly (Dynamo failed in the runtime's launch)
-        eagerly: list[Callable[..., Any]] = []
+        eagerly: list[Callable[..., Any]] = []  # traced calls the custom op cannot take run host code eagerly
 
         def exported(*args: Any, **kwargs: Any) -> Any:
             if is_compiling():
@@ -200,7 +199,13 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
                 return eagerly[0](*args, **kwargs)
             return (loaded[0] if loaded else load())(*args, **kwargs)
     else:
+        def load_now() -> bool:  # while Dynamo traces: run, not traced (it cannot trace file reads and imports)
+            return bool(loaded or load())
+        load_now._dynamo_marked_constant = True  # type: ignore[attr-defined]  # (assume_constant_result's mark)
+
         def exported(*args: Any, **kwargs: Any) -> Any:
+            if not loaded and torch.compiler.is_compiling():  # a first call inside torch.compile (scattermoe's):
+                return load_now() and function(op)(*args, **kwargs)  # loaded, then read afresh (Package.function)
             return (loaded[0] if loaded else load())(*args, **kwargs)
 
     exported.__name__ = exported.__qualname__ = op
@@ -324,16 +329,11 @@ def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Cal
 PACKAGES: dict[str, Package] = {}
 
 
-def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]] | None = None,
+def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]],
                  exports: dict[str, str] | None = None) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
     """Entry point of a generated package: its exported ops (custom ops where they have a schema) and its
-    ``preload``. ``ops``: op → (host module, schema or None[, (setup_context, backward)]), as the build wrote
-    them; without it they are read from the index (packages generated before the table existed). ``exports``:
-    name → host module of the classes and functions it exports as they are (see ``exported``)."""
-    if ops is None:
-        from .host_modules import load_index, op_table
-
-        ops = op_table(load_index(root)["modules"])
+    ``preload``. ``ops``: op → (host module, schema or None[, (setup_context, backward)]), as the build wrote them
+    (host_modules.op_table); ``exports``: name → host module of what it exports as it is (see ``exported``)."""
     state = PACKAGES[package] = Package(package, root, ops)
     modules = {spec[0] for spec in ops.values()} | set((exports or {}).values())
     if not any(isinstance(f, _HostModuleFinder) and f.prefix == f"{package}._ops." for f in sys.meta_path):

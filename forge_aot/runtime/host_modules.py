@@ -175,13 +175,6 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
                             package_prefix + package if package else None, aliases)
 
 
-def load_package(package: str, root: str) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
-    """Entry point of a generated package (see entry.load_package: host code bound on first use)."""
-    from .entry import load_package as lazy
-
-    return lazy(package, root)
-
-
 def applied_function(fn: Any) -> type | None:
     """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
     LayerNorm.apply``), else None."""
