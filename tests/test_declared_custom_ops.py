@@ -274,3 +274,55 @@ def test_an_ops_first_call_inside_torch_compile_runs_on_the_gpu(tmp_path: Path) 
                                        ["double", "double_twice"]), tmp_path)
     res = _run_fresh(COMPILE_FIRST.replace('sys.argv[1] if len(sys.argv) > 1 else "meta"', '"cuda"'), site)
     assert res == {"shape": [4098], "device": "cuda", "loaded": True, "err": 0.0}, res
+
+
+COMPILED_HELPER = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2, mask=m)
+
+
+@torch.compile(fullgraph=True)
+def _order(x):
+    return torch.argsort(x).to(torch.int32)
+
+
+def scale_sorted(x: torch.Tensor) -> torch.Tensor:
+    y = torch.empty_like(x)
+    _scale[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
+    return y[_order(x)]
+
+
+def examples(device="cpu"):
+    scale_sorted(torch.randn(1000, device=device))
+'''
+"""Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helper (``sort_logit_avg``, in its backward)."""
+
+
+def test_host_codes_compiled_helpers_run_eagerly_where_there_is_no_triton(tmp_path: Path) -> None:
+    """The Cut Cross-Entropy wheel, on an H200 with Triton blocked, failed in its backward: the helper compiled with
+    Inductor, which needs Triton for the GPU (``TritonMissing``). In a process without Triton the packaged host
+    module's ``torch.compile`` now gives the function back as it is; with Triton it stays the compiled helper."""
+    site = _installed(one_file_project(tmp_path / "p", "forge_cmp", COMPILED_HELPER, "_scale", ["scale_sorted"]),
+                      tmp_path)
+    probe = textwrap.dedent('''\
+        import json, sys
+        if sys.argv[-1] == "blocked":
+            sys.modules["triton"] = None
+        import torch, forge_cmp
+        from forge_cmp._ops import k
+        x = torch.randn(7)
+        print(json.dumps({"compiled": hasattr(k._order, "_torchdynamo_orig_callable"),
+                          "sorted": torch.equal(k._order(x), torch.argsort(x).to(torch.int32)),
+                          "compile_back": torch.compile is not None and "lambda" not in repr(torch.compile)}))
+        ''')
+    assert _run_fresh(probe.replace('sys.argv[-1] == "blocked"', "True"), site) == \
+        {"compiled": False, "sorted": True, "compile_back": True}
+    assert _run_fresh(probe.replace('sys.argv[-1] == "blocked"', "False"), site)["compiled"] is True

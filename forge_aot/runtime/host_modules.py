@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -23,7 +24,8 @@ INDEX_FORMAT = 2
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                      source: str | None = None, builtins: dict[str, Any] | None = None,
-                     package: str | None = None, aliases: tuple[str, ...] = ()) -> types.ModuleType:
+                     package: str | None = None, aliases: tuple[str, ...] = (),
+                     compiles: bool = False) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
@@ -31,7 +33,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``);
     ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package);
     ``aliases``: the other names project code imports this file by (its shipped name under ``_ops._local``), which
-    are this module from before its first line, as a module importing itself back finds it.
+    are this module from before its first line, as a module importing itself back finds it; ``compiles``: the code
+    names ``torch.compile`` (see ``_eager_compile``).
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -63,11 +66,12 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     for name in names:
         sys.modules[name] = module
     try:
-        if source is None:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        else:
-            # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
-            exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
+        with _eager_compile() if compiles and source is None else contextlib.nullcontext():
+            if source is None:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            else:
+                # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
+                exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
     except BaseException:
         for name in names:
             if sys.modules.get(name) is module:
@@ -82,6 +86,25 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                 raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} {why}")
             handle.pre_hooks[hook] = fn
     return module
+
+
+@contextlib.contextmanager
+def _eager_compile() -> Iterator[None]:
+    """While a packaged host module runs its module code in a process without Triton, ``torch.compile`` gives the
+    function back as it is (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers
+    would need Triton for the GPU (Inductor's code generation) at their first call, in the backward; the wheel runs
+    without Triton, so they run eagerly. With Triton installed they stay the library's compiled helpers."""
+    if importlib.util.find_spec("triton") is not None:
+        yield
+        return
+    import torch
+
+    real = torch.compile
+    torch.compile = lambda model=None, **options: (lambda fn: fn) if model is None else model  # type: ignore
+    try:
+        yield
+    finally:
+        torch.compile = real
 
 
 def load_index(root: str, module: str | None = None) -> dict[str, Any]:
@@ -172,7 +195,8 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
     package = index["modules"][mod_name].get("package")
     return exec_host_module(module_name, source[0], bound, source[1], builtins,
-                            package_prefix + package if package else None, aliases)
+                            package_prefix + package if package else None, aliases,
+                            bool(index["modules"][mod_name].get("torch_compile")))
 
 
 def applied_function(fn: Any) -> type | None:
