@@ -524,8 +524,7 @@ class KernelPlan:
             except Exception:  # (_ReadsCallValue, or what the stand-in made the heuristic's own code raise)
                 nargs[name] = _CallValue(name)  # a later heuristic reading it reads the call too
                 continue
-            reads_state = set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE
-            if isinstance(value, _CallValue) or reads_state:
+            if isinstance(value, _CallValue) or _process_state_read(fn):
                 nargs[name] = _CallValue(name)
                 continue
             nargs[name] = value
@@ -1998,12 +1997,17 @@ PROCESS_STATE = frozenset({"get_float32_matmul_precision", "getenv", "environ", 
 """Names a heuristic reads process-wide settings through (``torch.get_float32_matmul_precision()``, ``os.environ``)."""
 
 
+def _process_state_read(fn: Any) -> list[str]:
+    """The names of ``PROCESS_STATE`` a heuristic's code reads."""
+    return sorted(set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE)
+
+
 def _state_reading_heuristics(kp: KernelPlan) -> list[str]:
     """Notes on heuristics that read process-wide settings (Cut Cross-Entropy's ``DOT_PRECISION`` follows
     ``torch.get_float32_matmul_precision()``): the build evaluates them under its own."""
     out = []
     for name, fn in kp.heuristics:
-        reads = sorted(set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE)
+        reads = _process_state_read(fn)
         if reads:
             # (the build evaluates heuristics per config after the trace, not at each traced call: examples
             # calling the ops under another setting do not change what is built)

@@ -148,8 +148,8 @@ def _declared_schema(declared: Any, sig: inspect.Signature, calls: list[Call],
     taken = [int(n) for n in re.findall(r"\(a(\d+)!?\)", schema)]
     for i, name in enumerate(unmarked, start=max(taken, default=-1) + 1):
         schema = re.sub(rf"\bTensor(\?\[\]|\?|\[\])? {name}(?=[,)=])", rf"Tensor(a{i}!)\g<1> {name}", schema, count=1)
-    return schema, (f"from its @torch.library.custom_op, with {', '.join(unmarked)} marked written: its kernels "
-                    "write there in the examples, and its mutates_args leaves that out"), None, None
+    return schema, (f"from its @torch.library.custom_op, with {', '.join(unmarked)} marked written: the examples' "
+                    "calls write there, and its mutates_args leaves that out"), None, None
 
 
 def _unparsed(schema: str | None) -> str | None:

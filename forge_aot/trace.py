@@ -379,7 +379,8 @@ class Tracer:
                 # take (**kwargs), which runs as Python there (entry.custom_call). written: what its launches
                 # write through, and what an in-place torch op changed
                 if depth[0] == 0 or not passes_var_arguments(fn, args, kwargs):
-                    written = [*self._written(before, modules), *(t for t, v in versions if t._version != v)]
+                    written = [*(t for n, h in self.handles.items() for r in h.records[before.get(n, 0):]
+                                 for t in writes.get(id(r), ())), *(t for t, v in versions if t._version != v)]
                     calls[mod_name][op].append((args, kwargs, result, written, replaced))
                 return result
             call.__forge_traced__ = op_fn  # type: ignore[attr-defined]  # (ongpu.recorded_through_globals)
@@ -395,9 +396,14 @@ class Tracer:
         for holder, name, value in patched:
             setattr(holder, name, recorder(*by_object[id(value)], value))
         reads = self.output_reads
+        writes: dict[int, list[Any]] = {}  # id(record) -> what it writes: once per launch, for both uses
+
+        def on_record(name: str, record: TracedCall) -> None:
+            writes[id(record)] = self._record_writes(name, record, modules)
+            reads.launched(self.kernels[name].function, writes[id(record)])
+
         for handle in self.handles.values():
-            handle.on_record = lambda name, record: reads.launched(
-                self.kernels[name].function, self._record_writes(name, record, modules))
+            handle.on_record = on_record
         try:
             for mod_name, mod in sorted(modules.items()):
                 module = self.modules[mod_name]
@@ -453,11 +459,6 @@ class Tracer:
         """The argument slots a function-valued constexpr's value (its text, see ``function_constexpr``) writes."""
         known = self.functions.get(value) if isinstance(value, str) else None
         return None if known is None else function_writes(*known)
-
-    def _written(self, before: dict[str, int], modules: dict[str, dict[str, Any]]) -> list[Any]:
-        """The tensors the kernel launches recorded since ``before`` (record counts per handle) may write."""
-        return [t for name, handle in self.handles.items() for record in handle.records[before.get(name, 0):]
-                for t in self._record_writes(name, record, modules)]
 
     def _record_writes(self, name: str, record: TracedCall, modules: dict[str, dict[str, Any]]) -> list[Any]:
         """The tensors one recorded launch of entry ``name`` may write: those passed where the kernel stores

@@ -204,9 +204,9 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
         load_now._dynamo_marked_constant = True  # type: ignore[attr-defined]  # (assume_constant_result's mark)
 
         def exported(*args: Any, **kwargs: Any) -> Any:
-            if not loaded and torch.compiler.is_compiling():  # a first call inside torch.compile (scattermoe's):
-                return load_now() and function(op)(*args, **kwargs)  # loaded, then read afresh (Package.function)
-            return (loaded[0] if loaded else load())(*args, **kwargs)
+            if loaded:  # (one test on the fast path; a first call inside torch.compile, scattermoe's, loads
+                return loaded[0](*args, **kwargs)  # while Dynamo traces and reads the host function afresh)
+            return (load_now() and function(op) if torch.compiler.is_compiling() else load())(*args, **kwargs)
 
     exported.__name__ = exported.__qualname__ = op
     exported.__module__ = namespace

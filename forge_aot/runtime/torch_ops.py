@@ -173,6 +173,7 @@ def _stand_in_class() -> Any:
                        torch.Tensor.__float__, torch.Tensor.__index__, torch.equal, torch.Tensor.data_ptr))
     factories = frozenset((torch.arange, torch.zeros, torch.ones, torch.empty, torch.full, torch.tensor,
                            torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.linspace, torch.eye))
+    sized_factories = factories - {torch.tensor, torch.as_tensor}  # (those two take a 0-dim tensor as data)
 
     def without_data(a: Any) -> bool:
         fake = sys.modules.get("torch._subclasses.fake_tensor")
@@ -200,7 +201,7 @@ def _stand_in_class() -> Any:
                     return storage_id(t) * 512 % (1 << 62) + t.storage_offset() * t.element_size()
                 self.used = True
                 return self.value(name, args[0])
-            if func in factories and func not in (torch.tensor, torch.as_tensor):  # a 0-dim tensor as a size
+            if func in sized_factories:  # a 0-dim tensor as a size
                 sized = [self.size(a) for a in args]  # (NSA's torch.zeros(h, cu_seqblocks[-1]): read as an index)
                 args = tuple(tuple(map(self.size, a)) if isinstance(a, (tuple, list)) else a for a in sized)
             if func in factories and torch._C._meta_in_tls_dispatch_include() and (kwargs or {}).get(
