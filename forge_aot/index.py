@@ -90,14 +90,8 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                           **({"takes": spec["takes"]} if spec.get("takes") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
                           **({"package": spec["package"]} if spec.get("package") else {}),
-                          **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)},
-                          **({"torch_compile": True} if _compiles(spec) else {})}
+                          **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)}}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
     }
 
-
-def _compiles(spec: dict[str, Any]) -> bool:
-    """Whether a host module's shipped code names ``torch.compile`` (Cut Cross-Entropy's ``@torch.compile`` helpers):
-    the runtime then binds it so that a process without Triton runs those helpers eagerly (``host_modules``)."""
-    return "torch.compile" in (spec.get("host_source") or "")

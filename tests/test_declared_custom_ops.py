@@ -326,3 +326,30 @@ def test_host_codes_compiled_helpers_run_eagerly_where_there_is_no_triton(tmp_pa
     assert _run_fresh(probe.replace('sys.argv[-1] == "blocked"', "True"), site) == \
         {"compiled": False, "sorted": True, "compile_back": True}
     assert _run_fresh(probe.replace('sys.argv[-1] == "blocked"', "False"), site)["compiled"] is True
+
+
+def test_a_project_modules_compiled_helpers_run_eagerly_where_there_is_no_triton(tmp_path: Path) -> None:
+    """The same helper in a project module the kernel file imports (shipped as ``_ops._local.helpers``, loaded by
+    its own loader): eager without Triton, compiled with it; the op's results are the same either way."""
+    helper = COMPILED_HELPER[COMPILED_HELPER.index("@torch.compile"):COMPILED_HELPER.index("def scale_sorted")]
+    kernel_file = COMPILED_HELPER.replace(helper, "").replace("import torch\n",
+                                                              "import torch\nfrom helpers import _order\n")
+    manifest = one_file_project(tmp_path / "p", "forge_cmp_local", kernel_file, "_scale", ["scale_sorted"])
+    (manifest.parent / "helpers.py").write_text('"""Project helpers."""\nimport torch\n\n\n' + helper)
+    site = _installed(manifest, tmp_path)
+    probe = textwrap.dedent('''\
+        import json, sys
+        if BLOCKED:
+            sys.modules["triton"] = None
+        import torch, forge_cmp_local
+        from forge_cmp_local._ops._local import helpers
+        from forge_cmp_local._ops import k
+        x = torch.randn(7)
+        print(json.dumps({"compiled": hasattr(helpers._order, "_torchdynamo_orig_callable"),
+                          "same": k._order is helpers._order,
+                          "sorted": torch.equal(helpers._order(x), torch.argsort(x).to(torch.int32)),
+                          "compile_back": "lambda" not in repr(torch.compile)}))
+        ''')
+    assert _run_fresh(probe.replace("BLOCKED", "True"), site) == \
+        {"compiled": False, "same": True, "sorted": True, "compile_back": True}
+    assert _run_fresh(probe.replace("BLOCKED", "False"), site)["compiled"] is True

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -24,8 +23,7 @@ INDEX_FORMAT = 2
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                      source: str | None = None, builtins: dict[str, Any] | None = None,
-                     package: str | None = None, aliases: tuple[str, ...] = (),
-                     compiles: bool = False) -> types.ModuleType:
+                     package: str | None = None, aliases: tuple[str, ...] = ()) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
@@ -33,8 +31,7 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``);
     ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package);
     ``aliases``: the other names project code imports this file by (its shipped name under ``_ops._local``), which
-    are this module from before its first line, as a module importing itself back finds it; ``compiles``: the code
-    names ``torch.compile`` (see ``_eager_compile``).
+    are this module from before its first line, as a module importing itself back finds it.
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -66,12 +63,11 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     for name in names:
         sys.modules[name] = module
     try:
-        with _eager_compile() if compiles and source is None else contextlib.nullcontext():
-            if source is None:
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
-            else:
-                # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
-                exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
+        if source is None:
+            run_module_code(spec.loader, module)
+        else:
+            # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
+            exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
     except BaseException:
         for name in names:
             if sys.modules.get(name) is module:
@@ -88,23 +84,29 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     return module
 
 
-@contextlib.contextmanager
-def _eager_compile() -> Iterator[None]:
-    """While a packaged host module runs its module code in a process without Triton, ``torch.compile`` gives the
-    function back as it is (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers
-    would need Triton for the GPU (Inductor's code generation) at their first call, in the backward; the wheel runs
-    without Triton, so they run eagerly. With Triton installed they stay the library's compiled helpers."""
-    if importlib.util.find_spec("triton") is not None:
-        yield
+def run_module_code(loader: Any, module: types.ModuleType) -> None:
+    """Run a shipped module's code as ``loader.exec_module`` would; where the process has no Triton and the code
+    names ``compile`` (Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host module or a project
+    module), ``torch.compile`` gives the function back as it is while the module code runs (as a decorator too):
+    those helpers would need Triton for the GPU (Inductor's code generation) at their first call, in the backward,
+    and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled helpers."""
+    code = loader.get_code(module.__name__)
+    if not _names_compile(code) or importlib.util.find_spec("triton") is not None:
+        exec(code, module.__dict__)
         return
     import torch
 
     real = torch.compile
     torch.compile = lambda model=None, **options: (lambda fn: fn) if model is None else model  # type: ignore
     try:
-        yield
+        exec(code, module.__dict__)
     finally:
         torch.compile = real
+
+
+def _names_compile(code: types.CodeType) -> bool:
+    return "compile" in code.co_names or any(isinstance(c, types.CodeType) and _names_compile(c)
+                                             for c in code.co_consts)
 
 
 def load_index(root: str, module: str | None = None) -> dict[str, Any]:
@@ -195,8 +197,7 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
     package = index["modules"][mod_name].get("package")
     return exec_host_module(module_name, source[0], bound, source[1], builtins,
-                            package_prefix + package if package else None, aliases,
-                            bool(index["modules"][mod_name].get("torch_compile")))
+                            package_prefix + package if package else None, aliases)
 
 
 def applied_function(fn: Any) -> type | None:

@@ -11,7 +11,7 @@ import sys
 import types
 from typing import Any
 
-from .host_modules import load_index
+from .host_modules import load_index, run_module_code
 from .host_triton import KernelSide, host_triton
 from .tables import KERNEL_SIDE_HOOK
 
@@ -69,7 +69,7 @@ class LocalModuleLoader(importlib.machinery.SourceFileLoader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         module.__dict__.update(self.bound)
-        super().exec_module(module)
+        run_module_code(self, module)
 
 
 def host_module_imported_as(package: Any, fullname: str) -> str | None:
