@@ -236,11 +236,12 @@ def build_cmd(manifest: Path, targets: tuple[str, ...], out_dir: Path | None, bu
     for line in tuning.stale + tuning.warnings:
         click.echo(f"warning: tuning database: {line}", err=True)
     _plan_warnings(result.plan)
-    from .plan import data_like_constexprs
+    from .plan import data_like_constexprs, size_constexprs
 
     for name, kp in result.plan.kernels.items():
+        entries = [e for e in result.plan.entries if e.kernel == name]
         for line in _data_like_notes({"function": kp.function, "data_like_constexprs": data_like_constexprs(
-                kp, [e for e in result.plan.entries if e.kernel == name])}):
+                kp, entries), "size_constexprs": size_constexprs(kp, entries)}):
             click.echo(f"warning: {line}", err=True)
     ok = sum(1 for r in report.results if r.ok)
     for wheel in result.wheels:
@@ -261,12 +262,20 @@ def _plan_warnings(plan: Any) -> None:
 
 
 def _data_like_notes(summary: dict[str, Any]) -> list[str]:
-    """What ``plan.data_like_constexprs`` found for one kernel, as lines a person reads."""
-    return [f"{summary['function']}: constexpr {name} takes {len(values)} values in the traced calls "
-            f"({', '.join(map(str, values[:8]))}{', ...' if len(values) > 8 else ''}): each is a binary of its own, "
-            "and a value no example passes fails at run time (Triton's JIT compiles a binary for each new one); if it "
-            "is per-call data (a length, a stride), make it a runtime argument"
-            for name, values in summary["data_like_constexprs"].items()]
+    """What ``plan.data_like_constexprs`` and ``plan.size_constexprs`` found for one kernel, as lines a person
+    reads."""
+    sizes = summary.get("size_constexprs", {})
+    return [*(f"{summary['function']}: constexpr {name} equals {arg}.shape[{dim}] in every traced call "
+              f"({', '.join(map(str, values[:8]))}{', ...' if len(values) > 8 else ''}): each value is a binary of its "
+              "own, and a value no example passes raises NotBuiltError at run time (Triton's JIT compiles a binary "
+              "for each new one); where it follows a size that varies per call (a batch, a length), pass every size "
+              "the deployment uses in the examples, or make it a runtime argument"
+              for name, (arg, dim, values) in sizes.items()),
+            *(f"{summary['function']}: constexpr {name} takes {len(values)} values in the traced calls "
+              f"({', '.join(map(str, values[:8]))}{', ...' if len(values) > 8 else ''}): each is a binary of its own, "
+              "and a value no example passes fails at run time (Triton's JIT compiles a binary for each new one); if "
+              "it is per-call data (a length, a stride), make it a runtime argument"
+              for name, values in summary["data_like_constexprs"].items() if name not in sizes)]
 
 
 @main.command()
@@ -323,12 +332,12 @@ def check(manifest: Path, show_plan: bool) -> None:
                        "whatever the configs of the space say")
         if k["optional"]:
             click.echo(f"    passed as None by traced calls: {', '.join(k['optional'])} (each combination with the "
-                       "values other calls of the same variant and row pass there is built)")
+                       "values other calls of the same variant pass there is built, at every row)")
         if k.get("optional_per_variant"):
             names = ", ".join(k["optional_per_variant"])
-            click.echo(f"    note: {names}: None in all traced calls of some variants or rows, passed in all of "
-                       "others; each is built as its calls pass it, and another combination raises NotBuiltError "
-                       "(trace it in the examples if it occurs)")
+            click.echo(f"    note: {names}: None in all traced calls of some variants, passed in all of others; each "
+                       "is built as its calls pass it, and another combination raises NotBuiltError (trace it in the "
+                       "examples if it occurs)")
         for line in [*_data_like_notes(k), *k["notes"]]:
             click.echo(f"    note: {line}")
         if "examples" not in k["axis_values_from"] and not k["tuning_inputs"] and k["unkeyed_ints"]:

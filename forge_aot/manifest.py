@@ -225,6 +225,10 @@ class OpEntry:
     """A host function of the same file that calls the op on representative inputs (as ``kernels.NAME.examples``:
     run on the CPU at build time; what its calls pass to the kernels is built; left out of the wheel);
     ``path/to/file.py:function`` names one of another file of the package."""
+    autograd: OpAutograd | None = None
+    """How the op's custom op differentiates (as ``kernels.NAME.autograd.OP``, for this op; its functions are host
+    functions of this file): lightning-attention's ``lightning_attn_func`` calls an ``autograd.Function`` of a kernel
+    file, which a compiled training step cannot see through the custom op."""
 
 
 @dataclass(frozen=True)
@@ -548,6 +552,10 @@ def _validate(m: Manifest, root: Path, r: _Reader) -> None:
         if o.function is None and path in kernel_files:
             raise r.error(f"ops.{name}.source", f"'{o.source}' defines kernels of this manifest: list '{name}' in "
                           f"the ops of one of them (or export it under this name: ops.{name}.function)")
+        if o.autograd is not None:
+            for key, fn in (("setup-context", o.autograd.setup_context), ("backward", o.autograd.backward)):
+                if not _is_identifier(fn):
+                    raise r.error(f"ops.{name}.autograd.{key}", f"'{fn}' is not a function name")
         if o.function is not None:
             if not _is_identifier(o.function):
                 raise r.error(f"ops.{name}.function", f"'{o.function}' is not an identifier")

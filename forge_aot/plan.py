@@ -585,7 +585,7 @@ class BuildPlan:
         kp = self.kernels[entry.kernel]
         calls = entry.calls.get(key)
         if calls:
-            combos = _none_combinations(kp, calls)
+            combos = _none_combinations(kp, calls, [c for row in entry.calls.values() for c in row])
         else:
             combos = [(kp.default_spec(key), {**dict(zip(kp.key, key)), **entry.assignment}, True)]
         pairs = []
@@ -643,24 +643,27 @@ class BuildPlan:
         }
 
 
-def _none_combinations(kp: KernelPlan, calls: list[TracedCall]) -> list[tuple[str, dict[str, Any], bool]]:
-    """(specialization, arguments by name, traced) of each traced call and, where calls pass some pointers as None
-    and others as tensors (optional tensors: FLA's ``g``, ``h0``, ``ht``), of every other combination of those: a
-    call may leave out any subset, not only those the examples tried. A pointer made present takes a tensor
-    another call passed there (so heuristics reading its dtype see a real one) and the aligned code; only those the
-    calls pass where the manifest says ``every-none-combination = false``. Per variant and row: a pointer passed as
-    None by every call of one variant and as a tensor by every call of another is not crossed (FLA's ``USE_G=g is
-    not None``, flash-attn's positional ``residual is not None``: crossing would build binaries no call reaches;
-    ``check`` names such pointers, see ``_optional_per_variant``)."""
+def _none_combinations(kp: KernelPlan, calls: list[TracedCall], variant_calls: list[TracedCall],
+                       ) -> list[tuple[str, dict[str, Any], bool]]:
+    """(specialization, arguments by name, traced) of each traced call of a row (``calls``) and, where the calls of
+    its variant (``variant_calls``, every row's) pass some pointers as None and others as tensors (optional tensors:
+    FLA's ``g``, ``h0``, ``ht``; Cut Cross-Entropy's ``softcap`` float), of every other combination of those: a
+    call may leave out any subset, not only those the examples tried, and at any shape, not only at the one an
+    example tried it (its softcap call, traced at a small shape, reached a large one's config). A pointer made
+    present takes a tensor another call passed there (so heuristics reading its dtype see a real one) and the
+    aligned code; only those the calls pass where the manifest says ``every-none-combination = false``. Per
+    variant: a pointer passed as None by every call of one variant and as a tensor by every call of another is not
+    crossed (FLA's ``USE_G=g is not None``, flash-attn's positional ``residual is not None``: crossing would build
+    binaries no call reaches; ``check`` names such pointers, see ``_optional_per_variant``)."""
     out = {(c.spec, id(c)): (c.spec, c.named or {}, True) for c in calls}
     if not kp.entry.every_none_combination:
         return list(out.values())
     optional: dict[int, Any] = {}  # position -> a tensor (or scalar) some call passed there
     present: dict[int, str] = {}  # position -> the code it takes when present: aligned, or the scalar's own
     for i, name in enumerate(kp.spec_params):
-        passed = [(c.named[name], c.spec[i]) for c in calls
+        passed = [(c.named[name], c.spec[i]) for c in variant_calls
                   if c.spec[i] != SPEC_ABSENT and (c.named or {}).get(name) is not None]
-        if passed and any(c.spec[i] == SPEC_ABSENT for c in calls):
+        if passed and any(c.spec[i] == SPEC_ABSENT for c in variant_calls):
             optional[i] = passed[0][0]
             present[i] = SPEC_DIV16 if dict(kp.params)[name].startswith("*") else passed[0][1]
     for c in calls:
@@ -1540,7 +1543,8 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
             own.add(k.examples)
     for op_name, o in m.ops.items():
         ops_by_file.setdefault((root / o.source).resolve(), set()).update(
-            (o.function or op_name, o.examples) if o.examples is not None else (o.function or op_name,))
+            (o.function or op_name, o.examples) if o.examples is not None else (o.function or op_name,),
+            (o.autograd.setup_context, o.autograd.backward) if o.autograd is not None else ())
     for file in m.exports.values():
         ops_by_file.setdefault((root / file).resolve(), set())
     # another file's examples: a kernel or op file's, or a file of examples of its own (lightllm's hunt examples,
@@ -1625,10 +1629,14 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         if foreign:  # another file's (lightllm's flash decoding driver, exercised from a file of examples)
             foreign_examples.append((f"ops.{op_name}.examples", o.examples))
         for field_name, fn_name in (("function" if o.function else "source", function),
-                                    ("examples", None if foreign else o.examples)):
+                                    ("examples", None if foreign else o.examples),
+                                    ("autograd.setup-context", o.autograd and o.autograd.setup_context),
+                                    ("autograd.backward", o.autograd and o.autograd.backward)):
             if fn_name is not None and fn_name not in src.host_functions:
                 raise _error(loaded, f"ops.{op_name}.{field_name}", f"no host function '{fn_name}' in {o.source}",
                              close_match(fn_name, src.host_functions))
+        if o.autograd is not None:
+            mod.setdefault("autograd", {})[function] = [o.autograd.setup_context, o.autograd.backward]
         _no_class_op(loaded, f"ops.{op_name}", src, function)
         mod["ops"].append(function)
         if o.function is not None:  # exported under the entry's name (the index's ``export_as``)
@@ -1758,13 +1766,16 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
     for mod_name, mod in sorted(modules.items()):
         for op in sorted(mod.get("autograd", {})):
             if not mod["schemas"].get(op) or op in mod.get("buffers", {}):
-                kernel = next(n for n, kp in kernels.items() if kp.module == mod_name and op in kp.entry.ops)
+                kernel = next((f"kernels.{n}.autograd.{op}" for n, kp in kernels.items()
+                               if kp.module == mod_name and op in kp.entry.ops), None) or \
+                    next(f"ops.{n}.autograd" for n, o in m.ops.items() if (o.function or n) == op)
+                left = [b[0] for b in mod.get("buffers", {}).get(op, ())]
                 why = f"has no torch.library schema ({mod['schema_notes'][op]}): give it type annotations so it " \
                     "can be a custom op" if not mod["schemas"].get(op) else \
-                    f"leaves argument {mod['buffers'][op][0]} out of its schema (None in every traced " \
-                    "call), so its setup_context would see other inputs than the host code takes: a backward for "\
-                    "such an op is not supported"
-                raise _error(loaded, f"kernels.{kernel}.autograd.{op}", f"op '{op}' {why}")
+                    f"leaves argument{'s' if len(left) > 1 else ''} {' and '.join(left)} out of its schema (None in " \
+                    "every traced call), so its setup_context would see other inputs than the host code takes: a " \
+                    "backward for such an op is not supported"
+                raise _error(loaded, kernel, f"op '{op}' {why}")
     for mod in modules.values():
         src = mod.pop("source")
         # (an exported examples function ships: the package names it, ``[exports] examples = "ex.py"``)
@@ -2018,13 +2029,13 @@ def _state_reading_heuristics(kp: KernelPlan) -> list[str]:
 
 
 def _optional_per_variant(kp: KernelPlan, entries: list[EntryPlan]) -> list[str]:
-    """Arguments every traced call of some variant or row passes as None and every call of another passes: each is
-    built for what its own calls pass (``_none_combinations``), so a call of another combination (lightllm's gated
-    RMSNorm with a bias and the ``NORM_BEFORE_GATE`` only traced without one) finds no binary."""
+    """Arguments every traced call of some variant passes as None and every call of another passes: each is built
+    for what its own variant's calls pass (``_none_combinations``), so a call of another combination (lightllm's
+    gated RMSNorm with a bias and the ``NORM_BEFORE_GATE`` only traced without one) finds no binary."""
     out = []
     for i, name in enumerate(kp.spec_params):
-        kinds = {frozenset(c.spec[i] == SPEC_ABSENT for c in calls) for e in entries
-                 for calls in e.calls.values() if calls}
+        kinds = {frozenset(c.spec[i] == SPEC_ABSENT for calls in e.calls.values() for c in calls) for e in entries
+                 if any(e.calls.values())}
         if frozenset({True}) in kinds and frozenset({False}) in kinds:
             out.append(name)
     return out
@@ -2070,8 +2081,40 @@ def plan_summary(plan: BuildPlan) -> dict[str, Any]:
             "writes": kp.written,
             "launch_heuristics": kp.launch_heuristics,
             "data_like_constexprs": data_like_constexprs(kp, entries),
+            "size_constexprs": size_constexprs(kp, entries),
             "notes": list(kp.notes),
         }
+    return out
+
+
+def size_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, tuple[str, int, list[int]]]:
+    """Call-site constexprs that every traced call sets to one leading size of one tensor argument (lightning
+    attention's ``b, h, n, d = q.shape`` passed as ``b: tl.constexpr``..., Liger's RoPE ``bs``, the GIoU post's
+    ``BLOCK_SIZE=n_boxes``), with two values or more, or one not a power of two: a binary per size, and a size no
+    example passes fails at run time. → (argument, dimension, sorted values). Innermost sizes are left out (a head
+    dimension is a constexpr by design: few values per model)."""
+    k = kp.entry
+    listed = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
+    calls = [c for e in entries for row in e.calls.values() for c in row if c.named]
+    out = {}
+    for a in kp.axes:
+        if a in k.dtypes or a in listed or a in LAUNCH_OPTIONS or not calls:
+            continue
+        common: set[tuple[str, int]] | None = None
+        values = set()
+        for c in calls:
+            v = c.named.get(a)
+            if not isinstance(v, int) or isinstance(v, bool):
+                common = set()
+                break
+            values.add(v)
+            found = {(n, d) for n, t in c.named.items() if hasattr(t, "dim") and hasattr(t, "shape")
+                     for d in range(t.dim() - 1) if t.shape[d] == v}
+            common = found if common is None else common & found
+        if common and (len(values) > 1 or any(v <= 0 or v & (v - 1) for v in values)):
+            position = {n: i for i, (n, _) in enumerate(kp.params)}
+            arg, dim = min(common, key=lambda nd: (position.get(nd[0], len(position)), nd[1]))
+            out[a] = (arg, dim, sorted(values))
     return out
 
 

@@ -102,32 +102,36 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None), a reason, and the
     rule giving each call its result structure where that follows an argument (else None). An output buffer the
     examples always leave None (mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out =
-    torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffer`` says which): a
-    caller's ``out`` would be written and returned, which no custom op may do, so calls passing one stay Python
-    calls (``runtime.entry.custom_call``); a rule's positions are then the schema's."""
+    torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffers`` says which; so
+    are several): a caller's ``out`` would be written and returned, which no custom op may do, so calls passing one
+    stay Python calls (``runtime.entry.custom_call``); a rule's positions are then the schema's."""
     return schema_and_buffer(fn, calls)[:3]
 
 
-def output_buffer(fn: Callable[..., Any], calls: list[Call]) -> tuple[str, int] | None:
-    """The output buffer ``op_schema`` leaves out of the op's schema (see there), or the argument it leaves out as
-    one (``_untyped_none``), as (name, position among the host function's parameters, -1 for a keyword-only one),
-    or None."""
+def output_buffers(fn: Callable[..., Any], calls: list[Call]) -> LeftOut:
+    """The output buffers ``op_schema`` leaves out of the op's schema (see there), and the arguments it leaves out as
+    it leaves those (every traced call passes None there and nothing types them), each as (name, position among the
+    host function's parameters, -1 for a keyword-only one), in parameter order; () where it leaves none out."""
     return schema_and_buffer(fn, calls)[3]
 
 
+LeftOut = tuple[tuple[str, int], ...]
+"""Arguments a schema leaves out, as ``output_buffers`` gives them."""
+
+
 def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
-                      ) -> tuple[str | None, str, ResultRule | None, tuple[str, int] | None]:
-    """``op_schema`` and ``output_buffer`` of one op in one pass (the build asks both)."""
+                      ) -> tuple[str | None, str, ResultRule | None, LeftOut]:
+    """``op_schema`` and ``output_buffers`` of one op in one pass (the build asks both)."""
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         return _declared_schema(declared, inspect.signature(fn._init_fn), calls)
     sig, varargs = _without_var_parameters(host_signature(fn), calls)
     if varargs is not None and sig is None:
-        return None, varargs, None, None
+        return None, varargs, None, ()
     schema, how, rule, buffer = _schema_and_buffer(fn, sig, calls)
     refused = _unparsed(schema)
     if refused is not None:  # (the wheel's definition would fail, and its custom op be missing, at run time)
-        return None, refused, None, None
+        return None, refused, None, ()
     if varargs is None or schema is None:
         return schema, how, rule, buffer
     return schema, f"{how}; without its {varargs} (empty in every traced call: a call passing more runs as Python, " \
@@ -135,7 +139,7 @@ def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
 
 
 def _declared_schema(declared: Any, sig: inspect.Signature, calls: list[Call],
-                     ) -> tuple[str, str, None, None]:
+                     ) -> tuple[str, str, None, LeftOut]:
     """A ``@torch.library.custom_op``'s own schema, with the arguments its examples' launches write marked written
     where its ``mutates_args`` leaves them out (scattermoe's ``groupXtY_compileable`` names ``DW`` and its kernel
     writes ``Db`` too): torch would not know of the write, and the wheel's guard refused the call."""
@@ -144,12 +148,12 @@ def _declared_schema(declared: Any, sig: inspect.Signature, calls: list[Call],
     marked = {a.name for a in declared.arguments if a.alias_info is not None and a.alias_info.is_write}
     unmarked = [n for n in _written_arguments(sig, calls) if n not in marked]
     if not unmarked:
-        return schema, "from its @torch.library.custom_op", None, None
+        return schema, "from its @torch.library.custom_op", None, ()
     taken = [int(n) for n in re.findall(r"\(a(\d+)!?\)", schema)]
     for i, name in enumerate(unmarked, start=max(taken, default=-1) + 1):
         schema = re.sub(rf"\bTensor(\?\[\]|\?|\[\])? {name}(?=[,)=])", rf"Tensor(a{i}!)\g<1> {name}", schema, count=1)
     return schema, (f"from its @torch.library.custom_op, with {', '.join(unmarked)} marked written: the examples' "
-                    "calls write there, and its mutates_args leaves that out"), None, None
+                    "calls write there, and its mutates_args leaves that out"), None, ()
 
 
 def _unparsed(schema: str | None) -> str | None:
@@ -201,29 +205,33 @@ def schema_takes(schema: str) -> list[Any]:
 
 
 def _schema_and_buffer(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
-                       ) -> tuple[str | None, str, ResultRule | None, tuple[str, int] | None]:
+                       ) -> tuple[str | None, str, ResultRule | None, LeftOut]:
     buffers = _output_buffers(sig, calls)
-    if len(buffers) > 1:  # (TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)``)
-        return None, (f"arguments {' and '.join(buffers)} are output buffers the op writes or returns (a traced "
-                      "call leaves them None): a custom op leaves out one at most"), None, None
-    buffer = buffers[0] if buffers else None
-    if buffer is not None:
-        reduced = _without_buffer(sig, calls, buffer)
-        if reduced is None:
+    for buffer in buffers:
+        if _without_buffers(sig, calls, [buffer]) is None:
             return None, (f"argument {buffer} is an output buffer the op writes or returns, and some traced call "
-                          "passes one (a custom op's outputs may not alias its inputs)"), None, None
+                          "passes one (a custom op's outputs may not alias its inputs)"), None, ()
+    # Then, one by one, the arguments every traced call leaves None that nothing types (vLLM's
+    # ``unified_attention`` takes ``q_descale`` only to assert it is None; flash-attn's ``process_group``).
+    untyped: list[str] = []
+    while True:
+        reduced = _without_buffers(sig, calls, [*buffers, *untyped])
+        if reduced is None:  # (a call that does not bind: the schema says so)
+            reduced, buffers, untyped = (sig, calls), [], []
         schema, how, rule = _schema(fn, *reduced)
-        if schema is None:
-            return None, how, None, None
-        return schema, (f"{how}; without its output buffer {buffer} (None in every traced call: a call passing "
-                        "one runs as Python, the others as the custom op)"), rule, _position(sig, buffer)
-    schema, how, rule = _schema(fn, sig, calls)
-    left = _untyped_none(fn, sig, calls) if schema is None else None
-    if left is None:
-        return schema, how, rule, None
-    name, (schema, how, rule) = left
-    return schema, (f"{how}; without argument {name} (None in every traced call, its type unknown: a call "
-                    "passing one runs as Python, the others as the custom op)"), rule, _position(sig, name)
+        if schema is not None or not isinstance(how, _UntypedNone) or how.argument in untyped:
+            break
+        untyped.append(how.argument)
+    if schema is None:
+        return None, how, None, ()
+    if buffers:  # (TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)``: both)
+        how += (f"; without its output buffer{'s' if len(buffers) > 1 else ''} {' and '.join(buffers)} (None in every "
+                "traced call: a call passing one runs as Python, the others as the custom op)")
+    if untyped:
+        how += (f"; without argument{'s' if len(untyped) > 1 else ''} {' and '.join(untyped)} (None in every traced "
+                "call, its type unknown: a call passing one runs as Python, the others as the custom op)")
+    left = {*buffers, *untyped}
+    return schema, how, rule, tuple(_position(sig, name) for name in sig.parameters if name in left)
 
 
 def _position(sig: inspect.Signature, name: str) -> tuple[str, int]:
@@ -233,39 +241,35 @@ def _position(sig: inspect.Signature, name: str) -> tuple[str, int]:
     return name, -1 if p.kind == p.KEYWORD_ONLY else params.index(p)
 
 
-def _untyped_none(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
-                  ) -> tuple[str, tuple[str | None, str, ResultRule | None]] | None:
-    """Where the op has no schema only because of an argument every traced call leaves None and nothing types
-    (vLLM's ``unified_attention`` takes ``q_descale`` only to assert it is None; flash-attn's ``process_group``):
-    that argument, left out of the schema as an output buffer is, and the schema without it; else None."""
-    bound = [_bound(sig, args, kwargs) for args, kwargs, *_ in calls]
-    if not calls or any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
-        return None
-    for name, p in sig.parameters.items():
-        if all(b is not None and b.get(name, p.default) is None for b in bound):
-            reduced = _without_buffer(sig, calls, name)
-            found = _schema(fn, *reduced) if reduced is not None else (None, "", None)
-            if found[0] is not None:
-                return name, found
-    return None
+class _UntypedNone(str):
+    """Why an op has no schema, where that is an argument every traced call leaves None and nothing types
+    (``argument``): the schema may leave it out."""
+
+    argument: str
+
+    @classmethod
+    def of(cls, argument: str, why: str) -> _UntypedNone:
+        reason = cls(why)
+        reason.argument = argument
+        return reason
 
 
-def _without_buffer(sig: inspect.Signature, calls: list[Call], buffer: str,
-                    ) -> tuple[inspect.Signature, list[Call]] | None:
-    """The signature and the traced calls without the output buffer ``buffer``, or None where a call passes one
+def _without_buffers(sig: inspect.Signature, calls: list[Call], buffers: list[str],
+                     ) -> tuple[inspect.Signature, list[Call]] | None:
+    """The signature and the traced calls without the output buffers ``buffers``, or None where a call passes one
     (or a call does not bind)."""
-    reduced = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != buffer])
+    reduced = sig.replace(parameters=[p for p in sig.parameters.values() if p.name not in buffers])
     out = []
     for args, kwargs, *rest in calls:
         try:
             bound = sig.bind(*args, **kwargs)
         except TypeError:
             return None
-        if bound.arguments.pop(buffer, None) is not None:
+        if any(bound.arguments.pop(buffer, None) is not None for buffer in buffers):
             return None
         call = inspect.BoundArguments(reduced, bound.arguments)  # type: ignore[arg-type]
         if len(rest) > 2:
-            rest = [rest[0], rest[1], {n: v for n, v in rest[2].items() if n != buffer}, *rest[3:]]
+            rest = [rest[0], rest[1], {n: v for n, v in rest[2].items() if n not in buffers}, *rest[3:]]
         out.append((call.args, call.kwargs, *rest))
     return reduced, out
 
@@ -427,10 +431,11 @@ def _schema(fn: Callable[..., Any], sig: inspect.Signature, calls: list[Call],
         if t is None and seen[name] == {"None"}:
             if p.annotation is not inspect.Parameter.empty:  # vLLM's ``custom_routing_function: Optional[Callable]``
                 shown = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
-                return None, (f"argument {name} is None in every traced call and annotated {shown}, which is no "
-                              "schema type (tensors, numbers, bools, strings, dtypes, lists of them)"), None
-            return None, (f"argument {name} is None in every traced call, so its type is unknown: annotate it, or "
-                          "pass a value in the examples"), None
+                return None, _UntypedNone.of(name, f"argument {name} is None in every traced call and annotated "
+                                             f"{shown}, which is no schema type (tensors, numbers, bools, strings, "
+                                             "dtypes, lists of them)"), None
+            return None, _UntypedNone.of(name, f"argument {name} is None in every traced call, so its type is unknown: "
+                                         "annotate it, or pass a value in the examples"), None
         if t is None:
             return None, f"argument {name} takes several types: {sorted(seen[name])}", None
         if p.default is inspect.Parameter.empty:

@@ -433,8 +433,8 @@ class Tracer:
                     mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
-                if buffer is not None and mod["schemas"][op]:
-                    mod.setdefault("buffers", {})[op] = list(buffer)
+                if buffer and mod["schemas"][op]:
+                    mod.setdefault("buffers", {})[op] = [list(b) for b in buffer]
                 if mod["schemas"][op] and has_var_parameters(fn):
                     mod.setdefault("takes", {})[op] = schema_takes(mod["schemas"][op])
                 owner = getattr(fn, "__self__", None)
@@ -447,8 +447,8 @@ class Tracer:
                     what = f"{owner.__name__}.apply, an autograd.Function" if applied else \
                         "its examples differentiate its results"
                     mod["schema_notes"][op] += (f"; {what}: its custom op has no backward ([kernels.NAME.autograd] "
-                                                "gives one), so a compiled call needing gradients breaks the graph "
-                                                "and runs eagerly")
+                                                "or [ops.NAME.autograd] gives one), so a compiled call needing "
+                                                "gradients breaks the graph and runs eagerly")
         out: dict[str, list[TracedCall]] = {}
         for name, handle in self.handles.items():
             out[name] = handle.records

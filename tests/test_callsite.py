@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,128 @@ def test_the_launch_guard_refuses_only_the_threads_inside_it(tmp_path) -> None:
     sys.modules.pop("_guard_threads_kernel", None)
     assert seen["guarded"] == "refused" and seen["other"] != "refused", seen
     assert JITFunction.run is run
+
+
+OPTION_AT_ONE_SHAPE = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 1024}, num_warps=8)],
+                 key=["n"])
+@triton.heuristics({"HAS_BIAS": lambda args: args["bias_ptr"] is not None})
+@triton.jit
+def biased_kernel(x_ptr, bias_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if HAS_BIAS:
+        x += tl.load(bias_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, x, mask=offs < n)
+
+
+def biased(x, bias=None):
+    out = torch.empty_like(x)
+    biased_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, bias, out, x.numel())
+    return out
+
+
+def examples(device="cpu"):
+    biased(torch.randn(1000, device=device), torch.randn(1000, device=device))  # the option at a small shape only
+    biased(torch.randn(100000, device=device))
+'''
+"""Cut Cross-Entropy's softcap: an example passed it at a small shape only, and the wheel refused it at a large one."""
+
+
+def test_an_optional_argument_traced_at_one_shape_is_built_at_every_row(tmp_path: Path) -> None:
+    """The binaries of a row cross the optional arguments (None or passed) that any traced call of its variant
+    passes both ways, not only its own calls: the large row, whose calls left ``bias`` None, also has binaries with
+    ``HAS_BIAS`` True for its config (a call at that size with a bias would have raised NotBuiltError); the small
+    row has the None side of its config's binaries too."""
+    from tests.test_localmods import one_file_project
+
+    plan = make_plan(load_manifest(one_file_project(tmp_path / "p", "forge_test_option_rows", OPTION_AT_ONE_SHAPE,
+                                                    "biased_kernel", ["biased"])))
+    (e,) = plan.entries
+    rows = {r.key: r for r in e.tables["default"]}
+    assert set(rows) == {(1000,), (100000,)}
+    for key, traced_bias in (((1000,), True), ((100000,), False)):
+        binaries = plan.binaries_for(e, key, rows[key].preferences[0])
+        # per side, the bias pointer aligned (D) or None (N): its exact, key-unassumed and generic binaries
+        assert {(b.spec, dict(b.heur)["HAS_BIAS"]) for b in binaries} == {
+            ("DDDD", True), ("DDDx", True), ("xxxx", True), ("DNDD", False), ("DNDx", False), ("xNxx", False)}
+        assert {dict(b.heur)["HAS_BIAS"] for b in binaries if not b.speculative} == {traced_bias}
+
+
+@pytest.mark.gpu
+def test_an_optional_argument_traced_at_one_shape_runs_at_another_on_the_gpu(tmp_path: Path) -> None:
+    """That wheel, Triton blocked: a bias at the large size (and none at the small one) launches, exact."""
+    from tests.test_localmods import _installed, _run_fresh, one_file_project
+
+    site = _installed(one_file_project(tmp_path / "p", "forge_test_option_rows_gpu", OPTION_AT_ONE_SHAPE,
+                                       "biased_kernel", ["biased"]), tmp_path)
+    probe = textwrap.dedent("""\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_test_option_rows_gpu as pkg
+        out = {}
+        for n, with_bias in ((100000, True), (100003, True), (1000, False), (999, True)):
+            x, b = (torch.randn(n + 1, device="cuda")[1:] for _ in range(2))  # misaligned
+            got = pkg.biased(x, b if with_bias else None)
+            want = x.double() + (b.double() if with_bias else 0)
+            out[f"{n}:{with_bias}"] = (got.double() - want).abs().max().item()
+        print(json.dumps(out))
+        """)
+    res = _run_fresh(probe, site)
+    assert len(res) == 4 and max(res.values()) < 1e-6, res
+
+
+SHAPE_CONSTEXPRS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def decay_kernel(X, Y, b: tl.constexpr, h: tl.constexpr, n: tl.constexpr, d: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(X + row * d + offs, mask=offs < d)
+    tl.store(Y + row * d + offs, x * (n * h * b), mask=offs < d)
+
+
+def decay(q):
+    b, h, n, d = q.shape
+    y = torch.empty_like(q)
+    decay_kernel[(b * h * n,)](q, y, b, h, n, d, BLOCK=triton.next_power_of_2(d))
+    return y
+
+
+def examples(device="cpu"):
+    decay(torch.randn(2, 4, 100, 64, device=device))
+    decay(torch.randn(1, 4, 256, 48, device=device))
+'''
+"""lightning-attention's ``_fwd_kernel``: ``b, h, n, d = q.shape`` passed as constexprs."""
+
+
+def test_a_constexpr_that_is_a_tensors_size_is_named_at_check(tmp_path: Path) -> None:
+    """The lightning-attention hunt: batch and sequence length compiled in, two of each traced, and ``check`` said
+    nothing (the data-like rule wants five values); a wheel then refuses every other batch size or length. A
+    call-site constexpr that is one leading size of one tensor in every traced call, with two values or one not a
+    power of two, is named with that size; the innermost size (a head dimension), a constant size and block sizes
+    are not."""
+    from click.testing import CliRunner
+
+    from forge_aot.cli import main
+    from tests.test_localmods import one_file_project
+
+    manifest = one_file_project(tmp_path / "p", "forge_test_sizes", SHAPE_CONSTEXPRS, "decay_kernel", ["decay"])
+    summary = plan_summary(make_plan(load_manifest(manifest)))["k"]
+    assert summary["size_constexprs"] == {"b": ("X", 0, [1, 2]), "n": ("X", 2, [100, 256])}
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "note: decay_kernel: constexpr n equals X.shape[2] in every traced call (100, 256): each value is a " \
+        "binary of its own, and a value no example passes raises NotBuiltError at run time" in result.output, \
+        result.output
+    assert "constexpr b equals X.shape[0] in every traced call (1, 2)" in result.output
+    assert "constexpr h " not in result.output and "constexpr d " not in result.output

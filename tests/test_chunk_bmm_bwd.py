@@ -26,39 +26,50 @@ SCHEMA = "(Tensor a, Tensor dout, Tensor? residual=None) -> Tensor"
 def test_the_output_buffer_is_left_out_of_the_schema(realworld_plan) -> None:
     mod = realworld_plan.modules["chunk_bmm_bwd"]
     assert mod["schemas"]["_chunk_bmm_bwd"] == SCHEMA
-    assert mod["buffers"] == {"_chunk_bmm_bwd": ["out", 3]}
+    assert mod["buffers"] == {"_chunk_bmm_bwd": [["out", 3]]}
     assert "without its output buffer out" in mod["schema_notes"]["_chunk_bmm_bwd"]
 
 
 def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
-    """``entry.custom_call``: the buffer taken out where it is None (by position or by name), the call left
-    to Python where it is a tensor; ``custom_ops._with_buffer``: None back in its place for the host function."""
-    from forge_aot.runtime.custom_ops import _with_buffer
+    """``entry.custom_call``: the arguments the schema leaves out taken out where they are None (by position or by
+    name), the call left to Python where one is a tensor; ``custom_ops._with_left_out``: None back in their places
+    for the host function."""
+    from forge_aot.runtime.custom_ops import _with_left_out
     from forge_aot.runtime.entry import custom_call
 
-    def without_buffer(buffer, args, kwargs):
-        return custom_call(("m", "(...)", None, None, buffer), args, kwargs)
+    def without(left_out, args, kwargs):
+        return custom_call(("m", "(...)", None, None, left_out), args, kwargs)
 
-    out = ("out", 3)
-    assert without_buffer(out, ("a", "d"), {}) == (("a", "d"), {})
-    assert without_buffer(out, ("a", "d", "r", None), {}) == (("a", "d", "r"), {})
-    assert without_buffer(out, ("a", "d"), {"out": None, "residual": "r"}) == (("a", "d"), {"residual": "r"})
-    assert without_buffer(out, ("a", "d", None, "o"), {}) is None
-    assert without_buffer(out, ("a", "d"), {"out": "o"}) is None
-    middle = ("out", 1)  # a buffer before other positional parameters: f(x, out=None, scale=1.0)
-    assert without_buffer(middle, ("x", None, 2.0), {}) == (("x", 2.0), {})
-    assert _with_buffer(middle, ("x", 2.0), {}) == (("x", None, 2.0), {})
+    out = (("out", 3),)
+    assert without(out, ("a", "d"), {}) == (("a", "d"), {})
+    assert without(out, ("a", "d", "r", None), {}) == (("a", "d", "r"), {})
+    assert without(out, ("a", "d"), {"out": None, "residual": "r"}) == (("a", "d"), {"residual": "r"})
+    assert without(out, ("a", "d", None, "o"), {}) is None
+    assert without(out, ("a", "d"), {"out": "o"}) is None
+    middle = (("out", 1),)  # a buffer before other positional parameters: f(x, out=None, scale=1.0)
+    assert without(middle, ("x", None, 2.0), {}) == (("x", 2.0), {})
+    assert _with_left_out(middle, ("x", 2.0), {}) == (("x", None, 2.0), {})
     # where no later argument comes by position it comes last (a required one: vLLM's q_descale, session 42)
-    assert _with_buffer(middle, ("x",), {}) == (("x", None), {})
-    assert _with_buffer(middle, (), {"x": 1}) == ((), {"x": 1})  # (a call by name: the host's default stands)
+    assert _with_left_out(middle, ("x",), {}) == (("x", None), {})
+    assert _with_left_out(middle, (), {"x": 1}) == ((), {"x": 1})  # (a call by name: the host's default stands)
+    # two left out (TransformerEngine's dbias=None, dscales=None): f(x, a=None, scale=1.0, b=None)
+    two = (("a", 1), ("b", 3))
+    assert without(two, ("x", None, 2.0, None), {}) == (("x", 2.0), {})
+    assert without(two, ("x", None, 2.0), {"b": None}) == (("x", 2.0), {})
+    assert without(two, ("x",), {"scale": 2.0}) == (("x",), {"scale": 2.0})
+    assert without(two, ("x", None, 2.0, "t"), {}) is None
+    assert without(two, ("x", "t"), {}) is None
+    assert _with_left_out(two, ("x", 2.0), {}) == (("x", None, 2.0, None), {})
+    assert _with_left_out(two, ("x",), {"scale": 2.0}) == (("x", None), {"scale": 2.0})
+    assert _with_left_out((("a", 1), ("b", -1)), ("x", 2.0), {}) == (("x", None, 2.0), {"b": None})
     # a host function's **kwargs left out of the schema (FLA's public ops): a call passing more runs as Python
     takes = ("m", "(...)", None, None, None, (2, ("q", "k", "scale")))
     assert custom_call(takes, ("q", "k"), {"scale": 0.5}) == (("q", "k"), {"scale": 0.5})
     assert custom_call(takes, ("q", "k"), {"chunk_size": 64}) is None
     assert custom_call(takes, ("q", "k", 0.5), {}) is None
-    assert _with_buffer(("out", -1), ("x", 2.0), {}) == (("x", 2.0), {"out": None})  # keyword-only: by name
-    assert _with_buffer(("out", -1), ("x",), {"out": None}) == (("x",), {"out": None})
-    assert _with_buffer(None, ("x",), {}) == (("x",), {})
+    assert _with_left_out((("out", -1),), ("x", 2.0), {}) == (("x", 2.0), {"out": None})  # keyword-only: by name
+    assert _with_left_out((("out", -1),), ("x",), {"out": None}) == (("x",), {"out": None})
+    assert _with_left_out(None, ("x",), {}) == (("x",), {})
 
 
 def _project(tmp_path, extra: str = ""):

@@ -152,8 +152,8 @@ def test_an_op_whose_examples_differentiate_it_is_noted_to_break_compiled_traini
     manifest = one_file_project(tmp_path / "p", "forge_applied", APPLIED_INSIDE, "_scale",
                                 ["scale_apply", "scale_wrapped", "scale_inference"])
     notes = make_plan(load_manifest(manifest)).modules["k"]["schema_notes"]
-    tail = ": its custom op has no backward ([kernels.NAME.autograd] gives one), so a compiled call needing " \
-        "gradients breaks the graph and runs eagerly"
+    tail = ": its custom op has no backward ([kernels.NAME.autograd] or [ops.NAME.autograd] gives one), so a " \
+        "compiled call needing gradients breaks the graph and runs eagerly"
     assert notes["scale_apply"] == "from the traced examples; Scale.apply, an autograd.Function" + tail
     assert notes["scale_wrapped"] == "from the traced examples; its examples differentiate its results" + tail
     assert notes["scale_inference"] == "from the traced examples"

@@ -1227,8 +1227,8 @@ def test_an_autograd_function_op_with_no_backward_in_the_manifest_is_told_what_c
     result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
     assert result.exit_code == 0, result.output
     assert "scale2: torch.ops.forge_fnapply.scale2(Tensor x) -> Tensor (from the traced examples; _Scale.apply, an " \
-        "autograd.Function: its custom op has no backward ([kernels.NAME.autograd] gives one), so a compiled call " \
-        "needing gradients breaks the graph and runs eagerly)" in result.output, result.output
+        "autograd.Function: its custom op has no backward ([kernels.NAME.autograd] or [ops.NAME.autograd] gives " \
+        "one), so a compiled call needing gradients breaks the graph and runs eagerly)" in result.output, result.output
 
 
 def test_check_names_the_method_a_launch_is_in(tmp_path: Path) -> None:
@@ -1274,6 +1274,90 @@ def test_an_autograd_function_op_under_torch_compile_on_the_gpu(tmp_path: Path) 
     assert res["nograd"] < 1e-6 and res["value"] < 1e-6 and res["grad"] == 0, res
     assert "forge_fnapply.scale2: its inputs need gradients and the manifest gives it no backward" \
         in res.get("fullgraph", ""), res
+
+
+INTERFACE = '''\
+import torch
+
+from k import scale2
+
+
+def scaled(x):
+    return scale2(x)
+
+
+def setup(ctx, inputs, output):
+    pass
+
+
+def backward(ctx, grad):
+    return scale2(grad)  # (the op is linear, doubling: its gradient is the op again, the package's custom op)
+
+
+def examples(device="cpu"):
+    x = torch.randn(4099, device=device, requires_grad=True)
+    scaled(x).backward(torch.randn(4099, device=device))
+'''
+"""lightning-attention's ``lightning_attn_func``: an interface file's function over a kernel file's
+``autograd.Function``, exported by ``[ops.NAME]``."""
+
+
+def _interface_project(root: Path, name: str, autograd: str) -> Path:
+    manifest = one_file_project(root, name, FUNCTION_APPLY, "_scale_kernel", ["scale2"])
+    (root / "iface.py").write_text(INTERFACE)
+    manifest.write_text(manifest.read_text() + '\n[ops.scaled]\nsource = "iface.py"\nexamples = "examples"\n' +
+                        autograd)
+    return manifest
+
+
+def test_an_ops_entry_gets_its_backward_from_the_manifest(tmp_path: Path) -> None:
+    """The lightning-attention hunt: ``check`` told an ``[ops.NAME]`` op whose examples differentiate it to give
+    ``[kernels.NAME.autograd]``, which refuses an op that is not the kernel entry's. ``[ops.NAME.autograd]`` gives
+    it one (host functions of its own file), and ``check`` says that a custom op without one breaks the graph."""
+    bare = _interface_project(tmp_path / "bare", "forge_iface_bare", "")
+    result = CliRunner().invoke(main, ["check", "--manifest", str(bare)])
+    assert result.exit_code == 0, result.output
+    assert "scaled: torch.ops.forge_iface_bare.scaled(Tensor x) -> Tensor (from the traced examples; its examples " \
+        "differentiate its results: its custom op has no backward ([kernels.NAME.autograd] or [ops.NAME.autograd] " \
+        "gives one)" in result.output, result.output
+    given = _interface_project(tmp_path / "given", "forge_iface",
+                               '\n[ops.scaled.autograd]\nsetup-context = "setup"\nbackward = "backward"\n')
+    plan = make_plan(load_manifest(given), ["sm_90"])
+    assert plan.modules["iface"]["autograd"] == {"scaled": ["setup", "backward"]}
+    assert "no backward" not in plan.modules["iface"]["schema_notes"]["scaled"]
+    assert "def setup(" in plan.modules["iface"]["host_source"] and \
+        "def backward(" in plan.modules["iface"]["host_source"]  # (shipped: the wheel's custom op calls them)
+    wrong = _interface_project(tmp_path / "wrong", "forge_iface_wrong",
+                               '\n[ops.scaled.autograd]\nsetup-context = "setup"\nbackward = "backwards"\n')
+    with pytest.raises(ForgeError, match=r"ops\.scaled\.autograd\.backward.*no host function 'backwards' in "
+                                         r"iface\.py.*did you mean 'backward'"):
+        make_plan(load_manifest(wrong), ["sm_90"])
+
+
+@pytest.mark.gpu
+def test_an_ops_entrys_backward_trains_compiled_on_the_gpu(tmp_path: Path) -> None:
+    """That op's wheel, Triton blocked: ``torch.compile(fullgraph=True)`` of a training step through its custom op
+    (no graph break) gives the eager gradients (2 per element), misaligned, two sizes."""
+    site = _installed(_interface_project(tmp_path / "p", "forge_iface_gpu",
+                                         '\n[ops.scaled.autograd]\nsetup-context = "setup"\nbackward = "backward"\n'),
+                      tmp_path / "site")
+    res = _run_fresh(textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_iface_gpu as pkg
+        out = {}
+        step = torch.compile(lambda t, w: (pkg.scaled(t) * w).sum(), backend="aot_eager", fullgraph=True)
+        for n in (4099, 1000):
+            x = torch.randn(n + 1, device="cuda")[1:].requires_grad_()
+            w = torch.randn(n, device="cuda")
+            loss = step(x, w)
+            loss.backward()
+            out[n] = {"loss": abs(loss.item() - (x.detach().double() * 2 * w.double()).sum().item()),
+                      "grad": (x.grad.double() - 2 * w.double()).abs().max().item()}
+        print(json.dumps(out))
+        '''), site)
+    for n in ("4099", "1000"):
+        assert res[n]["loss"] < 1e-3 and res[n]["grad"] < 1e-6, res
 
 
 OPS_EXAMPLES_ELSEWHERE = {

@@ -527,7 +527,8 @@ def test_a_pointer_whose_presence_follows_the_variant_is_named_by_check(tmp_path
     as each variant is built for what its own calls pass (crossing every variant would build binaries no call
     reaches where a flag is computed from the pointer: FLA's ``USE_G=g is not None`` went from 20 binaries to 128,
     the realworld fixtures from 3514 to 14094). ``check`` said "each combination with the values other calls pass
-    there is built"; it now says per variant and row, and names such a pointer with what to do."""
+    there is built"; it now says per variant (at every row, since session 50), and names such a pointer with what to
+    do."""
     from tests.test_localmods import one_file_project
 
     def built_and_output(source: str, root: Path) -> tuple[set[tuple[bool, bool]], str]:
@@ -542,9 +543,10 @@ def test_a_pointer_whose_presence_follows_the_variant_is_named_by_check(tmp_path
 
     built, output = built_and_output(GATED_BIAS, tmp_path / "p")
     assert built == {(False, False), (True, True)}
-    assert "(each combination with the values other calls of the same variant and row pass there is built)" in output
-    assert "note: B: None in all traced calls of some variants or rows, passed in all of others; each is built as " \
-        "its calls pass it, and another combination raises NotBuiltError (trace it in the examples if it occurs)" \
+    assert "(each combination with the values other calls of the same variant pass there is built, at every row)" \
+        in output
+    assert "note: B: None in all traced calls of some variants, passed in all of others; each is built as its " \
+        "calls pass it, and another combination raises NotBuiltError (trace it in the examples if it occurs)" \
         in output
     # traced with both presences in one variant: crossed there, and nothing to note
     built, output = built_and_output(GATED_BIAS.replace(

@@ -153,45 +153,103 @@ def test_an_input_a_kernel_writes_only_under_a_flag_the_op_never_passes_is_read_
                                                             [[["HAS_OUTPUT", True]], ["o_ptr"]]]
 
 
-def test_two_output_buffers_a_call_leaves_none_cost_the_op_its_custom_op(tmp_path) -> None:
-    """TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)`` fills both when None: the
-    schema left out whichever buffer a set's order gave first (it changed between runs with PYTHONHASHSEED) and kept
-    the other as a plain ``Tensor? b=None``, neither written nor returned by the schema's word, though a caller's
-    tensor there is both. A custom op leaves out one buffer at most: with two, the op runs as Python, every time."""
+TWO_LEFT_OUT = textwrap.dedent('''\
+    import torch
+    import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def acc_kernel(x_ptr, a_ptr, b_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + offs, mask=offs < n)
+        tl.atomic_add(a_ptr + offs, x, mask=offs < n)
+        tl.atomic_add(b_ptr + offs, 2 * x, mask=offs < n)
+
+
+    def accumulate(x: torch.Tensor, a: torch.Tensor = None, scale: float = 1.0, b: torch.Tensor = None):
+        if a is None:
+            a = torch.zeros_like(x, dtype=torch.float32)
+        if b is None:
+            b = torch.zeros_like(x, dtype=torch.float32)
+        acc_kernel[(triton.cdiv(x.numel(), 128),)](x * scale, a, b, x.numel(), BLOCK=128)
+        return a, b
+
+
+    def accumulate_grouped(x, group=None, hook=None):
+        assert group is None and hook is None  # (flash-attn's process_group: taken, never used here)
+        return accumulate(x)
+
+
+    def examples(device="cuda"):
+        accumulate(torch.randn(300, device=device))
+        accumulate(torch.randn(300, device=device), scale=0.5)
+        accumulate_grouped(torch.randn(300, device=device))
+    ''')
+"""TransformerEngine's ``compute_grouped_dbias_dscales(..., dbias=None, dscales=None)`` fills both buffers when None;
+an op taking two arguments every call leaves None that nothing types."""
+
+
+def test_two_output_buffers_and_two_untyped_nones_are_left_out_of_the_schema(tmp_path) -> None:
+    """A custom op had left out one such argument at most: with two output buffers (TransformerEngine's) or two
+    untyped always-None arguments the op ran as Python, every call, and ``torch.compile`` broke its graph there.
+    Both are left out now; a call passing one runs as Python. (Before that, the schema had left out whichever
+    buffer a set's order gave first and kept the other as a plain ``Tensor? b=None``.)"""
     from tests.test_localmods import one_file_project
 
-    kernel = textwrap.dedent('''\
-        import torch
-        import triton
-        import triton.language as tl
+    manifest = one_file_project(tmp_path / "p", "forge_test_two_buffers", TWO_LEFT_OUT, "acc_kernel",
+                                ["accumulate", "accumulate_grouped"])
+    module = make_plan(load_manifest(manifest), ["sm_90"]).modules["k"]
+    assert module["schemas"] == {"accumulate": "(Tensor x, float scale=1.0) -> (Tensor, Tensor)",
+                                 "accumulate_grouped": "(Tensor x) -> (Tensor, Tensor)"}
+    assert module["buffers"] == {"accumulate": [["a", 1], ["b", 3]],
+                                 "accumulate_grouped": [["group", 1], ["hook", 2]]}
+    assert module["schema_notes"]["accumulate"].endswith(
+        "without its output buffers a and b (None in every traced call: a call passing one runs as Python, the "
+        "others as the custom op)")
+    assert module["schema_notes"]["accumulate_grouped"].endswith(
+        "without arguments group and hook (None in every traced call, its type unknown: a call passing one runs as "
+        "Python, the others as the custom op)")
 
 
-        @triton.jit
-        def acc_kernel(x_ptr, a_ptr, b_ptr, n, BLOCK: tl.constexpr):
-            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-            x = tl.load(x_ptr + offs, mask=offs < n)
-            tl.atomic_add(a_ptr + offs, x, mask=offs < n)
-            tl.atomic_add(b_ptr + offs, 2 * x, mask=offs < n)
+@pytest.mark.gpu
+def test_an_op_with_two_left_out_arguments_runs_compiled_on_the_gpu(tmp_path) -> None:
+    """The wheel of that op, Triton blocked: ``torch.compile(fullgraph=True)`` takes its custom op (no graph break)
+    and gives the eager results; a call passing a buffer runs as Python and accumulates into it."""
+    from tests.test_localmods import _installed, _run_fresh, one_file_project
 
-
-        def accumulate(x: torch.Tensor, a: torch.Tensor = None, b: torch.Tensor = None):
-            if a is None:
-                a = torch.zeros_like(x, dtype=torch.float32)
-            if b is None:
-                b = torch.zeros_like(x, dtype=torch.float32)
-            acc_kernel[(triton.cdiv(x.numel(), 128),)](x, a, b, x.numel(), BLOCK=128)
-            return a, b
-
-
-        def examples(device="cuda"):
-            accumulate(torch.randn(300, device=device))
+    site = _installed(one_file_project(tmp_path / "p", "forge_test_two_buffers_gpu", TWO_LEFT_OUT, "acc_kernel",
+                                       ["accumulate", "accumulate_grouped"]), tmp_path)
+    probe = textwrap.dedent('''\
+        import json, sys
+        sys.modules["triton"] = None
+        import torch, forge_test_two_buffers_gpu as pkg
+        out = {}
+        for n in (1000, 4099):
+            x = torch.randn(n + 1, device="cuda")[1:]  # misaligned
+            want_a, want_b = (x.double() * 0.5), (x.double())
+            a, b = pkg.accumulate(x, scale=0.5)
+            counts = torch._dynamo.utils.counters
+            counts.clear()
+            f = torch.compile(lambda t: pkg.accumulate(t, scale=0.5), fullgraph=True, backend="aot_eager")
+            ca, cb = f(x)
+            ga, gb = torch.compile(pkg.accumulate_grouped, fullgraph=True, backend="aot_eager")(x)
+            mine = torch.full((n,), 3.0, device="cuda")
+            pa, pb = pkg.accumulate(x, mine, 0.5)
+            out[n] = {"eager": max((a.double() - want_a).abs().max().item(), (b.double() - want_b).abs().max().item()),
+                      "compiled_same": torch.equal(a, ca) and torch.equal(b, cb),
+                      "grouped": max((ga.double() - x.double()).abs().max().item(),
+                                     (gb.double() - 2 * x.double()).abs().max().item()),
+                      "breaks": sum(counts["graph_break"].values()),
+                      "passed": pa is mine and (pa.double() - (3 + want_a)).abs().max().item() < 1e-5}
+        out["custom_op"] = hasattr(torch.ops.forge_test_two_buffers_gpu, "accumulate")
+        print(json.dumps(out))
         ''')
-    manifest = one_file_project(tmp_path / "p", "forge_test_two_buffers", kernel, "acc_kernel", ["accumulate"])
-    plan = make_plan(load_manifest(manifest), ["sm_90"])
-    assert plan.modules["k"]["schemas"] == {"accumulate": None}
-    assert plan.modules["k"]["schema_notes"]["accumulate"] == (
-        "arguments a and b are output buffers the op writes or returns (a traced call leaves them None): a custom op "
-        "leaves out one at most")
+    res = _run_fresh(probe, site)
+    assert res["custom_op"] is True
+    for n in ("1000", "4099"):
+        assert res[n]["eager"] < 1e-6 and res[n]["grouped"] < 1e-6, res
+        assert res[n]["compiled_same"] and res[n]["passed"] and res[n]["breaks"] == 0, res
 
 
 def test_a_return_annotation_the_traced_results_disagree_with_gives_way_to_them() -> None:
@@ -1546,12 +1604,12 @@ def test_an_output_buffer_left_none_by_every_example_is_left_out_of_the_schema(t
     assert module["schemas"]["scale_annotated"] == "(Tensor x) -> Tensor"
     assert module["schema_notes"]["scale_annotated"].startswith("from the type annotations; without its output")
     assert module["schemas"]["scale_copied"] == "(Tensor x) -> Tensor"
-    assert module["buffers"] == {"scale": ["out", 1], "scale_annotated": ["out", 1], "scale_copied": ["out_q", 1]}
+    assert module["buffers"] == {"scale": [["out", 1]], "scale_annotated": [["out", 1]], "scale_copied": [["out_q", 1]]}
 
     (tmp_path / "k.py").write_text((tmp_path / "k.py").read_text() + "    scale(torch.randn(10), torch.empty(10))\n")
     module = make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"]).modules["k"]
     assert module["schemas"]["scale"] is None
-    assert module["buffers"] == {"scale_annotated": ["out", 1], "scale_copied": ["out_q", 1]}
+    assert module["buffers"] == {"scale_annotated": [["out", 1]], "scale_copied": [["out_q", 1]]}
     assert module["schema_notes"]["scale"] == ("argument out is an output buffer the op writes or returns, and "
                                                "some traced call passes one (a custom op's outputs may not alias "
                                                "its inputs)")

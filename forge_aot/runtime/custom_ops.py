@@ -50,19 +50,21 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
     return args, kwargs
 
 
-def _with_buffer(buffer: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The schema's arguments as the host function takes them: None back in the place of an argument the schema
-    leaves out (an output buffer, or one every traced call left None: ``entry.custom_call``), which the host
-    function may require (vLLM's ``q_descale``)."""
-    if buffer is None or buffer[1] > len(args):
-        return args, kwargs
-    if buffer[1] < 0:
-        return args, kwargs if buffer[0] in kwargs else {**kwargs, buffer[0]: None}
-    return (*args[:buffer[1]], None, *args[buffer[1]:]), kwargs
+def _with_left_out(left_out: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The schema's arguments as the host function takes them: None back in the place of each argument the schema
+    leaves out (output buffers, and those every traced call left None: ``entry.custom_call``; ``left_out``: their
+    (name, position) in parameter order), which the host function may require (vLLM's ``q_descale``)."""
+    for name, position in left_out or ():
+        if position < 0:
+            kwargs = kwargs if name in kwargs else {**kwargs, name: None}
+        elif position <= len(args):  # (else the call passes what follows by name: the host's default stands)
+            args = (*args[:position], None, *args[position:])
+    return args, kwargs
 
 
 def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qualified: str, schema: str,
-                     rule: Any = None, buffer: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
+                     rule: Any = None, left_out: Any = None) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """A custom op's real implementation (the host code, held to the schema ``qualified`` has: ``guard.guarded``) and
     its Meta one (``torch_ops.fake_call``); with a result rule, both pad the host code's results to the schema's."""
     guard: list[Any] = []  # guard.guarded and the schema's arguments, from the first call (what compiled graphs call)
@@ -72,7 +74,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
             from .guard import arguments, guarded
             guard.extend((guarded, *arguments(qualified, schema)))
         fn = function(op)
-        host_args, host_kwargs = _with_buffer(buffer, args, kwargs)
+        host_args, host_kwargs = _with_left_out(left_out, args, kwargs)
         call = _host_defaults(fn, host_args, host_kwargs) if _unspelled(fn) else (host_args, host_kwargs)
         return guard[0](qualified, guard[1], guard[2], fn, args, kwargs, call, rule)
 
@@ -84,7 +86,7 @@ def _implementations(function: Callable[[str], Callable[..., Any]], op: str, qua
         # a @torch.library.custom_op (or @triton_op): the fake its author registered where there is one (axolotl's
         # geglu allocates on "cuda" and registers empty_like), else its own function
         fn = getattr(fn, "_abstract_fn", None) or getattr(fn, "_init_fn", fn)
-        out = fake_call(fn, *_host_defaults(fn, *_with_buffer(buffer, args, kwargs)))
+        out = fake_call(fn, *_host_defaults(fn, *_with_left_out(left_out, args, kwargs)))
         return own(out if rule is None else pad(rule, out, args, kwargs), args, kwargs)
 
     return real, meta
@@ -111,12 +113,12 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
     custom: set[str] = set()
     for op, spec in sorted(with_schema.items()):
         _, schema, *autograd = spec
-        rule, buffer = rule_of(spec), spec[4] if len(spec) > 4 else None  # (name, position or -1)
+        rule, left_out = rule_of(spec), spec[4] if len(spec) > 4 else None  # ((name, position or -1), ...)
         try:
             lib.define(f"{op}{schema}")
         except RuntimeError:
             continue  # defined by an earlier import of this package in the process: keep that one
-        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule, buffer)
+        real, meta = _implementations(function, op, f"{namespace}.{op}", schema, rule, left_out)
         lib.impl(op, real, "CompositeExplicitAutograd")
         lib.impl(op, meta, "Meta")
         if autograd and autograd[0]:

@@ -233,10 +233,9 @@ def rule_of(spec: tuple[Any, ...]) -> Any:
 
 def custom_call(spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
                 ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """A traced call as the op's custom op takes it, or None where it runs as Python: it passes the output buffer the
+    """A traced call as the op's custom op takes it, or None where it runs as Python: it passes an argument the
     schema leaves out (left None, it is taken out), or more than it takes (``**kwargs`` the examples left empty)."""
-    if len(spec) > 4 and spec[4]:
-        name, position = spec[4]
+    for name, position in reversed(spec[4] if len(spec) > 4 and spec[4] else ()):
         if 0 <= position < len(args):
             if args[position] is not None:
                 return None

@@ -242,18 +242,18 @@ def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str
 
 
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
-    """op → (host module, schema or None[, (setup_context, backward) or None[, result rule[, output buffer[, what
+    """op → (host module, schema or None[, (setup_context, backward) or None[, result rule[, left out[, what
     the schema takes: (positional count, names), where the host function's *args/**kwargs are left out[, the host
     function, where the op's name is another (``host_name``)]]]]])
     from an index's ``modules``: the table the build writes into a generated ``__init__`` and that
     ``register_custom_ops`` reads (the rule, schema.ResultRule as a tuple, where an argument selects the result's
-    structure; the buffer, (name, position), where the schema leaves one out: ``entry.custom_call``)."""
+    structure; the arguments the schema leaves out, ((name, position), ...): ``entry.custom_call``)."""
     def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
         ag, r, b = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op), spec.get("buffers", {}).get(op)
         rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],
                       r.get("fill", False))
         takes = spec.get("takes", {}).get(op)
-        items = [ag and tuple(ag), rule, b and tuple(b), takes and (takes[0], tuple(takes[1])),
+        items = [ag and tuple(ag), rule, b and tuple(map(tuple, b)), takes and (takes[0], tuple(takes[1])),
                  op if op in spec.get("export_as", {}) else None]
         while items and not items[-1]:
             items.pop()
