@@ -298,8 +298,9 @@ def test_results_that_alias_inputs_or_each_other_get_no_custom_op() -> None:
 
 def test_an_argument_annotated_with_no_schema_type_is_named_as_such() -> None:
     """vLLM's ``fused_moe(..., custom_routing_function: Optional[Callable] = None)``: None in every traced call and
-    annotated, with a type no schema has; the message had said "annotate it". Since session 42 such an argument, the
-    only one of its kind, is left out of the schema (a call passing one runs as Python): the op has a custom op."""
+    annotated, with a type no schema has; the message had said "annotate it". Since session 42 such an argument is
+    left out of the schema (a call passing one runs as Python; since session 50 several are): the op has a custom
+    op."""
     import torch
 
     from forge_aot.schema import op_schema
@@ -313,10 +314,11 @@ def test_an_argument_annotated_with_no_schema_type_is_named_as_such() -> None:
                                                              "type unknown: a call passing one runs as Python, the "
                                                              "others as the custom op)"), why
     exec("def op2(x: torch.Tensor, fn: Optional[Callable] = None, gn: Optional[Callable] = None) -> torch.Tensor:\n"
-         "    return x.clone()\n", namespace)  # two such: the message as before
+         "    return x.clone()\n", namespace)  # two such: both left out (session 50; one at most before)
     schema, why, _ = op_schema(namespace["op2"], [((torch.ones(2),), {}, torch.ones(2))])
-    assert schema is None and why.startswith("argument fn is None in every traced call and annotated "
-                                             "Optional[Callable], which is no schema type"), why
+    assert schema == "(Tensor x) -> Tensor" and why.endswith("without arguments fn and gn (None in every traced call, "
+                                                             "its type unknown: a call passing one runs as Python, "
+                                                             "the others as the custom op)"), why
 
 
 def test_fake_implementation_gives_the_host_codes_shapes_without_launching() -> None:
@@ -1029,14 +1031,14 @@ def test_a_none_the_code_never_fills_in_still_names_the_argument() -> None:
     result, replaced = _with_nones_replaced(op, (x,), {})
     assert result is x and replaced == {}
     schema, why, rule = op_schema(op, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
-    # (since session 42 the one such argument is left out of the schema; two are still named)
+    # (since session 42 the one such argument is left out of the schema; since session 50 two are too)
     assert schema == "(Tensor x) -> Tensor" and rule is None and "without argument scale (None in every" in why
 
     def op2(x: object, scale=None, shift=None):
         return helper(x, scale)
 
     schema, why, rule = op_schema(op2, [((torch.ones(3),), {}, torch.ones(3), [], replaced)])
-    assert schema is None and rule is None and "argument scale is None in every traced call" in why
+    assert schema == "(Tensor x) -> Tensor" and rule is None and "without arguments scale and shift" in why
 
 
 def test_a_result_whose_structure_an_argument_selects_gets_a_padded_schema_and_a_rule() -> None:
@@ -1664,8 +1666,8 @@ def test_an_argument_none_in_every_call_takes_its_own_annotation_where_the_whole
     """flash-attn's ``cross_entropy_loss(logits, labels, ..., precomputed_lse: Optional[torch.Tensor] = None, ...)``
     has no result annotation, so ``infer_schema`` takes none of its annotations and the schema comes from the traced
     calls, where every call leaves ``precomputed_lse`` None: its own annotation types it (the message had said
-    "annotate it" of an annotated argument; session 38's hunt). A parameter neither annotated nor ever given a value
-    is still refused, by name."""
+    "annotate it" of an annotated argument; session 38's hunt). Parameters neither annotated nor ever given a value
+    are left out of the schema."""
     import torch
 
     from forge_aot.schema import op_schema
@@ -1684,4 +1686,14 @@ def test_an_argument_none_in_every_call_takes_its_own_annotation_where_the_whole
     def unannotated(x: torch.Tensor, process_group=None, group_size=None):
         return x * 2
 
-    assert op_schema(unannotated, [call])[1].startswith("argument process_group is None in every traced call")
+    # (such parameters are left out of the schema, a call passing one running as Python: since session 50 two too)
+    schema, how, _ = op_schema(unannotated, [call])
+    assert schema == "(Tensor x) -> Tensor" and how.endswith(
+        "without arguments process_group and group_size (None in every traced call, its type unknown: a call passing "
+        "one runs as Python, the others as the custom op)"), how
+
+    def untyped_kept(x: torch.Tensor, process_group=None):
+        return x * process_group  # (a call passing one: its type is that call's, nothing left out)
+
+    assert op_schema(untyped_kept, [call, ((torch.ones(3), 2.0), {}, torch.ones(3) * 2, [], {})])[0] == \
+        "(Tensor x, float? process_group=None) -> Tensor"
