@@ -1753,7 +1753,7 @@ def make_plan(loaded: mf.LoadedManifest, targets: list[str] | None = None) -> Bu
         infer_signature(loaded, kp, traced.get(name, []))
         _writes_through_functions(kp, modules[kp.module]["source"].kernels.get(kp.function), traced.get(name, []),
                                   loaded.root)
-        kp.notes += _state_reading_heuristics(kp)
+        kp.notes += _state_reading_heuristics(kp) + _launched_by_examples_only(kp, modules, root)
     optional_scalars(kernels, traced)
     for mod in modules.values():
         for op, mutated in mod["source"].mutating_ops.items():
@@ -2026,6 +2026,21 @@ def _state_reading_heuristics(kp: KernelPlan) -> list[str]:
                        f"({', '.join(reads)}): the binaries have the values the build process's own settings give; "
                        "a process set otherwise asks for a value no binary has (NotBuiltError)")
     return out
+
+
+def _launched_by_examples_only(kp: KernelPlan, modules: dict[str, dict[str, Any]], root: Path) -> list[str]:
+    """A note where every launch of a kernel with no ops is in an examples (or other build-only) function: nothing
+    the wheel's ops and exports run launches it (flashinfer's page kernel, launched from CUDA-side host code that the
+    hunt's examples stood in for), and its binaries serve only code that launches the kernel's handle itself."""
+    if kp.entry.ops or not kp.launches:
+        return []
+    build_only = {n for mod in modules.values() for n in (*mod["examples"], *mod["build_only"])}
+    if not all(s.function in build_only for s in kp.launches):
+        return []
+    sites = ", ".join(f"{s.function}(){f' in {os.path.relpath(s.path, root)}' if s.path else ''} line {s.line}"
+                      for s in kp.launches)
+    return [f"only build-time code launches it ({sites}): no op or export of the package does, so its binaries "
+            "serve only code that launches the kernel's handle itself"]
 
 
 def _optional_per_variant(kp: KernelPlan, entries: list[EntryPlan]) -> list[str]:

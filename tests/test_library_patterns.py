@@ -3416,3 +3416,57 @@ def test_results_whose_structure_follows_an_argument_the_examples_left_alone_are
     out = _run_fresh(check, site)
     assert out["shapes"] == [[1000]], out
     assert "returned 3 results where the build saw one for return_lse=False" in out["refused"], out
+
+
+def test_a_kernel_only_the_examples_launch_is_noted(tmp_path: Path) -> None:
+    """The flashinfer hunt: its page kernel is launched from CUDA-side host code, so the hunt's examples file
+    launched it directly; ``check`` listed the launch and said nothing of the wheel having no way to reach the
+    binaries. It now notes that only build-time code launches it; a kernel an op launches is not noted."""
+    kernel = textwrap.dedent('''\
+        import torch
+        import triton
+        import triton.language as tl
+
+
+        @triton.jit
+        def fill_kernel(out_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(out_ptr + offs, offs, mask=offs < n)
+        ''')
+    op = textwrap.dedent('''\
+
+
+        def filled(n: int, device: str = "cuda") -> torch.Tensor:
+            out = torch.empty(n, dtype=torch.int32, device=device)
+            fill_kernel[(triton.cdiv(n, 128),)](out, n, BLOCK=128)
+            return out
+        ''')
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "page.py").write_text(kernel)
+    (tmp_path / "examples.py").write_text(textwrap.dedent('''\
+        import torch
+        from pkg.page import fill_kernel
+
+
+        def examples(device="cpu"):
+            out = torch.empty(300, dtype=torch.int32, device=device)
+            fill_kernel[(3,)](out, 300, BLOCK=128)
+        '''))
+    manifest = tmp_path / "kernel_manifest.toml"
+    head = '[project]\nname = "forge_examples_only"\nversion = "0.1.0"\ntargets = ["sm_90"]\n\n'
+    manifest.write_text(head + '[kernels.fill]\nsource = "pkg/page.py:fill_kernel"\n'
+                        'examples = "examples.py:examples"\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "note: only build-time code launches it (examples() in examples.py line 7): no op or export of the " \
+        "package does, so its binaries serve only code that launches the kernel's handle itself" in result.output, \
+        result.output
+    (tmp_path / "pkg" / "page.py").write_text(kernel + op)
+    (tmp_path / "examples.py").write_text("from pkg.page import filled\n\n\ndef examples(device='cpu'):\n"
+                                          "    filled(300, device)\n")
+    manifest.write_text(head + '[kernels.fill]\nsource = "pkg/page.py:fill_kernel"\nops = ["filled"]\n'
+                        'examples = "examples.py:examples"\n')
+    result = CliRunner().invoke(main, ["check", "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    assert "only build-time code launches it" not in result.output and "filled: torch.ops" in result.output, \
+        result.output
