@@ -90,8 +90,19 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
                           **({"takes": spec["takes"]} if spec.get("takes") else {}),
                           **({"local_modules": sorted(spec["local_sources"])} if spec.get("local_sources") else {}),
                           **({"package": spec["package"]} if spec.get("package") else {}),
-                          **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)}}
+                          **{k: spec[k] for k in ("imported_as", "imports_host") if spec.get(k)},
+                          **({"torch_compile": True} if _compiles(spec.get("host_source")) else {})}
                     for mod, spec in sorted(plan.modules.items())},
         "kernels": kernels,
+        **({"local_torch_compile": compiling} if (compiling := sorted(
+            {name for spec in plan.modules.values() for name, (text, *_) in spec.get("local_sources", {}).items()
+             if _compiles(text)})) else {}),
     }
 
+
+def _compiles(source: str | None) -> bool:
+    """Whether shipped code names ``torch.compile`` (Cut Cross-Entropy's ``@torch.compile`` helpers, in a host module
+    or a project module): the runtime then runs that module's code so that a process without Triton runs those
+    helpers eagerly (``host_modules.run_module_code``). Decided here, from the source, so that no other module's
+    first load pays for it."""
+    return "torch.compile" in (source or "")

@@ -524,7 +524,7 @@ class KernelPlan:
             except Exception:  # (_ReadsCallValue, or what the stand-in made the heuristic's own code raise)
                 nargs[name] = _CallValue(name)  # a later heuristic reading it reads the call too
                 continue
-            if isinstance(value, _CallValue) or _process_state_read(fn):
+            if isinstance(value, _CallValue) or _process_state_names(fn):
                 nargs[name] = _CallValue(name)
                 continue
             nargs[name] = value
@@ -2008,7 +2008,7 @@ PROCESS_STATE = frozenset({"get_float32_matmul_precision", "getenv", "environ", 
 """Names a heuristic reads process-wide settings through (``torch.get_float32_matmul_precision()``, ``os.environ``)."""
 
 
-def _process_state_read(fn: Any) -> list[str]:
+def _process_state_names(fn: Any) -> list[str]:
     """The names of ``PROCESS_STATE`` a heuristic's code reads."""
     return sorted(set(getattr(getattr(fn, "__code__", None), "co_names", ())) & PROCESS_STATE)
 
@@ -2018,7 +2018,7 @@ def _state_reading_heuristics(kp: KernelPlan) -> list[str]:
     ``torch.get_float32_matmul_precision()``): the build evaluates them under its own."""
     out = []
     for name, fn in kp.heuristics:
-        reads = _process_state_read(fn)
+        reads = _process_state_names(fn)
         if reads:
             # (the build evaluates heuristics per config after the trace, not at each traced call: examples
             # calling the ops under another setting do not change what is built)
@@ -2108,13 +2108,10 @@ def size_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, tuple
     ``BLOCK_SIZE=n_boxes``), with two values or more, or one not a power of two: a binary per size, and a size no
     example passes fails at run time. → (argument, dimension, sorted values). Innermost sizes are left out (a head
     dimension is a constexpr by design: few values per model)."""
-    k = kp.entry
-    listed = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
     calls = [c for e in entries for row in e.calls.values() for c in row if c.named]
+    position = {n: i for i, (n, _) in enumerate(kp.params)}
     out = {}
-    for a in kp.axes:
-        if a in k.dtypes or a in listed or a in LAUNCH_OPTIONS or not calls:
-            continue
+    for a in _traced_call_site_axes(kp) if calls else ():
         common: set[tuple[str, int]] | None = None
         values = set()
         for c in calls:
@@ -2127,10 +2124,17 @@ def size_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, tuple
                      for d in range(t.dim() - 1) if t.shape[d] == v}
             common = found if common is None else common & found
         if common and (len(values) > 1 or any(v <= 0 or v & (v - 1) for v in values)):
-            position = {n: i for i, (n, _) in enumerate(kp.params)}
             arg, dim = min(common, key=lambda nd: (position.get(nd[0], len(position)), nd[1]))
             out[a] = (arg, dim, sorted(values))
     return out
+
+
+def _traced_call_site_axes(kp: KernelPlan) -> list[str]:
+    """The variant axes whose values only the traced calls give: call-site constexprs the manifest does not list
+    (not dtypes, not launch options)."""
+    k = kp.entry
+    listed = {*k.dtypes, *k.constexprs, *k.derive, *(n for c in k.combinations for n in c), *LAUNCH_OPTIONS}
+    return [a for a in kp.axes if a not in listed]
 
 
 DATA_LIKE_VALUES = 5
@@ -2142,12 +2146,8 @@ def data_like_constexprs(kp: KernelPlan, entries: list[EntryPlan]) -> dict[str, 
     """Call-site constexprs whose values come from traced calls (not the manifest's lists) and look like per-call
     data: each value is a binary of its own, and a value no example passed fails at run time (where Triton's JIT
     compiles another binary for every new value: the constexpr trap of SGLang's mask kernel). → sorted values."""
-    k = kp.entry
-    listed = {*k.constexprs, *k.derive, *(n for c in k.combinations for n in c)}
     out = {}
-    for a in kp.axes:
-        if a in k.dtypes or a in listed or a in LAUNCH_OPTIONS:
-            continue
+    for a in _traced_call_site_axes(kp):
         values = {e.assignment[a] for e in entries}
         ints = sorted(v for v in values if isinstance(v, int) and not isinstance(v, bool))
         if len(ints) >= DATA_LIKE_VALUES and any(v <= 0 or v & (v - 1) for v in ints):

@@ -102,40 +102,34 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     """(schema without the name, e.g. ``(Tensor x, float eps=1e-06) -> Tensor``, or None), a reason, and the
     rule giving each call its result structure where that follows an argument (else None). An output buffer the
     examples always leave None (mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out =
-    torch.empty_like(...) if out is None else out``) is left out of the schema (``output_buffers`` says which; so
+    torch.empty_like(...) if out is None else out``) is left out of the schema (``schema_and_buffer`` says which; so
     are several): a caller's ``out`` would be written and returned, which no custom op may do, so calls passing one
     stay Python calls (``runtime.entry.custom_call``); a rule's positions are then the schema's."""
     return schema_and_buffer(fn, calls)[:3]
 
 
-def output_buffers(fn: Callable[..., Any], calls: list[Call]) -> LeftOut:
-    """The output buffers ``op_schema`` leaves out of the op's schema (see there), and the arguments it leaves out as
-    it leaves those (every traced call passes None there and nothing types them), each as (name, position among the
-    host function's parameters, -1 for a keyword-only one), in parameter order; () where it leaves none out."""
-    return schema_and_buffer(fn, calls)[3]
-
-
 LeftOut = tuple[tuple[str, int], ...]
-"""Arguments a schema leaves out, as ``output_buffers`` gives them."""
+"""Arguments a schema leaves out (output buffers, and arguments every traced call passes None that nothing types),
+each as (name, position among the host function's parameters, -1 for a keyword-only one), in parameter order."""
 
 
 def schema_and_buffer(fn: Callable[..., Any], calls: list[Call],
                       ) -> tuple[str | None, str, ResultRule | None, LeftOut]:
-    """``op_schema`` and ``output_buffers`` of one op in one pass (the build asks both)."""
+    """``op_schema`` and the arguments its schema leaves out (``LeftOut``), in one pass (the build asks both)."""
     declared = getattr(getattr(fn, "_opoverload", None), "_schema", None)
     if declared is not None and hasattr(fn, "_init_fn"):  # a @torch.library.custom_op: its own schema
         return _declared_schema(declared, inspect.signature(fn._init_fn), calls)
     sig, varargs = _without_var_parameters(host_signature(fn), calls)
     if varargs is not None and sig is None:
         return None, varargs, None, ()
-    schema, how, rule, buffer = _schema_and_buffer(fn, sig, calls)
+    schema, how, rule, left_out = _schema_and_buffer(fn, sig, calls)
     refused = _unparsed(schema)
     if refused is not None:  # (the wheel's definition would fail, and its custom op be missing, at run time)
         return None, refused, None, ()
     if varargs is None or schema is None:
-        return schema, how, rule, buffer
+        return schema, how, rule, left_out
     return schema, f"{how}; without its {varargs} (empty in every traced call: a call passing more runs as Python, " \
-        "the others as the custom op)", rule, buffer
+        "the others as the custom op)", rule, left_out
 
 
 def _declared_schema(declared: Any, sig: inspect.Signature, calls: list[Call],
@@ -215,11 +209,9 @@ def _schema_and_buffer(fn: Callable[..., Any], sig: inspect.Signature, calls: li
     # ``unified_attention`` takes ``q_descale`` only to assert it is None; flash-attn's ``process_group``).
     untyped: list[str] = []
     while True:
-        reduced = _without_buffers(sig, calls, [*buffers, *untyped])
-        if reduced is None:  # (a call that does not bind: the schema says so)
-            reduced, buffers, untyped = (sig, calls), [], []
-        schema, how, rule = _schema(fn, *reduced)
-        if schema is not None or not isinstance(how, _UntypedNone) or how.argument in untyped:
+        reduced = _without_buffers(sig, calls, [*buffers, *untyped])  # (None: a call does not bind; _schema says so)
+        schema, how, rule = _schema(fn, *(reduced or (sig, calls)))
+        if reduced is None or schema is not None or not isinstance(how, _UntypedNone):
             break
         untyped.append(how.argument)
     if schema is None:

@@ -427,14 +427,14 @@ class Tracer:
             mod["schemas"], mod["schema_notes"] = {}, {}
             for op, fn in originals[mod_name].items():
                 op_calls = calls[mod_name][op]
-                mod["schemas"][op], mod["schema_notes"][op], rule, buffer = schema_and_buffer(fn, op_calls)
+                mod["schemas"][op], mod["schema_notes"][op], rule, left_out = schema_and_buffer(fn, op_calls)
                 why_not = meta_mismatch(fn, op_calls) if mod["schemas"][op] else None
                 if why_not is not None:
                     mod["schemas"][op], mod["schema_notes"][op], rule = None, why_not, None
                 if rule is not None:
                     mod.setdefault("results", {})[op] = rule
-                if buffer and mod["schemas"][op]:
-                    mod.setdefault("buffers", {})[op] = [list(b) for b in buffer]
+                if left_out and mod["schemas"][op]:
+                    mod.setdefault("buffers", {})[op] = [list(b) for b in left_out]
                 if mod["schemas"][op] and has_var_parameters(fn):
                     mod.setdefault("takes", {})[op] = schema_takes(mod["schemas"][op])
                 owner = getattr(fn, "__self__", None)

@@ -23,7 +23,8 @@ INDEX_FORMAT = 2
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                      source: str | None = None, builtins: dict[str, Any] | None = None,
-                     package: str | None = None, aliases: tuple[str, ...] = ()) -> types.ModuleType:
+                     package: str | None = None, aliases: tuple[str, ...] = (),
+                     compiles: bool = False) -> types.ModuleType:
     """Run a host-code module with its kernel handles and ``triton`` helpers bound before its first line.
 
     From the wheel the module is the packaged file; in development ``source`` is the same host code taken
@@ -31,7 +32,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     ``builtins``: the packaged code's import rules where it imports project modules (``local_builtins``);
     ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package);
     ``aliases``: the other names project code imports this file by (its shipped name under ``_ops._local``), which
-    are this module from before its first line, as a module importing itself back finds it.
+    are this module from before its first line, as a module importing itself back finds it; ``compiles``: the
+    shipped code names ``torch.compile`` (see ``run_module_code``).
     """
     if source is None:
         spec = importlib.util.spec_from_file_location(module_name, filename)
@@ -64,7 +66,7 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
         sys.modules[name] = module
     try:
         if source is None:
-            run_module_code(spec.loader, module)
+            run_module_code(spec.loader, module, compiles)
         else:
             # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
             exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
@@ -84,14 +86,15 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     return module
 
 
-def run_module_code(loader: Any, module: types.ModuleType) -> None:
-    """Run a shipped module's code as ``loader.exec_module`` would; where the process has no Triton and the code
-    names ``compile`` (Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host module or a project
-    module), ``torch.compile`` gives the function back as it is while the module code runs (as a decorator too):
-    those helpers would need Triton for the GPU (Inductor's code generation) at their first call, in the backward,
-    and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled helpers."""
+def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
+    """Run a shipped module's code as ``loader.exec_module`` would; where the code names ``torch.compile`` (the
+    build's word: ``compiles``) and the process has no Triton, with ``torch.compile`` giving the function back as it
+    is while it runs (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host
+    module or a project module, would need Triton for the GPU (Inductor's code generation) at their first call, in
+    the backward, and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled
+    helpers. (The global swap is seen by other threads while that module's code runs.)"""
     code = loader.get_code(module.__name__)
-    if not _names_compile(code) or importlib.util.find_spec("triton") is not None:
+    if not compiles or importlib.util.find_spec("triton") is not None:
         exec(code, module.__dict__)
         return
     import torch
@@ -102,11 +105,6 @@ def run_module_code(loader: Any, module: types.ModuleType) -> None:
         exec(code, module.__dict__)
     finally:
         torch.compile = real
-
-
-def _names_compile(code: types.CodeType) -> bool:
-    return "compile" in code.co_names or any(isinstance(c, types.CodeType) and _names_compile(c)
-                                             for c in code.co_consts)
 
 
 def load_index(root: str, module: str | None = None) -> dict[str, Any]:
@@ -197,7 +195,8 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
         bound[fn] = kernel_class(name, spec, index["targets"], backend)
     package = index["modules"][mod_name].get("package")
     return exec_host_module(module_name, source[0], bound, source[1], builtins,
-                            package_prefix + package if package else None, aliases)
+                            package_prefix + package if package else None, aliases,
+                            bool(index["modules"][mod_name].get("torch_compile")))
 
 
 def applied_function(fn: Any) -> type | None:

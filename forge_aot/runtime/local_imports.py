@@ -63,13 +63,13 @@ class LocalModuleLoader(importlib.machinery.SourceFileLoader):
     """Loads a shipped project module (``<package>._ops._local.*``) as host code: the ``triton`` helpers and the
     package's import rules bound before its first line (its Triton lines are blanked, as in kernel files)."""
 
-    def __init__(self, fullname: str, path: str, bound: dict[str, Any]) -> None:
+    def __init__(self, fullname: str, path: str, bound: dict[str, Any], compiles: bool = False) -> None:
         super().__init__(fullname, path)
-        self.bound = bound
+        self.bound, self.compiles = bound, compiles
 
     def exec_module(self, module: types.ModuleType) -> None:
         module.__dict__.update(self.bound)
-        run_module_code(self, module)
+        run_module_code(self, module, self.compiles)
 
 
 def host_module_imported_as(package: Any, fullname: str) -> str | None:
@@ -84,6 +84,10 @@ def host_module_imported_as(package: Any, fullname: str) -> str | None:
     return package._imported_as.get(fullname)
 
 
+_COMPILING: dict[str, frozenset[str]] = {}
+"""Package root -> its project modules whose code names ``torch.compile`` (the index's ``local_torch_compile``)."""
+
+
 def package_local_spec(package: Any, fullname: str) -> Any:
     """The spec of a shipped project module (``<package>._ops._local.*``) of an ``entry.Package``: loaded as host
     code, with the import rules of every host module (even before any op ran: ``pickle`` of an object a helper
@@ -94,19 +98,24 @@ def package_local_spec(package: Any, fullname: str) -> Any:
     # Kernels of project modules are not the package's (its kernel files bind as host modules): their names are
     # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one).
     bound = {"triton": host_triton, "__builtins__": package.builtins, KERNEL_SIDE_HOOK: KernelSide}
-    return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound)
+    compiling = _COMPILING.get(package.root)
+    if compiling is None:  # (read once per package, not per module: the whole index)
+        compiling = _COMPILING[package.root] = frozenset(load_index(package.root).get("local_torch_compile", ()))
+    compiles = fullname.split("._ops._local.", 1)[1] in compiling
+    return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound, compiles)
 
 
-def local_spec(fullname: str, directory: str, bound: dict[str, Any]) -> Any:
+def local_spec(fullname: str, directory: str, bound: dict[str, Any], compiles: bool = False) -> Any:
     """The module spec of ``<package>._ops._local.<dotted>`` under the package's ``_ops/_local`` directory, or None
-    where there is no such file."""
+    where there is no such file (``compiles``: its code names ``torch.compile``, see ``run_module_code``)."""
     parts = fullname.split("._ops._local.", 1)[1].split(".")
     package = os.path.join(directory, *parts)
     init = os.path.join(package, "__init__.py")
     if os.path.isfile(init):
-        return importlib.util.spec_from_file_location(fullname, init, loader=LocalModuleLoader(fullname, init, bound),
-                                                      submodule_search_locations=[package])
+        return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[package],
+                                                      loader=LocalModuleLoader(fullname, init, bound, compiles))
     path = package + ".py"
     if os.path.isfile(path):
-        return importlib.util.spec_from_file_location(fullname, path, loader=LocalModuleLoader(fullname, path, bound))
+        return importlib.util.spec_from_file_location(fullname, path,
+                                                      loader=LocalModuleLoader(fullname, path, bound, compiles))
     return None
