@@ -51,15 +51,20 @@ def build_fake_cuda(tmp: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(out))
 
 
-def install_fake_driver(rt: Any, lib: ctypes.CDLL, monkeypatch: Any) -> FakeState:
-    """Make ``lib`` the runtime's driver (through its real _CudaDriver) and reset the fake's state."""
+def install_fake_driver(rt: Any, lib: ctypes.CDLL, monkeypatch: Any, c_driver: bool = True) -> FakeState:
+    """Make ``lib`` the runtime's driver and reset the fake's state: through the C extension's ``Driver``, as the
+    runtime opens it (``cuda.open_driver``), or with ``c_driver=False`` through ctypes (``_CudaDriver``)."""
     cuda = importlib.import_module(f"{rt.__name__}.cuda")
-    real_cdll = ctypes.CDLL
-    monkeypatch.setattr(cuda.ctypes, "CDLL", lambda name: lib)
-    try:
-        drv = cuda._CudaDriver()
-    finally:
-        monkeypatch.setattr(cuda.ctypes, "CDLL", real_cdll)
+    if c_driver:
+        drv = cuda.open_driver(lib._name)
+        assert type(drv) is cuda._CudaDriverC
+    else:
+        real_cdll = ctypes.CDLL
+        monkeypatch.setattr(cuda.ctypes, "CDLL", lambda name: lib)
+        try:
+            drv = cuda._CudaDriver()
+        finally:
+            monkeypatch.setattr(cuda.ctypes, "CDLL", real_cdll)
     monkeypatch.setattr(rt.drivers, "_driver", drv)
     state = FakeState.in_dll(lib, "fake")
     ctypes.memset(ctypes.addressof(state), 0, ctypes.sizeof(state))

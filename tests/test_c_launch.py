@@ -860,6 +860,50 @@ def test_context_push_pop_and_driver_errors(rt, fake, add) -> None:
         rt.DriverError, "cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT (201)")
 
 
+@pytest.mark.parametrize("c_driver", [True, False], ids=["c-driver", "ctypes-driver"])
+def test_both_drivers_load_launch_and_name_errors_alike(rt, fake_lib, add, monkeypatch, c_driver) -> None:
+    """The runtime opens the driver through the C extension's Driver (no ctypes prototypes on a first launch);
+    the ctypes driver stays for a runtime without the extension. Both push the primary context, load, launch, pop
+    and turn driver codes into the same DriverError."""
+    cs.fake_devices(monkeypatch)
+    fake = cs.install_fake_driver(rt, fake_lib, monkeypatch, c_driver=c_driver)
+    drv = rt.drivers.driver()
+    assert type(drv).__name__ == ("_CudaDriverC" if c_driver else "_CudaDriver")
+    assert drv.describe(1) == {"name": "Fake GPU", "capability": (9, 0), "arch": "sm_90", "max_shared": 232448}
+    assert drv.device_count() == 2 and drv.primary_context(1) == 0xC001
+    assert drv.function_attributes(0xF001) == (0, 0, 0)
+    fake.current = 0xABC
+    fn = drv.load(1, b"\x7fELF image", "add_kernel", 100_000, 232448)  # above 48 KB: opted in, as Triton does
+    assert fn == 0xF001 and fake.loads == 1 and fake.pushes == fake.pops == 1 and fake.current == 0xABC
+    assert set(drv.entry_points()) == {"launch", "ctx_get", "ctx_push", "ctx_pop", "launch_ex", "tensor_map"}
+    assert all(drv.entry_points().values())
+    x, y, o = _tensor(0), _tensor(0), _tensor(0)
+    for use_c in (True, False):  # the C launcher and the ctypes launch (the C driver sets up ctypes then)
+        rt.fastpath.use_c_launch(add, use_c)
+        add[(4,)](x, y, o, 4096)
+        assert fake.ctx_at_launch == 0xC000 and fake.current == 0xABC
+    fake.push_result = 201
+    try:
+        with pytest.raises(rt.DriverError, match=r"^cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
+            drv.load(0, b"\x7fELF image", "add_kernel", 0, 232448)
+    finally:
+        fake.push_result = 0
+    fake.pop_result = 201
+    try:
+        with pytest.raises(rt.DriverError, match=r"^cuCtxPopCurrent failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
+            drv.load(0, b"\x7fELF image", "add_kernel", 0, 232448)
+    finally:
+        fake.pop_result = 0
+    with pytest.raises(rt.DriverError, match=r"^cuDeviceGet failed: unknown \(999\)$"):
+        drv.check(999, "cuDeviceGet")
+
+
+def test_a_missing_driver_library_is_named(rt) -> None:
+    cuda = importlib.import_module(f"{rt.__name__}.cuda")
+    with pytest.raises(rt.DriverError, match="cannot load the NVIDIA driver library libnocuda.so.9"):
+        cuda.open_driver("libnocuda.so.9")
+
+
 def test_second_device_uses_its_context_and_stream(rt, fake, add) -> None:
     x, y, o = _tensor(1), _tensor(1), _tensor(1)
     records, fallbacks = _launch_both(rt, fake, add, (4,), (x, y, o, 4096))

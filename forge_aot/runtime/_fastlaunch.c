@@ -18,6 +18,7 @@
  *               are called here on the arguments by name, as Kernel.run calls them, once per call).
  *   Launcher    one loaded binary on one device: parameter-block layout (tensor descriptors as Triton 3.6 lays
  *               them out, their tensor maps encoded here), launch dimensions, driver calls.
+ *   Driver      the driver calls of a first launch (device queries, module load) without ctypes (cuda.py).
  */
 #define PY_SSIZE_T_CLEAN
 #define Py_LIMITED_API 0x03090000
@@ -1837,6 +1838,246 @@ static PyType_Spec KernelBase_spec = {"_fastlaunch.KernelBase", sizeof(KernelBas
                                       Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
                                       KernelBase_slots};
 
+/* ---------------------------------------------------------------------------------------------------------
+ * Driver: the NVIDIA driver calls of a first launch (cuda.py's _CudaDriverC), called from C. The ctypes driver
+ * sets up fifteen prototypes and goes through ctypes for every call (about 0.3 ms more of a fresh process's first
+ * call, measured locally); here each call is one C call. The entry points' addresses come from cuda.py (dlsym
+ * through ctypes on the library torch loaded), so this file links against no libdl and the wheel's manylinux tag
+ * stays what it is.
+ * Each method returns the driver's code (and values): cuda.py turns codes into DriverError, as for ctypes.
+ */
+typedef CUresult (*init_fn)(unsigned);
+typedef CUresult (*error_name_fn)(int, const char **);
+typedef CUresult (*int_out_fn)(int *);
+typedef CUresult (*device_get_fn)(int *, int);
+typedef CUresult (*attribute_fn)(int *, int, int);
+typedef CUresult (*name_fn)(char *, int, int);
+typedef CUresult (*retain_fn)(void **, int);
+typedef CUresult (*module_load_fn)(void **, const void *);
+typedef CUresult (*get_function_fn)(void **, void *, const char *);
+typedef CUresult (*func_get_fn)(int *, int, void *);
+typedef CUresult (*func_set_fn)(void *, int, int);
+
+typedef struct {
+    PyObject_HEAD
+    init_fn init;
+    error_name_fn error_name;
+    device_get_fn device_get;
+    int_out_fn device_count;
+    attribute_fn attribute;
+    name_fn name;
+    retain_fn retain;
+    ctx_get_fn ctx_get;
+    ctx_push_fn ctx_push;
+    ctx_pop_fn ctx_pop;
+    module_load_fn module_load;
+    get_function_fn get_function;
+    func_get_fn func_get;
+    func_set_fn func_set;
+    launch_fn launch;
+    launch_ex_fn launch_ex;     /* CUDA 12, else NULL */
+    encode_fn tensor_map;       /* CUDA 12, else NULL */
+} Driver;
+
+static PyTypeObject *DriverType;
+
+/* Driver(entry_points): a dict from each driver function's name to its address (cuda.py looks them up with
+ * dlsym on the library torch loaded); cuLaunchKernelEx and cuTensorMapEncodeTiled (CUDA 12) may be missing. */
+static PyObject *Driver_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"entry_points", NULL};
+    PyObject *points;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!", names, &PyDict_Type, &points)) return NULL;
+    Driver *D = (Driver *)PyType_GenericAlloc(type, 0);
+    if (!D) return NULL;
+    struct { const char *name; void **slot; int required; } table[] = {
+        {"cuInit", (void **)&D->init, 1}, {"cuGetErrorName", (void **)&D->error_name, 1},
+        {"cuDeviceGet", (void **)&D->device_get, 1}, {"cuDeviceGetCount", (void **)&D->device_count, 1},
+        {"cuDeviceGetAttribute", (void **)&D->attribute, 1}, {"cuDeviceGetName", (void **)&D->name, 1},
+        {"cuDevicePrimaryCtxRetain", (void **)&D->retain, 1}, {"cuCtxGetCurrent", (void **)&D->ctx_get, 1},
+        {"cuCtxPushCurrent_v2", (void **)&D->ctx_push, 1}, {"cuCtxPopCurrent_v2", (void **)&D->ctx_pop, 1},
+        {"cuModuleLoadData", (void **)&D->module_load, 1}, {"cuModuleGetFunction", (void **)&D->get_function, 1},
+        {"cuFuncGetAttribute", (void **)&D->func_get, 1}, {"cuFuncSetAttribute", (void **)&D->func_set, 1},
+        {"cuLaunchKernel", (void **)&D->launch, 1}, {"cuLaunchKernelEx", (void **)&D->launch_ex, 0},
+        {"cuTensorMapEncodeTiled", (void **)&D->tensor_map, 0},
+    };
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+        PyObject *address = PyDict_GetItemString(points, table[i].name);   /* borrowed */
+        unsigned long long a = address ? PyLong_AsUnsignedLongLong(address) : 0;
+        if (PyErr_Occurred()) { Py_DECREF(D); return NULL; }
+        *table[i].slot = (void *)(uintptr_t)a;
+        if (!a && table[i].required) {
+            PyErr_Format(PyExc_ValueError, "the driver library has no %s", table[i].name);
+            Py_DECREF(D);
+            return NULL;
+        }
+    }
+    return (PyObject *)D;
+}
+
+static void Driver_dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(self);
+    Py_DECREF(tp);
+}
+
+static PyObject *code_and(CUresult code, PyObject *value) {   /* (code, value), stealing value */
+    if (!value) return NULL;
+    PyObject *r = Py_BuildValue("(iO)", code, value);
+    Py_DECREF(value);
+    return r;
+}
+
+static PyObject *Driver_init(PyObject *self, PyObject *unused) {
+    (void)unused;
+    return PyLong_FromLong(((Driver *)self)->init(0));
+}
+
+/* error_name(code) -> str or None */
+static PyObject *Driver_error_name(PyObject *self, PyObject *arg) {
+    int code = (int)PyLong_AsLong(arg);
+    if (code == -1 && PyErr_Occurred()) return NULL;
+    const char *name = NULL;
+    if (((Driver *)self)->error_name(code, &name) != 0 || !name) Py_RETURN_NONE;
+    return PyUnicode_FromString(name);
+}
+
+/* device(index) -> (code, device) */
+static PyObject *Driver_device(PyObject *self, PyObject *arg) {
+    int index = (int)PyLong_AsLong(arg), dev = 0;
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    CUresult code = ((Driver *)self)->device_get(&dev, index);
+    return code_and(code, PyLong_FromLong(dev));
+}
+
+/* count() -> (code, n) */
+static PyObject *Driver_count(PyObject *self, PyObject *unused) {
+    (void)unused;
+    int n = 0;
+    CUresult code = ((Driver *)self)->device_count(&n);
+    return code_and(code, PyLong_FromLong(n));
+}
+
+/* attribute(attr, device) -> (code, value) */
+static PyObject *Driver_attribute(PyObject *self, PyObject *args) {
+    int attr, dev, out = 0;
+    if (!PyArg_ParseTuple(args, "ii", &attr, &dev)) return NULL;
+    CUresult code = ((Driver *)self)->attribute(&out, attr, dev);
+    return code_and(code, PyLong_FromLong(out));
+}
+
+/* name(device) -> (code, str) */
+static PyObject *Driver_name(PyObject *self, PyObject *arg) {
+    int dev = (int)PyLong_AsLong(arg);
+    if (dev == -1 && PyErr_Occurred()) return NULL;
+    char buf[257] = {0};
+    CUresult code = ((Driver *)self)->name(buf, 256, dev);
+    return code_and(code, PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace"));
+}
+
+/* primary_context(device) -> (code, ctx) */
+static PyObject *Driver_primary_context(PyObject *self, PyObject *arg) {
+    int dev = (int)PyLong_AsLong(arg);
+    if (dev == -1 && PyErr_Occurred()) return NULL;
+    void *ctx = NULL;
+    CUresult code = ((Driver *)self)->retain(&ctx, dev);
+    return code_and(code, PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)ctx));
+}
+
+/* load(ctx, image, name, shared, max_shared) -> (code, failed call or None, function): as _CudaDriver.load, the
+ * module loaded into `ctx` pushed current, the function looked up, dynamic shared memory above 48 KB opted into,
+ * the context popped (also after a failure, whose call is named). */
+static PyObject *Driver_load(PyObject *self, PyObject *args) {
+    Driver *D = (Driver *)self;
+    unsigned long long ctx;
+    const char *image, *name;
+    Py_ssize_t image_len;
+    int shared, max_shared;
+    if (!PyArg_ParseTuple(args, "Ky#sii", &ctx, &image, &image_len, &name, &shared, &max_shared)) return NULL;
+    (void)image_len;
+    const char *what = NULL;
+    void *module = NULL, *fn = NULL, *popped = NULL;
+    CUresult code = D->ctx_push((void *)(uintptr_t)ctx);
+    if (code != 0) return Py_BuildValue("(isK)", code, "cuCtxPushCurrent", 0ULL);
+    if ((code = D->module_load(&module, image)) != 0) what = "cuModuleLoadData";
+    else if ((code = D->get_function(&fn, module, name)) != 0) what = "cuModuleGetFunction";
+    else if (shared > 49152) {
+        int stat = 0;
+        if ((code = D->func_get(&stat, 1, fn)) != 0) what = "cuFuncGetAttribute";   /* SHARED_SIZE_BYTES */
+        else if ((code = D->func_set(fn, 8, max_shared - stat)) != 0) what = "cuFuncSetAttribute";
+    }
+    CUresult pop = D->ctx_pop(&popped);
+    if (code == 0 && pop != 0) { code = pop; what = "cuCtxPopCurrent"; }
+    if (what) return Py_BuildValue("(isK)", code, what, 0ULL);
+    return Py_BuildValue("(iOK)", 0, Py_None, (unsigned long long)(uintptr_t)fn);
+}
+
+/* function_attribute(attr, function) -> (code, value) */
+static PyObject *Driver_function_attribute(PyObject *self, PyObject *args) {
+    int attr, out = 0;
+    unsigned long long fn;
+    if (!PyArg_ParseTuple(args, "iK", &attr, &fn)) return NULL;
+    CUresult code = ((Driver *)self)->func_get(&out, attr, (void *)(uintptr_t)fn);
+    return code_and(code, PyLong_FromLong(out));
+}
+
+static PyObject *Driver_current_context(PyObject *self, PyObject *unused) {
+    (void)unused;
+    void *ctx = NULL;
+    CUresult code = ((Driver *)self)->ctx_get(&ctx);
+    return code_and(code, PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)ctx));
+}
+
+static PyObject *Driver_push(PyObject *self, PyObject *arg) {
+    unsigned long long ctx = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(((Driver *)self)->ctx_push((void *)(uintptr_t)ctx));
+}
+
+static PyObject *Driver_pop(PyObject *self, PyObject *unused) {
+    (void)unused;
+    void *ctx = NULL;
+    return PyLong_FromLong(((Driver *)self)->ctx_pop(&ctx));
+}
+
+/* entry_points() -> dict: the addresses a C Launcher calls (as _CudaDriver.entry_points gives them). */
+static PyObject *Driver_entry_points(PyObject *self, PyObject *unused) {
+    (void)unused;
+    Driver *D = (Driver *)self;
+    return Py_BuildValue("{sKsKsKsKsKsK}", "launch", (unsigned long long)(uintptr_t)D->launch,
+                         "ctx_get", (unsigned long long)(uintptr_t)D->ctx_get,
+                         "ctx_push", (unsigned long long)(uintptr_t)D->ctx_push,
+                         "ctx_pop", (unsigned long long)(uintptr_t)D->ctx_pop,
+                         "launch_ex", (unsigned long long)(uintptr_t)D->launch_ex,
+                         "tensor_map", (unsigned long long)(uintptr_t)D->tensor_map);
+}
+
+static PyMethodDef Driver_methods[] = {
+    {"init", Driver_init, METH_NOARGS, "cuInit(0) -> code"},
+    {"error_name", Driver_error_name, METH_O, "cuGetErrorName(code) -> str or None"},
+    {"device", Driver_device, METH_O, "cuDeviceGet(index) -> (code, device)"},
+    {"count", Driver_count, METH_NOARGS, "cuDeviceGetCount() -> (code, n)"},
+    {"attribute", Driver_attribute, METH_VARARGS, "cuDeviceGetAttribute(attr, device) -> (code, value)"},
+    {"name", Driver_name, METH_O, "cuDeviceGetName(device) -> (code, name)"},
+    {"primary_context", Driver_primary_context, METH_O, "cuDevicePrimaryCtxRetain(device) -> (code, ctx)"},
+    {"load", Driver_load, METH_VARARGS, "load(ctx, image, name, shared, max_shared) -> (code, failed, function)"},
+    {"function_attribute", Driver_function_attribute, METH_VARARGS, "cuFuncGetAttribute -> (code, value)"},
+    {"current_context", Driver_current_context, METH_NOARGS, "cuCtxGetCurrent() -> (code, ctx)"},
+    {"push", Driver_push, METH_O, "cuCtxPushCurrent(ctx) -> code"},
+    {"pop", Driver_pop, METH_NOARGS, "cuCtxPopCurrent() -> code"},
+    {"entry_points", Driver_entry_points, METH_NOARGS, "the C Launcher's driver entry points"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Driver_slots[] = {
+    {Py_tp_new, Driver_new},
+    {Py_tp_dealloc, Driver_dealloc},
+    {Py_tp_methods, Driver_methods},
+    {Py_tp_doc, "The NVIDIA driver calls of a first launch, from C (cuda.py's _CudaDriverC)."},
+    {0, NULL},
+};
+static PyType_Spec Driver_spec = {"_fastlaunch.Driver", sizeof(Driver), 0, Py_TPFLAGS_DEFAULT, Driver_slots};
+
 /* --------------------------------------------------------------------------------------------------------- */
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_fastlaunch", "forge-aot's C launch path (optional; see fastpath.py).", -1, NULL,
@@ -1871,10 +2112,11 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || !str_strides || !str_padding || !str_data_ptr || !str_pre_hooks
         || add_type(m, &Launcher_spec, &LauncherType) < 0 || add_type(m, &FastKernel_spec, &FastKernelType) < 0
         || add_type(m, &Launch_spec, &LaunchType) < 0 || add_type(m, &KernelBase_spec, &KernelBaseType) < 0
+        || add_type(m, &Driver_spec, &DriverType) < 0
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 12) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 13) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,8 +1,10 @@
-"""The NVIDIA driver API through ctypes (``libcuda.so.1``): load cubins into torch's primary context."""
+"""The NVIDIA driver API (``libcuda.so.1``): load cubins into torch's primary context. Through the C extension's
+``Driver`` where it is loaded (``_CudaDriverC``), else through ctypes (``_CudaDriver``)."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -10,51 +12,96 @@ from .errors import DriverError
 from .tables import LAUNCH_ATTR_COOPERATIVE, LAUNCH_ATTR_PDL
 
 
+def _prototyped(lib: Any) -> Any:
+    """``lib`` (a ctypes CDLL of the driver) with the prototypes of every function the ctypes path calls."""
+    vp, i, u, p = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER
+    sigs: dict[str, list[Any]] = {
+        "cuInit": [u],
+        "cuGetErrorName": [i, p(ctypes.c_char_p)],
+        "cuDeviceGet": [p(i), i],
+        "cuDeviceGetCount": [p(i)],
+        "cuDeviceGetAttribute": [p(i), i, i],
+        "cuDeviceGetName": [ctypes.c_char_p, i, i],
+        "cuDevicePrimaryCtxRetain": [p(vp), i],
+        "cuCtxGetCurrent": [p(vp)],
+        "cuCtxPushCurrent_v2": [vp],
+        "cuCtxPopCurrent_v2": [p(vp)],
+        "cuModuleLoadData": [p(vp), ctypes.c_char_p],
+        "cuModuleGetFunction": [p(vp), vp, ctypes.c_char_p],
+        "cuFuncGetAttribute": [p(i), i, vp],
+        "cuFuncSetAttribute": [vp, i, i],
+        "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
+    }
+    for name, argtypes in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def _library(name: str = "libcuda.so.1") -> Any:
+    try:
+        return ctypes.CDLL(name)
+    except OSError as exc:
+        raise DriverError(f"cannot load the NVIDIA driver library {name}: {exc}") from None
+
+
+_C_FUNCTIONS = ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
+                "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
+                "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
+                "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")
+"""What the C ``Driver`` calls (the last two are CUDA 12's, and may be missing)."""
+
+
+def open_driver(name: str = "libcuda.so.1") -> _CudaDriver:
+    """The process's NVIDIA driver: through the C extension's ``Driver`` where it is loaded (no ctypes on a first
+    launch), else through ctypes."""
+    from . import fastpath
+
+    if fastpath.c is not None and hasattr(fastpath.c, "Driver"):
+        import _ctypes
+
+        try:
+            handle = _ctypes.dlopen(name, ctypes.DEFAULT_MODE)
+        except OSError:
+            handle = None  # the ctypes path says why
+        if handle is not None:
+            points = {}
+            for fn in _C_FUNCTIONS:
+                try:
+                    points[fn] = _ctypes.dlsym(handle, fn)
+                except OSError:
+                    pass
+            try:
+                return _CudaDriverC(name, handle, fastpath.c.Driver(points))
+            except ValueError:  # a driver without one of the functions: the ctypes path names it
+                pass
+    return _CudaDriver(_library(name))
+
+
 class _CudaDriver:
+    """The driver through ctypes: every call prototyped (``_prototyped``)."""
+
     backend = "cuda"
 
-    def __init__(self) -> None:
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise DriverError(f"cannot load the NVIDIA driver library libcuda.so.1: {exc}") from None
-        vp, i, u, p = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint, ctypes.POINTER
-        sigs: dict[str, list[Any]] = {
-            "cuInit": [u],
-            "cuGetErrorName": [i, p(ctypes.c_char_p)],
-            "cuDeviceGet": [p(i), i],
-            "cuDeviceGetCount": [p(i)],
-            "cuDeviceGetAttribute": [p(i), i, i],
-            "cuDeviceGetName": [ctypes.c_char_p, i, i],
-            "cuDevicePrimaryCtxRetain": [p(vp), i],
-            "cuCtxGetCurrent": [p(vp)],
-            "cuCtxPushCurrent_v2": [vp],
-            "cuCtxPopCurrent_v2": [p(vp)],
-            "cuModuleLoadData": [p(vp), ctypes.c_char_p],
-            "cuModuleGetFunction": [p(vp), vp, ctypes.c_char_p],
-            "cuFuncGetAttribute": [p(i), i, vp],
-            "cuFuncSetAttribute": [vp, i, i],
-            "cuLaunchKernel": [vp, u, u, u, u, u, u, u, vp, vp, vp],
-        }
-        for name, argtypes in sigs.items():
-            fn = getattr(lib, name)
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_int
-        self.lib = lib
-        self.launch = lib.cuLaunchKernel
-        self.ctx_get_current = lib.cuCtxGetCurrent
-        self.check(lib.cuInit(0), "cuInit")
+    def __init__(self, lib: Any = None) -> None:
+        self.lib = _prototyped(lib if lib is not None else _library())
+        self.launch = self.lib.cuLaunchKernel
+        self.ctx_get_current = self.lib.cuCtxGetCurrent
         self._ctx: dict[int, int] = {}
         self._late: dict[str, Any] = {}
         """Driver functions CUDA 12 added (``_cuda12``), set up on first use."""
         self._ex_types: Any = None
+        self.check(self.lib.cuInit(0), "cuInit")
 
     def check(self, code: int, what: str) -> None:
         if code != 0:
-            name = ctypes.c_char_p()
-            self.lib.cuGetErrorName(code, ctypes.byref(name))
-            label = name.value.decode() if name.value else "unknown"
-            raise DriverError(f"{what} failed: {label} ({code})")
+            raise DriverError(f"{what} failed: {self._error_name(code) or 'unknown'} ({code})")
+
+    def _error_name(self, code: int) -> str | None:
+        name = ctypes.c_char_p()
+        self.lib.cuGetErrorName(code, ctypes.byref(name))
+        return name.value.decode() if name.value else None
 
     def device_count(self) -> int:
         count = ctypes.c_int()
@@ -72,11 +119,14 @@ class _CudaDriver:
                    "cuDeviceGetAttribute")
         return out.value
 
-    def describe(self, index: int) -> dict[str, Any]:
+    def device_name(self, index: int) -> str:
         buf = ctypes.create_string_buffer(256)
         self.check(self.lib.cuDeviceGetName(buf, 256, self._device(index)), "cuDeviceGetName")
+        return buf.value.decode()
+
+    def describe(self, index: int) -> dict[str, Any]:
         major, minor = self.attribute(index, 75), self.attribute(index, 76)
-        return {"name": buf.value.decode(), "capability": (major, minor), "arch": f"sm_{major}{minor}",
+        return {"name": self.device_name(index), "capability": (major, minor), "arch": f"sm_{major}{minor}",
                 "max_shared": self.attribute(index, 97)}  # 97: MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
 
     def properties(self, index: int) -> dict[str, Any]:
@@ -90,21 +140,24 @@ class _CudaDriver:
     def function_attributes(self, fn: int) -> tuple[int, int, int]:
         """A loaded function's (registers per thread, spilled registers per thread, most threads per block), as
         Triton's loader reads them (``CompiledKernel.n_regs``, ``n_spills``, ``n_max_threads``)."""
-        out = []
-        for attr in (4, 3, 0):  # NUM_REGS, LOCAL_SIZE_BYTES, MAX_THREADS_PER_BLOCK
-            value = ctypes.c_int()
-            self.check(self.lib.cuFuncGetAttribute(ctypes.byref(value), attr, fn), "cuFuncGetAttribute")
-            out.append(value.value)
+        out = [self._function_attribute(attr, fn) for attr in (4, 3, 0)]  # NUM_REGS, LOCAL_SIZE_BYTES, MAX_THREADS
         return out[0], out[1] // 4, out[2]
+
+    def _function_attribute(self, attr: int, fn: int) -> int:
+        value = ctypes.c_int()
+        self.check(self.lib.cuFuncGetAttribute(ctypes.byref(value), attr, fn), "cuFuncGetAttribute")
+        return value.value
 
     def primary_context(self, index: int) -> int:
         ctx = self._ctx.get(index)
         if ctx is None:
-            handle = ctypes.c_void_p()
-            self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(handle), self._device(index)),
-                       "cuDevicePrimaryCtxRetain")
-            ctx = self._ctx[index] = int(handle.value or 0)
+            ctx = self._ctx[index] = self._retain(self._device(index))
         return ctx
+
+    def _retain(self, device: int) -> int:
+        handle = ctypes.c_void_p()
+        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(handle), device), "cuDevicePrimaryCtxRetain")
+        return int(handle.value or 0)
 
     def load(self, index: int, image: bytes, name: str, shared: int, max_shared: int) -> int:
         """Load a cubin into the device's primary context (the one torch uses) and return the function."""
@@ -201,3 +254,74 @@ class _CudaDriver:
 
     def pop(self) -> None:
         self.check(self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+
+
+class _CudaDriverC(_CudaDriver):
+    """The driver through the C extension's ``Driver``: a first launch's calls (device queries, primary context,
+    module load, the C launcher's entry points) without ctypes. Through ctypes a fresh process's first launch spent
+    about 0.5 ms in them (prototypes 0.31, device queries 0.11, load 0.05, entry points 0.05; locally, with the test
+    suite's fake driver); the rarer calls (the pure-Python launch, launch attributes, tensor maps) set up the ctypes
+    prototypes on first use."""
+
+    def __init__(self, name: str, handle: int, c_driver: Any) -> None:
+        self._library = (name, handle)
+        self.c = c_driver
+        self._ctx = {}
+        self._late = {}
+        self._ex_types = None
+        self.check(c_driver.init(), "cuInit")
+
+    @functools.cached_property
+    def lib(self) -> Any:  # type: ignore[override]
+        name, handle = self._library
+        return _prototyped(ctypes.CDLL(name, handle=handle))
+
+    @functools.cached_property
+    def launch(self) -> Any:  # type: ignore[override]
+        return self.lib.cuLaunchKernel
+
+    @functools.cached_property
+    def ctx_get_current(self) -> Any:  # type: ignore[override]
+        return self.lib.cuCtxGetCurrent
+
+    def _error_name(self, code: int) -> str | None:
+        return self.c.error_name(code)
+
+    def _value(self, result: tuple[int, Any], what: str) -> Any:
+        self.check(result[0], what)
+        return result[1]
+
+    def device_count(self) -> int:
+        return self._value(self.c.count(), "cuDeviceGetCount")
+
+    def _device(self, index: int) -> int:
+        return self._value(self.c.device(index), "cuDeviceGet")
+
+    def attribute(self, index: int, attr: int) -> int:
+        return self._value(self.c.attribute(attr, self._device(index)), "cuDeviceGetAttribute")
+
+    def device_name(self, index: int) -> str:
+        return self._value(self.c.name(self._device(index)), "cuDeviceGetName")
+
+    def _function_attribute(self, attr: int, fn: int) -> int:
+        return self._value(self.c.function_attribute(attr, fn), "cuFuncGetAttribute")
+
+    def _retain(self, device: int) -> int:
+        return self._value(self.c.primary_context(device), "cuDevicePrimaryCtxRetain")
+
+    def load(self, index: int, image: bytes, name: str, shared: int, max_shared: int) -> int:
+        code, failed, fn = self.c.load(self.primary_context(index), image, name, shared, max_shared)
+        self.check(code, failed or "load")
+        return fn
+
+    def entry_points(self) -> dict[str, int]:
+        return self.c.entry_points()
+
+    def current_context(self) -> int:
+        return self._value(self.c.current_context(), "cuCtxGetCurrent")
+
+    def push(self, ctx: int) -> None:
+        self.check(self.c.push(ctx), "cuCtxPushCurrent")
+
+    def pop(self) -> None:
+        self.check(self.c.pop(), "cuCtxPopCurrent")

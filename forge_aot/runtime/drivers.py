@@ -22,7 +22,7 @@ def driver() -> Any:
 
                     _driver = _HipDriver()
                 else:
-                    from .cuda import _CudaDriver
+                    from .cuda import open_driver
 
-                    _driver = _CudaDriver()
+                    _driver = open_driver()
     return _driver

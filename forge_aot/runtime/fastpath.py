@@ -33,8 +33,9 @@ from typing import Any
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
-ABI = 12
-"""The extension's interface version (12: ``FastKernel.last``, the result of a kernel's last C launch; 11: a launch
+ABI = 13
+"""The extension's interface version (13: ``Driver``, the driver calls of a first launch, see cuda.py; 12:
+``FastKernel.last``, the result of a kernel's last C launch; 11: a launch
 returns its ``Launcher.result``; 10: FastKernel takes
 ``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another version is not
 used."""
