@@ -58,7 +58,7 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {name: {} for name in installs}
     with tempfile.TemporaryDirectory() as tmp:
         lib_dir = fake_driver(Path(tmp))
-        for name, target in installs.items():  # a first process writes the runtime's bytecode bundle
+        for target in installs.values():  # a first process writes the runtime's bytecode bundle
             env = {**os.environ, "PYTHONPATH": target, "LD_LIBRARY_PATH": str(lib_dir)}
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             subprocess.run([sys.executable, "-c", CHILD], env=env, check=True, capture_output=True)

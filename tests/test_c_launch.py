@@ -900,7 +900,7 @@ def test_both_drivers_load_launch_and_name_errors_alike(rt, fake_lib, add, monke
 
 def test_a_missing_driver_library_is_named(rt) -> None:
     cuda = importlib.import_module(f"{rt.__name__}.cuda")
-    with pytest.raises(rt.DriverError, match="cannot load the NVIDIA driver library libnocuda.so.9"):
+    with pytest.raises(rt.DriverError, match=r"cannot load the NVIDIA driver library libnocuda\.so\.9"):
         cuda.open_driver("libnocuda.so.9")
 
 

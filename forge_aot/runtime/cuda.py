@@ -53,6 +53,13 @@ _C_FUNCTIONS = ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "
 """What the C ``Driver`` calls (the last two are CUDA 12's, and may be missing)."""
 
 
+def _symbol(ctypes_module: Any, handle: int, name: str) -> int:
+    try:
+        return ctypes_module.dlsym(handle, name)
+    except OSError:  # (a CUDA 12 function an older driver lacks: Driver takes 0 as missing)
+        return 0
+
+
 def open_driver(name: str = "libcuda.so.1") -> _CudaDriver:
     """The process's NVIDIA driver: through the C extension's ``Driver`` where it is loaded (no ctypes on a first
     launch), else through ctypes."""
@@ -66,12 +73,7 @@ def open_driver(name: str = "libcuda.so.1") -> _CudaDriver:
         except OSError:
             handle = None  # the ctypes path says why
         if handle is not None:
-            points = {}
-            for fn in _C_FUNCTIONS:
-                try:
-                    points[fn] = _ctypes.dlsym(handle, fn)
-                except OSError:
-                    pass
+            points = {fn: _symbol(_ctypes, handle, fn) for fn in _C_FUNCTIONS}
             try:
                 return _CudaDriverC(name, handle, fastpath.c.Driver(points))
             except ValueError:  # a driver without one of the functions: the ctypes path names it
