@@ -2,7 +2,8 @@
 measured against the test suite's fake driver (``tests/fixtures/fake_cuda/fake_cuda.c``, compiled and put first on
 ``LD_LIBRARY_PATH`` as ``libcuda.so.1``; CPU tensors answer as tensors of GPU 0). The fake launches nothing, so
 this is the Python and driver-call cost a fresh process pays before its first kernel runs, without the real
-driver's own time (module load, launch). Several installs (``pip install --target DIR``) are interleaved, run by
+driver's own time (module load, launch). ``cpu_import_first`` is the process's CPU time over import + first call:
+steadier than the wall clock on a shared machine. Several installs (``pip install --target DIR``) are interleaved, run by
 run: a change's effect measured in one run on the CPU machine, before a device round confirms it.
 
     python scripts/probe_first_call_fake.py --runs 15 old=/tmp/old_target new=/tmp/new_target [--json out.json]
@@ -29,13 +30,14 @@ CHILD = textwrap.dedent("""
     torch._C._cuda_getCurrentRawStream = lambda d: 0x5EED0 + d
     x = torch.randn(1 << 20, dtype=torch.float16)
     y = torch.randn(1 << 20, dtype=torch.float16)
-    clk = time.perf_counter
-    t0 = clk()
+    clk, cpu = time.perf_counter, time.process_time
+    t0, c0 = clk(), cpu()
     import forge_kernels
-    t1 = clk()
+    t1, c1 = clk(), cpu()
     forge_kernels.vector_add(x, y)
-    t2 = clk()
-    print(json.dumps({"import": t1 - t0, "first_call": t2 - t1, "import_first": t2 - t0}))
+    t2, c2 = clk(), cpu()
+    print(json.dumps({"import": t1 - t0, "first_call": t2 - t1, "import_first": t2 - t0,
+                      "cpu_import_first": c2 - c0}))
 """)
 
 

@@ -2,8 +2,8 @@
 
 The runtime is copied (as a wheel ships it) into a temporary package with ``_fastlaunch.abi3.so`` compiled by
 forge-aot's own build step, and imported under its own name. The fake driver is a small C library
-(``fixtures/fake_cuda/fake_cuda.c``) loaded by the runtime's real ``_CudaDriver``; both launch paths call it, and
-it records what each launch receives, so the two paths are compared on the bytes the driver gets.
+(``fixtures/fake_cuda/fake_cuda.c``) loaded by the runtime's real drivers (``cuda``, ``cuda_ctypes``); both launch
+paths call it, and it records what each launch receives, so the two paths are compared on the bytes the driver gets.
 """
 
 from __future__ import annotations
@@ -59,12 +59,7 @@ def install_fake_driver(rt: Any, lib: ctypes.CDLL, monkeypatch: Any, c_driver: b
         drv = cuda.open_driver(lib._name)
         assert type(drv) is cuda._CudaDriverC
     else:
-        real_cdll = ctypes.CDLL
-        monkeypatch.setattr(cuda.ctypes, "CDLL", lambda name: lib)
-        try:
-            drv = cuda._CudaDriver()
-        finally:
-            monkeypatch.setattr(cuda.ctypes, "CDLL", real_cdll)
+        drv = importlib.import_module(f"{rt.__name__}.cuda_ctypes")._CudaDriver(lib)
     monkeypatch.setattr(rt.drivers, "_driver", drv)
     state = FakeState.in_dll(lib, "fake")
     ctypes.memset(ctypes.addressof(state), 0, ctypes.sizeof(state))

@@ -445,6 +445,7 @@ def test_launch_attributes_reach_cuLaunchKernelEx(rt, fake, fake_lib, tmp_path, 
     # a driver without cuLaunchKernelEx: the C launcher refuses such calls, the Python path says why
     drv = rt.drivers.driver()
     drv._late.pop("cuLaunchKernelEx", None)
+    drv = drv.__dict__.get("_with_ctypes", drv)  # (the C driver hands cuLaunchKernelEx to its ctypes driver)
     real = drv.lib
     drv.lib = type("NoEx", (), {"__getattr__": lambda self, name: (_ for _ in ()).throw(AttributeError(name))
                                 if name == "cuLaunchKernelEx" else getattr(real, name)})()

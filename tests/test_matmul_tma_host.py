@@ -333,10 +333,7 @@ def test_a_descriptor_kernel_builds_and_its_wheel_encodes_tensor_maps(tmp_path: 
         import forge_tmadesc
         from forge_tmadesc._runtime import cuda, drivers
         lib = ctypes.CDLL({lib._name!r})
-        real = ctypes.CDLL
-        cuda.ctypes.CDLL = lambda name: lib
-        drivers._driver = cuda._CudaDriver()
-        cuda.ctypes.CDLL = real
+        drivers._driver = cuda.open_driver({lib._name!r})
 
         class Tma(ctypes.Structure):
             _fields_ = [("calls", ctypes.c_int), ("dtype", ctypes.c_int), ("rank", ctypes.c_uint),

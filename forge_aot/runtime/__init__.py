@@ -11,7 +11,8 @@ tree and in the wheel. One module per concern:
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
 - ``host_decorators``: ``triton.heuristics``, ``triton.Config`` and ``triton.autotune`` in host code (lazy);
-- ``cuda``, ``hip``, ``drivers``: the driver libraries;      ``packing``: argument encodings;
+- ``cuda``, ``cuda_ctypes`` (without the C extension, and for rare calls), ``hip``, ``drivers``: the driver
+  libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
 - ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
 - ``custom_ops``: the ops' torch custom ops, defined on first need;
@@ -113,9 +114,9 @@ _EXPORTS = {
     "spec_rank": "tables",
     "variant_id": "tables",
 }
-_SUBMODULES = frozenset({"compiled", "cuda", "descriptors", "drivers", "entry", "errors", "expressions", "fastpath",
-                        "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch", "local_imports",
-                        "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
+_SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
+                        "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
+                        "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
                         "dev_binding", "host_decorators"})
 __all__ = sorted(_EXPORTS)
 
