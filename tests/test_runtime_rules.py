@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from forge_aot import runtime as rt
@@ -105,6 +107,15 @@ def test_host_helpers() -> None:
     from importlib.metadata import version
 
     assert rt.host_triton.__version__ == version("triton")
+    # Missing names go through the module's own __getattr__ (PEP 562), never a class hook: a grid function's
+    # triton.cdiv is a plain module read (a class-level __getattr__ puts a Python call in front of every read)
+    from forge_aot.runtime.host_triton import _HostLanguage, _HostTriton
+
+    assert "__getattr__" not in vars(_HostTriton) and "__getattr__" not in vars(_HostLanguage)
+    assert type(rt.host_triton).__getattribute__ is types.ModuleType.__getattribute__
+    assert str(rt.host_triton.language.float16) == "tl.float16" and callable(rt.host_triton.heuristics)
+    with pytest.raises(AttributeError, match=r"Triton's element types .* only, not tl\.arange"):
+        rt.host_triton.language.arange  # noqa: B018
 
 
 def test_variant_ids_and_dtype_names() -> None:

@@ -168,8 +168,9 @@ class _HostLanguage(types.ModuleType):
         super().__init__("triton.language", "Triton's element types, provided by the forge-aot runtime")
         for attr in HOST_DTYPES:
             setattr(self, attr, HostDtype(f"tl.{attr}"))
+        self.__getattr__ = self._missing  # (PEP 562, as _HostTriton's: reads of tl.float16 stay plain)
 
-    def __getattr__(self, name: str) -> Any:
+    def _missing(self, name: str) -> Any:
         raise AttributeError(f"packaged host code may use Triton's element types (tl.float16, tl.bfloat16, ...) "
                              f"only, not tl.{name}")
 
@@ -269,8 +270,11 @@ class _HostTriton(types.ModuleType):
         self.set_allocator = set_allocator
         self._host_constexpr = host_constexpr
         self.reinterpret, self.TensorWrapper = reinterpret, TensorWrapper
+        # A module's own ``__getattr__`` (PEP 562), read only where an attribute is missing: defined on the class, it
+        # would put a Python hook in front of every read (``triton.cdiv`` in a grid function: 0.27 -> 0.03 us).
+        self.__getattr__ = self._missing
 
-    def __getattr__(self, name: str) -> Any:
+    def _missing(self, name: str) -> Any:
         if name == "language":  # tl.<type> in host code (rare: made where first read)
             self.language = _HostLanguage()
             return self.language
