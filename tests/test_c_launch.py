@@ -883,18 +883,13 @@ def test_both_drivers_load_launch_and_name_errors_alike(rt, fake_lib, add, monke
         rt.fastpath.use_c_launch(add, use_c)
         add[(4,)](x, y, o, 4096)
         assert fake.ctx_at_launch == 0xC000 and fake.current == 0xABC
-    fake.push_result = 201
-    try:
-        with pytest.raises(rt.DriverError, match=r"^cuCtxPushCurrent failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
-            drv.load(0, b"\x7fELF image", "add_kernel", 0, 232448)
-    finally:
-        fake.push_result = 0
-    fake.pop_result = 201
-    try:
-        with pytest.raises(rt.DriverError, match=r"^cuCtxPopCurrent failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
-            drv.load(0, b"\x7fELF image", "add_kernel", 0, 232448)
-    finally:
-        fake.pop_result = 0
+    for setting, call in (("push_result", "cuCtxPushCurrent"), ("pop_result", "cuCtxPopCurrent")):
+        setattr(fake, setting, 201)
+        try:
+            with pytest.raises(rt.DriverError, match=rf"^{call} failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
+                drv.load(0, b"\x7fELF image", "add_kernel", 0, 232448)
+        finally:
+            setattr(fake, setting, 0)
     with pytest.raises(rt.DriverError, match=r"^cuDeviceGet failed: unknown \(999\)$"):
         drv.check(999, "cuDeviceGet")
 
