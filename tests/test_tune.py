@@ -817,12 +817,12 @@ def test_gpus_are_counted_through_the_driver_not_torch(tmp_path, monkeypatch) ->
     benchmark workers start cost the run seconds."""
     import torch
 
-    from forge_aot.runtime import cuda
+    from forge_aot.runtime import cuda_ctypes
     from forge_aot.tune import runner
     from tests import c_launch_support as cs
 
     lib = cs.build_fake_cuda(tmp_path)
-    monkeypatch.setattr(cuda.ctypes, "CDLL", lambda name: lib)
+    monkeypatch.setattr(cuda_ctypes.ctypes, "CDLL", lambda name: lib)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: pytest.fail("torch was asked"))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     runner._local_cuda_driver.cache_clear()  # libcuda is loaded once per process: here, the fake one

@@ -379,9 +379,9 @@ def _now() -> str:
 def _local_cuda_driver() -> Any:
     """libcuda in this process (loaded and initialised once), or None where it does not load or has no GPU."""
     try:
-        from ..runtime.cuda import _CudaDriver
+        from ..runtime.cuda import open_driver
 
-        return _CudaDriver()
+        return open_driver()
     except Exception:
         return None
 
