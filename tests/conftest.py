@@ -46,6 +46,18 @@ def repo_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(REPO / "kernel_manifest.toml", out_dir=out, build_dir=work).wheel
 
 
+@pytest.fixture(scope="module")
+def repo_site(repo_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository's wheel unpacked as pip lays it out (one per test module: a module's processes may write its
+    bytecode bundle)."""
+    import zipfile
+
+    out = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(repo_wheel) as zf:
+        zf.extractall(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def rt(tmp_path_factory: pytest.TempPathFactory):
     """The runtime with its C launch path compiled, as a wheel ships it (tests/c_launch_support.py)."""

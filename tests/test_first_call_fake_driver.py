@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -45,11 +44,8 @@ CHILD = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def site(repo_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(repo_wheel) as zf:
-        zf.extractall(out)
-    return out
+def site(repo_site: Path) -> Path:
+    return repo_site
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def site(repo_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(repo_wheel) as zf:
-        zf.extractall(out)
-    return out
+def site(repo_site: Path) -> Path:
+    return repo_site
 
 
 def _run(site: Path, code: str) -> dict:
