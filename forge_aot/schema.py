@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .runtime.custom_ops import unspellable
-from .runtime.host_modules import host_signature
+from .runtime.exports import host_signature
 from .runtime.torch_ops import fake_call, layout, storage_id
 
 
@@ -104,7 +104,7 @@ def op_schema(fn: Callable[..., Any], calls: list[Call]) -> tuple[str | None, st
     examples always leave None (mamba's ``_bmm_chunk_bwd(a, dout, residual=None, out=None)``: ``out =
     torch.empty_like(...) if out is None else out``) is left out of the schema (``schema_and_buffer`` says which; so
     are several): a caller's ``out`` would be written and returned, which no custom op may do, so calls passing one
-    stay Python calls (``runtime.entry.custom_call``); a rule's positions are then the schema's."""
+    stay Python calls (``runtime.exports.custom_call``); a rule's positions are then the schema's."""
     return schema_and_buffer(fn, calls)[:3]
 
 
@@ -191,7 +191,7 @@ def has_var_parameters(fn: Callable[..., Any]) -> bool:
 
 def schema_takes(schema: str) -> list[Any]:
     """[how many arguments the schema takes by position, their names]: a traced call of an op whose host function
-    takes ``**kwargs`` passing more runs as Python (``runtime.entry.custom_call``)."""
+    takes ``**kwargs`` passing more runs as Python (``runtime.exports.custom_call``)."""
     import torch
 
     arguments = torch._C.parse_schema(f"op{schema}").arguments

@@ -32,7 +32,7 @@ from .ongpu import (
 )
 from .output_reads import OutputReads
 from .plan import KernelPlan, TracedCall
-from .runtime.host_modules import applied_function, host_signature
+from .runtime.exports import applied_function, host_signature
 from .runtime.host_triton import KernelSide
 from .runtime.kernel import LAUNCHES
 from .sourcesplit import function_writes
@@ -376,7 +376,7 @@ class Tracer:
                 # every call, another op's too (Cut Cross-Entropy's training path calls cce_lse_forward_kernel
                 # with return_logit_avg=True, which returns a tuple): under torch.compile such a call reaches the
                 # custom op too (routing), whose schema must take it; not one passing more than the schema can
-                # take (**kwargs), which runs as Python there (entry.custom_call). written: what its launches
+                # take (**kwargs), which runs as Python there (exports.custom_call). written: what its launches
                 # write through, and what an in-place torch op changed
                 if depth[0] == 0 or not passes_var_arguments(fn, args, kwargs):
                     written = [*(t for n, h in self.handles.items() for r in h.records[before.get(n, 0):]

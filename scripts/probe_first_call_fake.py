@@ -3,8 +3,8 @@ measured against the test suite's fake driver (``tests/fixtures/fake_cuda/fake_c
 ``LD_LIBRARY_PATH`` as ``libcuda.so.1``; CPU tensors answer as tensors of GPU 0). The fake launches nothing, so
 this is the Python and driver-call cost a fresh process pays before its first kernel runs, without the real
 driver's own time (module load, launch). ``cpu_import_first`` is the process's CPU time over import + first call:
-steadier than the wall clock on a shared machine. Several installs (``pip install --target DIR``) are interleaved, run by
-run: a change's effect measured in one run on the CPU machine, before a device round confirms it.
+steadier than the wall clock on a shared machine. Several installs (``pip install --target DIR``) are interleaved,
+run by run: a change's effect measured in one run on the CPU machine, before a device round confirms it.
 
     python scripts/probe_first_call_fake.py --runs 15 old=/tmp/old_target new=/tmp/new_target [--json out.json]
 """

@@ -53,7 +53,8 @@ def test_import_loads_only_the_entry_point_and_defines_the_custom_ops(site: Path
         print(json.dumps({{"import": after_import, "ops": ops, "call": after_call, "error": error,
                           "doc": forge_kernels.softmax.__doc__, "sig": str(inspect.signature(forge_kernels.softmax))}}))
     """)
-    assert res["import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.entry"]
+    assert res["import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.entry",
+                             "forge_kernels._runtime.exports"]
     assert res["ops"] == [True, True, True]
     # the first call bound the op's own host module only (and the runtime it needs)
     host = [m for m in res["call"] if m.startswith("forge_kernels._ops.")]
@@ -310,7 +311,7 @@ def test_a_custom_ops_exported_function_leaves_out_dynamos_marks_of_its_host_fun
     tracing the custom op; an op that is no custom op keeps it (its host code must not be traced)."""
     import torch
 
-    from forge_aot.runtime.host_modules import dress_exported
+    from forge_aot.runtime.exports import dress_exported
 
     @torch.compiler.disable
     def chunk_op(x):

@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-BUNDLED = ["cuda", "drivers", "entry", "errors", "fastpath", "host_modules", "host_triton", "kernel", "launch",
-           "packing", "tables", "torch_ops"]
+BUNDLED = ["cold", "cold_binding", "cuda", "drivers", "entry", "errors", "exports", "fastpath", "host_modules",
+           "host_triton", "kernel", "launch", "packing", "rules", "tables", "torch_ops"]
 
 FIRST_CALL = textwrap.dedent("""
     import json, sys, torch
@@ -72,11 +72,11 @@ def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: P
     runtime = site / "forge_kernels" / "_runtime"
     assert second["file"] == str(runtime / "kernel.py") and second["cached"] == first["cached"]
     # the modules' own code objects: tracebacks and inspect point at the shipped files
-    probe = _run(site, "import json, inspect, forge_kernels._runtime.tables as t\n"
+    probe = _run(site, "import json, inspect, forge_kernels._runtime.rules as t\n"
                        "print(json.dumps({'src': inspect.getsource(t.rank_rows).splitlines()[0], "
                        "'file': t.rank_rows.__code__.co_filename}))")
     assert probe == {"src": "def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:",
-                     "file": str(runtime / "tables.py")}
+                     "file": str(runtime / "rules.py")}
 
 
 def test_an_edited_module_invalidates_the_bundle_which_is_written_again(site: Path) -> None:
@@ -183,7 +183,7 @@ def test_a_moved_installation_reports_its_new_paths(site: Path, tmp_path: Path) 
     moved = tmp_path / "moved"
     shutil.copytree(site, moved)  # copy2: timestamps kept
     code = ("import json, forge_kernels._runtime.tables as t\n"
-            "print(json.dumps({'file': t.rank_rows.__code__.co_filename, 'loader': type(t.__loader__).__name__}))")
+            "print(json.dumps({'file': t.resolve_table.__code__.co_filename, 'loader': type(t.__loader__).__name__}))")
     res = _run(moved, code)
     assert res == {"file": str(moved / "forge_kernels" / "_runtime" / "tables.py"), "loader": "_BundleLoader"}
     runs = subprocess.run([sys.executable, "-m", "forge_kernels._runtime.errors"], capture_output=True, text=True,

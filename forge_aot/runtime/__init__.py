@@ -7,6 +7,10 @@ its build-time checks, so the rules (table lookup, binary selection, constraints
 tree and in the wheel. One module per concern:
 
 - ``errors``: the error hierarchy;      ``expressions``: the constraint language;
+- ``rules``: what every reading of the index shares (launch options, specializations, rows, targets, ``Config``);
+- ``cold``, ``cold_binding``: plain kernels' first calls without the rest of the runtime (``ColdKernel``, promoted
+  to ``Kernel``), and the host modules bound with them;
+- ``exports``: the exported ops (custom ops while tracing), ``torch.ops.<package>`` defining them on first need;
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
@@ -22,8 +26,9 @@ tree and in the wheel. One module per concern:
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
 - ``bundling``: writing the bytecode bundle (below).
 
-Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``entry`` only (also the
-modules of FIRST_CALL where the bundle below is valid, and ``torch_ops`` where an op's results follow an argument).
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file, ``entry`` and ``exports`` only
+(also the modules of FIRST_CALL where the bundle below is valid, and ``torch_ops`` where an op's results follow an
+argument).
 
 In a wheel, the modules a first call needs also load from one file, their bytecode gathered into ``_bundle.py``'s
 cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where Python writes
@@ -117,7 +122,7 @@ _EXPORTS = {
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
-                        "dev_binding", "host_decorators"})
+                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -152,16 +157,16 @@ sys.modules[__name__].__class__ = _Runtime
 
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
-BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "tables", "drivers", "cuda",
-           "fastpath", "kernel", "launch", "host_modules")
+BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules", "tables", "drivers",
+           "cuda", "fastpath", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
 ``custom_ops`` and ``torch_ops`` when torch.compile or torch.export first trace an op, or ``torch.ops.<package>``
 is first used; ``torch_ops`` at import where the ops have a result rule)."""
-FIRST_CALL = ("entry", "errors", "host_triton", "packing", "tables", "drivers", "fastpath", "kernel", "cuda", "launch",
-              "host_modules")
-"""The bundled modules ``import <package>`` and every op's first call import, in the order they import each
-other: where the bundle is valid they run at ``import <package>``, straight from the bundle, not through the
-import system's finders."""
+FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold", "cold_binding")
+"""The bundled modules ``import <package>`` and an op's first call import where its kernels are plain (``cold``),
+in the order they import each other: where the bundle is valid they run at ``import <package>``, straight from the
+bundle, not through the import system's finders. The others (the full ``Kernel``, its tables and launcher, the
+host modules' full binding) load from the bundle on first need."""
 _BUNDLE_FORMAT = b"forge-aot runtime bundle 3\n"
 _IN_A_WHEEL = __name__.endswith("._runtime")
 """Shipped as ``<package>._runtime`` (the source tree's copy, imported by the build tools, bundles nothing)."""

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import DriverError
-
 _C_FUNCTIONS = ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
                 "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
                 "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
@@ -55,6 +53,8 @@ class _CudaQueries:
 
     def check(self, code: int, what: str) -> None:
         if code != 0:
+            from .errors import DriverError  # (loaded where an error is raised: a first launch needs none)
+
             raise DriverError(f"{what} failed: {self._error_name(code) or 'unknown'} ({code})")
 
     def describe(self, index: int) -> dict[str, Any]:

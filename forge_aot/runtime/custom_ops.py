@@ -1,6 +1,6 @@
 """The packages' torch custom ops: defined on first need, not at import (this module loads then).
 
-``import <package>`` puts ``torch.ops.<package>`` in place (``entry.define_lazily``): an ``_OpNamespace`` that
+``import <package>`` puts ``torch.ops.<package>`` in place (``exports.define_lazily``): an ``_OpNamespace`` that
 defines the package's custom ops (``Library.define``, the real and Meta implementations, the autograd the manifest
 names) the first time an op is looked up in it: by torch.compile or torch.export tracing an exported op (Dynamo
 looks torch's namespaces up with a real ``getattr``), by code naming ``torch.ops.<package>.<op>``, by
@@ -34,7 +34,7 @@ def unspellable(default: Any) -> bool:
 @functools.cache
 def _unspelled(fn: Callable[..., Any]) -> tuple[tuple[int, str, Any], ...]:
     """(position, name, default) of the host function's parameters whose default no schema spells; read once."""
-    from .host_modules import host_signature
+    from .exports import host_signature
     return tuple((i, p.name, p.default) for i, p in enumerate(host_signature(fn).parameters.values())
                  if unspellable(p.default))
 
@@ -53,7 +53,7 @@ def _host_defaults(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
 def _with_left_out(left_out: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The schema's arguments as the host function takes them: None back in the place of each argument the schema
-    leaves out (output buffers, and those every traced call left None: ``entry.custom_call``; ``left_out``: their
+    leaves out (output buffers, and those every traced call left None: ``exports.custom_call``; ``left_out``: their
     (name, position) in parameter order), which the host function may require (vLLM's ``q_descale``)."""
     for name, position in left_out or ():
         if position < 0:
@@ -106,7 +106,7 @@ def register_custom_ops(namespace: str, ops: dict[str, tuple[Any, ...]],
         return set()
     import torch
 
-    from .entry import rule_of
+    from .exports import rule_of
 
     lib = torch.library.Library(namespace, "FRAGMENT")
     LIBRARIES.append(lib)

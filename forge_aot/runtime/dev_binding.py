@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from .entry import export
+from .exports import export
 from .host_modules import bind_module, op_table
 from .kernel import Kernel
 

@@ -8,12 +8,13 @@ the runtime, the index and that host module with its kernel handles, once, under
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .exports import define_lazily, export
 
 
 def exported(package: str, module: str, name: str) -> Any:
@@ -40,10 +41,17 @@ class Package:
         self._index_parts: dict[str, dict[str, Any]] = {}
         self.define_custom_ops: Callable[[], None] = lambda: None
         """Defines the package's custom ops now (see custom_ops.define_lazily); ``preload`` calls it."""
+        self.cold: bool | None = None
+        """Whether host modules may bind cold handles (``cold.available``, no autograd routing; None: not asked)."""
+        self.cold_kernels: list[Any] = []
+        """The cold handles bound (``preload`` promotes them: their binaries then load with the others)."""
 
     def module(self, mod: str) -> Any:
-        """The host module ``mod``, run with its kernel handles bound (the first time)."""
+        """The host module ``mod``, run with its kernel handles bound (the first time): cold handles where its
+        kernels are plain (``cold``), else full ones."""
         module = self.modules.get(mod)
+        if module is None and self.cold is not False:
+            module = self._cold_module(mod)
         if module is None:
             import importlib
 
@@ -67,9 +75,7 @@ class Package:
                     from .kernel import Kernel
                     from .launch import BinaryBackend
 
-                    # ``import <package>._ops.<mod> as m`` after a first call reads ``<package>._ops``: the
-                    # subpackage, imported (a module in sys.modules counts as imported with its parents).
-                    importlib.import_module(f"{self.package}._ops")
+                    self._ops_package()
 
                     if self.backend is None:
                         self.backend = BinaryBackend(self.root)
@@ -85,10 +91,72 @@ class Package:
 
                         route_in_module(module, self.package, self.routed, self.ops)
                     self.modules[mod] = module
-                    runtime = sys.modules[__package__]
-                    if runtime.BUNDLE_WANTED:
-                        runtime.first_call_done()
+                    self._bound()
         return module
+
+    def _ops_package(self) -> None:
+        """``<package>._ops`` imported (under the lock): ``import <package>._ops.<mod> as m`` after a first call
+        reads it (a module in sys.modules counts as imported with its parents). Straight from its file, as
+        importlib's recipe for a source file does: its place is known, the finders' search is not needed."""
+        name = f"{self.package}._ops"
+        if name not in sys.modules:
+            import importlib.util
+
+            path = os.path.join(self.root, "_ops", "__init__.py")
+            spec = importlib.util.spec_from_file_location(name, path,
+                                                          submodule_search_locations=[os.path.dirname(path)])
+            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)  # type: ignore[union-attr]
+            except BaseException:
+                del sys.modules[name]
+                raise
+            sys.modules[self.package]._ops = module
+
+    def _bound(self) -> None:
+        runtime = sys.modules[__package__]
+        if runtime.BUNDLE_WANTED:
+            runtime.first_call_done()
+
+    def _cold_module(self, mod: str) -> Any:
+        """Host module ``mod`` bound with cold handles (see ``cold``), or None where it needs the full binding."""
+        from . import cold_binding as cold
+
+        if self.cold is None:
+            self.cold = cold.available() and not self.routed
+        if not self.cold:
+            return None
+        index = cold.read_part(self.root, mod)
+        if index is None or mod not in index["modules"] or cold.plain_module(index, mod) is None:
+            return None
+        with self.lock:
+            self._ops_package()
+            module = self.modules.get(mod)
+            if module is None:
+                bound = cold.bind(self.package, self.root, mod, index, lambda name: self._upgrade(mod, name))
+                if bound is None:
+                    return None
+                module, kernels = bound
+                self.cold_kernels.extend(kernels)
+                self.modules[mod] = module
+                self._bound()
+        return module
+
+    def _upgrade(self, mod: str, name: str) -> tuple[Any, ...]:
+        """What promotes cold handle ``name`` of host module ``mod`` to a full ``Kernel``: its index entry, the
+        package's targets and backend, the class."""
+        from .host_modules import load_index
+        from .kernel import Kernel
+        from .launch import BinaryBackend
+
+        with self.lock:
+            index = self._index_parts.get(mod)
+            if index is None:
+                index = self._index_parts[mod] = load_index(self.root, mod)
+            if self.backend is None:
+                self.backend = BinaryBackend(self.root)
+        return index["kernels"][name], index["targets"], self.backend, Kernel
 
     def _import_rules(self, names: Any) -> dict[str, Any]:
         """The builtins of packaged code that imports the project modules ``names`` (dotted): one namespace for
@@ -116,8 +184,20 @@ class Package:
         from .host_modules import load_index
 
         self.define_custom_ops()
+        self.cold = False  # every handle full from now on: the backend knows them all
         for mod in sorted(load_index(self.root)["modules"]):
             self.module(mod)
+        if self.cold_kernels:
+            from .cold import promoted
+
+            for kernel in self.cold_kernels:
+                promoted(kernel)
+        if self.backend is None:
+            from .launch import BinaryBackend
+
+            with self.lock:
+                if self.backend is None:
+                    self.backend = BinaryBackend(self.root)
         return self.backend.preload(device)
 
 
@@ -161,168 +241,6 @@ class _HostModuleFinder:
 
     def exec_module(self, module: Any) -> None:  # the host file's own spec (not that of an alias imported)
         module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
-
-
-def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
-           custom: bool, spec: tuple[Any, ...] = ()) -> Callable[..., Any]:
-    """The exported op: its host function (``function(op)``, loaded on the first call), the fast path in eager
-    code; for a custom op (``spec``: its op table entry), ``torch.ops.<namespace>.<op>`` while torch.compile or
-    torch.export trace (padded results unpadded by its rule), except a call needing gradients through an op with
-    no backward in the manifest (its results would not differentiate, silently): the host code runs there, eagerly."""
-    loaded: list[Callable[..., Any]] = []
-
-    def load() -> Callable[..., Any]:
-        fn = function(op)
-        if not loaded:
-            from .host_modules import dress_exported  # loaded by function(op)
-            dress_exported(exported, fn, op, custom)
-            loaded.append(fn)
-        return fn
-
-    import torch  # (imported: the ops take its tensors)
-
-    if custom:
-        is_compiling, rule, differentiable = torch.compiler.is_compiling, rule_of(spec), len(spec) > 2 and spec[2]
-        if rule is not None:
-            from .torch_ops import unpad
-        eagerly: list[Callable[..., Any]] = []  # traced calls the custom op cannot take run host code eagerly
-
-        def exported(*args: Any, **kwargs: Any) -> Any:
-            if is_compiling():
-                if without_grad(differentiable, args, kwargs, f"{namespace}.{op}"):
-                    call = custom_call(spec, args, kwargs)
-                    if call is not None:
-                        out = getattr(getattr(torch.ops, namespace), op)(*call[0], **call[1])
-                        return out if rule is None else unpad(rule, out, *call, f"{namespace}.{op}")
-                if not eagerly:
-                    eagerly.append(torch._disable_dynamo(lambda *a, **k: (loaded[0] if loaded else load())(*a, **k)))
-                return eagerly[0](*args, **kwargs)
-            return (loaded[0] if loaded else load())(*args, **kwargs)
-    else:
-        def load_now() -> bool:  # while Dynamo traces: run, not traced (it cannot trace file reads and imports)
-            return bool(loaded or load())
-        load_now._dynamo_marked_constant = True  # type: ignore[attr-defined]  # (assume_constant_result's mark)
-
-        def exported(*args: Any, **kwargs: Any) -> Any:
-            if loaded:  # (one test on the fast path; a first call inside torch.compile, scattermoe's, loads
-                return loaded[0](*args, **kwargs)  # while Dynamo traces and reads the host function afresh)
-            return (load_now() and function(op) if torch.compiler.is_compiling() else load())(*args, **kwargs)
-
-    exported.__name__ = exported.__qualname__ = op
-    exported.__module__ = namespace
-    return exported
-
-
-def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> bool:
-    """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients. Where not, the
-    graph breaks here saying why (``fullgraph=True`` raises that), and the host code runs eagerly with its autograd."""
-    torch = sys.modules["torch"]  # imported: the package has custom ops
-    flag = getattr(torch.compiler, "_is_exporting_flag", None)  # torch 2.11's Dynamo folds is_exporting() to True
-    if differentiable or not torch.is_grad_enabled() or (flag if flag is not None else torch.compiler.is_exporting()) \
-            or not any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values())):
-        return True
-    torch._dynamo.graph_break(msg=f"{op}: its inputs need gradients and the manifest gives it no backward "
-                                  "([kernels.NAME.autograd]), so its custom op cannot take the call; it runs eagerly")
-    return False
-
-
-def rule_of(spec: tuple[Any, ...]) -> Any:
-    """An op table entry's result rule, or None."""
-    return spec[3] if len(spec) > 3 else None
-
-
-def custom_call(spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any],
-                ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """A traced call as the op's custom op takes it, or None where it runs as Python: it passes an argument the
-    schema leaves out (left None, it is taken out), or more than it takes (``**kwargs`` the examples left empty)."""
-    for name, position in reversed(spec[4] if len(spec) > 4 and spec[4] else ()):
-        if 0 <= position < len(args):
-            if args[position] is not None:
-                return None
-            args = (*args[:position], *args[position + 1:])
-        elif kwargs.get(name) is not None:
-            return None
-        kwargs = {k: v for k, v in kwargs.items() if k != name}
-    takes = spec[5] if len(spec) > 5 else None
-    if takes is not None and (len(args) > takes[0] or any(k not in takes[1] for k in kwargs)):
-        return None
-    return args, kwargs
-
-
-class LazyCustomOps:
-    """A package's custom ops, defined once by ``define()``, from any thread (others wait; a look-up the defining
-    thread makes meanwhile, as ``Library.define`` makes one, sees what is defined so far)."""
-
-    def __init__(self, namespace: str, ops: dict[str, tuple[Any, ...]],
-                 function: Callable[[str], Callable[..., Any]],
-                 host_attr: Callable[[str, str], Callable[..., Any]]) -> None:
-        self.args = (namespace, ops, function, host_attr)
-        self.lock = threading.RLock()
-        self.done = self.running = False
-
-    def define(self) -> None:
-        if self.done:
-            return
-        with self.lock:
-            if self.done or self.running:
-                return
-            self.running = True
-            try:
-                from .custom_ops import register_custom_ops
-
-                register_custom_ops(*self.args)
-                self.done = True
-            finally:
-                self.running = False
-
-
-@functools.cache
-def _lazy_namespace() -> type:
-    import torch._ops
-
-    class LazyNamespace(torch._ops._OpNamespace):  # type: ignore[misc,name-defined]
-        """``torch.ops.<package>``: the package's custom ops are defined on the first look-up of an op in it."""
-
-        def __init__(self, name: str, pending: LazyCustomOps) -> None:
-            super().__init__(name)
-            self._forge_pending = pending
-
-        def __getattr__(self, op_name: str) -> Any:
-            if op_name.startswith("__"):  # introspection (copy, pickle, inspect) defines nothing
-                return super().__getattr__(op_name)
-            pending = self._forge_pending
-            pending.define()
-            with pending.lock:  # one OpOverloadPacket per op, also where threads look it up at once
-                cached = vars(self).get(op_name)
-                return cached if cached is not None else super().__getattr__(op_name)
-
-    # _OpNamespace names its ops' module after its own (torch.export writes ``torch.ops.<package>.<op>`` from it)
-    LazyNamespace.__module__ = torch._ops._OpNamespace.__module__
-    LazyNamespace.__qualname__ = "LazyNamespace"
-    return LazyNamespace
-
-
-def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Callable[[str], Callable[..., Any]],
-                  host_attr: Callable[[str, str], Callable[..., Any]]) -> tuple[set[str], Callable[[], None]]:
-    """The ops of ``ops`` (host_modules.op_table) that are custom ops (those with a schema), and what defines them now:
-    ``torch.ops.<namespace>`` defines them on first need (see ``custom_ops``) where it can be put in place, else
-    they are defined here. ``function`` and ``host_attr``: see custom_ops.register_custom_ops."""
-    with_schema = {op for op, spec in ops.items() if spec[1]}
-    if not with_schema:
-        return set(), lambda: None
-    import torch
-
-    pending = LazyCustomOps(namespace, ops, function, host_attr)
-    try:
-        placed = namespace not in vars(torch.ops)
-        if placed:
-            setattr(torch.ops, namespace, _lazy_namespace()(namespace, pending))
-            torch.ops._dir.append(namespace)  # as _Ops.__getattr__ records a namespace it makes
-    except Exception:  # a torch whose torch.ops differs: define them now
-        placed = False
-    if not placed:
-        pending.define()
-    return with_schema, pending.define
 
 
 PACKAGES: dict[str, Package] = {}

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from .host_triton import cdiv, next_power_of_2
+from .rules import cdiv, next_power_of_2
 
 _FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "cdiv": cdiv,
                                          "next_power_of_2": next_power_of_2}

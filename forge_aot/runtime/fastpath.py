@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import weakref
 from typing import Any
 
@@ -55,6 +56,16 @@ c: Any = _load()
 """The extension module, or None."""
 
 
+class _LaunchState(threading.local):
+    skip: Any = False  # a class default: reading it never raises, in Python or from the C path
+    """True: calls on this thread bind and return without launching (torch_ops.call_without_launches); a
+    ``guard.Guard``: a custom op's real implementation runs, its launches checked against it (guard.py)."""
+
+
+LAUNCHES = _LaunchState()
+"""Per thread, whether launches are skipped or guarded (``kernel.LAUNCHES`` too)."""
+
+
 def kind(ty: str) -> int | None:
     """The C kind of a signature type (``*fp16``, ``i32``, ``tensordesc<T>``...), or None for one the C path does
     not pack."""
@@ -69,8 +80,7 @@ def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
     if c is None:
         return None
-    from .kernel import LAUNCHES
-    from .tables import LAUNCH_DEFAULTS, TRITON_DEFAULTS
+    from .rules import LAUNCH_DEFAULTS, TRITON_DEFAULTS
 
     kinds = [kind(ty) for _, ty in kernel.runtime]
     if None in kinds or kernel.grid_args:  # (a grid function that puts arguments in: Kernel.run reads them back)
@@ -124,6 +134,9 @@ def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
     extension is absent, the backend is not the packaged one, or the kernel's calls never qualify)."""
     if c is None or not isinstance(kernel, c.KernelBase):
         return False
+    promote = getattr(type(kernel), "_promoted", None)
+    if promote is not None:  # a cold handle (cold.py): the full Kernel's paths are the ones chosen between
+        kernel = promote(kernel)
     kernel._c_launch = enabled
     fast = plan(kernel) if enabled and launches_from_c(kernel) else None
     kernel._set_fast(fast)

@@ -199,54 +199,13 @@ def bind_module(module_name: str, index: dict[str, Any], mod_name: str, backend:
                             bool(index["modules"][mod_name].get("torch_compile")))
 
 
-def applied_function(fn: Any) -> type | None:
-    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
-    LayerNorm.apply``), else None."""
-    owner = getattr(fn, "__self__", None)
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(owner, type) or getattr(fn, "__name__", None) != "apply":
-        return None
-    return owner if issubclass(owner, torch.autograd.Function) else None
-
-
-def host_signature(fn: Callable[..., Any]) -> Any:
-    """The parameters callers pass to a host function: for an autograd Function's ``apply``, its ``forward``'s,
-    less the ``ctx`` a forward without ``setup_context`` takes first (``apply`` itself says ``*args, **kwargs``)."""
-    import inspect
-
-    owner = applied_function(fn)
-    if owner is None:
-        return inspect.signature(fn)
-    sig = inspect.signature(owner.forward)
-    if owner.setup_context is sys.modules["torch"].autograd.Function.setup_context:  # forward(ctx, ...)
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-    return sig
-
-
-def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str, custom: bool = False) -> None:
-    """An exported op takes its host function's name, docstring and signature (through ``__wrapped__``); for
-    ``op = Cls.apply``, the op's name, the Function's module and docstring and its forward's parameters. A custom
-    op's leaves out Dynamo's marks (FLA's ops are ``@torch.compiler.disable``d: torch.compile then stopped at the
-    exported op, which would have traced it as its custom op)."""
-    import functools
-
-    functools.update_wrapper(exported, fn)
-    for mark in [k for k in vars(exported) if custom and k.startswith("_torchdynamo")]:
-        delattr(exported, mark)
-    owner = applied_function(fn)
-    if owner is not None:
-        exported.__name__ = exported.__qualname__ = op
-        exported.__module__, exported.__doc__ = owner.__module__, owner.__doc__
-        exported.__signature__ = host_signature(fn)  # type: ignore[attr-defined]
-
-
 def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
     """op → (host module, schema or None[, (setup_context, backward) or None[, result rule[, left out[, what
     the schema takes: (positional count, names), where the host function's *args/**kwargs are left out[, the host
     function, where the op's name is another (``host_name``)]]]]])
     from an index's ``modules``: the table the build writes into a generated ``__init__`` and that
     ``register_custom_ops`` reads (the rule, schema.ResultRule as a tuple, where an argument selects the result's
-    structure; the arguments the schema leaves out, ((name, position), ...): ``entry.custom_call``)."""
+    structure; the arguments the schema leaves out, ((name, position), ...): ``exports.custom_call``)."""
     def extra(spec: dict[str, Any], op: str) -> tuple[Any, ...]:
         ag, r, b = spec.get("autograd", {}).get(op), spec.get("results", {}).get(op), spec.get("buffers", {}).get(op)
         rule = r and (r["argument"], r["position"], r["default"], tuple(map(tuple, r["arities"])), r["width"],

@@ -3,38 +3,21 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 import types
 from collections.abc import Iterator
 from typing import Any
 
 from .errors import ForgeRuntimeError
-
-
-def cdiv(x: int, y: int) -> int:
-    return (x + y - 1) // y
-
-
-def next_power_of_2(n: int) -> int:
-    if type(n) is not int:  # plain ints (every eager call) skip the thread-local read
-        hinted = SIZE_HINTS.values
-        hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
-        if hinted is not None and type(hint) is int:
-            value = next_power_of_2(hint * SIZE_HINTS.scale if SIZE_HINTS.scale else 1)
-            hinted.add(value)
-            return value
-        n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-class _SizeHints(threading.local):
-    values: set[int] | None = None  # class defaults: reading them never raises
-    scale = 1
-
-
-SIZE_HINTS = _SizeHints()
-"""While a custom op's fake implementation runs the host code on symbolic sizes (``hinted_sizes``), the values
-``next_power_of_2`` computed from a size's example value instead of turning the size into a constant."""
+from .rules import (  # noqa: F401  (host helpers every path shares)
+    _SCRATCH_ALIGN,
+    SCRATCH_ALLOCATOR,
+    SIZE_HINTS,
+    _SizeHints,
+    cdiv,
+    next_power_of_2,
+    scratch_buffer,
+    set_allocator,
+)
 
 
 @contextlib.contextmanager
@@ -51,36 +34,6 @@ def hinted_sizes(scale: int = 1) -> Iterator[set[int]]:
         yield given
     finally:
         SIZE_HINTS.values, SIZE_HINTS.scale = previous
-
-
-SCRATCH_ALLOCATOR: list[Any] = [None]
-"""The allocator host code gave ``triton.set_allocator`` (one per process, as in Triton), or None: the runtime
-then allocates kernels' global scratch (tensor descriptors built in the kernel) through torch itself."""
-
-
-def set_allocator(allocator: Any) -> None:
-    """``triton.set_allocator``: ``allocator(size, alignment, stream)`` returns a buffer (an object with
-    ``data_ptr()``) for a launch's global scratch, as under Triton's JIT."""
-    SCRATCH_ALLOCATOR[0] = allocator
-
-
-_SCRATCH_ALIGN = 256
-
-
-def scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
-    """Global or profile scratch for one launch: a buffer (kept alive until the launch returns) and its address,
-    256-byte aligned. From the host code's ``triton.set_allocator`` allocator where it gave one, else torch."""
-    allocator = SCRATCH_ALLOCATOR[0]
-    if allocator is not None:
-        buf = allocator(programs * size, _SCRATCH_ALIGN, raw_stream(device))
-        ptr = buf.data_ptr()
-        if ptr % _SCRATCH_ALIGN == 0:
-            return buf, ptr
-        raise ForgeRuntimeError(f"the triton.set_allocator allocator returned an address ({ptr:#x}) that is not "
-                                f"{_SCRATCH_ALIGN}-byte aligned")
-    buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
-    ptr = buf.data_ptr()
-    return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
 
 
 class KernelSide(str):
@@ -104,7 +57,6 @@ class KernelSide(str):
         return f"<Triton code {self.module}.{self.name}, not packaged>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from .errors import ForgeRuntimeError
 
         raise ForgeRuntimeError(f"{self.module}.{self.name} is Triton code that the package does not ship: packaged "
                                 "host code runs without Triton, and only the kernels listed in the package's "

@@ -9,19 +9,12 @@ from typing import Any
 
 from . import fastpath, tables
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError, listing
-from .packing import _INT_RANGES, DESC_PREFIX, check_dtypes, dtype_name
+from .fastpath import LAUNCHES, _LaunchState  # noqa: F401  (read from here by the modules that set it)
+from .packing import check_dtypes, dtype_name
+from .rules import read_params
 from .tables import LAUNCH_DEFAULTS, LAUNCH_FLAGS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
-
-
-class _LaunchState(threading.local):
-    skip: Any = False  # a class default: reading it never raises, in Python or from the C path
-    """True: calls on this thread bind and return without launching (torch_ops.call_without_launches); a
-    ``guard.Guard``: a custom op's real implementation runs, its launches checked against it (guard.py)."""
-
-
-LAUNCHES = _LaunchState()
 
 
 class _Launch:
@@ -79,47 +72,7 @@ class Kernel(KernelBase):
         self.spec = spec
         self.targets = targets
         self.backend = backend
-        params = spec["params"]
-        kinds = {"meta", "constexpr", "heuristic"}
-        self.param_names = [p[0] for p in params]
-        self.runtime = [(n, t) for n, t in params if t not in kinds]
-        self.runtime_names = [n for n, _ in self.runtime]
-        self.meta_names = {n for n, t in params if t == "meta"}
-        # constexpr parameters the heuristics compute, then launch options they compute (``num_warps``...)
-        self.heuristic_names = [n for n, t in params if t == "heuristic"] + spec.get("launch_heuristics", [])
-        self.axes: list[str] = list(spec["axes"])
-        self.launch_axes = [a for a in self.axes if a in LAUNCH_OPTIONS]
-        # Call-site constexprs and launch options: the values the call passes select the build.
-        self.call_constexprs = [n for n, t in params if t == "constexpr"]
-        # Launch attributes host code passes (launch_pdl=...), bound with their defaults: the C path reads them too.
-        self.launch_flags = [f for f in LAUNCH_FLAGS if f in spec.get("launch_flags", ())]
-        # Heuristic parameters host code also passes (Unsloth: DO_SOFTCAPPING=..., coerced by its heuristic).
-        self.call_heuristics: list[str] = spec.get("call_heuristics", [])
-        self.call_names = {*self.call_constexprs, *self.launch_axes, *self.launch_flags, *self.call_heuristics}
-        self.constexpr_defaults = spec.get("constexpr_defaults", {})
-        self.n_runtime = len(self.runtime)
-        self._runtime_first = self.param_names[: self.n_runtime] == self.runtime_names  # (fast binding, as usual)
-        self.ptr_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith("*")]
-        self.desc_pos = [i for i, (_, t) in enumerate(self.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
-        self.written_pos = tuple(i for i, n in enumerate(self.runtime_names) if n in spec.get("writes", ()))  # guard
-        self.grid_args = spec.get("grid_args", [])  # what a grid function puts in (vLLM's causal_conv1d: Kernel.run)
-        self.device_pos = self.ptr_pos + self.desc_pos  # a descriptor answers get_device() for its tensor
-        self.int_pos = [i for i, (_, t) in enumerate(self.runtime) if t in _INT_RANGES]
-        # Pointer parameters a call may also pass an integer (manifest type ``*i32|i32``): position -> its type.
-        self.pointer_ints = {self.runtime_names.index(n): t for n, t in spec.get("pointer_ints", {}).items()}
-        spec_params = spec.get("spec_params", [])
-        # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
-        self.spec_slots = [(self.runtime_names.index(n), self.runtime[self.runtime_names.index(n)][1]
-                            .startswith("*")) for n in spec_params]
-        self.int_checks = [(i, self.runtime[i][0], self.runtime[i][1], *_INT_RANGES[self.runtime[i][1]])
-                           for i in self.int_pos]
-        type_args = spec["dtype_args"]
-        self.type_vars = [(tv, self.runtime_names.index(type_args[tv])) for tv in self.axes if tv in type_args]
-        # How each variant axis is read: (True, runtime position) for a type variable's tensor, (False, name) else.
-        self.axis_sources = [(True, self.runtime_names.index(type_args[a])) if a in type_args else (False, a)
-                             for a in self.axes]
-        self.key_sources = [(True, self.runtime_names.index(k)) if k in self.runtime_names
-                            else (False, k) for k in spec["key"]]
+        read_params(self, spec)
         self.constraints = tables.Constraints(spec.get("constraints", []))
         self.variants = spec["variants"]
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []

@@ -112,12 +112,12 @@ def check_dtypes(function: str, params: Sequence[tuple[str, str]], dtypes: Seque
     build variant ``assignment`` (``*fp32``, or ``*T`` with T from the variable's first tensor). Triton's JIT
     compiles every pointer's element type into the binary: a packaged one given another dtype would read its
     memory as the wrong type. ``dtypes``: each argument's dtype, None where it is None."""
-    from .errors import UnsupportedDtypeError
-
     for (name, ty), dtype in zip(params, dtypes):
         declared = ty[1:] if ty.startswith("*") else ty[len(DESC_PREFIX):-1]
         expected = assignment.get(declared, declared)
         if dtype is not None and expected in _KNOWN and dtype_name(dtype) != expected:
+            from .errors import UnsupportedDtypeError  # (loaded where raised: a first call needs none)
+
             raise UnsupportedDtypeError(f"{function}(): argument '{name}' is {dtype_name(dtype)}, and its binaries "
                                         f"take {expected} there ({name}: {ty} in the manifest; Triton's JIT would "
                                         "compile the call anew)")

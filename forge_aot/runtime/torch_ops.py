@@ -31,13 +31,13 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
                     table: dict[str, tuple[Any, ...]] | None = None) -> None:
     """Let host code that calls an op by name reach its custom op where the exported op would: while
     ``ROUTING.custom`` is set (a backward calling a backward op), and while torch.compile traces (a library's
-    ``nn.Module`` calling its file's op, see ``entry.export``); an op without a custom op then raises a clear error
+    ``nn.Module`` calling its file's op, see ``exports.export``); an op without a custom op then raises a clear error
     instead of running host code on fake tensors. The module's global becomes a wrapper whose ``__forge_host__`` is
     the host function. Only packages with autograd or exported classes route: other packages' calls never pay for
     the check. ``table``: the op table (op → its entry: the result rule, whether it has a backward)."""
     import torch
 
-    from .entry import custom_call, rule_of, without_grad
+    from .exports import custom_call, rule_of, without_grad
     from .host_modules import host_name
 
     is_compiling = torch.compiler.is_compiling
@@ -67,7 +67,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
                 if call is not None:
                     out = getattr(getattr(torch.ops, namespace), _op)(*call[0], **call[1])
                     return out if _rule is None else unpad(_rule, out, *call, f"{namespace}.{_op}")
-            return (_eager if compiling else _fn)(*args, **kwargs)  # (see entry.export)
+            return (_eager if compiling else _fn)(*args, **kwargs)  # (see exports.export)
 
         functools.update_wrapper(routed, fn)
         routed.__forge_host__ = fn  # type: ignore[attr-defined]

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Session 52, r2: the [a-l] half of the GPU suite on this session's wheels (cold handles), forge_realworld built here.
+set -u
+OUT=${OUT:-r2}; mkdir -p "$OUT/round"
+export PYTHONUNBUFFERED=1
+OUT="$OUT/round" STEPS="tests" BUILD_REALWORLD=1 TESTS_TIMEOUT=400 TESTS="$(ls tests/test_[a-l]*.py)" \
+  PYTEST_ARGS="-n 24 --dist loadfile -rfEs" bash scripts/gpu_round.sh > "$OUT/round.txt" 2>&1
+tail -12 "$OUT/round.txt"

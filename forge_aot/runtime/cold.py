@@ -1,0 +1,300 @@
+"""The first calls of plain kernels, without the rest of the runtime.
+
+An op's first call in a fresh process used to load the whole runtime (binding, tables, constraints, heuristics,
+descriptors, the ctypes launcher: about 200 KB of bytecode) before its first launch. A *plain* kernel needs none of
+that: its runtime parameters come first and are passed by position, its tuned meta-parameters come from the table,
+nothing is chosen at the call site, and it has no heuristics, pre-hooks, constraints, descriptors, integer pointers
+or grid arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls (``FastKernel``) as it reads a
+full ``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which resolves it from the index with
+the shared ``rules`` (the variant from the dtypes, the target from the capability, the nearest table row, the most
+specialized binary that fits), loads the binary (sha256 checked) through the driver's C calls, launches it through
+its C ``Launcher`` and lets the C path launch such calls from then on.
+
+Anything else promotes the handle in place to a full ``Kernel`` (the same object, so host code keeps its
+reference), which then serves every call as before: keyword arguments, a call the C path cannot read (a CPU tensor,
+another dtype, an integer out of range: the full path reports it), ``LAUNCHES.skip`` (custom ops' tracing, guards),
+a binary or device the rules find nothing for, and any attribute only a full handle has (``warmup``,
+``best_config``, ``spec``...). A host module runs with these handles where all its kernels are plain and its binding
+needs nothing more (project modules, aliases, autograd routing, ``torch.compile``), with a small ``triton``:
+``cdiv`` and ``next_power_of_2``, the rest read from ``host_triton`` on first use. ``FORGE_NO_COLD=1`` turns it off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import fastpath
+from .drivers import driver
+from .packing import _STRUCT_CODES, block_layout, check_dtypes, dtype_name
+from .rules import (
+    SPEC_ABSENT,
+    SPEC_INT_ONE,
+    SPEC_ONE,
+    Config,
+    max_shared,
+    pick_cuda_target,
+    rank_rows,
+    read_params,
+    scratch_buffer,
+    spec_fits,
+    spec_rank,
+    variant_id,
+)
+
+_DEVICES: dict[int, dict[str, Any]] = {}
+"""Device index → ``driver().describe(index)``, asked once per process."""
+
+
+class _Cold:
+    """A cold handle's own state: what it resolved, per (device, dtypes) and per binary."""
+
+    def __init__(self, root: str, mod: str, upgrade: Callable[[str], Any]) -> None:
+        self.root, self.mod, self.upgrade = root, mod, upgrade
+        self.lock = threading.Lock()
+        self.tables: dict[tuple[Any, ...], Any] = {}
+        """(device, variant id) → (target, target entry's directory, configs, usable ids, rows, row ids), or None."""
+        self.launchers: dict[tuple[int, str], Any] = {}
+        """(device, binary path) → its C Launcher."""
+        self.last: Any = None
+        """What the last launch resolved here returned (``_ColdLaunched``)."""
+
+
+class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  # type: ignore[misc]
+    """A plain kernel's handle until something needs the full ``Kernel`` (see the module's docstring)."""
+
+    def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]], root: str, mod: str,
+                 upgrade: Callable[[str], Any]) -> None:
+        self.name, self.function, self.targets, self.variants = name, spec["function"], targets, spec["variants"]
+        read_params(self, spec)
+        self.heuristics: list[Any] = []
+        self.key_names = tuple(spec["key"])
+        self.constraints: list[Any] = list(spec.get("constraints", ()))
+        """Their texts, compiled (``expressions``) when a key first misses every row."""
+        self._cold = _Cold(root, mod, upgrade)
+        self._set_fast(fastpath.plan(self))
+
+    def __repr__(self) -> str:
+        return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
+
+    def __getattr__(self, name: str) -> Any:  # what only a full handle has: promote, then read it there
+        if "_cold" not in self.__dict__ or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._promoted(), name)
+
+    def _promoted(self) -> Any:
+        """This handle, made a full ``Kernel`` in place (once; ``upgrade`` gives its index entry, the package's
+        targets and backend, and the class)."""
+        cold = self.__dict__.get("_cold")
+        if cold is None:
+            return self
+        with cold.lock:
+            if self.__dict__.get("_cold") is None:
+                return self
+            spec, targets, backend, kernel_class = cold.upgrade(self.name)
+            last = self._fast.last if self._fast is not None else None
+            last = cold.last if last is None else last
+            name = self.name
+            self.__dict__.clear()
+            self.__class__ = kernel_class
+            kernel_class.__init__(self, name, spec, targets, backend)
+            if last is not None:  # best_config: the config the latest launch ran
+                self._last_config = last.config
+        return self
+
+    def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        cold = self.__dict__.get("_cold")
+        if cold is not None and not kwargs and len(args) == self.n_runtime and fastpath.LAUNCHES.skip is False:
+            try:
+                found = self._resolve(cold, args)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # the full path reports it
+                found = None
+            if found is not None:
+                launcher, config, launch_meta, spec, result = found
+                try:
+                    dims = grid(launch_meta) if callable(grid) else grid
+                    values = list(args)
+                    for i in self.ptr_pos:
+                        values[i] = args[i].data_ptr()
+                    launcher(dims, values)
+                except (KeyError, TypeError, ValueError, OverflowError):  # raised before any launch: a grid
+                    found = None  # reading arguments by name, or values the full path packs itself
+                if found is not None:
+                    self._fast.last = None
+                    cold.last = result
+                    launcher.result = result
+                    self._fast.register(tuple(args), {}, launcher, launch_meta, config, spec)
+                    return result
+        return self._promoted().run(grid, args, kwargs)
+
+    def _resolve(self, cold: _Cold, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        """(C launcher, config, launch meta, specialization, result) of a call, or None where the full path serves
+        it."""
+        fast = self._fast
+        spec = fast.spec(args) if fast is not None else None  # None: a call the C path does not read
+        if spec is None or not self.device_pos or any(args[i] is None for i in self.device_pos):
+            return None
+        device = args[self.device_pos[0]].get_device()
+        dtypes = [args[i].dtype for i in self.device_pos]
+        assignment = {tv: dtype_name(args[src].dtype) for tv, src in self.type_vars}
+        check_dtypes(self.function, [self.runtime[i] for i in self.device_pos], dtypes, assignment)
+        vid = variant_id(assignment, self.axes)
+        table = cold.tables.get((device, vid), False)
+        if table is False:
+            table = cold.tables[(device, vid)] = self._table(cold, device, vid)
+        if table is None:
+            return None
+        target, directory, configs, usable, rows, row_ids = table
+        key = tuple(args[src] for _, src in self.key_sources)
+        if any(type(v) is not int for v in key):
+            return None
+        # As ConfigTable.lookup: a row of this key (the build checked its config there), else the nearest row
+        # whose config fits (usable here, the constraints true for this key), else any config that fits.
+        cid = next((c for r, c in zip(rows, row_ids) if r == key and c in usable), None)
+        if cid is None:
+            fits = self._fits(configs, usable, dict(zip(self.key_names, key)), assignment)
+            cid = next((row_ids[i] for i in rank_rows(rows, key) if fits(row_ids[i])), None)
+            if cid is None:
+                cid = next((c for c in configs if fits(c)), None)
+        if cid is None:
+            return None
+        entry = configs[cid]
+        binaries = entry.get("binaries")
+        if binaries is None:
+            with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
+                binaries = entry["binaries"] = json.load(f)
+        binary = None
+        for b in binaries.values():
+            if spec_fits(b["spec"], spec) and (binary is None or spec_rank(b["spec"]) > spec_rank(binary["spec"])):
+                binary = b
+        if binary is None:
+            return None
+        launcher = cold.launchers.get((device, binary["path"]))
+        if launcher is None:
+            launcher = self._load(cold, binary, device)
+            if launcher is None:
+                return None
+        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], {}, entry.get("maxnreg"),
+                        entry.get("pre_hook"))
+        return launcher, config, config.launch_meta, spec, _ColdLaunched(self, binary, config, device, target)
+
+    def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
+              assignment: dict[str, Any]) -> Callable[[str], bool]:
+        """Whether a config fits a key: ``ConfigTable._fits`` over the index's configs."""
+        if self.constraints and isinstance(self.constraints[0], str):
+            from .expressions import Expression
+
+            self.constraints = [Expression(text) for text in self.constraints]
+
+        def fits(cid: str) -> bool:
+            if cid not in usable:
+                return False
+            c = configs[cid]
+            env = {**c["meta"], "num_warps": c["num_warps"], "num_stages": c["num_stages"],
+                   "maxnreg": c.get("maxnreg"), **keys, **assignment}
+            return all(e(env) for e in self.constraints)
+        return fits
+
+    def _table(self, cold: _Cold, device: int, vid: str) -> tuple[Any, ...] | None:
+        """What a (device, variant) resolves to, as ``tables.resolve_table``: None where the full path serves it."""
+        variant = self.variants.get(vid)
+        info = _DEVICES.get(device)
+        if info is None:
+            info = _DEVICES[device] = driver().describe(device)
+        if variant is None:
+            return None
+        target = pick_cuda_target(info["capability"], {t: self.targets[t] for t in variant["targets"]})
+        if target is None:
+            return None
+        directory = os.path.join(cold.root, "_forge", "modules", cold.mod, variant["target_files"])
+        with open(os.path.join(directory, f"{target}.json"), "rb") as f:
+            entry = json.load(f)
+        configs = entry["configs"]
+        usable = {cid for cid, c in configs.items() if max_shared(c) <= info["max_shared"]}
+        rows = entry["tables"].get(info["name"], entry["tables"]["default"])
+        return (target, directory, configs, usable, [tuple(int(v) for v in r[:-1]) for r in rows],
+                [str(r[-1]) for r in rows])
+
+    def _load(self, cold: _Cold, binary: dict[str, Any], device: int) -> Any:
+        """A binary loaded on a device (its sha256 checked: a mismatch is the full path's to report) as a C
+        ``Launcher`` laid out as ``launch._BinaryLauncher`` lays it out; None where the C path cannot launch it."""
+        drv = driver()
+        points = getattr(drv, "entry_points", None)
+        if points is None:
+            return None
+        with open(os.path.join(cold.root, binary["path"]), "rb") as f:
+            image = f.read()
+        if hashlib.sha256(image).hexdigest() != binary["sha256"]:
+            return None
+        compiled_in = {pos for (pos, _), code in zip(self.spec_slots, binary["spec"])
+                       if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
+        kept = tuple(i for i in range(self.n_runtime) if i not in compiled_in)
+        types_ = [self.runtime[i][1] for i in kept]
+        offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
+        torch = sys.modules["torch"]
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+            (lambda d: torch.cuda.current_stream(d).cuda_stream)
+        scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
+        scratch = None
+        if any(scratch_sizes):
+            import functools
+
+            scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
+        with cold.lock:
+            launcher = cold.launchers.get((device, binary["path"]))
+            if launcher is None:
+                info = _DEVICES[device]
+                function = drv.load(device, image, binary["function"], binary["shared"], info["max_shared"])
+                entry = points()
+                launcher = fastpath.c.Launcher(
+                    function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
+                    binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
+                    *scratch_sizes, scratch, raw_stream, device, drv.check, self.function, entry["launch"],
+                    entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], 0, entry.get("launch_ex", 0), None,
+                    entry.get("tensor_map", 0))
+                cold.launchers[(device, binary["path"])] = launcher
+        return launcher
+
+
+class _ColdLaunched:
+    """What a cold handle's launch returns, as ``fastpath.Launched`` (Triton returns the binary it ran): the full
+    result, made on the first attribute read (which promotes the handle; its binary is loaded again there, as the
+    full path's own)."""
+
+    __slots__ = ("_made", "_of", "config")
+
+    def __init__(self, kernel: ColdKernel, binary: dict[str, Any], config: Config, device: int, target: str) -> None:
+        self._of = (weakref.ref(kernel), binary, device, target)
+        self.config = config
+        self._made: Any = None
+
+    def _launched(self) -> Any:
+        if self._made is None:
+            ref, binary, device, target = self._of
+            kernel = ref()
+            if kernel is None:
+                raise ReferenceError("the kernel handle this launch ran is gone")
+            kernel = promoted(kernel)
+            self._made = fastpath.launched(kernel, kernel.backend.load(kernel, binary, device), self.config, {},
+                                           target)
+        return self._made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._launched(), name)
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._launched()[grid]
+
+    def __repr__(self) -> str:
+        return repr(self._launched())
+
+
+def promoted(kernel: Any) -> Any:
+    """A kernel handle as a full ``Kernel``: a cold one promoted (see ``ColdKernel``), any other as it is."""
+    return kernel._promoted() if isinstance(kernel, ColdKernel) else kernel

@@ -1,0 +1,271 @@
+"""The rules every reading of the package index shares, and the host helpers every call path shares.
+
+Launch options, specialization codes, variant ids, how binaries fit a call, which table row is nearest a key, which
+built target runs on a device, how a kernel's parameters read (``read_params``), ``Config``; ``triton.cdiv``,
+``next_power_of_2``, ``set_allocator`` and the launches' global scratch. Kept apart from ``tables`` (config
+tables, constraints) and ``host_triton`` (the rest of ``triton`` in host code) because the first calls of plain
+kernels (``cold``) need these and nothing else: one definition for both paths, so they choose alike. Imports:
+stdlib and ``packing``'s constants.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .packing import _INT_RANGES, DESC_PREFIX
+
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
+"""Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``); ``COMPILE_OPTIONS`` among them
+only change how a binary is compiled (accelerated-scan passes ``enable_fp_fusion=False``: no contracted FMA)."""
+COMPILE_OPTIONS = ("enable_fp_fusion",)
+LAUNCH_DEFAULTS: dict[str, Any] = {"num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True}
+"""Launch options every binary is built with unless declared otherwise: a call passing these needs nothing."""
+LAUNCH_FLAGS = ("launch_pdl", "launch_cooperative_grid")
+"""Launch attributes a call may ask for, set as Triton 3.6's launcher does (``cuLaunchKernelEx``): programmatic
+dependent launch (the kernel may start while the previous one ends; ``gdc_wait`` waits for it) and a cooperative
+grid (every program resident at once). They change how a binary launches, never which: read per call."""
+LAUNCH_ATTR_PDL, LAUNCH_ATTR_COOPERATIVE = 1, 2  # a launcher's ``attrs`` bits (the C launch path's too)
+TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
+"""Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
+HEURISTICS_HOOK = "__forge_heuristics__"
+"""Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
+KERNEL_SIDE_HOOK = "__forge_kernel_side__"
+"""Bound in host modules: ``NAME = __forge_kernel_side__("NAME", __name__)`` stands where a file defines Triton code."""
+SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT, SPEC_DESC = "x", "D", "1", "N", "T"
+"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
+divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
+constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``); a
+pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
+attention takes either and builds the descriptor in the kernel when given a pointer)."""
+SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE = "i", "d", "o"
+"""A pointer parameter passed an integer, typed as the manifest's ``*i32|i32`` says (flash-attn's rotary
+``SEQLEN_OFFSETS``, "this could be int or a pointer"): any integer, one divisible by 16, the constant 1."""
+_EXACT, _INTS = (SPEC_ABSENT, SPEC_DESC), (SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE)
+
+
+def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
+    """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``:
+    ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then
+    call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none."""
+    return ",".join(f"{name}={assignment[name]}" for name in axes) or "base"
+
+
+def spec_fits(built: str, actual: str) -> bool:
+    """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
+    every assumption it makes must hold (an unspecialized position accepts any value but ``None``, which only a
+    binary built for it takes)."""
+    return all(_fits(b, a) for b, a in zip(built, actual))
+
+
+def _fits(b: str, a: str) -> bool:
+    if a in _EXACT or b in _EXACT:
+        return b == a
+    if a in _INTS or b in _INTS:  # an integer where a pointer goes: only such a binary (i takes any)
+        return b == a or (b == SPEC_INT and a in _INTS)
+    return b in (SPEC_NONE, a)
+
+
+def spec_rank(spec: str) -> int:
+    """How specialized a binary is (the more assumptions, the faster it usually runs)."""
+    return sum(c not in (SPEC_NONE, SPEC_INT) for c in spec)
+
+
+def _log2(v: float) -> float:
+    return math.log2(v) if v > 1 else 0.0
+
+
+def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:
+    """Indices of table rows, nearest first.
+
+    The rule: an exact match first; otherwise the distance is the sum over key arguments of
+    ``|log2(max(value, 1)) - log2(max(row, 1))|`` (so 3000 is nearer 4096 than 1024); ties go to the larger
+    row (rounding up, which keeps a block big enough), then to table order.
+    """
+    lk = [_log2(v) for v in key]
+
+    def order(i: int) -> tuple[float, float, int]:
+        row = rows[i]
+        if row == key:
+            return (-1.0, 0.0, i)
+        lr = [_log2(v) for v in row]
+        return (sum(abs(a - b) for a, b in zip(lk, lr)), -sum(lr), i)
+
+    return sorted(range(len(rows)), key=order)
+
+
+# Which packaged target runs on this device
+
+def pick_cuda_target(capability: tuple[int, int], targets: dict[str, dict[str, Any]]) -> str | None:
+    """The built CUDA target for a device of compute capability (major, minor), or None.
+
+    Exact match first. Otherwise cubin compatibility: a cubin for sm_XY runs on sm_XZ with Z >= Y (same
+    major), so the highest such minor wins; arch-specific cubins (Triton builds sm_90+ as sm_90a) run only on
+    their exact GPU. PTX is never shipped, so nothing is compiled by the driver either.
+    """
+    major, minor = capability
+    best: tuple[int, str] | None = None
+    for name, info in targets.items():
+        if info["backend"] != "cuda":
+            continue
+        arch = int(info["arch"])
+        t_major, t_minor = divmod(arch, 10)
+        if (t_major, t_minor) == (major, minor):
+            return name
+        if info.get("arch_specific") or t_major != major or t_minor > minor:
+            continue
+        if best is None or arch > best[0]:
+            best = (arch, name)
+    return best[1] if best else None
+
+
+def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
+    """The built HIP target for a device whose gfx name (``gfx942:sramecc+:xnack-``) is given: exact only."""
+    base = gfx.split(":")[0]
+    for name, info in targets.items():
+        if info["backend"] == "hip" and info["arch"] == base:
+            return name
+    return None
+
+
+def max_shared(config: dict[str, Any]) -> int:
+    """The most shared memory any binary of a config asks for (recorded by the build beside the binaries, which
+    a wheel reads only when the config launches)."""
+    if "max_shared" in config:
+        return int(config["max_shared"])
+    return max((b["shared"] for b in config.get("binaries", {}).values()), default=0)
+
+
+def read_params(kernel: Any, spec: dict[str, Any]) -> None:
+    """Set on ``kernel`` how its calls read: the parameters' kinds and positions, the variant axes and the table key
+    and where a call gives each (``Kernel`` and the first call's ``ColdKernel`` alike, so the C path reads both
+    the same: ``fastpath.plan``)."""
+    params = spec["params"]
+    kinds = {"meta", "constexpr", "heuristic"}
+    kernel.param_names = [p[0] for p in params]
+    kernel.runtime = [(n, t) for n, t in params if t not in kinds]
+    kernel.runtime_names = [n for n, _ in kernel.runtime]
+    kernel.meta_names = {n for n, t in params if t == "meta"}
+    # constexpr parameters the heuristics compute, then launch options they compute (``num_warps``...)
+    kernel.heuristic_names = [n for n, t in params if t == "heuristic"] + spec.get("launch_heuristics", [])
+    kernel.axes = list(spec["axes"])
+    kernel.launch_axes = [a for a in kernel.axes if a in LAUNCH_OPTIONS]
+    # Call-site constexprs and launch options: the values the call passes select the build.
+    kernel.call_constexprs = [n for n, t in params if t == "constexpr"]
+    # Launch attributes host code passes (launch_pdl=...), bound with their defaults: the C path reads them too.
+    kernel.launch_flags = [f for f in LAUNCH_FLAGS if f in spec.get("launch_flags", ())]
+    # Heuristic parameters host code also passes (Unsloth: DO_SOFTCAPPING=..., coerced by its heuristic).
+    kernel.call_heuristics = spec.get("call_heuristics", [])
+    kernel.call_names = {*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags, *kernel.call_heuristics}
+    kernel.constexpr_defaults = spec.get("constexpr_defaults", {})
+    kernel.n_runtime = len(kernel.runtime)
+    kernel._runtime_first = kernel.param_names[: kernel.n_runtime] == kernel.runtime_names  # (fast binding, as usual)
+    kernel.ptr_pos = [i for i, (_, t) in enumerate(kernel.runtime) if t.startswith("*")]
+    kernel.desc_pos = [i for i, (_, t) in enumerate(kernel.runtime) if t.startswith(DESC_PREFIX)]  # see descriptors
+    kernel.written_pos = tuple(i for i, n in enumerate(kernel.runtime_names) if n in spec.get("writes", ()))  # guard
+    kernel.grid_args = spec.get("grid_args", [])  # what a grid function puts in (vLLM's causal_conv1d: Kernel.run)
+    kernel.device_pos = kernel.ptr_pos + kernel.desc_pos  # a descriptor answers get_device() for its tensor
+    kernel.int_pos = [i for i, (_, t) in enumerate(kernel.runtime) if t in _INT_RANGES]
+    # Pointer parameters a call may also pass an integer (manifest type ``*i32|i32``): position -> its type.
+    kernel.pointer_ints = {kernel.runtime_names.index(n): t for n, t in spec.get("pointer_ints", {}).items()}
+    spec_params = spec.get("spec_params", [])
+    # (position, is pointer) of every argument specialized like Triton's JIT does, in order.
+    kernel.spec_slots = [(kernel.runtime_names.index(n), kernel.runtime[kernel.runtime_names.index(n)][1]
+                          .startswith("*")) for n in spec_params]
+    kernel.int_checks = [(i, kernel.runtime[i][0], kernel.runtime[i][1], *_INT_RANGES[kernel.runtime[i][1]])
+                         for i in kernel.int_pos]
+    type_args = spec["dtype_args"]
+    kernel.type_vars = [(tv, kernel.runtime_names.index(type_args[tv])) for tv in kernel.axes if tv in type_args]
+    # How each variant axis is read: (True, runtime position) for a type variable's tensor, (False, name) else.
+    kernel.axis_sources = [(True, kernel.runtime_names.index(type_args[a])) if a in type_args else (False, a)
+                           for a in kernel.axes]
+    kernel.key_sources = [(True, kernel.runtime_names.index(k)) if k in kernel.runtime_names
+                          else (False, k) for k in spec["key"]]
+
+
+class Config:
+    """One compiled config: tuned meta-parameter values plus the launch options it was compiled with."""
+
+    __slots__ = ("id", "launch_meta", "maxnreg", "meta", "num_stages", "num_warps", "pre_hook")
+
+    def __init__(self, cid: str, meta: dict[str, Any], num_warps: int, num_stages: int,
+                 call_constexprs: dict[str, Any], maxnreg: int | None = None, pre_hook: str | None = None) -> None:
+        self.id = cid
+        self.meta = dict(meta)
+        self.num_warps = num_warps
+        self.num_stages = num_stages
+        self.maxnreg = maxnreg
+        self.pre_hook = pre_hook
+        # What a grid function sees, as with Triton: meta-parameters, call-site constexprs, warps, stages.
+        self.launch_meta = {**meta, **call_constexprs, "num_warps": num_warps, "num_stages": num_stages}
+
+    def all_kwargs(self) -> dict[str, Any]:
+        """As ``triton.Config.all_kwargs()``: what heuristics and pre-hooks see of the config."""
+        out = {**self.meta, "num_warps": self.num_warps, "num_ctas": 1, "num_stages": self.num_stages}
+        if self.maxnreg is not None:
+            out["maxnreg"] = self.maxnreg
+        return out
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
+        return f"Config({items}, num_warps={self.num_warps}, num_stages={self.num_stages})"
+
+
+def cdiv(x: int, y: int) -> int:
+    return (x + y - 1) // y
+
+
+def next_power_of_2(n: int) -> int:
+    if type(n) is not int:  # plain ints (every eager call) skip the thread-local read
+        hinted = SIZE_HINTS.values
+        hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
+        if hinted is not None and type(hint) is int:
+            value = next_power_of_2(hint * SIZE_HINTS.scale if SIZE_HINTS.scale else 1)
+            hinted.add(value)
+            return value
+        n = int(n)
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+class _SizeHints(threading.local):
+    values: set[int] | None = None  # class defaults: reading them never raises
+    scale = 1
+
+
+SIZE_HINTS = _SizeHints()
+"""While a custom op's fake implementation runs the host code on symbolic sizes (``hinted_sizes``), the values
+``next_power_of_2`` computed from a size's example value instead of turning the size into a constant."""
+
+
+SCRATCH_ALLOCATOR: list[Any] = [None]
+"""The allocator host code gave ``triton.set_allocator`` (one per process, as in Triton), or None: the runtime
+then allocates kernels' global scratch (tensor descriptors built in the kernel) through torch itself."""
+
+
+def set_allocator(allocator: Any) -> None:
+    """``triton.set_allocator``: ``allocator(size, alignment, stream)`` returns a buffer (an object with
+    ``data_ptr()``) for a launch's global scratch, as under Triton's JIT."""
+    SCRATCH_ALLOCATOR[0] = allocator
+
+
+_SCRATCH_ALIGN = 256
+
+
+def scratch_buffer(torch: Any, device: int, raw_stream: Any, size: int, programs: int) -> tuple[Any, int]:
+    """Global or profile scratch for one launch: a buffer (kept alive until the launch returns) and its address,
+    256-byte aligned. From the host code's ``triton.set_allocator`` allocator where it gave one, else torch."""
+    allocator = SCRATCH_ALLOCATOR[0]
+    if allocator is not None:
+        buf = allocator(programs * size, _SCRATCH_ALIGN, raw_stream(device))
+        ptr = buf.data_ptr()
+        if ptr % _SCRATCH_ALIGN == 0:
+            return buf, ptr
+        from .errors import ForgeRuntimeError
+
+        raise ForgeRuntimeError(f"the triton.set_allocator allocator returned an address ({ptr:#x}) that is not "
+                                f"{_SCRATCH_ALIGN}-byte aligned")
+    buf = torch.empty(programs * size + _SCRATCH_ALIGN, dtype=torch.uint8, device=f"cuda:{device}")
+    ptr = buf.data_ptr()
+    return buf, (ptr + _SCRATCH_ALIGN - 1) // _SCRATCH_ALIGN * _SCRATCH_ALIGN
