@@ -59,6 +59,23 @@ def repo_site(repo_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 
 
 @pytest.fixture(scope="session")
+def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory holding the fake libcuda (fixtures/fake_cuda/fake_cuda.c) compiled as ``libcuda.so.1``: first on
+    a child process's LD_LIBRARY_PATH, the runtime's own driver code loads it."""
+    import subprocess
+
+    from forge_aot.extension import compiler
+
+    cc = compiler()
+    if cc is None:
+        pytest.skip("no C compiler for the fake driver")
+    out = tmp_path_factory.mktemp("fakelib")
+    subprocess.run([*cc, "-O1", "-fPIC", "-shared", "-o", str(out / "libcuda.so.1"),
+                    str(REPO / "tests" / "fixtures" / "fake_cuda" / "fake_cuda.c")], check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def rt(tmp_path_factory: pytest.TempPathFactory):
     """The runtime with its C launch path compiled, as a wheel ships it (tests/c_launch_support.py)."""
     from tests import c_launch_support as cs

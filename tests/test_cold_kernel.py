@@ -130,19 +130,11 @@ KEYWORDS = PRELUDE + textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def child_env(repo_site: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from forge_aot.extension import compiler
-
+def child_env(repo_site: Path, fake_libcuda: Path) -> dict[str, str]:
     if not any(repo_site.glob("forge_kernels/_runtime/_fastlaunch*.so")):
         pytest.skip("the wheel was built without its C extension (no compiler at build time)")
-    cc = compiler()
-    if cc is None:
-        pytest.skip("no C compiler for the fake driver")
-    out = tmp_path_factory.mktemp("fakelib")
-    subprocess.run([*cc, "-O1", "-fPIC", "-shared", "-o", str(out / "libcuda.so.1"),
-                    str(REPO / "tests" / "fixtures" / "fake_cuda" / "fake_cuda.c")], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
-    return env | {"PYTHONPATH": str(repo_site), "LD_LIBRARY_PATH": str(out)}
+    return env | {"PYTHONPATH": str(repo_site), "LD_LIBRARY_PATH": str(fake_libcuda)}
 
 
 def _child(code: str, env: dict[str, str]) -> dict:

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from forge_aot.extension import compiler
-
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,17 +44,6 @@ CHILD = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def site(repo_site: Path) -> Path:
     return repo_site
-
-
-@pytest.fixture(scope="module")
-def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = compiler()
-    if cc is None:
-        pytest.skip("no C compiler for the fake driver")
-    out = tmp_path_factory.mktemp("fakelib")
-    subprocess.run([*cc, "-O1", "-fPIC", "-shared", "-o", str(out / "libcuda.so.1"),
-                    str(REPO / "tests" / "fixtures" / "fake_cuda" / "fake_cuda.c")], check=True)
-    return out
 
 
 @pytest.mark.parametrize("c_launch", [True, False], ids=["c-extension", "pure-python"])

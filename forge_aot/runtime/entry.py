@@ -128,7 +128,7 @@ class Package:
         if not self.cold:
             return None
         index = cold.read_part(self.root, mod)
-        if index is None or mod not in index["modules"] or cold.plain_module(index, mod) is None:
+        if index is None or mod not in index["modules"]:
             return None
         with self.lock:
             self._ops_package()
