@@ -236,3 +236,41 @@ def test_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bit(tmp_path: Pa
     cold, full = torch.load(tmp_path / "cold.pt"), torch.load(tmp_path / "full.pt")
     assert len(cold) == len(full) >= 30
     assert all(torch.equal(a, b) for a, b in zip(cold, full))
+
+
+TWO_GPU_CHILD = textwrap.dedent("""
+    import json, sys
+    import torch
+    import forge_kernels
+    torch.cuda.set_device(0)
+    out = {}
+    for dev in (1, 0):  # the first calls on the other GPU, then on the current one
+        x = torch.randn(4097, device=f"cuda:{dev}", dtype=torch.float16)
+        s = torch.randn(37, 1000, device=f"cuda:{dev}")
+        v, p = forge_kernels.vector_add(x, x), forge_kernels.softmax(s)
+        torch.cuda.synchronize(dev)
+        out[dev] = [v.device.index, p.device.index, torch.equal(v, x + x),
+                    (p.double() - torch.softmax(s.double(), -1)).abs().max().item()]
+    out["kinds"] = sorted({type(sys.modules[f"forge_kernels._ops.{m}"].__dict__[k]).__name__
+                           for m, k in (("vector_add", "add_kernel"), ("softmax", "softmax_kernel"))})
+    out["current"] = torch.cuda.current_device()
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.gpu
+def test_cold_handles_launch_on_the_tensors_device() -> None:
+    """Cold handles' first calls on a GPU other than the current one: that device's binaries, context and stream,
+    then the current one's, with neither promoted."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    pytest.importorskip("forge_kernels")
+    env = {k: v for k, v in os.environ.items() if k != "FORGE_NO_COLD"}
+    proc = subprocess.run([sys.executable, "-c", TWO_GPU_CHILD], capture_output=True, text=True, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["kinds"] == ["ColdKernel"] and got["current"] == 0
+    for dev in ("1", "0"):
+        v_dev, p_dev, v_ok, p_err = got[dev]
+        assert v_dev == p_dev == int(dev) and v_ok and p_err < 1e-5
