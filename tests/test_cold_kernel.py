@@ -80,6 +80,10 @@ PROMOTIONS = PRELUDE + textwrap.dedent("""
     forge_kernels.vector_add(x, x)
     k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
     out["first"] = type(k).__name__
+    # one result per binary, whichever call resolved it (as Triton returns the binary it ran)
+    o = torch.empty_like(x)
+    r1, r2 = k[(1,)](x, x, o, 1000), k[(1,)](x, x, o, 1001)
+    out["same_binary_same_result"] = [r1._of[1]["path"] == r2._of[1]["path"], r1 is r2]
     config = k._cold.last.config
     out["best_config"] = [str(k.best_config), str(config), type(k).__name__]  # reading it promotes
     out["c_cache_after_promotion"] = k._fast.size()
@@ -156,6 +160,8 @@ def test_cold_launches_are_the_full_kernels_launches(child_env) -> None:
 def test_unserved_calls_promote_and_report_as_before(child_env) -> None:
     got = _child(PROMOTIONS, child_env)
     assert got["first"] == "ColdKernel"
+    same_binary, same_result = got["same_binary_same_result"]
+    assert same_result == same_binary
     best, config, kind = got["best_config"]
     assert best == config and "BLOCK_SIZE" in best and kind == "Kernel"
     assert got["second"] == "Kernel"

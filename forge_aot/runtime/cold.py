@@ -182,7 +182,10 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                 return None
         config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], {}, entry.get("maxnreg"),
                         entry.get("pre_hook"))
-        return launcher, config, config.launch_meta, spec, _ColdLaunched(self, binary, config, device, target)
+        result = launcher.result  # one per binary, as the full path's ``Launched``
+        if result is None:
+            result = _ColdLaunched(self, binary, config, device, target)
+        return launcher, config, config.launch_meta, spec, result
 
     def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
               assignment: dict[str, Any]) -> Callable[[str], bool]:

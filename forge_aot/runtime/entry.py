@@ -43,6 +43,7 @@ class Package:
         """Defines the package's custom ops now (see custom_ops.define_lazily); ``preload`` calls it."""
         self.cold: bool | None = None
         """Whether host modules may bind cold handles (``cold.available``, no autograd routing; None: not asked)."""
+        self._read_parts: dict[str, dict[str, Any]] = {}
         self.cold_kernels: list[Any] = []
         """The cold handles bound (``preload`` promotes them: their binaries then load with the others)."""
 
@@ -59,7 +60,7 @@ class Package:
 
             index = self._index_parts.get(mod)
             if index is None:
-                index = self._index_parts[mod] = load_index(self.root, mod)
+                index = self._index_parts[mod] = load_index(self.root, mod, self._read_parts.pop(mod, None))
             spec = index["modules"][mod]
             local = f"{self.package}._ops._local."
             aliases = tuple(local + n for n in spec.get("imported_as", ()))
@@ -136,6 +137,7 @@ class Package:
             if module is None:
                 bound = cold.bind(self.package, self.root, mod, index, lambda name: self._upgrade(mod, name))
                 if bound is None:
+                    self._read_parts[mod] = index  # (the full binding parses it once, not twice)
                     return None
                 module, kernels = bound
                 self.cold_kernels.extend(kernels)

@@ -107,16 +107,21 @@ def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> No
         torch.compile = real
 
 
-def load_index(root: str, module: str | None = None) -> dict[str, Any]:
+def load_index(root: str, module: str | None = None, read: dict[str, Any] | None = None) -> dict[str, Any]:
     """The package index; with ``module``, the part of it one host module needs (written by the build beside the
     index, so an op's first call parses only its own kernels, and of those only the variant, target and config
-    it launches: see ``LazyJson``), or the whole index where there is none."""
+    it launches: see ``LazyJson``), or the whole index where there is none. ``read``: that part as already read
+    from its file (``cold_binding.read_part``, for a module cold handles could not bind)."""
     path = os.path.join(root, "_forge", "index.json")
-    part = module is not None and os.path.exists(os.path.join(root, "_forge", "modules", f"{module}.json"))
-    if part:
-        path = os.path.join(root, "_forge", "modules", f"{module}.json")
-    with open(path, encoding="utf-8") as f:
-        index = json.load(f)
+    part = read is not None or (module is not None
+                                and os.path.exists(os.path.join(root, "_forge", "modules", f"{module}.json")))
+    if read is not None:
+        index = read
+    else:
+        if part:
+            path = os.path.join(root, "_forge", "modules", f"{module}.json")
+        with open(path, encoding="utf-8") as f:
+            index = json.load(f)
     if index.get("format") != INDEX_FORMAT:
         raise ForgeRuntimeError(f"{root}: index format {index.get('format')} is not {INDEX_FORMAT}; reinstall "
                                 "a package built by a matching forge-aot")
