@@ -1,4 +1,4 @@
-"""What Dynamo makes of each term of ``runtime.entry.without_grad`` on this host's torch (session 47's open question).
+"""What Dynamo makes of each term of ``runtime.exports.without_grad`` on this host's torch (session 47's open question).
 
 On the H200 hosts' torch 2.11, a compiled call of an op with no backward in the manifest took the custom op although
 its input needed gradients (no gradient came back; ``benchmarks/results/session47/r5/probes.txt``), while torch 2.13

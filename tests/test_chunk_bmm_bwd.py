@@ -31,11 +31,11 @@ def test_the_output_buffer_is_left_out_of_the_schema(realworld_plan) -> None:
 
 
 def test_the_calls_the_custom_op_takes_and_gives_back() -> None:
-    """``entry.custom_call``: the arguments the schema leaves out taken out where they are None (by position or by
+    """``exports.custom_call``: the arguments the schema leaves out taken out where they are None (by position or by
     name), the call left to Python where one is a tensor; ``custom_ops._with_left_out``: None back in their places
     for the host function."""
     from forge_aot.runtime.custom_ops import _with_left_out
-    from forge_aot.runtime.entry import custom_call
+    from forge_aot.runtime.exports import custom_call
 
     def without(left_out, args, kwargs):
         return custom_call(("m", "(...)", None, None, left_out), args, kwargs)

@@ -506,7 +506,7 @@ def test_a_traced_call_its_custom_op_does_not_take_runs_the_host_code_eagerly() 
     import torch
 
     from forge_aot.runtime import torch_ops
-    from forge_aot.runtime.entry import export
+    from forge_aot.runtime.exports import export
 
     lib = torch.library.Library("forge_test_eager_host", "FRAGMENT")
     lib.define("scaled(Tensor x) -> Tensor")
@@ -541,7 +541,7 @@ def test_without_grad_reads_the_flag_export_sets_not_is_exporting(monkeypatch: p
     ``test_an_autograd_function_op_under_torch_compile_on_the_gpu``."""
     import torch
 
-    from forge_aot.runtime.entry import without_grad
+    from forge_aot.runtime.exports import without_grad
 
     x = torch.ones(3, requires_grad=True)
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)  # what 2.11's Dynamo answers in a compile
@@ -1480,7 +1480,7 @@ def test_an_autograd_functions_apply_is_an_op(tmp_path) -> None:
     with pytest.raises(ManifestError, match="no host function 'not_an_op'"):
         make_plan(load_manifest(tmp_path / "kernel_manifest.toml"), ["sm_90"])
 
-    from forge_aot.runtime.entry import export
+    from forge_aot.runtime.exports import export
 
     index = build_index(plan, None, "jit", {m: s["path"] for m, s in plan.modules.items()})
     bound = rt.bind_ops("forge_test_apply", index, None,

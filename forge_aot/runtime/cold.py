@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -240,7 +239,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         kept = tuple(i for i in range(self.n_runtime) if i not in compiled_in)
         types_ = [self.runtime[i][1] for i in kept]
         offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
-        torch = sys.modules["torch"]
+        import torch
         raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
             (lambda d: torch.cuda.current_stream(d).cuda_stream)
         scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))

@@ -40,7 +40,9 @@ def available() -> bool:
     """Whether cold handles may serve this process: the C extension is loaded, torch drives CUDA, not turned off."""
     if fastpath.c is None or os.environ.get("FORGE_NO_COLD", "") not in ("", "0"):
         return False
-    return not getattr(sys.modules["torch"].version, "hip", None)
+    import torch  # (imported already where an op was called; a module imported first may have none yet)
+
+    return not getattr(torch.version, "hip", None)
 
 
 def read_part(root: str, mod: str) -> dict[str, Any] | None:
