@@ -13,11 +13,8 @@ from typing import Any
 
 from . import fastpath
 from .cold import ColdKernel, promoted
-from .rules import HEURISTICS_HOOK, KERNEL_SIDE_HOOK, cdiv, next_power_of_2, set_allocator
+from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK, cdiv, next_power_of_2, set_allocator
 
-INDEX_FORMAT = 2
-"""The index format these rules read (``host_modules.INDEX_FORMAT``: another is left to the full path, which
-reports it)."""
 _NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints", "launch_heuristics", "launch_flags",
               "call_heuristics")
 """Index entries of a kernel that only the full ``Kernel`` serves."""
@@ -51,7 +48,7 @@ def read_part(root: str, mod: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(root, "_forge", "modules", f"{mod}.json"), "rb") as f:
             index = json.load(f)
-    except OSError:
+    except (OSError, ValueError):  # missing or damaged: the full path reads it again and says which
         return None
     return index if index.get("format") == INDEX_FORMAT and index.get("split_targets") else None
 

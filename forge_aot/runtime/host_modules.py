@@ -14,11 +14,8 @@ from typing import Any
 
 from .errors import ForgeRuntimeError
 from .host_triton import KernelSide, host_triton
+from .rules import INDEX_FORMAT
 from .tables import HEURISTICS_HOOK, KERNEL_SIDE_HOOK
-
-INDEX_FORMAT = 2
-"""Version of ``_forge/index.json``; a package refuses an index of another format."""
-
 
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],

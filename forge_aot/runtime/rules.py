@@ -17,6 +17,8 @@ from typing import Any
 
 from .packing import _INT_RANGES, DESC_PREFIX
 
+INDEX_FORMAT = 2
+"""Version of ``_forge/index.json``; a package refuses an index of another format."""
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 """Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``); ``COMPILE_OPTIONS`` among them
 only change how a binary is compiled (accelerated-scan passes ``enable_fp_fusion=False``: no contracted FMA)."""
