@@ -47,12 +47,14 @@ class FakeState(ctypes.Structure):
                 ("offsets", ctypes.c_longlong * 80), ("params", ctypes.c_ubyte * 4096), ("current", ctypes.c_void_p),
                 ("pushes", ctypes.c_int), ("pops", ctypes.c_int), ("depth", ctypes.c_int),
                 ("stack", ctypes.c_void_p * 16), ("launch_result", ctypes.c_int), ("push_result", ctypes.c_int),
-                ("pop_result", ctypes.c_int), ("loads", ctypes.c_int)]
+                ("pop_result", ctypes.c_int), ("loads", ctypes.c_int), ("recorded", ctypes.c_int)]
 
     def launch_record(self) -> tuple:
-        """Everything the last launch received."""
+        """Everything the last launch received (set ``block_size = -1`` first to have the whole parameter block
+        copied, however long)."""
+        size = self.recorded if self.block_size < 0 else self.block_size
         return (self.function, tuple(self.grid), tuple(self.block), self.shared, self.stream, self.ctx_at_launch,
-                bytes(self.params[: self.block_size]), tuple(self.offsets[: self.nparams]))
+                bytes(self.params[:size]), tuple(self.offsets[: self.nparams]))
 
 
 def main(ext_dir: str, libfake: str) -> dict:

@@ -340,7 +340,8 @@ def test_exported_classes_bind_their_files_on_first_access(fresh_venv: Path, tmp
     assert res["bound"] == ["exports_pkg._ops._local", "exports_pkg._ops._local.mylib",
                             "exports_pkg._ops._local.mylib.scale", "exports_pkg._ops.layers", "exports_pkg._ops.scale"]
     assert res["modules"] == ["exports_pkg._ops.scale", "exports_pkg._ops.layers", "exports_pkg._ops.layers"]
-    assert res["same_class"] is True and res["handle"] == "Kernel"
+    # a packaged handle (cold until its first call needs the full Kernel: runtime/cold.py)
+    assert res["same_class"] is True and res["handle"] in ("ColdKernel", "Kernel")
     assert res["cpu_error"] == "UnsupportedDeviceError"  # the packaged kernel's launch path refused a CPU tensor
     assert res["unknown"] == "module 'exports_pkg' has no attribute 'Scal'"
 

@@ -28,10 +28,19 @@ PRELUDE = textwrap.dedent("""
     ON_CPU = []  # non-empty: tensors answer as CPU tensors again
     torch.Tensor.get_device = lambda self: -1 if ON_CPU else 0
     torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
+    real_data_ptr = torch.Tensor.data_ptr
+    SEEN = {}  # real address -> the address launches see: numbered in order of first use, alignment kept
+
+    def data_ptr(self):
+        p = real_data_ptr(self)
+        return SEEN.setdefault(p, 0x7F0000000000 + 0x100000 * len(SEEN) + p % 64)
+
+    torch.Tensor.data_ptr = data_ptr
     import forge_kernels
     sys.path.append(sys.argv[1])
     from tests.launcher_bytes import FakeState
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
+    fake.block_size = -1  # the whole parameter block of every launch
     ops = {m: sys.modules.get(f"forge_kernels._ops.{m}") for m in ("vector_add", "softmax", "matmul")}
     FULL = ("kernel", "launch", "tables", "host_modules", "host_triton")
 
@@ -54,6 +63,7 @@ EQUIVALENCE = PRELUDE + textwrap.dedent("""
         cases.append(("matmul", (torch.randn(m, k, dtype=torch.float16), torch.randn(k, n, dtype=torch.float16))))
 
     def run(op, args):
+        SEEN.clear()
         getattr(forge_kernels, op)(*args)
         r = fake.launch_record()
         return [r[1], r[2], r[3], r[6].hex(), list(r[7])]
@@ -128,8 +138,14 @@ KEYWORDS = PRELUDE + textwrap.dedent("""
     out = torch.empty_like(x)
     k[(1,)](x, x, out, n_elements=1000)  # by keyword, as seen before: the C path launches it, still cold
     kinds = [type(k).__name__]
-    k[(1,)](x, x, out, n_elements=999)  # by keyword, not seen: the full binding
-    print(json.dumps({"kinds": kinds + [type(k).__name__], "launched": fake.calls}))
+    k[(1,)](x, x, out, n_elements=999)  # by keyword, not seen: bound as Kernel._bind binds it, still cold
+    k[(1,)](y_ptr=x, x_ptr=x, out_ptr=out, n_elements=998)  # all by keyword, in another order (Liger's style)
+    kinds.append(type(k).__name__)
+    try:
+        k[(1,)](x, x, out, 997, BLOCK_SIZE=64)  # a tuned meta-parameter: the full binding refuses it
+    except TypeError as exc:
+        kinds.append([type(k).__name__, "config table" in str(exc)])
+    print(json.dumps({"kinds": kinds, "launched": fake.calls}))
 """)
 
 
@@ -153,7 +169,7 @@ def test_cold_launches_are_the_full_kernels_launches(child_env) -> None:
     assert got["loaded"] == [], "the first calls loaded the full runtime"
     assert got["n"] == len(got["cold"]) == len(got["full"]) >= 30
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
-        assert cold == full, f"case {i}: cold {cold} != full {full}"
+        assert cold == full and cold[3], f"case {i}: cold {cold} != full {full}"
     assert set(got["cold_paths"]) <= set(got["full_paths"]) and len(set(got["cold_paths"])) >= 3
 
 
@@ -177,14 +193,14 @@ def test_preload_promotes_cold_handles(child_env) -> None:
     assert got["preloaded"] >= 1 and got["loads"] >= got["preloaded"]
 
 
-def test_keyword_calls_take_the_full_binding(child_env) -> None:
+def test_keyword_calls_stay_cold_and_bad_ones_promote(child_env) -> None:
     got = _child(KEYWORDS, child_env)
-    assert got["kinds"] == ["ColdKernel", "Kernel"] and got["launched"] == 3
+    assert got["kinds"] == ["ColdKernel", "ColdKernel", ["Kernel", True]] and got["launched"] == 4
 
 
 def test_cold_handles_can_be_turned_off(child_env) -> None:
     got = _child(KEYWORDS, child_env | {"FORGE_NO_COLD": "1"})
-    assert got["kinds"] == ["Kernel", "Kernel"] and got["launched"] == 3
+    assert got["kinds"] == ["Kernel", "Kernel", ["Kernel", True]] and got["launched"] == 4
 
 
 GPU_CHILD = textwrap.dedent("""

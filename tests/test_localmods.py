@@ -1031,7 +1031,8 @@ def test_files_of_one_name_and_a_kernel_file_with_no_op(tmp_path: Path) -> None:
                           "modules": sorted(json.load(open(forge_fa.__path__[0] + "/_forge/index.json"))["modules"])}))
         ''')
     res = _run_fresh(code, target)
-    assert res["handle"] == "Kernel" and res["same"] and res["export"] == "forge_fa._ops.layers_rotary"
+    # a packaged handle (cold until its first call needs the full Kernel: runtime/cold.py)
+    assert res["handle"] in ("ColdKernel", "Kernel") and res["same"] and res["export"] == "forge_fa._ops.layers_rotary"
     assert res["modules"] == ["layers_rotary", "ops_rotary"]
 
 

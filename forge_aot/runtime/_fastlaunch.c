@@ -585,7 +585,7 @@ static int launcher_launch(Launcher *L, const uint64_t *vals, PyObject *const *o
     }
     if (programs == 0) return 0;
     unsigned char buf[MAX_BLOCK] __attribute__((aligned(64)));   /* a tensor map is 64-byte aligned */
-    void *params[MAX_OFFSETS];
+    void *params[MAX_OFFSETS + 1];   /* NULL after the last: the driver never reads it (a test's fake driver does) */
     PyObject *keep1 = NULL, *keep2 = NULL;
     int rc = -1;
     if (pack_block(L, vals, objs, buf) < 0) return -1;
@@ -595,6 +595,7 @@ static int launcher_launch(Launcher *L, const uint64_t *vals, PyObject *const *o
         && add_scratch(L, L->profile_scratch, programs, buf + L->offset[L->n_off - 1], &keep2) < 0)
         goto done;
     for (int j = 0; j < L->n_off; j++) params[j] = buf + L->offset[j];
+    params[L->n_off] = NULL;
     PyObject *s = PyObject_CallFunctionObjArgs(L->stream, L->device, NULL);
     if (!s) goto done;
     void *stream = PyLong_AsVoidPtr(s);

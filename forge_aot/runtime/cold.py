@@ -2,21 +2,22 @@
 
 An op's first call in a fresh process used to load the whole runtime (binding, tables, constraints, heuristics,
 descriptors, the ctypes launcher: about 200 KB of bytecode) before its first launch. A *plain* kernel needs none of
-that: its runtime parameters come first and are passed by position, its tuned meta-parameters come from the table,
-nothing is chosen at the call site, and it has no heuristics, pre-hooks, constraints, descriptors, integer pointers
-or grid arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls (``FastKernel``) as it reads a
-full ``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which resolves it from the index with
-the shared ``rules`` (the variant from the dtypes, the target from the capability, the nearest table row, the most
-specialized binary that fits), loads the binary (sha256 checked) through the driver's C calls, launches it through
-its C ``Launcher`` and lets the C path launch such calls from then on.
+that (``cold_binding.not_plain``): runtime arguments passed by position, tuned meta-parameters from the table,
+call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
+``Kernel._bind`` binds them, no heuristics, pre-hooks, descriptors, integer pointers, launch attributes or grid
+arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls (``FastKernel``) as it reads a full
+``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which resolves it from the index with the
+shared ``rules`` (the variant from the dtypes and call-site values, the target from the capability, the nearest
+table row whose config fits, the most specialized binary that fits), loads the binary (sha256 checked) through the
+driver's C calls, launches it through its C ``Launcher`` and lets the C path launch such calls from then on.
 
 Anything else promotes the handle in place to a full ``Kernel`` (the same object, so host code keeps its
-reference), which then serves every call as before: keyword arguments, a call the C path cannot read (a CPU tensor,
-another dtype, an integer out of range: the full path reports it), ``LAUNCHES.skip`` (custom ops' tracing, guards),
-a binary or device the rules find nothing for, and any attribute only a full handle has (``warmup``,
-``best_config``, ``spec``...). A host module runs with these handles where all its kernels are plain and its binding
-needs nothing more (project modules, aliases, autograd routing, ``torch.compile``), with a small ``triton``:
-``cdiv`` and ``next_power_of_2``, the rest read from ``host_triton`` on first use. ``FORGE_NO_COLD=1`` turns it off.
+reference), which then serves every call as before: keywords of other parameters or options, a call the C path
+cannot read (a CPU tensor, another dtype, an integer out of range: the full path reports it), call-site values
+that were not built, ``LAUNCHES.skip`` (custom ops' tracing, guards), a binary or device the rules find nothing for,
+and any attribute only a full handle has (``warmup``, ``spec``...). A host module runs with these handles where all
+its kernels are plain (``cold_binding.bind``), with a small ``triton``: ``cdiv`` and ``next_power_of_2``, the rest
+read from ``host_triton`` on first use. ``FORGE_NO_COLD=1`` turns it off.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from . import fastpath
 from .drivers import driver
 from .packing import _STRUCT_CODES, block_layout, check_dtypes, dtype_name
 from .rules import (
+    LAUNCH_DEFAULTS,
     SPEC_ABSENT,
     SPEC_INT_ONE,
     SPEC_ONE,
+    TRITON_DEFAULTS,
     Config,
     max_shared,
     pick_cuda_target,
@@ -47,6 +50,8 @@ from .rules import (
     variant_id,
 )
 
+_MISSING = fastpath._MISSING  # a call-site constexpr without a default: a call must pass it
+_NO_CALL: dict[str, Any] = {}
 _DEVICES: dict[int, dict[str, Any]] = {}
 """Device index → ``driver().describe(index)``, asked once per process."""
 
@@ -76,6 +81,9 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
+        # (name, default) of every call-site value in the C path's order, as Kernel._bind binds them
+        self._call_defaults = (*((n, self.constexpr_defaults.get(n, _MISSING)) for n in self.call_constexprs),
+                               *((n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in self.launch_axes))
         self._cold = _Cold(root, mod, upgrade)
         self._set_fast(fastpath.plan(self))
 
@@ -107,20 +115,52 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                 self._last_config = last.config
         return self
 
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """A call's runtime arguments (in order) and call-site values as ``Kernel._bind`` binds them (defaults for
+        those it leaves out), or None where the full path binds it (and reports what is wrong): any argument by
+        position or by keyword (Liger passes all by keyword), of the runtime parameters, call-site constexprs and
+        launch options only."""
+        if not kwargs and len(args) == self.n_runtime and self._runtime_first:
+            if not self._call_defaults:
+                return args, _NO_CALL
+            runtime, call = args, {}
+        else:
+            if len(args) > len(self.param_names):
+                return None
+            call = dict(zip(self.param_names, args))
+            for k, v in kwargs.items():
+                if k in call:
+                    return None
+                call[k] = v
+            if any(name not in call for name in self.runtime_names):
+                return None
+            runtime = tuple(call.pop(name) for name in self.runtime_names)
+            if any(k not in self.call_names for k in call):
+                return None  # tuned parameters, other launch options, unknown names: the full path says which
+        for name, default in self._call_defaults:
+            if name not in call:
+                if default is _MISSING:
+                    return None
+                call[name] = default
+        return runtime, call
+
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cold = self.__dict__.get("_cold")
-        if cold is not None and not kwargs and len(args) == self.n_runtime and fastpath.LAUNCHES.skip is False:
+        bound = self._bind(args, kwargs) if cold is not None and fastpath.LAUNCHES.skip is False else None
+        if bound is not None:
+            runtime, call = bound
             try:
-                found = self._resolve(cold, args)
+                found = self._resolve(cold, runtime, call)
             except (OSError, ValueError, KeyError, TypeError, AttributeError):  # the full path reports it
                 found = None
             if found is not None:
                 launcher, config, launch_meta, spec, result = found
                 try:
                     dims = grid(launch_meta) if callable(grid) else grid
-                    values = list(args)
+                    values = list(runtime)
                     for i in self.ptr_pos:
-                        values[i] = args[i].data_ptr()
+                        if runtime[i] is not None:  # (None: compiled in as the constant, not passed)
+                            values[i] = runtime[i].data_ptr()
                     launcher(dims, values)
                 except (KeyError, TypeError, ValueError, OverflowError):  # raised before any launch: a grid
                     found = None  # reading arguments by name, or values the full path packs itself
@@ -128,20 +168,24 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                     self._fast.last = None
                     cold.last = result
                     launcher.result = result
-                    self._fast.register(tuple(args), {}, launcher, launch_meta, config, spec)
+                    self._fast.register(runtime, call, launcher, launch_meta, config, spec)
                     return result
         return self._promoted().run(grid, args, kwargs)
 
-    def _resolve(self, cold: _Cold, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """(C launcher, config, launch meta, specialization, result) of a call, or None where the full path serves
-        it."""
+    def _resolve(self, cold: _Cold, args: tuple[Any, ...], call: dict[str, Any]) -> tuple[Any, ...] | None:
+        """(C launcher, config, launch meta, specialization, result) of a call (its runtime arguments and bound
+        call-site values), or None where the full path serves it."""
         fast = self._fast
-        spec = fast.spec(args) if fast is not None else None  # None: a call the C path does not read
-        if spec is None or not self.device_pos or any(args[i] is None for i in self.device_pos):
+        spec = fast.spec(args, call) if fast is not None else None  # None: a call the C path does not read
+        dtypes = [None if args[i] is None else args[i].dtype for i in self.device_pos]  # (Liger's z_loss_ptr=None)
+        by_type = {self.runtime[i][1]: d for i, d in reversed(list(zip(self.device_pos, dtypes))) if d is not None}
+        if spec is None or not by_type:
             return None
-        device = args[self.device_pos[0]].get_device()
-        dtypes = [args[i].dtype for i in self.device_pos]
-        assignment = {tv: dtype_name(args[src].dtype) for tv, src in self.type_vars}
+        device = next(args[i] for i in self.device_pos if args[i] is not None).get_device()
+        # a type variable's dtype: its first tensor's (all None: KeyError, the full path's case)
+        assignment = {tv: dtype_name(by_type[self.runtime[src][1]]) for tv, src in self.type_vars}
+        if call:
+            assignment.update((a, call[a]) for a in self.axes if a in call)
         check_dtypes(self.function, [self.runtime[i] for i in self.device_pos], dtypes, assignment)
         vid = variant_id(assignment, self.axes)
         table = cold.tables.get((device, vid), False)
@@ -150,7 +194,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         if table is None:
             return None
         target, directory, configs, usable, rows, row_ids = table
-        key = tuple(args[src] for _, src in self.key_sources)
+        key = tuple(args[src] if is_rt else call[src] for is_rt, src in self.key_sources)
         if any(type(v) is not int for v in key):
             return None
         # As ConfigTable.lookup: a row of this key (the build checked its config there), else the nearest row
@@ -179,11 +223,12 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             launcher = self._load(cold, binary, device)
             if launcher is None:
                 return None
-        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], {}, entry.get("maxnreg"),
+        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
+                        {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
                         entry.get("pre_hook"))
         result = launcher.result  # one per binary, as the full path's ``Launched``
         if result is None:
-            result = _ColdLaunched(self, binary, config, device, target)
+            result = _ColdLaunched(self, binary, config, call, device, target)
         return launcher, config, config.launch_meta, spec, result
 
     def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
@@ -271,20 +316,21 @@ class _ColdLaunched:
 
     __slots__ = ("_made", "_of", "config")
 
-    def __init__(self, kernel: ColdKernel, binary: dict[str, Any], config: Config, device: int, target: str) -> None:
-        self._of = (weakref.ref(kernel), binary, device, target)
+    def __init__(self, kernel: ColdKernel, binary: dict[str, Any], config: Config, call: dict[str, Any], device: int,
+                 target: str) -> None:
+        self._of = (weakref.ref(kernel), binary, call, device, target)
         self.config = config
         self._made: Any = None
 
     def _launched(self) -> Any:
         if self._made is None:
-            ref, binary, device, target = self._of
+            ref, binary, call, device, target = self._of
             kernel = ref()
             if kernel is None:
                 raise ReferenceError("the kernel handle this launch ran is gone")
             kernel = promoted(kernel)
-            self._made = fastpath.launched(kernel, kernel.backend.load(kernel, binary, device), self.config, {},
-                                           target)
+            self._made = fastpath.launched(kernel, kernel.backend.load(kernel, binary, device), self.config,
+                                           dict(call), target)
         return self._made
 
     def __getattr__(self, name: str) -> Any:

@@ -1,6 +1,6 @@
-"""Which host modules bind cold handles (``cold``), and binding them: every kernel of the module plain, its binding
-needing nothing more than its handles and a small ``triton`` (see ``cold``'s docstring). ``FORGE_NO_COLD=1`` turns
-cold handles off. Imports: stdlib, the C extension (``fastpath``), ``rules``, ``cold``."""
+"""Which host modules bind cold handles (``cold``), and binding them: every kernel of the module plain, run with its
+handles and a small ``triton`` (see ``cold``'s docstring), as ``host_modules.exec_host_module`` runs it.
+``FORGE_NO_COLD=1`` turns cold handles off. Imports: stdlib, the C extension (``fastpath``), ``rules``, ``cold``."""
 
 from __future__ import annotations
 
@@ -20,17 +20,25 @@ _NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints", "launch_heuristics", "la
 """Index entries of a kernel that only the full ``Kernel`` serves."""
 
 
-def plain_kernel(spec: dict[str, Any]) -> bool:
-    """Whether ``ColdKernel`` may serve a kernel (its index entry): see the module's docstring."""
-    if any(spec.get(k) for k in _NOT_PLAIN):
-        return False
+def not_plain(spec: dict[str, Any]) -> str | None:
+    """Why ``ColdKernel`` may not serve a kernel (its index entry), or None where it may: runtime parameters of types
+    the C path reads, tuned meta-parameters, call-site constexprs and launch options (bound as ``Kernel._bind``
+    binds them, see ``ColdKernel._bind``), nothing in ``_NOT_PLAIN``."""
+    for k in _NOT_PLAIN:
+        if spec.get(k):
+            return k
     kinds = [t for _, t in spec["params"]]
-    n = sum(t not in ("meta", "constexpr", "heuristic") for t in kinds)
-    if any(t != "meta" for t in kinds[n:]):
-        return False  # call-site constexprs or heuristics, or tuned parameters before runtime ones
-    names = {p[0] for p in spec["params"][:n]}
-    return all(fastpath.kind(t) is not None and not t.startswith("tensordesc<") for t in kinds[:n]) \
-        and all(a in spec["dtype_args"] for a in spec["axes"]) and all(k in names for k in spec["key"])
+    if "heuristic" in kinds:
+        return "heuristics"
+    runtime = [(n, t) for n, t in spec["params"] if t not in ("meta", "constexpr")]
+    if not all(fastpath.kind(t) is not None and not t.startswith("tensordesc<") for _, t in runtime):
+        return "parameter types only the full path reads"
+    return None
+
+
+def plain_kernel(spec: dict[str, Any]) -> bool:
+    """Whether ``ColdKernel`` may serve a kernel (its index entry): see ``not_plain``."""
+    return not_plain(spec) is None
 
 
 def available() -> bool:
@@ -57,8 +65,6 @@ def plain_module(index: dict[str, Any], mod: str) -> dict[str, tuple[str, dict[s
     """The kernels (function → (name, index entry)) of a host module cold handles can bind, or None where the
     module or one of its kernels needs the full binding."""
     spec = index["modules"][mod]
-    if spec.get("local_modules") or spec.get("imported_as") or spec.get("torch_compile"):
-        return None
     entries = {s["function"]: (name, s) for name, s in index["kernels"].items() if s.get("module", mod) == mod}
     if any(fn not in entries or not plain_kernel(entries[fn][1]) for fn in spec["kernels"]):
         return None
@@ -87,9 +93,11 @@ _TRITON: list[_Triton] = []
 
 
 def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Callable[[str], Any],
+         builtins: dict[str, Any] | None = None, aliases: tuple[str, ...] = (),
          ) -> tuple[types.ModuleType, list[ColdKernel]] | None:
     """Run host module ``mod`` with cold handles for its kernels (``upgrade(name)``: what promotes one, see
-    ``ColdKernel``), or None where it needs the full binding (``plain_module``)."""
+    ``ColdKernel``), or None where it needs the full binding (``plain_module``); ``builtins``, ``aliases``: as
+    ``host_modules.exec_host_module`` takes them."""
     kernels = plain_module(index, mod)
     if kernels is None:
         return None
@@ -119,13 +127,23 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
     namespace = module.__dict__
     namespace.update(handles)
     namespace.update({"triton": _TRITON[0], HEURISTICS_HOOK: register_heuristics, KERNEL_SIDE_HOOK: kernel_side})
+    if builtins is not None:  # project modules' import rules (local_imports)
+        namespace["__builtins__"] = builtins
     if index["modules"][mod].get("package"):  # a kernel file inside a package: its relative imports' anchor
         namespace["__package__"] = f"{package}._ops._local.{index['modules'][mod]['package']}"
-    sys.modules[module_name] = module
+    names = (module_name, *aliases)
+    for name in names:
+        sys.modules[name] = module
     try:
-        exec(spec.loader.get_code(module_name), namespace)  # type: ignore[attr-defined]
+        if index["modules"][mod].get("torch_compile"):
+            from .host_modules import run_module_code
+
+            run_module_code(spec.loader, module, True)
+        else:
+            exec(spec.loader.get_code(module_name), namespace)  # type: ignore[attr-defined]
     except BaseException:
-        if sys.modules.get(module_name) is module:
-            del sys.modules[module_name]
+        for name in names:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
         raise
     return module, list(handles.values())

@@ -42,8 +42,7 @@ class Package:
         self.define_custom_ops: Callable[[], None] = lambda: None
         """Defines the package's custom ops now (see custom_ops.define_lazily); ``preload`` calls it."""
         self.cold: bool | None = None
-        """Whether host modules may bind cold handles (``cold.available``, no autograd routing; None: not asked)."""
-        self._read_parts: dict[str, dict[str, Any]] = {}
+        """Whether host modules may bind cold handles (``cold_binding.available``; None: not asked)."""
         self.cold_kernels: list[Any] = []
         """The cold handles bound (``preload`` promotes them: their binaries then load with the others)."""
 
@@ -51,49 +50,69 @@ class Package:
         """The host module ``mod``, run with its kernel handles bound (the first time): cold handles where its
         kernels are plain (``cold``), else full ones."""
         module = self.modules.get(mod)
-        if module is None and self.cold is not False:
-            module = self._cold_module(mod)
-        if module is None:
-            import importlib
+        if module is not None:
+            return module
+        import importlib
 
-            from .host_modules import load_index
+        part = self._cold_part(mod)
+        index = part if part is not None else self._index(mod)
+        spec = index["modules"][mod]
+        local = f"{self.package}._ops._local."
+        aliases = tuple(local + n for n in spec.get("imported_as", ()))
+        builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
+        for alias in aliases:
+            # As Python imports a module's parent package first: a package __init__ importing this file back
+            # binds it itself (_HostModuleFinder). Outside the lock: a thread running it may wait for ours.
+            importlib.import_module(alias.rpartition(".")[0])
+        with self.lock:
+            module = self.modules.get(mod)
+            if module is None:
+                self._ops_package()
+                if part is not None:
+                    from . import cold_binding
 
-            index = self._index_parts.get(mod)
-            if index is None:
-                index = self._index_parts[mod] = load_index(self.root, mod, self._read_parts.pop(mod, None))
-            spec = index["modules"][mod]
-            local = f"{self.package}._ops._local."
-            aliases = tuple(local + n for n in spec.get("imported_as", ()))
-            builtins = self._import_rules(spec["local_modules"]) if spec.get("local_modules") else None
-            for alias in aliases:
-                # As Python imports a module's parent package first: a package __init__ importing this file back
-                # binds it itself (_HostModuleFinder). Outside the lock: a thread running it may wait for ours.
-                importlib.import_module(alias.rpartition(".")[0])
-            with self.lock:
-                module = self.modules.get(mod)
+                    bound = cold_binding.bind(self.package, self.root, mod, part,
+                                              lambda name: self._upgrade(mod, name), builtins, aliases)
+                    if bound is not None:
+                        module, kernels = bound
+                        self.cold_kernels.extend(kernels)
+                    else:
+                        index = self._index(mod, part)
                 if module is None:
                     from .host_modules import bind_module
                     from .kernel import Kernel
-                    from .launch import BinaryBackend
 
-                    self._ops_package()
-
-                    if self.backend is None:
-                        self.backend = BinaryBackend(self.root)
                     path = os.path.join(self.root, spec["path"])
-                    module = bind_module(f"{self.package}._ops.{mod}", index, mod, self.backend, Kernel, (path, None),
-                                         builtins, local, aliases)
-                    for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
-                        parent, _, child = alias.rpartition(".")
-                        if not hasattr(sys.modules[parent], child):
-                            setattr(sys.modules[parent], child, module)
-                    if self.routed:
-                        from .torch_ops import route_in_module
+                    module = bind_module(f"{self.package}._ops.{mod}", index, mod, self._backend(), Kernel,
+                                         (path, None), builtins, local, aliases)
+                for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
+                    parent, _, child = alias.rpartition(".")
+                    if not hasattr(sys.modules[parent], child):
+                        setattr(sys.modules[parent], child, module)
+                if self.routed:
+                    from .torch_ops import route_in_module
 
-                        route_in_module(module, self.package, self.routed, self.ops)
-                    self.modules[mod] = module
-                    self._bound()
+                    route_in_module(module, self.package, self.routed, self.ops)
+                self.modules[mod] = module
+                self._bound()
         return module
+
+    def _index(self, mod: str, read: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Host module ``mod``'s part of the index as the full binding reads it (``read``: that part as read)."""
+        index = self._index_parts.get(mod)
+        if index is None:
+            from .host_modules import load_index
+
+            index = self._index_parts[mod] = load_index(self.root, mod, read)
+        return index
+
+    def _backend(self) -> Any:
+        """The package's ``BinaryBackend`` (made once; under the lock)."""
+        if self.backend is None:
+            from .launch import BinaryBackend
+
+            self.backend = BinaryBackend(self.root)
+        return self.backend
 
     def _ops_package(self) -> None:
         """``<package>._ops`` imported (under the lock): ``import <package>._ops.<mod> as m`` after a first call
@@ -120,45 +139,27 @@ class Package:
         if runtime.BUNDLE_WANTED:
             runtime.first_call_done()
 
-    def _cold_module(self, mod: str) -> Any:
-        """Host module ``mod`` bound with cold handles (see ``cold``), or None where it needs the full binding."""
+    def _cold_part(self, mod: str) -> dict[str, Any] | None:
+        """Host module ``mod``'s part of the index where cold handles may bind it (see ``cold``), else None."""
+        if self.cold is False:
+            return None
         from . import cold_binding as cold
 
         if self.cold is None:
-            self.cold = cold.available() and not self.routed
-        if not self.cold:
-            return None
+            self.cold = cold.available()
+            if not self.cold:
+                return None
         index = cold.read_part(self.root, mod)
-        if index is None or mod not in index["modules"]:
-            return None
-        with self.lock:
-            self._ops_package()
-            module = self.modules.get(mod)
-            if module is None:
-                bound = cold.bind(self.package, self.root, mod, index, lambda name: self._upgrade(mod, name))
-                if bound is None:
-                    self._read_parts[mod] = index  # (the full binding parses it once, not twice)
-                    return None
-                module, kernels = bound
-                self.cold_kernels.extend(kernels)
-                self.modules[mod] = module
-                self._bound()
-        return module
+        return index if index is not None and mod in index["modules"] else None
 
     def _upgrade(self, mod: str, name: str) -> tuple[Any, ...]:
         """What promotes cold handle ``name`` of host module ``mod`` to a full ``Kernel``: its index entry, the
         package's targets and backend, the class."""
-        from .host_modules import load_index
         from .kernel import Kernel
-        from .launch import BinaryBackend
 
         with self.lock:
-            index = self._index_parts.get(mod)
-            if index is None:
-                index = self._index_parts[mod] = load_index(self.root, mod)
-            if self.backend is None:
-                self.backend = BinaryBackend(self.root)
-        return index["kernels"][name], index["targets"], self.backend, Kernel
+            index = self._index(mod)
+            return index["kernels"][name], index["targets"], self._backend(), Kernel
 
     def _import_rules(self, names: Any) -> dict[str, Any]:
         """The builtins of packaged code that imports the project modules ``names`` (dotted): one namespace for
@@ -194,13 +195,9 @@ class Package:
 
             for kernel in self.cold_kernels:
                 promoted(kernel)
-        if self.backend is None:
-            from .launch import BinaryBackend
-
-            with self.lock:
-                if self.backend is None:
-                    self.backend = BinaryBackend(self.root)
-        return self.backend.preload(device)
+        with self.lock:
+            backend = self._backend()
+        return backend.preload(device)
 
 
 class _HostModuleFinder:

@@ -136,9 +136,9 @@ class _HostRuntime(types.ModuleType):
 def _wrap_triton(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)`` (and ``capture_triton``) in host code: a packaged kernel handle as it
     is; anything else goes to torch's own."""
-    from .kernel import Kernel
+    from .kernel import KernelBase
 
-    if isinstance(kernel, Kernel):
+    if isinstance(kernel, KernelBase):  # a Kernel, or a cold one (cold.py)
         return kernel
     import torch
 

@@ -294,7 +294,7 @@ class _BinaryLauncher:
 
     @functools.cached_property
     def params_type(self) -> Any:
-        return ctypes.c_void_p * len(self.offsets)
+        return ctypes.c_void_p * (len(self.offsets) + 1)  # NULL after the last, as the C launcher passes them
 
     @functools.cached_property
     def _tls(self) -> threading.local:

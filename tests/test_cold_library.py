@@ -1,0 +1,241 @@
+"""Cold handles (``runtime/cold.py``) for kernels as libraries write them: a wheel of Liger- and mamba-style files
+(``tests/fixtures/realworld/cold_manifest.toml``: host code choosing BLOCK_SIZE and num_warps, every argument by
+keyword, constexprs by position and between runtime parameters, a string constexpr, None to a float, a project
+module imported, autograd Functions, a custom op with a backward), in fresh processes against the fake libcuda (CPU
+tensors answer as tensors of GPU 0, addresses renumbered per call so two runs compare). Every launch the cold
+handles make is the one the full ``Kernel`` makes for the same call, none of the full binding's launch modules
+load, and a call-site value that was not built promotes the handle and is reported as before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parent.parent
+MANIFEST = REPO / "tests" / "fixtures" / "realworld" / "cold_manifest.toml"
+
+CHILD = textwrap.dedent("""
+    import ctypes, json, sys
+    sys.modules["triton"] = None
+    import torch
+    torch.Tensor.get_device = lambda self: 0
+    torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
+    real_data_ptr = torch.Tensor.data_ptr
+    SEEN = {}  # real address -> the address launches see: numbered in order of first use, alignment kept
+
+    def data_ptr(self):
+        p = real_data_ptr(self)
+        return SEEN.setdefault(p, 0x7F0000000000 + 0x100000 * len(SEEN) + p % 64)
+
+    torch.Tensor.data_ptr = data_ptr
+    import forge_coldlib as lib
+    sys.path.append(sys.argv[1])
+    from tests.launcher_bytes import FakeState
+    fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
+    fake.block_size = -1  # the whole parameter block of every launch
+    torch.manual_seed(0)
+
+    def odd(*shape, dtype, grad=False):  # misaligned by one element
+        n = 1
+        for s in shape:
+            n *= s
+        return torch.randn(n + 1, dtype=dtype)[1:].view(*shape).requires_grad_(grad)
+
+    cases = []
+    for dtype in (torch.float16, torch.bfloat16):
+        for rows, cols in ((3, 1000), (4, 4096), (5, 5000)):
+            x, w = odd(rows, cols, dtype=dtype), torch.randn(cols, dtype=dtype)
+            dy = torch.randn(rows, cols, dtype=dtype)
+            mode = "llama" if dtype == torch.float16 else "gemma"
+            cases.append(lambda x=x, w=w, mode=mode: lib.rms_norm(x, w, eps=1e-6, casting_mode=mode))
+            cases.append(lambda x=x, w=w, dy=dy, mode=mode: lib.rms_norm_grad(dy, x, w, 1e-6, 0.0, mode))
+    for dtype in (torch.float32, torch.bfloat16):
+        for V in (30000, 32000):
+            logits, target = torch.randn(6, V, dtype=dtype), torch.randint(0, V, (6,))
+            target[1] = -100
+            cases.append(lambda a=logits, t=target: lib.liger_cross_entropy(a.clone(), t))
+            if dtype == torch.bfloat16:  # (built in bf16 only, as the examples call it)
+                cases.append(lambda a=logits, t=target: lib.liger_cross_entropy(
+                    a.clone(), t, label_smoothing=0.1, softcap=30.0, return_z_loss=True, lse_square_scale=1e-4,
+                    reduction="none"))
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in ((3, 3500), (1, 1, 4096)):  # (on no GPU the backward's rows per program are all the rows)
+            X, R, W = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True), \\
+                torch.randn(shape[-1], dtype=dtype, requires_grad=True)
+            cases.append(lambda X=X, R=R, W=W: lib.liger_fused_add_rms_norm(X.detach(), R.detach(), W.detach(), 1e-6,
+                                                                            0.0, "llama"))
+            # the backward (one program: these tensors are on no GPU), its element type a constexpr by position
+            gemma = dtype == torch.bfloat16  # (Gemma's casting built in bf16 only, as the examples call it)
+            cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
+                X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
+
+    def handles():
+        return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
+                for n, h in vars(mod).items() if type(h).__name__ in ("ColdKernel", "Kernel")}
+
+    BASE, SPAN = 0x7F0000000000, 0x100000 * 4096
+
+    def canonical(block, offsets):
+        # the addresses a launch passed, numbered in their order in its block (the order the two paths first use
+        # tensors in differs): which argument is which tensor and each address's alignment stay compared
+        block, order = bytearray(block), {}
+        for o in offsets:
+            v = int.from_bytes(block[o:o + 8], "little") if o % 8 == 0 and o + 8 <= len(block) else 0
+            if BASE <= v < BASE + SPAN:
+                v = BASE + 0x100000 * order.setdefault(v - v % 64, len(order)) + v % 64
+                block[o:o + 8] = v.to_bytes(8, "little")
+        return block.hex()
+
+    def run_all():
+        out = []
+        for case in cases:
+            SEEN.clear()
+            before = fake.calls
+            case()
+            r = fake.launch_record()
+            out.append([fake.calls - before, r[1], r[2], r[3], canonical(r[6], r[7]), list(r[7])])
+        return out
+
+    cold = run_all()
+    kinds = sorted({type(h).__name__ for h in handles().values()})
+    loaded = sorted(m for m in ("kernel", "launch") if f"forge_coldlib._runtime.{m}" in sys.modules)
+    routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
+    cold_paths = sorted({p for h in handles().values() if "_cold" in h.__dict__ for _, p in h._cold.launchers})
+    for h in handles().values():
+        if type(h).__name__ == "ColdKernel":
+            h._promoted()
+    full = run_all()
+    backend = next(iter(handles().values())).backend
+    full_paths = sorted({p for _, p in backend._loaded})
+
+    # a block size the package has no build of (a longer row than the examples'): reported by the full path
+    SEEN.clear()
+    err = None
+    try:
+        lib.rms_norm(torch.randn(2, 40000, dtype=torch.float16), torch.randn(40000, dtype=torch.float16))
+    except Exception as exc:
+        err = [type(exc).__name__, str(exc)]
+    print(json.dumps({"cold": cold, "full": full, "kinds": kinds, "n_handles": len(handles()), "loaded": loaded,
+                      "routed": routed, "cold_paths": cold_paths, "full_paths": full_paths, "error": err}))
+""")
+
+
+@pytest.fixture(scope="module")
+def coldlib_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from forge_aot.pipeline import build
+
+    work = tmp_path_factory.mktemp("coldlib")
+    wheel = build(MANIFEST, out_dir=work / "dist", build_dir=work / "build", platforms=["x86_64"]).wheel
+    site = work / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    if not any(site.glob("forge_coldlib/_runtime/_fastlaunch*.so")):
+        pytest.skip("the wheel was built without its C extension (no compiler at build time)")
+    return site
+
+
+def _child(site: Path, fake_libcuda: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
+    env |= {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(fake_libcuda), **extra}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldlib_site, fake_libcuda) -> None:
+    got = _child(coldlib_site, fake_libcuda)
+    assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 6, got["kinds"]
+    assert got["routed"], "the package routes ops by name (a custom op with a backward): cold handles all the same"
+    assert got["loaded"] == [], "the cold first calls loaded the full launch path"
+    assert len(got["cold"]) == len(got["full"]) == 30
+    for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
+        assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
+        assert cold == full, f"case {i}: cold {cold} != full {full}"
+    assert got["cold_paths"] and set(got["cold_paths"]) <= set(got["full_paths"])
+    kind, message = got["error"]
+    assert kind == "NotBuiltError" and "BLOCK_SIZE=65536" in message, got["error"]
+
+
+def test_library_style_calls_without_cold_handles_launch_the_same(coldlib_site, fake_libcuda) -> None:
+    cold = _child(coldlib_site, fake_libcuda)
+    full = _child(coldlib_site, fake_libcuda, FORGE_NO_COLD="1")
+    assert full["kinds"] == ["Kernel"] and full["cold_paths"] == []
+    assert full["full"] == cold["full"] == cold["cold"]
+
+
+GPU_CHILD = textwrap.dedent("""
+    import json, sys
+    import torch
+    import forge_coldlib as lib
+    torch.manual_seed(0)
+    outs = []
+
+    def keep(value):
+        if isinstance(value, torch.Tensor):
+            outs.append(value.detach().clone())
+        elif isinstance(value, (tuple, list)):
+            for v in value:
+                keep(v)
+
+    def odd(*shape, dtype, grad=False):  # misaligned by one element
+        n = 1
+        for s in shape:
+            n *= s
+        return torch.randn(n + 1, device="cuda", dtype=dtype)[1:].view(*shape).requires_grad_(grad)
+
+    for dtype, mode in ((torch.float16, "llama"), (torch.bfloat16, "gemma")):
+        for rows, cols in ((3, 1000), (4, 4096), (5, 5000)):
+            x, w = odd(rows, cols, dtype=dtype), torch.randn(cols, device="cuda", dtype=dtype)
+            keep(lib.rms_norm(x, w, eps=1e-6, casting_mode=mode))
+            keep(lib.rms_norm_grad(torch.randn(rows, cols, device="cuda", dtype=dtype), x, w, 1e-6, 0.0, mode))
+    for dtype in (torch.float32, torch.bfloat16):
+        for V in (30000, 32000):
+            logits = torch.randn(6, V, device="cuda", dtype=dtype)
+            target = torch.randint(0, V, (6,), device="cuda")
+            target[1] = -100
+            keep(lib.liger_cross_entropy(logits.clone(), target))
+            if dtype == torch.bfloat16:
+                keep(lib.liger_cross_entropy(logits.clone(), target, label_smoothing=0.1, softcap=30.0,
+                                             return_z_loss=True, lse_square_scale=1e-4, reduction="none"))
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in ((3, 3500), (2, 37, 4096)):
+            X, R = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True)
+            W = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+            gemma = dtype == torch.bfloat16
+            Y, S = lib.liger_fused_add_rms_norm(X, R, W, 1e-6, 1.0 if gemma else 0.0, "gemma" if gemma else "llama")
+            (Y.float().sum() + S.float().sum()).backward()
+            keep([Y, S, X.grad, R.grad, W.grad])
+    torch.cuda.synchronize()
+    kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
+                    for h in vars(mod).values() if type(h).__name__ in ("ColdKernel", "Kernel")})
+    torch.save([o.cpu() for o in outs], sys.argv[1])
+    print(json.dumps({"kinds": kinds, "n": len(outs), "finite": all(bool(o.float().isfinite().all()) for o in outs)}))
+""")
+
+
+@pytest.mark.gpu
+def test_library_style_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bit(coldlib_site, tmp_path) -> None:
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
+    env["PYTHONPATH"] = str(coldlib_site)
+    got = {}
+    for name, extra in (("cold", {}), ("full", {"FORGE_NO_COLD": "1"})):
+        proc = subprocess.run([sys.executable, "-c", GPU_CHILD, str(tmp_path / f"{name}.pt")], capture_output=True,
+                              text=True, cwd="/", env=env | extra)
+        assert proc.returncode == 0, proc.stderr
+        got[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["cold"]["kinds"] == ["ColdKernel"] and got["full"]["kinds"] == ["Kernel"]
+    assert got["cold"]["n"] == got["full"]["n"] >= 40 and got["cold"]["finite"]
+    cold, full = torch.load(tmp_path / "cold.pt"), torch.load(tmp_path / "full.pt")
+    for i, (a, b) in enumerate(zip(cold, full)):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), f"output {i} differs"
