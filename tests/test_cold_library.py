@@ -37,6 +37,16 @@ CHILD = textwrap.dedent("""
         return SEEN.setdefault(p, 0x7F0000000000 + 0x100000 * len(SEEN) + p % 64)
 
     torch.Tensor.data_ptr = data_ptr
+    import builtins
+    INDEX_READS = []  # the whole package index (_forge/index.json): no first call should need it
+    real_open = builtins.open
+
+    def spy_open(file, *args, **kwargs):
+        if str(file).endswith("index.json"):
+            INDEX_READS.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = spy_open
     import forge_coldlib as lib
     sys.path.append(sys.argv[1])
     from tests.launcher_bytes import FakeState
@@ -106,6 +116,7 @@ CHILD = textwrap.dedent("""
         return out
 
     cold = run_all()
+    index_reads = list(INDEX_READS)
     kinds = sorted({type(h).__name__ for h in handles().values()})
     loaded = sorted(m for m in ("kernel", "launch") if f"forge_coldlib._runtime.{m}" in sys.modules)
     routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
@@ -125,7 +136,8 @@ CHILD = textwrap.dedent("""
     except Exception as exc:
         err = [type(exc).__name__, str(exc)]
     print(json.dumps({"cold": cold, "full": full, "kinds": kinds, "n_handles": len(handles()), "loaded": loaded,
-                      "routed": routed, "cold_paths": cold_paths, "full_paths": full_paths, "error": err}))
+                      "routed": routed, "index_reads": index_reads, "cold_paths": cold_paths,
+                      "full_paths": full_paths, "error": err}))
 """)
 
 
@@ -156,6 +168,8 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
     assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 6, got["kinds"]
     assert got["routed"], "the package routes ops by name (a custom op with a backward): cold handles all the same"
     assert got["loaded"] == [], "the cold first calls loaded the full launch path"
+    # a project module imported (ligerlike.ops.utils) reads the index without its kernels (_forge/modules.json)
+    assert got["index_reads"] == [], got["index_reads"]
     assert len(got["cold"]) == len(got["full"]) == 30
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"

@@ -184,11 +184,11 @@ class Package:
     def preload(self, device: Any = None) -> int:
         """Define the custom ops, bind every host module, then load every binary the device can run (see
         BinaryBackend.preload)."""
-        from .host_modules import load_index
+        from .host_modules import load_modules
 
         self.define_custom_ops()
         self.cold = False  # every handle full from now on: the backend knows them all
-        for mod in sorted(load_index(self.root)["modules"]):
+        for mod in sorted(load_modules(self.root)["modules"]):
             self.module(mod)
         if self.cold_kernels:
             from .cold import promoted

@@ -132,6 +132,26 @@ def load_index(root: str, module: str | None = None, read: dict[str, Any] | None
     return index
 
 
+_MODULES: dict[str, dict[str, Any]] = {}
+
+
+def load_modules(root: str) -> dict[str, Any]:
+    """The package index without its kernels (``_forge/modules.json``: host modules, project modules, targets), read
+    once per package; the whole index where the package has no such file (built by an older forge-aot)."""
+    index = _MODULES.get(root)
+    if index is None:
+        path = os.path.join(root, "_forge", "modules.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                index = json.load(f)
+            if index.get("format") != INDEX_FORMAT:
+                return load_index(root)  # (which names the format it refuses)
+        else:
+            index = load_index(root)
+        index = _MODULES.setdefault(root, index)
+    return index
+
+
 class LazyJson(Mapping[str, Any]):
     """A JSON object of the index read from its own file on first access (keys, items or an item): a variant's
     target entry, a config's binaries. ``prepare`` runs once on what was read (under the lock)."""

@@ -11,7 +11,7 @@ import sys
 import types
 from typing import Any
 
-from .host_modules import load_index, run_module_code
+from .host_modules import load_modules, run_module_code
 from .host_triton import KernelSide, host_triton
 from .tables import KERNEL_SIDE_HOOK
 
@@ -77,15 +77,11 @@ def host_module_imported_as(package: Any, fullname: str) -> str | None:
     of the package, which the wheel does not ship twice; or ``<package>._ops.<module>`` itself, for a host module
     with no op nor export), or None. ``package``: an ``entry.Package``."""
     if package._imported_as is None:
-        local, modules = f"{package.package}._ops._local.", load_index(package.root)["modules"]
+        local, modules = f"{package.package}._ops._local.", load_modules(package.root)["modules"]
         package._imported_as = {local + name: mod for mod, spec in modules.items()
                                 for name in spec.get("imported_as", ())}
         package._imported_as.update({f"{package.package}._ops.{mod}": mod for mod in modules})
     return package._imported_as.get(fullname)
-
-
-_COMPILING: dict[str, frozenset[str]] = {}
-"""Package root -> its project modules whose code names ``torch.compile`` (the index's ``local_torch_compile``)."""
 
 
 def package_local_spec(package: Any, fullname: str) -> Any:
@@ -93,15 +89,12 @@ def package_local_spec(package: Any, fullname: str) -> Any:
     code, with the import rules of every host module (even before any op ran: ``pickle`` of an object a helper
     defines)."""
     if package.builtins is None:
-        package._import_rules(n for spec in load_index(package.root)["modules"].values()
+        package._import_rules(n for spec in load_modules(package.root)["modules"].values()
                               for n in spec.get("local_modules", ()))
     # Kernels of project modules are not the package's (its kernel files bind as host modules): their names are
     # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one).
     bound = {"triton": host_triton, "__builtins__": package.builtins, KERNEL_SIDE_HOOK: KernelSide}
-    compiling = _COMPILING.get(package.root)
-    if compiling is None:  # (read once per package, not per module: the whole index)
-        compiling = _COMPILING[package.root] = frozenset(load_index(package.root).get("local_torch_compile", ()))
-    compiles = fullname.split("._ops._local.", 1)[1] in compiling
+    compiles = fullname.split("._ops._local.", 1)[1] in load_modules(package.root).get("local_torch_compile", ())
     return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound, compiles)
 
 

@@ -17,7 +17,7 @@ SETUP = {
     # Liger-style RMSNorm (autograd Function in host code, a custom op with a backward: the package routes ops)
     "rms_norm": ("x = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)\n"
                  "w = torch.randn(4096, device='cuda', dtype=torch.bfloat16)",
-                 "lib.rms_norm(x, w)"),
+                 "lib.rms_norm(x, w, offset=1.0, casting_mode='gemma')"),  # (bf16 built in Gemma's casting)
     # Liger's fused add + RMSNorm (a project module imported, casting mode from tl.constexpr globals)
     "liger_fused_add_rms_norm": ("x = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)\n"
                                  "r = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)\n"
