@@ -57,6 +57,38 @@ class FakeState(ctypes.Structure):
                 bytes(self.params[:size]), tuple(self.offsets[: self.nparams]))
 
 
+FAKE_BASE, FAKE_SPAN = 0x7F0000000000, 0x100000 * 4096
+"""Where ``renumber_addresses`` puts the addresses launches see."""
+
+
+def renumber_addresses(torch: object) -> dict[int, int]:
+    """In a fake-driver child process: ``Tensor.data_ptr`` answers each tensor's address renumbered in order of first
+    use (its alignment mod 64 kept), so two runs of the same calls pass the same parameter bytes. Returns the map
+    (real → seen): clear it before each call that is compared."""
+    real = torch.Tensor.data_ptr  # type: ignore[attr-defined]
+    seen: dict[int, int] = {}
+
+    def data_ptr(self: object) -> int:
+        p = real(self)
+        return seen.setdefault(p, FAKE_BASE + 0x100000 * len(seen) + p % 64)
+
+    torch.Tensor.data_ptr = data_ptr  # type: ignore[attr-defined]
+    return seen
+
+
+def canonical_block(block: bytes, offsets: tuple[int, ...]) -> str:
+    """A launch's parameter block (hex) with the renumbered addresses it holds numbered again in their order in the
+    block: two paths that first use the same tensors in another order compare equal, which argument is which
+    tensor and each address's alignment still compared."""
+    out, order = bytearray(block), {}
+    for o in offsets:
+        v = int.from_bytes(out[o:o + 8], "little") if o % 8 == 0 and o + 8 <= len(out) else 0
+        if FAKE_BASE <= v < FAKE_BASE + FAKE_SPAN:
+            v = FAKE_BASE + 0x100000 * order.setdefault(v - v % 64, len(order)) + v % 64
+            out[o:o + 8] = v.to_bytes(8, "little")
+    return out.hex()
+
+
 def main(ext_dir: str, libfake: str) -> dict:
     sys.path.insert(0, ext_dir)
     import _fastlaunch  # type: ignore[import-not-found]

@@ -28,17 +28,10 @@ PRELUDE = textwrap.dedent("""
     ON_CPU = []  # non-empty: tensors answer as CPU tensors again
     torch.Tensor.get_device = lambda self: -1 if ON_CPU else 0
     torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
-    real_data_ptr = torch.Tensor.data_ptr
-    SEEN = {}  # real address -> the address launches see: numbered in order of first use, alignment kept
-
-    def data_ptr(self):
-        p = real_data_ptr(self)
-        return SEEN.setdefault(p, 0x7F0000000000 + 0x100000 * len(SEEN) + p % 64)
-
-    torch.Tensor.data_ptr = data_ptr
     import forge_kernels
     sys.path.append(sys.argv[1])
-    from tests.launcher_bytes import FakeState
+    from tests.launcher_bytes import FakeState, renumber_addresses
+    SEEN = renumber_addresses(torch)
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
     fake.block_size = -1  # the whole parameter block of every launch
     ops = {m: sys.modules.get(f"forge_kernels._ops.{m}") for m in ("vector_add", "softmax", "matmul")}

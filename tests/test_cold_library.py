@@ -29,14 +29,9 @@ CHILD = textwrap.dedent("""
     import torch
     torch.Tensor.get_device = lambda self: 0
     torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
-    real_data_ptr = torch.Tensor.data_ptr
-    SEEN = {}  # real address -> the address launches see: numbered in order of first use, alignment kept
-
-    def data_ptr(self):
-        p = real_data_ptr(self)
-        return SEEN.setdefault(p, 0x7F0000000000 + 0x100000 * len(SEEN) + p % 64)
-
-    torch.Tensor.data_ptr = data_ptr
+    sys.path.append(sys.argv[1])
+    from tests.launcher_bytes import FakeState, canonical_block, renumber_addresses
+    SEEN = renumber_addresses(torch)
     import builtins
     INDEX_READS = []  # the whole package index (_forge/index.json): no first call should need it
     real_open = builtins.open
@@ -48,8 +43,6 @@ CHILD = textwrap.dedent("""
 
     builtins.open = spy_open
     import forge_coldlib as lib
-    sys.path.append(sys.argv[1])
-    from tests.launcher_bytes import FakeState
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
     fake.block_size = -1  # the whole parameter block of every launch
     torch.manual_seed(0)
@@ -92,19 +85,6 @@ CHILD = textwrap.dedent("""
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                 for n, h in vars(mod).items() if type(h).__name__ in ("ColdKernel", "Kernel")}
 
-    BASE, SPAN = 0x7F0000000000, 0x100000 * 4096
-
-    def canonical(block, offsets):
-        # the addresses a launch passed, numbered in their order in its block (the order the two paths first use
-        # tensors in differs): which argument is which tensor and each address's alignment stay compared
-        block, order = bytearray(block), {}
-        for o in offsets:
-            v = int.from_bytes(block[o:o + 8], "little") if o % 8 == 0 and o + 8 <= len(block) else 0
-            if BASE <= v < BASE + SPAN:
-                v = BASE + 0x100000 * order.setdefault(v - v % 64, len(order)) + v % 64
-                block[o:o + 8] = v.to_bytes(8, "little")
-        return block.hex()
-
     def run_all():
         out = []
         for case in cases:
@@ -112,7 +92,7 @@ CHILD = textwrap.dedent("""
             before = fake.calls
             case()
             r = fake.launch_record()
-            out.append([fake.calls - before, r[1], r[2], r[3], canonical(r[6], r[7]), list(r[7])])
+            out.append([fake.calls - before, r[1], r[2], r[3], canonical_block(r[6], r[7]), list(r[7])])
         return out
 
     cold = run_all()
