@@ -97,6 +97,12 @@ CHILD = textwrap.dedent("""
 
     cold = run_all()
     index_reads = list(INDEX_READS)
+    # the same calls again: the C path launches every one (a miss would reach the handle's Python run)
+    from forge_coldlib._runtime.cold import ColdKernel
+    misses, cold_run = [], ColdKernel.run
+    ColdKernel.run = lambda self, grid, args, kwargs: misses.append(self.function) or cold_run(self, grid, args, kwargs)
+    again = run_all()
+    ColdKernel.run = cold_run
     kinds = sorted({type(h).__name__ for h in handles().values()})
     loaded = sorted(m for m in ("kernel", "launch") if f"forge_coldlib._runtime.{m}" in sys.modules)
     routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
@@ -116,7 +122,8 @@ CHILD = textwrap.dedent("""
     except Exception as exc:
         err = [type(exc).__name__, str(exc)]
     print(json.dumps({"cold": cold, "full": full, "kinds": kinds, "n_handles": len(handles()), "loaded": loaded,
-                      "routed": routed, "index_reads": index_reads, "cold_paths": cold_paths,
+                      "routed": routed, "index_reads": index_reads, "again": again, "misses": misses,
+                      "cold_paths": cold_paths,
                       "full_paths": full_paths, "error": err}))
 """)
 
@@ -150,6 +157,8 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
     assert got["loaded"] == [], "the cold first calls loaded the full launch path"
     # a project module imported (ligerlike.ops.utils) reads the index without its kernels (_forge/modules.json)
     assert got["index_reads"] == [], got["index_reads"]
+    # Liger's keywords, mamba's positional constexprs, defaults left out: the second calls are the C path's
+    assert got["misses"] == [] and got["again"] == got["cold"], got["misses"]
     assert len(got["cold"]) == len(got["full"]) == 30
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
