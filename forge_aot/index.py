@@ -103,6 +103,6 @@ def build_index(plan: BuildPlan, report: CompileReport | None, triton_version: s
 def _compiles(source: str | None) -> bool:
     """Whether shipped code names ``torch.compile`` (Cut Cross-Entropy's ``@torch.compile`` helpers, in a host module
     or a project module): the runtime then runs that module's code so that a process without Triton runs those
-    helpers eagerly (``host_modules.run_module_code``). Decided here, from the source, so that no other module's
+    helpers eagerly (``host_exec.run_module_code``). Decided here, from the source, so that no other module's
     first load pays for it."""
     return "torch.compile" in (source or "")

@@ -1,10 +1,11 @@
 """Cold handles (``runtime/cold.py``) for kernels as libraries write them: a wheel of Liger- and mamba-style files
 (``tests/fixtures/realworld/cold_manifest.toml``: host code choosing BLOCK_SIZE and num_warps, every argument by
 keyword, constexprs by position and between runtime parameters, a string constexpr, None to a float, a project
-module imported, autograd Functions, a custom op with a backward), in fresh processes against the fake libcuda (CPU
+module imported, autograd Functions, a custom op with a backward, torchao's ``wrap_triton(kernel)[grid](...)`` inside a
+``@triton_op``), in fresh processes against the fake libcuda (CPU
 tensors answer as tensors of GPU 0, addresses renumbered per call so two runs compare). Every launch the cold
-handles make is the one the full ``Kernel`` makes for the same call, none of the full binding's launch modules
-load, and a call-site value that was not built promotes the handle and is reported as before."""
+handles make is the one the full ``Kernel`` makes for the same call, none of the full binding's modules load
+(its launch, its tables, its host-module binding), and a call-site value that was not built promotes the handle and is reported as before."""
 
 from __future__ import annotations
 
@@ -81,6 +82,11 @@ CHILD = textwrap.dedent("""
             cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
                 X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
 
+    for dtype in (torch.float16, torch.float32):  # torchao's wrap_triton(kernel)[grid](...) in a @triton_op
+        for rows, cols in ((3, 1000), (4, 4096)):
+            x, s = odd(rows, cols, dtype=dtype), torch.rand(rows, dtype=torch.float32)
+            cases.append(lambda x=x, s=s: lib.scale_rows(x, s))
+
     def handles():
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                 for n, h in vars(mod).items() if type(h).__name__ in ("ColdKernel", "Kernel")}
@@ -104,7 +110,8 @@ CHILD = textwrap.dedent("""
     again = run_all()
     ColdKernel.run = cold_run
     kinds = sorted({type(h).__name__ for h in handles().values()})
-    loaded = sorted(m for m in ("kernel", "launch") if f"forge_coldlib._runtime.{m}" in sys.modules)
+    loaded = sorted(m for m in ("kernel", "launch", "tables", "host_modules")
+                    if f"forge_coldlib._runtime.{m}" in sys.modules)
     routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
     cold_paths = sorted({p for h in handles().values() if "_cold" in h.__dict__ for _, p in h._cold.launchers})
     for h in handles().values():
@@ -152,14 +159,14 @@ def _child(site: Path, fake_libcuda: Path, **extra: str) -> dict:
 
 def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldlib_site, fake_libcuda) -> None:
     got = _child(coldlib_site, fake_libcuda)
-    assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 6, got["kinds"]
+    assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 7, got["kinds"]
     assert got["routed"], "the package routes ops by name (a custom op with a backward): cold handles all the same"
-    assert got["loaded"] == [], "the cold first calls loaded the full launch path"
+    assert got["loaded"] == [], f"the cold first calls loaded the full binding's {got['loaded']}"
     # a project module imported (ligerlike.ops.utils) reads the index without its kernels (_forge/modules.json)
     assert got["index_reads"] == [], got["index_reads"]
     # Liger's keywords, mamba's positional constexprs, defaults left out: the second calls are the C path's
     assert got["misses"] == [] and got["again"] == got["cold"], got["misses"]
-    assert len(got["cold"]) == len(got["full"]) == 30
+    assert len(got["cold"]) == len(got["full"]) == 34
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
         assert cold == full, f"case {i}: cold {cold} != full {full}"
@@ -217,6 +224,9 @@ GPU_CHILD = textwrap.dedent("""
             Y, S = lib.liger_fused_add_rms_norm(X, R, W, 1e-6, 1.0 if gemma else 0.0, "gemma" if gemma else "llama")
             (Y.float().sum() + S.float().sum()).backward()
             keep([Y, S, X.grad, R.grad, W.grad])
+    for dtype in (torch.float16, torch.float32):
+        for rows, cols in ((3, 1000), (4, 4096)):
+            keep(lib.scale_rows(odd(rows, cols, dtype=dtype), torch.rand(rows, device="cuda")))
     torch.cuda.synchronize()
     kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                     for h in vars(mod).values() if type(h).__name__ in ("ColdKernel", "Kernel")})

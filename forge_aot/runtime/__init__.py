@@ -18,7 +18,9 @@ tree and in the wheel. One module per concern:
 - ``cuda``, ``cuda_ctypes`` (without the C extension, and for rare calls), ``hip``, ``drivers``: the driver
   libraries;      ``packing``: argument encodings;
 - ``kernel``: kernel handles and call binding;      ``launch``: binary choice, loading, the launch;
-- ``host_modules``: running the shipped host code;      ``entry``: the package entry point (lazy);
+- ``host_modules``: the full binding of the shipped host code;      ``entry``: the package entry point (lazy);
+- ``host_exec``: running a shipped file of host code (both bindings, project modules) and the package's module index;
+- ``local_imports``: the project modules shipped with the package, imported under the package's rules;
 - ``custom_ops``: the ops' torch custom ops, defined on first need;
 - ``dev_binding``: binding every host module at once (forge-aot's tracing, tuning and development mode);
 - ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing), ``fake_env``;
@@ -122,7 +124,7 @@ _EXPORTS = {
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
-                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports"})
+                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports", "host_exec"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -158,11 +160,14 @@ sys.modules[__name__].__class__ = _Runtime
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
 BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules", "tables", "drivers",
-           "cuda", "fastpath", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules")
+           "cuda", "fastpath", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec",
+           "local_imports")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
 ``custom_ops`` and ``torch_ops`` when torch.compile or torch.export first trace an op, or ``torch.ops.<package>``
-is first used; ``torch_ops`` at import where the ops have a result rule)."""
-FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold", "cold_binding")
+is first used; ``torch_ops`` at import where the ops have a result rule; ``local_imports`` where host code imports
+project modules)."""
+FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold", "host_exec",
+              "cold_binding")
 """The bundled modules ``import <package>`` and an op's first call import where its kernels are plain (``cold``),
 in the order they import each other: where the bundle is valid they run at ``import <package>``, straight from the
 bundle, not through the import system's finders. The others (the full ``Kernel``, its tables and launcher, the

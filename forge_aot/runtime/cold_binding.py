@@ -1,19 +1,20 @@
 """Which host modules bind cold handles (``cold``), and binding them: every kernel of the module plain, run with its
-handles and a small ``triton`` (see ``cold``'s docstring), as ``host_modules.exec_host_module`` runs it.
-``FORGE_NO_COLD=1`` turns cold handles off. Imports: stdlib, the C extension (``fastpath``), ``rules``, ``cold``."""
+handles and a small ``triton`` (``host_exec.SmallTriton``), through ``host_exec`` as ``host_modules.exec_host_module``
+runs it. ``FORGE_NO_COLD=1`` turns cold handles off. Imports: stdlib, the C extension (``fastpath``), ``rules``,
+``cold``, ``host_exec``."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 from . import fastpath
 from .cold import ColdKernel, promoted
-from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK, cdiv, next_power_of_2, set_allocator
+from .host_exec import host_file_module, kernel_side, run_host_file, small_triton
+from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
 _NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints", "launch_heuristics", "launch_flags",
               "call_heuristics")
@@ -71,27 +72,6 @@ def plain_module(index: dict[str, Any], mod: str) -> dict[str, tuple[str, dict[s
     return {fn: entries[fn] for fn in spec["kernels"]}
 
 
-class _Triton(types.ModuleType):
-    """``triton`` in a host module bound with cold handles: ``cdiv``, ``next_power_of_2`` and ``set_allocator`` here,
-    anything else
-    ``host_triton``'s, read from it on first use (PEP 562: a missing attribute only)."""
-
-    def __init__(self) -> None:
-        super().__init__("triton", "host-side helpers of Triton, provided by the forge-aot runtime")
-        self.cdiv, self.next_power_of_2, self.set_allocator = cdiv, next_power_of_2, set_allocator
-        self.__getattr__ = self._missing
-
-    def _missing(self, name: str) -> Any:
-        from .host_triton import host_triton
-
-        value = getattr(host_triton, name)
-        setattr(self, name, value)
-        return value
-
-
-_TRITON: list[_Triton] = []
-
-
 def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Callable[[str], Any],
          builtins: dict[str, Any] | None = None, aliases: tuple[str, ...] = (),
          ) -> tuple[types.ModuleType, list[ColdKernel]] | None:
@@ -101,49 +81,22 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
     kernels = plain_module(index, mod)
     if kernels is None:
         return None
-    import importlib.util
-
     handles = {fn: ColdKernel(name, spec, index["targets"], root, mod, upgrade) for fn, (name, spec) in kernels.items()}
     filename = os.path.join(root, index["modules"][mod]["path"])
-    module_name = f"{package}._ops.{mod}"
-    spec = importlib.util.spec_from_file_location(module_name, filename)
-    if spec is None or spec.loader is None:
+    module = host_file_module(f"{package}._ops.{mod}", filename)
+    if module is None:
         return None
-    module = importlib.util.module_from_spec(spec)
-    if not _TRITON:
-        _TRITON.append(_Triton())
 
     def register_heuristics(function: str, values: Any, outermost: bool = False) -> None:
         if function in handles:  # (an index entry without heuristic parameters: the full handle reports it)
             promoted(handles[function]).add_heuristics(values, outermost)
 
-    def kernel_side(name: str, module: str) -> Any:
-        if name in handles:
-            return handles[name]
-        from .host_triton import KernelSide
+    def side(name: str, of: str) -> Any:  # where the file defines a kernel (or other Triton code)
+        return handles[name] if name in handles else kernel_side(name, of, filename)
 
-        return KernelSide(name, module, filename)
-
-    namespace = module.__dict__
-    namespace.update(handles)
-    namespace.update({"triton": _TRITON[0], HEURISTICS_HOOK: register_heuristics, KERNEL_SIDE_HOOK: kernel_side})
-    if builtins is not None:  # project modules' import rules (local_imports)
-        namespace["__builtins__"] = builtins
-    if index["modules"][mod].get("package"):  # a kernel file inside a package: its relative imports' anchor
-        namespace["__package__"] = f"{package}._ops._local.{index['modules'][mod]['package']}"
-    names = (module_name, *aliases)
-    for name in names:
-        sys.modules[name] = module
-    try:
-        if index["modules"][mod].get("torch_compile"):
-            from .host_modules import run_module_code
-
-            run_module_code(spec.loader, module, True)
-        else:
-            exec(spec.loader.get_code(module_name), namespace)  # type: ignore[attr-defined]
-    except BaseException:
-        for name in names:
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
-        raise
+    spec = index["modules"][mod]
+    run_host_file(module, {**handles, "triton": small_triton(), HEURISTICS_HOOK: register_heuristics,
+                           KERNEL_SIDE_HOOK: side}, builtins,
+                  f"{package}._ops._local.{spec['package']}" if spec.get("package") else None,  # relative imports
+                  aliases, bool(spec.get("torch_compile")))
     return module, list(handles.values())

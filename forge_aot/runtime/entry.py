@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .exports import define_lazily, export
+from .exports import define_lazily, export, host_name
 
 
 def exported(package: str, module: str, name: str) -> Any:
@@ -176,7 +176,7 @@ class Package:
         """The host function of an exported op."""
         fn = self.functions.get(op)
         if fn is None:
-            fn = getattr(self.module(self.ops[op][0]), (self.ops[op][6:7] or (op,))[0])  # host_modules.host_name
+            fn = getattr(self.module(self.ops[op][0]), host_name(op, self.ops[op]))
             fn = getattr(fn, "__forge_host__", fn)
             self.functions[op] = fn
         return fn
@@ -184,7 +184,7 @@ class Package:
     def preload(self, device: Any = None) -> int:
         """Define the custom ops, bind every host module, then load every binary the device can run (see
         BinaryBackend.preload)."""
-        from .host_modules import load_modules
+        from .host_exec import load_modules
 
         self.define_custom_ops()
         self.cold = False  # every handle full from now on: the backend knows them all

@@ -73,6 +73,12 @@ def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, 
     return False
 
 
+def host_name(op: str, spec: tuple[Any, ...]) -> str:
+    """The host function of an op (its op table entry's last item where the package exports it under another
+    name, ``[ops.NAME] function``; see ``host_modules.op_table``)."""
+    return spec[6] if len(spec) > 6 and spec[6] else op
+
+
 def rule_of(spec: tuple[Any, ...]) -> Any:
     """An op table entry's result rule, or None."""
     return spec[3] if len(spec) > 3 else None

@@ -9,6 +9,7 @@ most never does.
 
 from __future__ import annotations
 
+import sys
 import threading
 import types
 from typing import Any, NamedTuple
@@ -136,9 +137,13 @@ class _HostRuntime(types.ModuleType):
 def _wrap_triton(kernel: Any) -> Any:
     """``torch.library.wrap_triton(kernel)`` (and ``capture_triton``) in host code: a packaged kernel handle as it
     is; anything else goes to torch's own."""
-    from .kernel import KernelBase
+    from . import fastpath
 
-    if isinstance(kernel, KernelBase):  # a Kernel, or a cold one (cold.py)
+    # Every handle's base: the C one where the extension is loaded (a Kernel, or a cold one: cold.py), else the
+    # kernel module's, loaded wherever a handle exists (so a first call with cold handles loads no ``kernel``)
+    base = fastpath.c.KernelBase if fastpath.c is not None else \
+        getattr(sys.modules.get(f"{__package__}.kernel"), "KernelBase", None)
+    if base is not None and isinstance(kernel, base):
         return kernel
     import torch
 

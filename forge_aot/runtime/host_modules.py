@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
-import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import ForgeRuntimeError
+from .host_exec import host_file_module, load_modules, run_host_file, run_module_code  # noqa: F401  (read here too)
 from .host_triton import KernelSide, host_triton
-from .rules import INDEX_FORMAT
-from .tables import HEURISTICS_HOOK, KERNEL_SIDE_HOOK
+from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
 
 def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
@@ -33,13 +30,15 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     shipped code names ``torch.compile`` (see ``run_module_code``).
     """
     if source is None:
-        spec = importlib.util.spec_from_file_location(module_name, filename)
-        if spec is None or spec.loader is None:
+        module = host_file_module(module_name, filename)
+        if module is None:
             raise ForgeRuntimeError(f"cannot load host module {filename}")
-        module = importlib.util.module_from_spec(spec)
+        code = None
     else:
         module = types.ModuleType(module_name)
         module.__file__ = filename
+        # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
+        code = compile(source, filename, "exec", dont_inherit=True)
     by_function = {getattr(k, "function", name): k for name, k in kernels.items()}
 
     def register_heuristics(function: str, values: dict[str, Callable[[dict[str, Any]], Any]],
@@ -50,28 +49,8 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     def kernel_side(name: str, module: str) -> Any:  # where the file defines a kernel (or other Triton code)
         return kernels[name] if name in kernels else KernelSide(name, module, filename)
 
-    module.__dict__.update(kernels)
-    module.__dict__["triton"] = host_triton
-    module.__dict__[HEURISTICS_HOOK] = register_heuristics
-    module.__dict__[KERNEL_SIDE_HOOK] = kernel_side
-    if builtins is not None:
-        module.__dict__["__builtins__"] = builtins
-    if package is not None:
-        module.__dict__["__package__"] = package
-    names = (module_name, *aliases)
-    for name in names:
-        sys.modules[name] = module
-    try:
-        if source is None:
-            run_module_code(spec.loader, module, compiles)
-        else:
-            # dont_inherit: this module's `from __future__ import annotations` is not the host file's.
-            exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)
-    except BaseException:
-        for name in names:
-            if sys.modules.get(name) is module:
-                del sys.modules[name]
-        raise
+    run_host_file(module, {**kernels, "triton": host_triton, HEURISTICS_HOOK: register_heuristics,
+                           KERNEL_SIDE_HOOK: kernel_side}, builtins, package, aliases, compiles, code)
     for handle in kernels.values():
         for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
             fn = module.__dict__.get(hook)
@@ -81,27 +60,6 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
                 raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} {why}")
             handle.pre_hooks[hook] = fn
     return module
-
-
-def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
-    """Run a shipped module's code as ``loader.exec_module`` would; where the code names ``torch.compile`` (the
-    build's word: ``compiles``) and the process has no Triton, with ``torch.compile`` giving the function back as it
-    is while it runs (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host
-    module or a project module, would need Triton for the GPU (Inductor's code generation) at their first call, in
-    the backward, and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled
-    helpers. (The global swap is seen by other threads while that module's code runs.)"""
-    code = loader.get_code(module.__name__)
-    if not compiles or importlib.util.find_spec("triton") is not None:
-        exec(code, module.__dict__)
-        return
-    import torch
-
-    real = torch.compile
-    torch.compile = lambda model=None, **options: (lambda fn: fn) if model is None else model  # type: ignore
-    try:
-        exec(code, module.__dict__)
-    finally:
-        torch.compile = real
 
 
 def load_index(root: str, module: str | None = None, read: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -129,26 +87,6 @@ def load_index(root: str, module: str | None = None, read: dict[str, Any] | None
                 files = os.path.join(directory, variant["target_files"])
                 variant["targets"] = {t: LazyJson(os.path.join(files, f"{t}.json"), _target_entry)
                                       for t in variant["targets"]}
-    return index
-
-
-_MODULES: dict[str, dict[str, Any]] = {}
-
-
-def load_modules(root: str) -> dict[str, Any]:
-    """The package index without its kernels (``_forge/modules.json``: host modules, project modules, targets), read
-    once per package; the whole index where the package has no such file (built by an older forge-aot)."""
-    index = _MODULES.get(root)
-    if index is None:
-        path = os.path.join(root, "_forge", "modules.json")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                index = json.load(f)
-            if index.get("format") != INDEX_FORMAT:
-                return load_index(root)  # (which names the format it refuses)
-        else:
-            index = load_index(root)
-        index = _MODULES.setdefault(root, index)
     return index
 
 
@@ -241,9 +179,3 @@ def op_table(modules: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
 
     return {spec.get("export_as", {}).get(op, op): (mod, spec.get("schemas", {}).get(op) or None, *extra(spec, op))
             for mod, spec in sorted(modules.items()) for op in spec["ops"]}
-
-
-def host_name(op: str, spec: tuple[Any, ...]) -> str:
-    """The host function of an op (its ``op_table`` entry's last item where the package exports it under another
-    name, ``[ops.NAME] function``)."""
-    return spec[6] if len(spec) > 6 and spec[6] else op

@@ -11,9 +11,8 @@ import sys
 import types
 from typing import Any
 
-from .host_modules import load_modules, run_module_code
-from .host_triton import KernelSide, host_triton
-from .tables import KERNEL_SIDE_HOOK
+from .host_exec import kernel_side, load_modules, run_module_code, small_triton
+from .rules import KERNEL_SIDE_HOOK
 
 
 def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
@@ -92,8 +91,9 @@ def package_local_spec(package: Any, fullname: str) -> Any:
         package._import_rules(n for spec in load_modules(package.root)["modules"].values()
                               for n in spec.get("local_modules", ()))
     # Kernels of project modules are not the package's (its kernel files bind as host modules): their names are
-    # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one).
-    bound = {"triton": host_triton, "__builtins__": package.builtins, KERNEL_SIDE_HOOK: KernelSide}
+    # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one). ``triton``: the
+    # small one, whose other names load the full host ``triton`` on first use.
+    bound = {"triton": small_triton(), "__builtins__": package.builtins, KERNEL_SIDE_HOOK: kernel_side}
     compiles = fullname.split("._ops._local.", 1)[1] in load_modules(package.root).get("local_torch_compile", ())
     return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound, compiles)
 

@@ -37,8 +37,7 @@ def route_in_module(module: Any, namespace: str, ops: dict[str, bool],
     the check. ``table``: the op table (op → its entry: the result rule, whether it has a backward)."""
     import torch
 
-    from .exports import custom_call, rule_of, without_grad
-    from .host_modules import host_name
+    from .exports import custom_call, host_name, rule_of, without_grad
 
     is_compiling = torch.compiler.is_compiling
     # an op exported under another name ([ops.NAME] function) by its host module's global of that function; the

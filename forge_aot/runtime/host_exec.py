@@ -1,0 +1,133 @@
+"""Running a shipped file of host code (a host module, a project module) as the import system would, with what it needs
+bound before its first line, and the package index without its kernels. Both bindings (``cold_binding``, the full
+``host_modules``) and the project modules' loader (``local_imports``) run files through here, so a first call through
+cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is written once. Imports: stdlib, ``rules``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import types
+from typing import Any
+
+from .rules import INDEX_FORMAT, cdiv, next_power_of_2, set_allocator
+
+
+def host_file_module(module_name: str, filename: str) -> types.ModuleType | None:
+    """The module of a shipped file as the import system makes it (spec, loader, ``__file__``), not yet run; None
+    where Python cannot load such a file."""
+    spec = importlib.util.spec_from_file_location(module_name, filename)
+    if spec is None or spec.loader is None:
+        return None
+    return importlib.util.module_from_spec(spec)
+
+
+def run_host_file(module: types.ModuleType, bound: dict[str, Any], builtins: dict[str, Any] | None = None,
+                  package: str | None = None, aliases: tuple[str, ...] = (), compiles: bool = False,
+                  code: Any = None) -> None:
+    """Run a host file's module (``host_file_module``) with ``bound`` in its namespace before its first line (kernel
+    handles, ``triton``, the build's hooks). ``builtins``: the import rules of code that imports project modules
+    (``local_imports.local_builtins``); ``package``: the ``__package__`` its relative imports resolve against (a kernel
+    file inside a package); ``aliases``: the other names project code imports the file by, which are this module
+    from before its first line (as a module importing itself back finds it); ``compiles``: the code names
+    ``torch.compile`` (``run_module_code``); ``code``: the code to run instead of the file's (development mode: the
+    host code taken from the kernel file). On failure no name of the module stays in ``sys.modules``."""
+    namespace = module.__dict__
+    namespace.update(bound)
+    if builtins is not None:
+        namespace["__builtins__"] = builtins
+    if package is not None:
+        namespace["__package__"] = package
+    names = (module.__name__, *aliases)
+    for name in names:
+        sys.modules[name] = module
+    try:
+        if code is not None:
+            exec(code, namespace)
+        else:
+            run_module_code(module.__spec__.loader, module, compiles)
+    except BaseException:
+        for name in names:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+        raise
+
+
+def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
+    """Run a shipped module's code as ``loader.exec_module`` would; where the code names ``torch.compile`` (the
+    build's word: ``compiles``) and the process has no Triton, with ``torch.compile`` giving the function back as it
+    is while it runs (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host
+    module or a project module, would need Triton for the GPU (Inductor's code generation) at their first call, in
+    the backward, and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled
+    helpers. (The global swap is seen by other threads while that module's code runs.)"""
+    code = loader.get_code(module.__name__)
+    if not compiles or importlib.util.find_spec("triton") is not None:
+        exec(code, module.__dict__)
+        return
+    import torch
+
+    real = torch.compile
+    torch.compile = lambda model=None, **options: (lambda fn: fn) if model is None else model  # type: ignore
+    try:
+        exec(code, module.__dict__)
+    finally:
+        torch.compile = real
+
+
+def kernel_side(name: str, module: str, file: str | None = None) -> Any:
+    """What a shipped file binds where it defines Triton code the package has no binary of
+    (``host_triton.KernelSide``, whose module loads on first need)."""
+    from .host_triton import KernelSide
+
+    return KernelSide(name, module, file)
+
+
+class SmallTriton(types.ModuleType):
+    """``triton`` in shipped code bound without the full ``host_triton``: ``cdiv``, ``next_power_of_2`` and
+    ``set_allocator`` here, anything else ``host_triton``'s, read from it on first use (PEP 562: a missing attribute
+    only). One per process (``small_triton``)."""
+
+    def __init__(self) -> None:
+        super().__init__("triton", "host-side helpers of Triton, provided by the forge-aot runtime")
+        self.cdiv, self.next_power_of_2, self.set_allocator = cdiv, next_power_of_2, set_allocator
+        self.__getattr__ = self._missing
+
+    def _missing(self, name: str) -> Any:
+        from .host_triton import host_triton
+
+        value = getattr(host_triton, name)
+        setattr(self, name, value)
+        return value
+
+
+_SMALL_TRITON: list[SmallTriton] = []
+
+
+def small_triton() -> SmallTriton:
+    """The process's ``SmallTriton``."""
+    if not _SMALL_TRITON:
+        _SMALL_TRITON.append(SmallTriton())
+    return _SMALL_TRITON[0]
+
+
+_MODULES: dict[str, dict[str, Any]] = {}
+
+
+def load_modules(root: str) -> dict[str, Any]:
+    """The package index without its kernels (``_forge/modules.json``: host modules, project modules, targets), read
+    once per package; the whole index where the package has no such file (built by an older forge-aot)."""
+    index = _MODULES.get(root)
+    if index is None:
+        path = os.path.join(root, "_forge", "modules.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                index = json.load(f)
+        if index is None or index.get("format") != INDEX_FORMAT:
+            from .host_modules import load_index
+
+            index = load_index(root)  # (which names the format it refuses)
+        index = _MODULES.setdefault(root, index)
+    return index
