@@ -1,11 +1,12 @@
-"""Cold handles (``runtime/cold.py``) for kernels as libraries write them: a wheel of Liger- and mamba-style files
-(``tests/fixtures/realworld/cold_manifest.toml``: host code choosing BLOCK_SIZE and num_warps, every argument by
-keyword, constexprs by position and between runtime parameters, a string constexpr, None to a float, a project
-module imported, autograd Functions, a custom op with a backward, torchao's ``wrap_triton(kernel)[grid](...)`` inside a
-``@triton_op``), in fresh processes against the fake libcuda (CPU
-tensors answer as tensors of GPU 0, addresses renumbered per call so two runs compare). Every launch the cold
-handles make is the one the full ``Kernel`` makes for the same call, none of the full binding's modules load
-(its launch, its tables, its host-module binding), and a call-site value that was not built promotes the handle and is reported as before."""
+"""Cold handles (``runtime/cold.py``) for kernels as libraries write them: a wheel of Liger-, mamba-, FLA- and
+torchao-style files (``tests/fixtures/realworld/cold_manifest.toml``: host code choosing BLOCK_SIZE and num_warps,
+every argument by keyword, constexprs by position and between runtime parameters, a string constexpr, None to a float,
+project modules imported, autograd Functions, a custom op with a backward, FLA's ``@triton.heuristics`` on None
+arguments, torchao's ``wrap_triton(kernel)[grid](...)`` inside a ``@triton_op``), in fresh processes against the fake
+libcuda (CPU tensors answer as tensors of GPU 0, addresses renumbered per call so two runs compare). Every launch the
+cold handles make is the one the full ``Kernel`` makes for the same call, none of the full binding's modules load
+(its launch, its tables, its host-module binding), and a call-site value that was not built promotes the handle and
+is reported as before."""
 
 from __future__ import annotations
 
@@ -87,6 +88,14 @@ CHILD = textwrap.dedent("""
             x, s = odd(rows, cols, dtype=dtype), torch.rand(rows, dtype=torch.float32)
             cases.append(lambda x=x, s=s: lib.scale_rows(x, s))
 
+    for dtype in (torch.float32, torch.bfloat16):  # FLA: heuristics on None arguments (HAS_SCALE, IS_VARLEN)
+        g, packed = odd(2, 1000, 4, dtype=dtype), odd(1, 1000, 4, dtype=dtype)
+        cu_seqlens = torch.tensor([0, 100, 555, 1000], dtype=torch.int32)
+        for reverse in (False, True):
+            cases.append(lambda g=g, r=reverse: lib.chunk_local_cumsum(g, 64, reverse=r))
+            cases.append(lambda g=g, r=reverse: lib.chunk_local_cumsum(g, 64, reverse=r, scale=0.5))
+        cases.append(lambda p=packed, c=cu_seqlens: lib.chunk_local_cumsum(p, 64, scale=0.5, cu_seqlens=c))
+
     def handles():
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                 for n, h in vars(mod).items() if type(h).__name__ in ("ColdKernel", "Kernel")}
@@ -159,14 +168,14 @@ def _child(site: Path, fake_libcuda: Path, **extra: str) -> dict:
 
 def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldlib_site, fake_libcuda) -> None:
     got = _child(coldlib_site, fake_libcuda)
-    assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 7, got["kinds"]
+    assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 8, got["kinds"]
     assert got["routed"], "the package routes ops by name (a custom op with a backward): cold handles all the same"
     assert got["loaded"] == [], f"the cold first calls loaded the full binding's {got['loaded']}"
     # a project module imported (ligerlike.ops.utils) reads the index without its kernels (_forge/modules.json)
     assert got["index_reads"] == [], got["index_reads"]
     # Liger's keywords, mamba's positional constexprs, defaults left out: the second calls are the C path's
     assert got["misses"] == [] and got["again"] == got["cold"], got["misses"]
-    assert len(got["cold"]) == len(got["full"]) == 34
+    assert len(got["cold"]) == len(got["full"]) == 44
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
         assert cold == full, f"case {i}: cold {cold} != full {full}"
@@ -227,6 +236,13 @@ GPU_CHILD = textwrap.dedent("""
     for dtype in (torch.float16, torch.float32):
         for rows, cols in ((3, 1000), (4, 4096)):
             keep(lib.scale_rows(odd(rows, cols, dtype=dtype), torch.rand(rows, device="cuda")))
+    for dtype in (torch.float32, torch.bfloat16):
+        g, packed = odd(2, 1000, 4, dtype=dtype), odd(1, 1000, 4, dtype=dtype)
+        cu_seqlens = torch.tensor([0, 100, 555, 1000], device="cuda", dtype=torch.int32)
+        for reverse in (False, True):
+            keep(lib.chunk_local_cumsum(g, 64, reverse=reverse))
+            keep(lib.chunk_local_cumsum(g, 64, reverse=reverse, scale=0.5))
+        keep(lib.chunk_local_cumsum(packed, 64, scale=0.5, cu_seqlens=cu_seqlens))
     torch.cuda.synchronize()
     kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                     for h in vars(mod).values() if type(h).__name__ in ("ColdKernel", "Kernel")})

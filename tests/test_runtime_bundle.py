@@ -20,8 +20,8 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-BUNDLED = ["cold", "cold_binding", "cuda", "drivers", "entry", "errors", "exports", "fastpath", "host_exec",
-           "host_modules", "host_triton", "kernel", "launch", "packing", "rules", "tables", "torch_ops"]
+BUNDLED = ["cold", "cold_binding", "cold_launch", "cuda", "drivers", "entry", "errors", "exports", "fastpath",
+           "host_exec", "host_modules", "host_triton", "kernel", "launch", "packing", "rules", "tables", "torch_ops"]
 
 FIRST_CALL = textwrap.dedent("""
     import json, sys, torch

@@ -8,8 +8,8 @@ tree and in the wheel. One module per concern:
 
 - ``errors``: the error hierarchy;      ``expressions``: the constraint language;
 - ``rules``: what every reading of the index shares (launch options, specializations, rows, targets, ``Config``);
-- ``cold``, ``cold_binding``: plain kernels' first calls without the rest of the runtime (``ColdKernel``, promoted
-  to ``Kernel``), and the host modules bound with them;
+- ``cold``, ``cold_launch``, ``cold_binding``: plain kernels' first calls without the rest of the runtime
+  (``ColdKernel``, promoted to ``Kernel``), what they launch with, and the host modules bound with them;
 - ``exports``: the exported ops (custom ops while tracing), ``torch.ops.<package>`` defining them on first need;
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
@@ -124,7 +124,8 @@ _EXPORTS = {
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
-                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports", "host_exec"})
+                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports", "host_exec",
+                        "cold_launch"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -160,14 +161,14 @@ sys.modules[__name__].__class__ = _Runtime
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
 BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules", "tables", "drivers",
-           "cuda", "fastpath", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec",
-           "local_imports")
+           "cuda", "fastpath", "cold_launch", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules",
+           "host_exec", "local_imports")
 """The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
 ``custom_ops`` and ``torch_ops`` when torch.compile or torch.export first trace an op, or ``torch.ops.<package>``
 is first used; ``torch_ops`` at import where the ops have a result rule; ``local_imports`` where host code imports
 project modules)."""
-FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold", "host_exec",
-              "cold_binding")
+FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold_launch", "cold",
+              "host_exec", "cold_binding")
 """The bundled modules ``import <package>`` and an op's first call import where its kernels are plain (``cold``),
 in the order they import each other: where the bundle is valid they run at ``import <package>``, straight from the
 bundle, not through the import system's finders. The others (the full ``Kernel``, its tables and launcher, the

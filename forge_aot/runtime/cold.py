@@ -4,12 +4,14 @@ An op's first call in a fresh process used to load the whole runtime (binding, t
 descriptors, the ctypes launcher: about 200 KB of bytecode) before its first launch. A *plain* kernel needs none of
 that (``cold_binding.not_plain``): runtime arguments passed by position, tuned meta-parameters from the table,
 call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
-``Kernel._bind`` binds them, no heuristics, pre-hooks, descriptors, integer pointers, launch attributes or grid
-arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls (``FastKernel``) as it reads a full
-``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which resolves it from the index with the
-shared ``rules`` (the variant from the dtypes and call-site values, the target from the capability, the nearest
-table row whose config fits, the most specialized binary that fits), loads the binary (sha256 checked) through the
-driver's C calls, launches it through its C ``Launcher`` and lets the C path launch such calls from then on.
+``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them; the
+C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), no pre-hooks,
+descriptors, integer pointers, launch attributes or grid arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls
+(``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which
+resolves it from the index with the shared ``rules`` (the variant from the dtypes and call-site values, the target
+from the capability, the nearest table row whose config fits, the binary of its heuristic values, the most
+specialized that fits), loads the binary (sha256 checked) through the driver's C calls (``cold_launch``), launches it
+through its C ``Launcher`` and lets the C path launch such calls from then on.
 
 Anything else promotes the handle in place to a full ``Kernel`` (the same object, so host code keeps its
 reference), which then serves every call as before: keywords of other parameters or options, a call the C path
@@ -22,29 +24,24 @@ read from ``host_triton`` on first use. ``FORGE_NO_COLD=1`` turns it off.
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from . import fastpath
-from .drivers import driver
-from .packing import _STRUCT_CODES, block_layout, check_dtypes, dtype_name
+from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic_values
+from .packing import check_dtypes, dtype_name
 from .rules import (
     LAUNCH_DEFAULTS,
-    SPEC_ABSENT,
-    SPEC_INT_ONE,
-    SPEC_ONE,
     TRITON_DEFAULTS,
     Config,
     max_shared,
     pick_cuda_target,
     rank_rows,
     read_params,
-    scratch_buffer,
     spec_fits,
     spec_rank,
     variant_id,
@@ -52,8 +49,6 @@ from .rules import (
 
 _MISSING = fastpath._MISSING  # a call-site constexpr without a default: a call must pass it
 _NO_CALL: dict[str, Any] = {}
-_DEVICES: dict[int, dict[str, Any]] = {}
-"""Device index → ``driver().describe(index)``, asked once per process."""
 
 
 class _Cold:
@@ -67,7 +62,7 @@ class _Cold:
         self.launchers: dict[tuple[int, str], Any] = {}
         """(device, binary path) → its C Launcher."""
         self.last: Any = None
-        """What the last launch resolved here returned (``_ColdLaunched``)."""
+        """What the last launch resolved here returned (``ColdLaunched``)."""
 
 
 class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  # type: ignore[misc]
@@ -77,7 +72,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                  upgrade: Callable[[str], Any]) -> None:
         self.name, self.function, self.targets, self.variants = name, spec["function"], targets, spec["variants"]
         read_params(self, spec)
-        self.heuristics: list[Any] = []
+        self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
+        """``@triton.heuristics`` values (``add_heuristics``), called as ``Kernel.run`` calls them."""
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
@@ -89,6 +85,14 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
 
     def __repr__(self) -> str:
         return f"<forge-aot kernel {self.name} ({self.function}), builds: {list(self.variants)}>"
+
+    def add_heuristics(self, values: dict[str, Callable[[dict[str, Any]], Any]], outermost: bool = False) -> None:
+        """As ``Kernel.add_heuristics`` (a name that is no heuristic parameter: the full handle reports it)."""
+        if any(name not in self.heuristic_names for name in values):
+            self._promoted().add_heuristics(values, outermost)
+            return
+        self.heuristics = [*values.items(), *self.heuristics] if outermost else [*self.heuristics, *values.items()]
+        self._set_fast(fastpath.plan(self))  # the C path calls the heuristics too: read again with them
 
     def __getattr__(self, name: str) -> Any:  # what only a full handle has: promote, then read it there
         if "_cold" not in self.__dict__ or name.startswith("__"):
@@ -107,10 +111,14 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             spec, targets, backend, kernel_class = cold.upgrade(self.name)
             last = self._fast.last if self._fast is not None else None
             last = cold.last if last is None else last
-            name = self.name
+            name, heuristics = self.name, self.heuristics
             self.__dict__.clear()
             self.__class__ = kernel_class
             kernel_class.__init__(self, name, spec, targets, backend)
+            if heuristics:  # registered on the cold handle: the full one calls them as it would have
+                self.heuristics = heuristics
+                if self._fast is not None:
+                    fastpath.use_c_launch(self, True)
             if last is not None:  # best_config: the config the latest launch ran
                 self._last_config = last.config
         return self
@@ -148,37 +156,54 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         cold = self.__dict__.get("_cold")
         bound = self._bind(args, kwargs) if cold is not None and fastpath.LAUNCHES.skip is False else None
         if bound is not None:
-            runtime, call = bound
-            try:
-                found = self._resolve(cold, runtime, call)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):  # the full path reports it
-                found = None
-            if found is not None:
-                launcher, config, launch_meta, spec, result = found
-                try:
-                    dims = grid(launch_meta) if callable(grid) else grid
-                    values = list(runtime)
-                    for i in self.ptr_pos:
-                        if runtime[i] is not None:  # (None: compiled in as the constant, not passed)
-                            values[i] = runtime[i].data_ptr()
-                    launcher(dims, values)
-                except (KeyError, TypeError, ValueError, OverflowError):  # raised before any launch: a grid
-                    found = None  # reading arguments by name, or values the full path packs itself
-                if found is not None:
-                    self._fast.last = None
-                    cold.last = result
-                    launcher.result = result
-                    self._fast.register(runtime, call, launcher, launch_meta, config, spec)
-                    return result
+            result = self._launch_bound(cold, grid, *bound)
+            if result is not _MISSING:
+                return result
         return self._promoted().run(grid, args, kwargs)
 
-    def _resolve(self, cold: _Cold, args: tuple[Any, ...], call: dict[str, Any]) -> tuple[Any, ...] | None:
-        """(C launcher, config, launch meta, specialization, result) of a call (its runtime arguments and bound
-        call-site values), or None where the full path serves it."""
+    def _launch_bound(self, cold: _Cold, grid: Any, runtime: tuple[Any, ...], call: dict[str, Any],
+                      heur: tuple[Any, ...] | None = None) -> Any:
+        """Resolve a bound call (``heur``: its heuristic values where the C path computed them), launch it and let
+        the C path launch such calls; what the launch returns, or ``_MISSING`` where the full path serves it."""
+        try:
+            found = self._resolve(cold, runtime, call, heur)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # the full path reports it
+            return _MISSING
+        if found is None:
+            return _MISSING
+        launcher, config, launch_meta, spec, result, heur = found
+        try:  # (the grid function sees the heuristic values too, as Kernel.run's does)
+            dims = grid({**launch_meta, **dict(zip(self.heuristic_names, heur))} if heur else launch_meta) \
+                if callable(grid) else grid
+            values = list(runtime)
+            for i in self.ptr_pos:
+                if runtime[i] is not None:  # (None: compiled in as the constant, not passed)
+                    values[i] = runtime[i].data_ptr()
+            launcher(dims, values)
+        except (KeyError, TypeError, ValueError, OverflowError):  # raised before any launch: a grid reading
+            return _MISSING  # arguments by name, or values the full path packs itself
+        self._fast.last = None
+        cold.last = result
+        launcher.result = result
+        if heur:  # values the C path has not seen come back here (new_heuristic_values)
+            self._fast.register(runtime, call, launcher, launch_meta, config, spec, heur, config.all_kwargs(), None,
+                                functools.partial(new_heuristic_values, config))
+        else:
+            self._fast.register(runtime, call, launcher, launch_meta, config, spec)
+        return result
+
+    def _resolve(self, cold: _Cold, args: tuple[Any, ...], call: dict[str, Any],
+                 heur: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        """(C launcher, config, launch meta, specialization, result, heuristic values) of a call (its runtime
+        arguments and bound call-site values; ``heur``: None, or the heuristic values the C path computed), or None
+        where the full path serves it."""
         fast = self._fast
         spec = fast.spec(args, call) if fast is not None else None  # None: a call the C path does not read
         dtypes = [None if args[i] is None else args[i].dtype for i in self.device_pos]  # (Liger's z_loss_ptr=None)
-        by_type = {self.runtime[i][1]: d for i, d in reversed(list(zip(self.device_pos, dtypes))) if d is not None}
+        by_type: dict[str, Any] = {}  # a type's dtype: its first tensor's
+        for i, d in zip(self.device_pos, dtypes):
+            if d is not None:
+                by_type.setdefault(self.runtime[i][1], d)
         if spec is None or not by_type:
             return None
         device = next(args[i] for i in self.device_pos if args[i] is not None).get_device()
@@ -195,7 +220,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             return None
         target, directory, configs, usable, rows, row_ids = table
         key = tuple(args[src] if is_rt else call[src] for is_rt, src in self.key_sources)
-        if any(type(v) is not int for v in key):
+        if any(type(v) not in (int, bool) for v in key):  # (FLA keys on REVERSE, a bool)
             return None
         # As ConfigTable.lookup: a row of this key (the build checked its config there), else the nearest row
         # whose config fits (usable here, the constraints true for this key), else any config that fits.
@@ -208,28 +233,35 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         if cid is None:
             return None
         entry = configs[cid]
+        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
+                        {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
+                        entry.get("pre_hook"))
+        if heur is None and self.heuristics:  # as Kernel.heuristic_values: on the arguments by name, in order
+            nargs = {**dict(zip(self.runtime_names, args)), **call, **config.all_kwargs()}
+            for name, fn in self.heuristics:
+                nargs[name] = fn(nargs)
+            heur = tuple(nargs[n] for n in self.heuristic_names)
+        heur = heur or ()
         binaries = entry.get("binaries")
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
                 binaries = entry["binaries"] = json.load(f)
-        binary = None
+        binary = None  # as tables.choose_binary: its heuristic values, the most specialized that fits
         for b in binaries.values():
-            if spec_fits(b["spec"], spec) and (binary is None or spec_rank(b["spec"]) > spec_rank(binary["spec"])):
+            if tuple(b.get("heur", {}).get(n) for n in self.heuristic_names) == heur and spec_fits(b["spec"], spec) \
+                    and (binary is None or spec_rank(b["spec"]) > spec_rank(binary["spec"])):
                 binary = b
         if binary is None:
             return None
         launcher = cold.launchers.get((device, binary["path"]))
         if launcher is None:
-            launcher = self._load(cold, binary, device)
+            launcher = load_launcher(self, cold.launchers, cold.lock, cold.root, binary, device)
             if launcher is None:
                 return None
-        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
-                        {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
-                        entry.get("pre_hook"))
         result = launcher.result  # one per binary, as the full path's ``Launched``
         if result is None:
-            result = _ColdLaunched(self, binary, config, call, device, target)
-        return launcher, config, config.launch_meta, spec, result
+            result = ColdLaunched(self, binary, config, call, device, target)
+        return launcher, config, config.launch_meta, spec, result, heur
 
     def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
               assignment: dict[str, Any]) -> Callable[[str], bool]:
@@ -251,9 +283,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
     def _table(self, cold: _Cold, device: int, vid: str) -> tuple[Any, ...] | None:
         """What a (device, variant) resolves to, as ``tables.resolve_table``: None where the full path serves it."""
         variant = self.variants.get(vid)
-        info = _DEVICES.get(device)
-        if info is None:
-            info = _DEVICES[device] = driver().describe(device)
+        info = device_info(device)
         if variant is None:
             return None
         target = pick_cuda_target(info["capability"], {t: self.targets[t] for t in variant["targets"]})
@@ -267,80 +297,6 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         rows = entry["tables"].get(info["name"], entry["tables"]["default"])
         return (target, directory, configs, usable, [tuple(int(v) for v in r[:-1]) for r in rows],
                 [str(r[-1]) for r in rows])
-
-    def _load(self, cold: _Cold, binary: dict[str, Any], device: int) -> Any:
-        """A binary loaded on a device (its sha256 checked: a mismatch is the full path's to report) as a C
-        ``Launcher`` laid out as ``launch._BinaryLauncher`` lays it out; None where the C path cannot launch it."""
-        drv = driver()
-        points = getattr(drv, "entry_points", None)
-        if points is None:
-            return None
-        with open(os.path.join(cold.root, binary["path"]), "rb") as f:
-            image = f.read()
-        if hashlib.sha256(image).hexdigest() != binary["sha256"]:
-            return None
-        compiled_in = {pos for (pos, _), code in zip(self.spec_slots, binary["spec"])
-                       if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
-        kept = tuple(i for i in range(self.n_runtime) if i not in compiled_in)
-        types_ = [self.runtime[i][1] for i in kept]
-        offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
-        import torch
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-            (lambda d: torch.cuda.current_stream(d).cuda_stream)
-        scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
-        scratch = None
-        if any(scratch_sizes):
-            import functools
-
-            scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
-        with cold.lock:
-            launcher = cold.launchers.get((device, binary["path"]))
-            if launcher is None:
-                info = _DEVICES[device]
-                function = drv.load(device, image, binary["function"], binary["shared"], info["max_shared"])
-                entry = points()
-                launcher = fastpath.c.Launcher(
-                    function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
-                    binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
-                    *scratch_sizes, scratch, raw_stream, device, drv.check, self.function, entry["launch"],
-                    entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], 0, entry.get("launch_ex", 0), None,
-                    entry.get("tensor_map", 0))
-                cold.launchers[(device, binary["path"])] = launcher
-        return launcher
-
-
-class _ColdLaunched:
-    """What a cold handle's launch returns, as ``fastpath.Launched`` (Triton returns the binary it ran): the full
-    result, made on the first attribute read (which promotes the handle; its binary is loaded again there, as the
-    full path's own)."""
-
-    __slots__ = ("_made", "_of", "config")
-
-    def __init__(self, kernel: ColdKernel, binary: dict[str, Any], config: Config, call: dict[str, Any], device: int,
-                 target: str) -> None:
-        self._of = (weakref.ref(kernel), binary, call, device, target)
-        self.config = config
-        self._made: Any = None
-
-    def _launched(self) -> Any:
-        if self._made is None:
-            ref, binary, call, device, target = self._of
-            kernel = ref()
-            if kernel is None:
-                raise ReferenceError("the kernel handle this launch ran is gone")
-            kernel = promoted(kernel)
-            self._made = fastpath.launched(kernel, kernel.backend.load(kernel, binary, device), self.config,
-                                           dict(call), target)
-        return self._made
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._launched(), name)
-
-    def __getitem__(self, grid: Any) -> Any:
-        return self._launched()[grid]
-
-    def __repr__(self) -> str:
-        return repr(self._launched())
 
 
 def promoted(kernel: Any) -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fastpath
-from .cold import ColdKernel, promoted
+from .cold import ColdKernel
 from .host_exec import host_file_module, kernel_side, run_host_file, small_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
@@ -28,10 +28,7 @@ def not_plain(spec: dict[str, Any]) -> str | None:
     for k in _NOT_PLAIN:
         if spec.get(k):
             return k
-    kinds = [t for _, t in spec["params"]]
-    if "heuristic" in kinds:
-        return "heuristics"
-    runtime = [(n, t) for n, t in spec["params"] if t not in ("meta", "constexpr")]
+    runtime = [(n, t) for n, t in spec["params"] if t not in ("meta", "constexpr", "heuristic")]
     if not all(fastpath.kind(t) is not None and not t.startswith("tensordesc<") for _, t in runtime):
         return "parameter types only the full path reads"
     return None
@@ -88,8 +85,8 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
         return None
 
     def register_heuristics(function: str, values: Any, outermost: bool = False) -> None:
-        if function in handles:  # (an index entry without heuristic parameters: the full handle reports it)
-            promoted(handles[function]).add_heuristics(values, outermost)
+        if function in handles:  # (a name no heuristic parameter has: the full handle reports it)
+            handles[function].add_heuristics(values, outermost)
 
     def side(name: str, of: str) -> Any:  # where the file defines a kernel (or other Triton code)
         return handles[name] if name in handles else kernel_side(name, of, filename)

@@ -1,0 +1,121 @@
+"""What a cold handle (``cold``) launches with: a binary loaded as a C ``Launcher`` (laid out as
+``launch._BinaryLauncher`` lays it out), the devices' figures, what a launch returns, and what the C path hands back
+where a kernel's heuristics give values it has not seen. Imports: stdlib, the C extension (``fastpath``), ``drivers``,
+``packing``, ``rules``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import weakref
+from typing import Any
+
+from . import fastpath
+from .drivers import driver
+from .packing import _STRUCT_CODES, block_layout
+from .rules import SPEC_ABSENT, SPEC_INT_ONE, SPEC_ONE, Config, scratch_buffer
+
+DEVICES: dict[int, dict[str, Any]] = {}
+"""Device index → ``driver().describe(index)``, asked once per process."""
+
+
+def device_info(device: int) -> dict[str, Any]:
+    """The device's name, capability and shared memory (``DEVICES``)."""
+    info = DEVICES.get(device)
+    if info is None:
+        info = DEVICES[device] = driver().describe(device)
+    return info
+
+
+def load_launcher(kernel: Any, launchers: dict[tuple[int, str], Any], lock: Any, root: str, binary: dict[str, Any],
+                  device: int) -> Any:
+    """A binary of ``kernel`` (a ``ColdKernel``) loaded on a device (its sha256 checked: a mismatch is the full path's
+    to report) as a C ``Launcher``, kept in ``launchers`` under ``lock``; None where the C path cannot launch it."""
+    drv = driver()
+    points = getattr(drv, "entry_points", None)
+    if points is None:
+        return None
+    with open(os.path.join(root, binary["path"]), "rb") as f:
+        image = f.read()
+    if hashlib.sha256(image).hexdigest() != binary["sha256"]:
+        return None
+    compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
+                   if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
+    kept = tuple(i for i in range(kernel.n_runtime) if i not in compiled_in)
+    types_ = [kernel.runtime[i][1] for i in kept]
+    offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
+    import torch
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+        (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
+    scratch = None
+    if any(scratch_sizes):
+        import functools
+
+        scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
+    with lock:
+        launcher = launchers.get((device, binary["path"]))
+        if launcher is None:
+            function = drv.load(device, image, binary["function"], binary["shared"], device_info(device)["max_shared"])
+            entry = points()
+            launcher = fastpath.c.Launcher(
+                function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
+                binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
+                *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
+                entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], 0, entry.get("launch_ex", 0), None,
+                entry.get("tensor_map", 0))
+            launchers[(device, binary["path"])] = launcher
+    return launcher
+
+
+def new_heuristic_values(config: Config, kernel: Any, grid: Any, runtime: tuple[Any, ...], call: dict[str, Any],
+                         heur: tuple[Any, ...]) -> Any:
+    """What the C path hands a cold handle's call whose heuristics gave values it has not seen (``fastpath``'s
+    ``_launch_after_hooks`` for a full handle; the heuristics ran once, in C): the binary of those values launched by
+    the cold handle (FLA passes ``scale=None`` in one call and a float in the next), else by the full path for the
+    config the C path resolved (the handle promoted)."""
+    from .cold import _MISSING, promoted
+
+    cold = kernel.__dict__.get("_cold")
+    if cold is not None:
+        result = kernel._launch_bound(cold, grid, runtime, call, heur)
+        if result is not _MISSING:
+            return result
+    kernel = promoted(kernel)
+    return kernel.backend.launch(kernel, kernel._state(runtime, call), config, grid, runtime, call, heur)
+
+
+class ColdLaunched:
+    """What a cold handle's launch returns, as ``fastpath.Launched`` (Triton returns the binary it ran): the full
+    result, made on the first attribute read (which promotes the handle; its binary is loaded again there, as the
+    full path's own)."""
+
+    __slots__ = ("_made", "_of", "config")
+
+    def __init__(self, kernel: Any, binary: dict[str, Any], config: Config, call: dict[str, Any], device: int,
+                 target: str) -> None:
+        self._of = (weakref.ref(kernel), binary, call, device, target)
+        self.config = config
+        self._made: Any = None
+
+    def _launched(self) -> Any:
+        if self._made is None:
+            from .cold import promoted
+
+            ref, binary, call, device, target = self._of
+            kernel = ref()
+            if kernel is None:
+                raise ReferenceError("the kernel handle this launch ran is gone")
+            kernel = promoted(kernel)
+            self._made = fastpath.launched(kernel, kernel.backend.load(kernel, binary, device), self.config,
+                                           dict(call), target)
+        return self._made
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._launched(), name)
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self._launched()[grid]
+
+    def __repr__(self) -> str:
+        return repr(self._launched())
