@@ -5,7 +5,7 @@
 set -u
 OUT=${OUT:-r2}; mkdir -p "$OUT/round"
 export PYTHONUNBUFFERED=1
-RW=1; if cp .hunt/rw54/forge_realworld-*.whl dist/ 2>/dev/null; then RW=0; fi  # (built again if r1's did not come back)
+RW=1; if ls dist/forge_realworld-*.whl >/dev/null 2>&1; then RW=0; fi  # (r1 built it where the machine stayed warm)
 OUT="$OUT/round" STEPS="" BUILD_FLA=1 BUILD_REALWORLD=$RW bash scripts/gpu_round.sh > "$OUT/install.txt" 2>&1
 tail -4 "$OUT/install.txt"
 python3 -m pip install -q --no-index --no-deps --target /tmp/old54 .hunt/old54/forge_coldlib-*.whl
