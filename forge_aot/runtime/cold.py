@@ -4,14 +4,14 @@ An op's first call in a fresh process used to load the whole runtime (binding, t
 descriptors, the ctypes launcher: about 200 KB of bytecode) before its first launch. A *plain* kernel needs none of
 that (``cold_binding.not_plain``): runtime arguments passed by position, tuned meta-parameters from the table,
 call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
-``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them; the
-C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), no pre-hooks,
-descriptors, integer pointers, launch attributes or grid arguments, on CUDA. ``ColdKernel`` serves it: the C extension reads its calls
-(``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen comes to ``ColdKernel.run``, which
-resolves it from the index with the shared ``rules`` (the variant from the dtypes and call-site values, the target
-from the capability, the nearest table row whose config fits, the binary of its heuristic values, the most
-specialized that fits), loads the binary (sha256 checked) through the driver's C calls (``cold_launch``), launches it
-through its C ``Launcher`` and lets the C path launch such calls from then on.
+``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them;
+the C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), no
+pre-hooks, descriptors, integer pointers, launch attributes or grid arguments, on CUDA. ``ColdKernel`` serves it:
+the C extension reads its calls (``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen
+comes to ``ColdKernel.run``, which resolves it from the index with the shared ``rules`` (the variant from the dtypes
+and call-site values, the target from the capability, the nearest table row whose config fits, the binary of its
+heuristic values, the most specialized that fits), loads the binary (sha256 checked) through the driver's C calls
+(``cold_launch``), launches it through its C ``Launcher`` and lets the C path launch such calls from then on.
 
 Anything else promotes the handle in place to a full ``Kernel`` (the same object, so host code keeps its
 reference), which then serves every call as before: keywords of other parameters or options, a call the C path

@@ -24,7 +24,8 @@ _NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints", "launch_heuristics", "la
 def not_plain(spec: dict[str, Any]) -> str | None:
     """Why ``ColdKernel`` may not serve a kernel (its index entry), or None where it may: runtime parameters of types
     the C path reads, tuned meta-parameters, call-site constexprs and launch options (bound as ``Kernel._bind``
-    binds them, see ``ColdKernel._bind``), nothing in ``_NOT_PLAIN``."""
+    binds them, see ``ColdKernel._bind``), heuristic parameters (``@triton.heuristics``, ``ColdKernel.add_heuristics``),
+    nothing in ``_NOT_PLAIN``."""
     for k in _NOT_PLAIN:
         if spec.get(k):
             return k
