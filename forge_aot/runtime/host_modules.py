@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import ForgeRuntimeError
-from .host_exec import host_file_module, load_modules, run_host_file, run_module_code  # noqa: F401  (read here too)
+from .host_exec import host_file_module, run_host_file
 from .host_triton import KernelSide, host_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
@@ -27,7 +27,7 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
     ``package``: the ``__package__`` its relative imports resolve against (a kernel file inside a package);
     ``aliases``: the other names project code imports this file by (its shipped name under ``_ops._local``), which
     are this module from before its first line, as a module importing itself back finds it; ``compiles``: the
-    shipped code names ``torch.compile`` (see ``run_module_code``).
+    shipped code names ``torch.compile`` (see ``host_exec.run_module_code``).
     """
     if source is None:
         module = host_file_module(module_name, filename)
