@@ -38,12 +38,13 @@ from .rules import (
     LAUNCH_DEFAULTS,
     TRITON_DEFAULTS,
     Config,
+    best_binary,
     max_shared,
+    named_args,
     pick_cuda_target,
     rank_rows,
     read_params,
-    spec_fits,
-    spec_rank,
+    run_heuristics,
     variant_id,
 )
 
@@ -236,21 +237,14 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
                         {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
                         entry.get("pre_hook"))
-        if heur is None and self.heuristics:  # as Kernel.heuristic_values: on the arguments by name, in order
-            nargs = {**dict(zip(self.runtime_names, args)), **call, **config.all_kwargs()}
-            for name, fn in self.heuristics:
-                nargs[name] = fn(nargs)
-            heur = tuple(nargs[n] for n in self.heuristic_names)
-        heur = heur or ()
+        if heur is None:  # as Kernel.heuristic_values
+            heur = run_heuristics(self.heuristics, self.heuristic_names,
+                                  named_args(self.runtime_names, args, call, config)) if self.heuristics else ()
         binaries = entry.get("binaries")
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
                 binaries = entry["binaries"] = json.load(f)
-        binary = None  # as tables.choose_binary: its heuristic values, the most specialized that fits
-        for b in binaries.values():
-            if tuple(b.get("heur", {}).get(n) for n in self.heuristic_names) == heur and spec_fits(b["spec"], spec) \
-                    and (binary is None or spec_rank(b["spec"]) > spec_rank(binary["spec"])):
-                binary = b
+        binary = best_binary(binaries, self.heuristic_names, heur, spec)  # (as tables.choose_binary)
         if binary is None:
             return None
         launcher = cold.launchers.get((device, binary["path"]))

@@ -11,7 +11,7 @@ from . import fastpath, tables
 from .errors import ForgeRuntimeError, NotBuiltError, UnsupportedDeviceError, UnsupportedDtypeError, listing
 from .fastpath import LAUNCHES, _LaunchState  # noqa: F401  (read from here by the modules that set it)
 from .packing import check_dtypes, dtype_name
-from .rules import read_params
+from .rules import named_args, read_params, run_heuristics
 from .tables import LAUNCH_DEFAULTS, LAUNCH_FLAGS, LAUNCH_OPTIONS, TRITON_DEFAULTS, Config, ConfigTable
 
 _NO_CONSTEXPRS: dict[str, Any] = {}
@@ -250,16 +250,14 @@ class Kernel(KernelBase):
     def named_args(self, runtime: Sequence[Any], call: dict[str, Any], config: Config) -> dict[str, Any]:
         """What Triton's heuristics, pre-hooks and grid functions see: every argument by name, the call-site
         values and the config's keyword arguments."""
-        return {**dict(zip(self.runtime_names, runtime)), **call, **config.all_kwargs()}
+        return named_args(self.runtime_names, runtime, call, config)
 
     def heuristic_values(self, runtime: Sequence[Any], call: dict[str, Any],
                          config: Config) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The ``@triton.heuristics`` values of a call (in ``heuristic_names`` order) and the arguments by name
         they were computed over, theirs included (what pre-hooks and grid functions see)."""
         nargs = self.named_args(runtime, call, config)
-        for name, fn in self.heuristics:
-            nargs[name] = fn(nargs)
-        return tuple(nargs[n] for n in self.heuristic_names), nargs
+        return run_heuristics(self.heuristics, self.heuristic_names, nargs), nargs
 
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Any:
         """``kernel.warmup(*args, grid=..., **kwargs)``: the binary the call would take, loaded (compiled.warmup)."""

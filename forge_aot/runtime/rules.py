@@ -75,6 +75,38 @@ def spec_rank(spec: str) -> int:
     return sum(c not in (SPEC_NONE, SPEC_INT) for c in spec)
 
 
+def best_binary(binaries: dict[str, dict[str, Any]], names: Sequence[str], heur: tuple[Any, ...], spec: str,
+                keep: Any = None) -> dict[str, Any] | None:
+    """The binary of a config serving a call (both bindings choose so): the heuristic values ``heur`` (of the
+    parameters ``names``), every specialization assumption true for the call (``spec``), ``keep(binary)`` where given,
+    the most specialized such (the generic one assumes nothing, so it always fits); None where none is."""
+    best: dict[str, Any] | None = None
+    for b in binaries.values():
+        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
+            continue
+        if keep is not None and not keep(b):
+            continue
+        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
+            best = b
+    return best
+
+
+def named_args(runtime_names: Sequence[str], runtime: Sequence[Any], call: dict[str, Any],
+               config: Config) -> dict[str, Any]:
+    """What Triton's heuristics, pre-hooks and grid functions see: every argument by name, the call-site values and
+    the config's keyword arguments."""
+    return {**dict(zip(runtime_names, runtime)), **call, **config.all_kwargs()}
+
+
+def run_heuristics(heuristics: Sequence[tuple[str, Any]], names: Sequence[str], nargs: dict[str, Any],
+                   ) -> tuple[Any, ...]:
+    """``@triton.heuristics`` values in registration order, each added to ``nargs`` (the arguments by name) as it is
+    computed; their values in ``names`` order."""
+    for name, fn in heuristics:
+        nargs[name] = fn(nargs)
+    return tuple(nargs[n] for n in names)
+
+
 def _log2(v: float) -> float:
     return math.log2(v) if v > 1 else 0.0
 

@@ -28,6 +28,7 @@ from .rules import (  # noqa: F401  (the shared rules, also read from here by ol
     SPEC_ONE,
     TRITON_DEFAULTS,
     Config,
+    best_binary,
     max_shared,
     pick_cuda_target,
     pick_hip_target,
@@ -208,17 +209,13 @@ def choose_binary(kernel: Kernel, binaries: dict[str, dict[str, Any]], heur: tup
     """The binary of a config serving a call: same heuristic values (and tensor descriptor block shapes), every
     specialization assumption true for the call's arguments, the most specialized such (the generic one assumes
     nothing, so it always fits)."""
-    names = kernel.heuristic_names
-    best: dict[str, Any] | None = None
+    keep = None
     if descs:
         from .descriptors import binary_blocks
-    for b in binaries.values():
-        if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
-            continue
-        if descs and binary_blocks(b) != descs:
-            continue
-        if best is None or spec_rank(b["spec"]) > spec_rank(best["spec"]):
-            best = b
+
+        def keep(b: dict[str, Any]) -> bool:
+            return binary_blocks(b) == descs
+    best = best_binary(binaries, kernel.heuristic_names, heur, spec, keep)
     if best is None and descs:
         from .descriptors import not_built
 
