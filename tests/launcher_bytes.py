@@ -57,6 +57,18 @@ class FakeState(ctypes.Structure):
                 bytes(self.params[:size]), tuple(self.offsets[: self.nparams]))
 
 
+class FakeLaunchEx(ctypes.Structure):
+    """``struct fake_ex_state`` of fixtures/fake_cuda/fake_cuda.c: the launch attributes of the last
+    ``cuLaunchKernelEx`` (``launch_pdl=``, ``launch_cooperative_grid=``) and how many such launches there were."""
+
+    _fields_ = [("calls", ctypes.c_int), ("n_attrs", ctypes.c_int), ("ids", ctypes.c_int * 4),
+                ("values", ctypes.c_int * 4)]
+
+    def attributes(self) -> list[tuple[int, int]]:
+        """(id, value) of each attribute the last ``cuLaunchKernelEx`` received."""
+        return [(self.ids[i], self.values[i]) for i in range(self.n_attrs)]
+
+
 FAKE_BASE, FAKE_SPAN = 0x7F0000000000, 0x100000 * 4096
 """Where ``renumber_addresses`` puts the addresses launches see."""
 

@@ -19,6 +19,7 @@ import pytest
 
 from forge_aot.extension import FILENAME, build_extension, compiler, native_arch
 from tests import c_launch_support as cs
+from tests.launcher_bytes import FakeLaunchEx
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no C compiler: the C launch path cannot be built")
 
@@ -398,17 +399,12 @@ def test_call_site_constexprs_and_launch_options_as_keywords(rt, fake, args19) -
     assert errors[True][1][0] is rt.NotBuiltError and errors[True][4] is None
 
 
-class _FakeEx(__import__("ctypes").Structure):
-    _fields_ = [(n, __import__("ctypes").c_int) for n in ("calls", "n_attrs")] + \
-        [(n, __import__("ctypes").c_int * 4) for n in ("ids", "values")]
-
-
 @pytest.mark.parametrize("declared", [True, False])
 def test_launch_attributes_reach_cuLaunchKernelEx(rt, fake, fake_lib, tmp_path, declared) -> None:
     """launch_pdl / launch_cooperative_grid at the call: the same binary and parameter block, launched through
     cuLaunchKernelEx with Triton's attributes (6: programmatic stream serialization, 2: cooperative; value 1), on
     both paths; the C path serves such calls once the build declared the flags (the host code passes them)."""
-    ex = _FakeEx.in_dll(fake_lib, "fake_ex")
+    ex = FakeLaunchEx.in_dll(fake_lib, "fake_ex")
     k = _kernel(rt, tmp_path, f"pdl{declared}", ADD, specs=["DDDD", "xxxx"], key=["n"])
     if declared:
         k = rt.Kernel(k.name, {**k.spec, "launch_flags": ["launch_pdl", "launch_cooperative_grid"]}, cs.TARGETS,

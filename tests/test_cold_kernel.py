@@ -66,7 +66,7 @@ EQUIVALENCE = PRELUDE + textwrap.dedent("""
                for name, obj in vars(sys.modules[f"forge_kernels._ops.{mod}"]).items() if name.endswith("_kernel")}
     kinds = sorted({type(h).__name__ for h in handles.values()})
     loaded = full_loaded()
-    cold_paths = sorted(p for h in handles.values() for _, p in h._cold.launchers)
+    cold_paths = sorted(p for h in handles.values() for _, p, _ in h._cold.launchers)
     for h in handles.values():
         h._promoted()
     full = [run(op, args) for op, args in cases]

@@ -100,7 +100,7 @@ _EXPORTS = {
     "LAUNCH_OPTIONS": "tables",
     "COMPILE_OPTIONS": "tables",
     "LAUNCH_FLAGS": "tables",
-    "launch_attrs": "tables",
+    "launch_attrs": "rules",
     "SPEC_DIV16": "tables",
     "SPEC_ABSENT": "tables",
     "SPEC_DESC": "tables",

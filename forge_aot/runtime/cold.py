@@ -6,7 +6,8 @@ that (``cold_binding.not_plain``): runtime arguments passed by position, tuned m
 call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
 ``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them;
 the C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), no
-pre-hooks, descriptors, integer pointers, launch attributes or grid arguments, on CUDA. ``ColdKernel`` serves it:
+pre-hooks, descriptors, integer pointers or grid arguments, on CUDA (launch attributes, ``launch_pdl=``
+and ``launch_cooperative_grid=``, are read per call as the full path reads them). ``ColdKernel`` serves it:
 the C extension reads its calls (``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen
 comes to ``ColdKernel.run``, which resolves it from the index with the shared ``rules`` (the variant from the dtypes
 and call-site values, the target from the capability, the nearest table row whose config fits, the binary of its
@@ -39,6 +40,7 @@ from .rules import (
     TRITON_DEFAULTS,
     Config,
     best_binary,
+    launch_attrs,
     max_shared,
     named_args,
     pick_cuda_target,
@@ -60,8 +62,8 @@ class _Cold:
         self.lock = threading.Lock()
         self.tables: dict[tuple[Any, ...], Any] = {}
         """(device, variant id) → (target, target entry's directory, configs, usable ids, rows, row ids), or None."""
-        self.launchers: dict[tuple[int, str], Any] = {}
-        """(device, binary path) → its C Launcher."""
+        self.launchers: dict[tuple[int, str, int], Any] = {}
+        """(device, binary path, launch attributes) → its C Launcher."""
         self.last: Any = None
         """What the last launch resolved here returned (``ColdLaunched``)."""
 
@@ -78,9 +80,11 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
-        # (name, default) of every call-site value in the C path's order, as Kernel._bind binds them
+        # (name, default) of every call-site value a call leaves out, as Kernel._bind binds them (launch flags off;
+        # heuristic parameters a call may pass, Unsloth's DO_SOFTCAPPING=..., stay out: the heuristics compute them)
         self._call_defaults = (*((n, self.constexpr_defaults.get(n, _MISSING)) for n in self.call_constexprs),
-                               *((n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in self.launch_axes))
+                               *((n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in self.launch_axes),
+                               *((n, False) for n in self.launch_flags))
         self._cold = _Cold(root, mod, upgrade)
         self._set_fast(fastpath.plan(self))
 
@@ -247,9 +251,10 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         binary = best_binary(binaries, self.heuristic_names, heur, spec)  # (as tables.choose_binary)
         if binary is None:
             return None
-        launcher = cold.launchers.get((device, binary["path"]))
+        attrs = launch_attrs(call) if self.launch_flags else 0  # (launch_pdl=, launch_cooperative_grid=)
+        launcher = cold.launchers.get((device, binary["path"], attrs))
         if launcher is None:
-            launcher = load_launcher(self, cold.launchers, cold.lock, cold.root, binary, device)
+            launcher = load_launcher(self, cold.launchers, cold.lock, cold.root, binary, device, attrs)
             if launcher is None:
                 return None
         result = launcher.result  # one per binary, as the full path's ``Launched``

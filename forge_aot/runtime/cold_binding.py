@@ -16,16 +16,16 @@ from .cold import ColdKernel
 from .host_exec import host_file_module, kernel_side, run_host_file, small_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
-_NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints", "launch_heuristics", "launch_flags",
-              "call_heuristics")
+_NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints")
 """Index entries of a kernel that only the full ``Kernel`` serves."""
 
 
 def not_plain(spec: dict[str, Any]) -> str | None:
     """Why ``ColdKernel`` may not serve a kernel (its index entry), or None where it may: runtime parameters of types
     the C path reads, tuned meta-parameters, call-site constexprs and launch options (bound as ``Kernel._bind``
-    binds them, see ``ColdKernel._bind``), heuristic parameters (``@triton.heuristics``, ``ColdKernel.add_heuristics``),
-    nothing in ``_NOT_PLAIN``."""
+    binds them, see ``ColdKernel._bind``), heuristic parameters (``@triton.heuristics``, ``ColdKernel.add_heuristics``;
+    also where a call passes them, as Unsloth's do) and launch options they compute (gsplat's ``num_warps``), launch
+    attributes, nothing in ``_NOT_PLAIN``."""
     for k in _NOT_PLAIN:
         if spec.get(k):
             return k

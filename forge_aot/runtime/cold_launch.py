@@ -27,14 +27,16 @@ def device_info(device: int) -> dict[str, Any]:
     return info
 
 
-def load_launcher(kernel: Any, launchers: dict[tuple[int, str], Any], lock: Any, root: str, binary: dict[str, Any],
-                  device: int) -> Any:
+def load_launcher(kernel: Any, launchers: dict[tuple[int, str, int], Any], lock: Any, root: str,
+                  binary: dict[str, Any], device: int, attrs: int = 0) -> Any:
     """A binary of ``kernel`` (a ``ColdKernel``) loaded on a device (its sha256 checked: a mismatch is the full path's
-    to report) as a C ``Launcher``, kept in ``launchers`` under ``lock``; None where the C path cannot launch it."""
+    to report) as a C ``Launcher`` with the launch attributes ``attrs`` (``rules.launch_attrs``), kept in
+    ``launchers`` under ``lock``; None where the C path cannot launch it."""
     drv = driver()
     points = getattr(drv, "entry_points", None)
     if points is None:
         return None
+    key = (device, binary["path"], attrs)
     with open(os.path.join(root, binary["path"]), "rb") as f:
         image = f.read()
     if hashlib.sha256(image).hexdigest() != binary["sha256"]:
@@ -54,17 +56,19 @@ def load_launcher(kernel: Any, launchers: dict[tuple[int, str], Any], lock: Any,
 
         scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
     with lock:
-        launcher = launchers.get((device, binary["path"]))
+        launcher = launchers.get(key)
         if launcher is None:
-            function = drv.load(device, image, binary["function"], binary["shared"], device_info(device)["max_shared"])
             entry = points()
+            if attrs and not entry.get("launch_ex"):  # (a driver without cuLaunchKernelEx: the full path says so)
+                return None
+            function = drv.load(device, image, binary["function"], binary["shared"], device_info(device)["max_shared"])
             launcher = fastpath.c.Launcher(
                 function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
                 binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
                 *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
-                entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], 0, entry.get("launch_ex", 0), None,
+                entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], attrs, entry.get("launch_ex", 0), None,
                 entry.get("tensor_map", 0))
-            launchers[(device, binary["path"])] = launcher
+            launchers[key] = launcher
     return launcher
 
 

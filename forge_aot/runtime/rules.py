@@ -48,6 +48,12 @@ SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE = "i", "d", "o"
 _EXACT, _INTS = (SPEC_ABSENT, SPEC_DESC), (SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE)
 
 
+def launch_attrs(call: dict[str, Any]) -> int:
+    """The launch attributes (``LAUNCH_ATTR_*`` bits) a call's bound call-site values ask for."""
+    return (LAUNCH_ATTR_PDL if call.get("launch_pdl") else 0) \
+        | (LAUNCH_ATTR_COOPERATIVE if call.get("launch_cooperative_grid") else 0)
+
+
 def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
     """Text id of a build variant in the kernel's canonical axis order, e.g. ``T=fp16,BLOCK_SIZE=1024``:
     ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then

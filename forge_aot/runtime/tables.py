@@ -29,6 +29,7 @@ from .rules import (  # noqa: F401  (the shared rules, also read from here by ol
     TRITON_DEFAULTS,
     Config,
     best_binary,
+    launch_attrs,
     max_shared,
     pick_cuda_target,
     pick_hip_target,
@@ -47,12 +48,6 @@ _MAX_CACHED_KEYS = 4096
 
 class PointerInt(int):
     """An integer passed to a pointer parameter that also takes integers (``pointer_value``'s reading of it)."""
-
-
-def launch_attrs(call: dict[str, Any]) -> int:
-    """The launch attributes (``LAUNCH_ATTR_*`` bits) a call's bound call-site values ask for."""
-    return (LAUNCH_ATTR_PDL if call.get("launch_pdl") else 0) \
-        | (LAUNCH_ATTR_COOPERATIVE if call.get("launch_cooperative_grid") else 0)
 
 
 def argument_spec(slots: Sequence[tuple[int, bool]], values: Sequence[Any]) -> str:
