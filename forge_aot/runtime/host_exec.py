@@ -41,6 +41,16 @@ def run_host_file(module: types.ModuleType, bound: dict[str, Any], builtins: dic
         namespace["__builtins__"] = builtins
     if package is not None:
         namespace["__package__"] = package
+        spec = module.__spec__
+        if spec is not None and spec.parent != package and spec.origin:
+            # Relative imports resolve against the spec's package (Python 3.12 warns where ``__package__`` says
+            # otherwise; later versions read the spec alone): a spec named in the file's package, as ``python -m``
+            # gives ``__main__`` the spec of its module. The module keeps its name.
+            stem = os.path.splitext(os.path.basename(spec.origin))[0]
+            name = next((a for a in aliases if a.rpartition(".")[0] == package), f"{package}.{stem}")
+            spec = importlib.util.spec_from_file_location(name, spec.origin)
+            if spec is not None:
+                module.__spec__, module.__loader__ = spec, spec.loader
     names = (module.__name__, *aliases)
     for name in names:
         sys.modules[name] = module
@@ -63,7 +73,7 @@ def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> No
     module or a project module, would need Triton for the GPU (Inductor's code generation) at their first call, in
     the backward, and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled
     helpers. (The global swap is seen by other threads while that module's code runs.)"""
-    code = loader.get_code(module.__name__)
+    code = loader.get_code(getattr(loader, "name", module.__name__))  # (the spec's name: see run_host_file)
     if not compiles or importlib.util.find_spec("triton") is not None:
         exec(code, module.__dict__)
         return
