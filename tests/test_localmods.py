@@ -379,7 +379,8 @@ def test_a_wheel_of_kernels_with_relative_imports_runs_them_from_the_shipped_cop
         ''')
     res = _run_fresh(code, target)
     assert res == {"shape": [5000], "package": "forge_localmods._ops._local.unslothish.kernels",
-                   "spec_parent": "forge_localmods._ops._local.unslothish.kernels", "name": "forge_localmods._ops.scale",
+                   "spec_parent": "forge_localmods._ops._local.unslothish.kernels",
+                   "name": "forge_localmods._ops.scale",
                    "helper": "forge_localmods._ops._local.unslothish.kernels.utils"}
 
 
