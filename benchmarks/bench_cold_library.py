@@ -161,8 +161,8 @@ def main() -> None:
                   f"{min(r['totals']):7.3f} - {max(r['totals']):7.3f} {ratio}  {','.join(r['kinds'])}", flush=True)
         for name, r in result.items():
             print(f"{'':26s} {name} loaded: {' '.join(r['runtime'])}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        if args.json:  # after every op: a run cut short keeps what it measured
+            args.json.write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,12 @@ CHILD = textwrap.dedent("""
     ColdKernel.run = lambda self, grid, args, kwargs: misses.append(self.function) or cold_run(self, grid, args, kwargs)
     again = run_all()
     ColdKernel.run = cold_run
+    # one binary launched with and without an attribute: one module load, as the full path's siblings share theirs
+    pdl = handles()["forge_coldlib._ops.pdl_add.add_kernel"]
+    x = odd(1024, dtype=torch.float32)  # (as lib.add(x, x, launch_pdl=False) above: the same binary)
+    loads = fake.loads
+    pdl[(1,)](x, x, torch.empty_like(x), 1024, BLOCK_SIZE=1024, USE_GDC=False, launch_pdl=True)
+    shared_module = [fake.loads - loads, fake_ex.attributes()]
     kinds = sorted({type(h).__name__ for h in handles().values()})
     loaded = sorted(m for m in ("kernel", "launch", "tables", "host_modules")
                     if f"forge_coldlib._runtime.{m}" in sys.modules)
@@ -159,7 +165,7 @@ CHILD = textwrap.dedent("""
         err = [type(exc).__name__, str(exc)]
     print(json.dumps({"cold": cold, "full": full, "kinds": kinds, "n_handles": len(handles()), "loaded": loaded,
                       "routed": routed, "index_reads": index_reads, "again": again, "misses": misses,
-                      "cold_paths": cold_paths,
+                      "cold_paths": cold_paths, "shared_module": shared_module,
                       "full_paths": full_paths, "error": err}))
 """)
 
@@ -202,6 +208,7 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
         assert cold == full, f"case {i}: cold {cold} != full {full}"
     assert got["cold_paths"] and set(got["cold_paths"]) <= set(got["full_paths"])
+    assert got["shared_module"] == [0, [[6, 1]]], got["shared_module"]
     kind, message = got["error"]
     assert kind == "NotBuiltError" and "BLOCK_SIZE=65536" in message, got["error"]
 

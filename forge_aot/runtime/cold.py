@@ -64,6 +64,8 @@ class _Cold:
         """(device, variant id) → (target, target entry's directory, configs, usable ids, rows, row ids), or None."""
         self.launchers: dict[tuple[int, str, int], Any] = {}
         """(device, binary path, launch attributes) → its C Launcher."""
+        self.functions: dict[tuple[int, str], Any] = {}
+        """(device, binary path) → its loaded function (the launchers of its launch attributes share it)."""
         self.last: Any = None
         """What the last launch resolved here returned (``ColdLaunched``)."""
 
@@ -254,7 +256,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         attrs = launch_attrs(call) if self.launch_flags else 0  # (launch_pdl=, launch_cooperative_grid=)
         launcher = cold.launchers.get((device, binary["path"], attrs))
         if launcher is None:
-            launcher = load_launcher(self, cold.launchers, cold.lock, cold.root, binary, device, attrs)
+            launcher = load_launcher(self, cold, binary, device, attrs)
             if launcher is None:
                 return None
         result = launcher.result  # one per binary, as the full path's ``Launched``

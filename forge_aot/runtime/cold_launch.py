@@ -27,20 +27,23 @@ def device_info(device: int) -> dict[str, Any]:
     return info
 
 
-def load_launcher(kernel: Any, launchers: dict[tuple[int, str, int], Any], lock: Any, root: str,
-                  binary: dict[str, Any], device: int, attrs: int = 0) -> Any:
-    """A binary of ``kernel`` (a ``ColdKernel``) loaded on a device (its sha256 checked: a mismatch is the full path's
-    to report) as a C ``Launcher`` with the launch attributes ``attrs`` (``rules.launch_attrs``), kept in
-    ``launchers`` under ``lock``; None where the C path cannot launch it."""
+def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, attrs: int = 0) -> Any:
+    """A binary of ``kernel`` (a ``ColdKernel``; ``cold``: its ``cold._Cold``) loaded on a device (its sha256
+    checked: a mismatch is the full path's to report) as a C ``Launcher`` with the launch attributes ``attrs``
+    (``rules.launch_attrs``), kept in ``cold.launchers`` under ``cold.lock``; None where the C path cannot launch it.
+    Launchers of one binary with other attributes share its module (``cold.functions``), as the full path's
+    ``_BinaryLauncher.with_attrs`` siblings do."""
     drv = driver()
     points = getattr(drv, "entry_points", None)
     if points is None:
         return None
-    key = (device, binary["path"], attrs)
-    with open(os.path.join(root, binary["path"]), "rb") as f:
-        image = f.read()
-    if hashlib.sha256(image).hexdigest() != binary["sha256"]:
-        return None
+    key, loaded = (device, binary["path"], attrs), (device, binary["path"])
+    image = None
+    if loaded not in cold.functions:
+        with open(os.path.join(cold.root, binary["path"]), "rb") as f:
+            image = f.read()
+        if hashlib.sha256(image).hexdigest() != binary["sha256"]:
+            return None
     compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
                    if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
     kept = tuple(i for i in range(kernel.n_runtime) if i not in compiled_in)
@@ -55,20 +58,23 @@ def load_launcher(kernel: Any, launchers: dict[tuple[int, str, int], Any], lock:
         import functools
 
         scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
-    with lock:
-        launcher = launchers.get(key)
+    with cold.lock:
+        launcher = cold.launchers.get(key)
         if launcher is None:
             entry = points()
             if attrs and not entry.get("launch_ex"):  # (a driver without cuLaunchKernelEx: the full path says so)
                 return None
-            function = drv.load(device, image, binary["function"], binary["shared"], device_info(device)["max_shared"])
+            function = cold.functions.get(loaded)
+            if function is None:  # (then the image was read above: functions are never dropped)
+                function = cold.functions[loaded] = drv.load(device, image, binary["function"], binary["shared"],
+                                                             device_info(device)["max_shared"])
             launcher = fastpath.c.Launcher(
                 function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
                 binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
                 *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
                 entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], attrs, entry.get("launch_ex", 0), None,
                 entry.get("tensor_map", 0))
-            launchers[key] = launcher
+            cold.launchers[key] = launcher
     return launcher
 
 

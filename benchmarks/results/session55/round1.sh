@@ -5,7 +5,7 @@ set -uo pipefail
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/device.txt"
 python3 -c "import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)" >> "$OUT/device.txt"
-cc -O2 -o /tmp/plm scripts/probe_launch_modes.c -ldl
+cc -O2 -o /tmp/plm benchmarks/results/session55/probe_launch_modes.c -ldl
 rm -rf /tmp/fl && mkdir /tmp/fl && (cd /tmp/fl && python3 -m zipfile -e "$OLDPWD"/dist/forge_launch-*.whl .)
 ADD=$(find /tmp/fl -path "*bin/add/*" -name xxxx.cubin | head -1)
 A19=$(find /tmp/fl -path "*bin/args19/*" -name xxxxxxxxxxxxxxx.cubin | head -1)

@@ -3,7 +3,7 @@
  * (CU_LAUNCH_PARAM_BUFFER_POINTER: the packed parameter block itself), and cuLaunchKernelEx with kernelParams
  * (Triton 3.6's launcher). Bursts of BATCH launches after a synchronize (the queue never fills), so each figure is
  * the host's own cost of one launch; the modes are interleaved round by round.
- *   cc -O2 -o /tmp/probe_launch_modes scripts/probe_launch_modes.c -ldl
+ *   cc -O2 -o /tmp/probe_launch_modes benchmarks/results/session55/probe_launch_modes.c -ldl
  *   /tmp/probe_launch_modes CUBIN FUNCTION LAYOUT CALLS BATCH ROUNDS
  * LAYOUT names each parameter of the cubin's kernel in order: p (8-byte pointer), i (4-byte integer), f (4-byte
  * float), e.g. "pppipp" for the add kernel (x, y, out, n, Triton's global and profile scratch pointers). Every
