@@ -5,9 +5,10 @@ descriptors, the ctypes launcher: about 200 KB of bytecode) before its first lau
 that (``cold_binding.not_plain``): runtime arguments passed by position, tuned meta-parameters from the table,
 call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
 ``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them;
-the C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), no
-pre-hooks, descriptors, integer pointers or grid arguments, on CUDA (launch attributes, ``launch_pdl=``
-and ``launch_cooperative_grid=``, are read per call as the full path reads them). ``ColdKernel`` serves it:
+the C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), config
+pre-hooks (run after the heuristics, before the launch, as ``Kernel.run`` runs them; the C path too), no
+descriptors, integer pointers or grid arguments, on CUDA (launch attributes, ``launch_pdl=`` and
+``launch_cooperative_grid=``, are read per call as the full path reads them). ``ColdKernel`` serves it:
 the C extension reads its calls (``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen
 comes to ``ColdKernel.run``, which resolves it from the index with the shared ``rules`` (the variant from the dtypes
 and call-site values, the target from the capability, the nearest table row whose config fits, the binary of its
@@ -37,6 +38,7 @@ from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic
 from .packing import check_dtypes, dtype_name
 from .rules import (
     LAUNCH_DEFAULTS,
+    SPEC_DESC,
     TRITON_DEFAULTS,
     Config,
     best_binary,
@@ -79,6 +81,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         read_params(self, spec)
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """``@triton.heuristics`` values (``add_heuristics``), called as ``Kernel.run`` calls them."""
+        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        """Config pre-hooks by name, bound from the host module (``host_exec.bind_pre_hooks``), as ``Kernel``'s."""
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
@@ -118,10 +122,11 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             spec, targets, backend, kernel_class = cold.upgrade(self.name)
             last = self._fast.last if self._fast is not None else None
             last = cold.last if last is None else last
-            name, heuristics = self.name, self.heuristics
+            name, heuristics, pre_hooks = self.name, self.heuristics, self.pre_hooks
             self.__dict__.clear()
             self.__class__ = kernel_class
             kernel_class.__init__(self, name, spec, targets, backend)
+            self.pre_hooks.update(pre_hooks)  # bound from the host module already
             if heuristics:  # registered on the cold handle: the full one calls them as it would have
                 self.heuristics = heuristics
                 if self._fast is not None:
@@ -170,15 +175,22 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
 
     def _launch_bound(self, cold: _Cold, grid: Any, runtime: tuple[Any, ...], call: dict[str, Any],
                       heur: tuple[Any, ...] | None = None) -> Any:
-        """Resolve a bound call (``heur``: its heuristic values where the C path computed them), launch it and let
-        the C path launch such calls; what the launch returns, or ``_MISSING`` where the full path serves it."""
+        """Resolve a bound call (``heur``: its heuristic values where the C path computed them, after which it ran
+        the config's pre-hook too), launch it and let the C path launch such calls; what the launch returns, or
+        ``_MISSING`` where the full path serves it."""
+        from_c = heur is not None
         try:
             found = self._resolve(cold, runtime, call, heur)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):  # the full path reports it
             return _MISSING
         if found is None:
             return _MISSING
-        launcher, config, launch_meta, spec, result, heur = found
+        launcher, config, launch_meta, spec, result, heur, nargs = found
+        if config.pre_hook and not from_c:  # as Kernel.run: after the heuristics, before the grid and the launch
+            hook = self.pre_hooks.get(config.pre_hook)
+            if hook is None:
+                return _MISSING
+            hook(nargs)
         try:  # (the grid function sees the heuristic values too, as Kernel.run's does)
             dims = grid({**launch_meta, **dict(zip(self.heuristic_names, heur))} if heur else launch_meta) \
                 if callable(grid) else grid
@@ -187,23 +199,23 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                 if runtime[i] is not None:  # (None: compiled in as the constant, not passed)
                     values[i] = runtime[i].data_ptr()
             launcher(dims, values)
-        except (KeyError, TypeError, ValueError, OverflowError):  # raised before any launch: a grid reading
-            return _MISSING  # arguments by name, or values the full path packs itself
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):  # raised before any launch: a grid
+            return _MISSING  # reading arguments by name, or values the full path packs itself
         self._fast.last = None
         cold.last = result
         launcher.result = result
-        if heur:  # values the C path has not seen come back here (new_heuristic_values)
-            self._fast.register(runtime, call, launcher, launch_meta, config, spec, heur, config.all_kwargs(), None,
-                                functools.partial(new_heuristic_values, config))
+        if heur or config.pre_hook:  # the C path runs them per call; values it has not seen come back here
+            self._fast.register(runtime, call, launcher, launch_meta, config, spec, heur, config.all_kwargs(),
+                                config.pre_hook, functools.partial(new_heuristic_values, config))
         else:
             self._fast.register(runtime, call, launcher, launch_meta, config, spec)
         return result
 
     def _resolve(self, cold: _Cold, args: tuple[Any, ...], call: dict[str, Any],
                  heur: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-        """(C launcher, config, launch meta, specialization, result, heuristic values) of a call (its runtime
-        arguments and bound call-site values; ``heur``: None, or the heuristic values the C path computed), or None
-        where the full path serves it."""
+        """(C launcher, config, launch meta, specialization, result, heuristic values, the arguments by name where
+        they were read here, else None) of a call (its runtime arguments and bound call-site values; ``heur``: None,
+        or the heuristic values the C path computed), or None where the full path serves it."""
         fast = self._fast
         spec = fast.spec(args, call) if fast is not None else None  # None: a call the C path does not read
         dtypes = [None if args[i] is None else args[i].dtype for i in self.device_pos]  # (Liger's z_loss_ptr=None)
@@ -211,7 +223,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         for i, d in zip(self.device_pos, dtypes):
             if d is not None:
                 by_type.setdefault(self.runtime[i][1], d)
-        if spec is None or not by_type:
+        if spec is None or SPEC_DESC in spec or not by_type:  # (a descriptor passed to a pointer: the full path's)
             return None
         device = next(args[i] for i in self.device_pos if args[i] is not None).get_device()
         # a type variable's dtype: its first tensor's (all None: KeyError, the full path's case)
@@ -243,9 +255,13 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
                         {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
                         entry.get("pre_hook"))
-        if heur is None:  # as Kernel.heuristic_values
-            heur = run_heuristics(self.heuristics, self.heuristic_names,
-                                  named_args(self.runtime_names, args, call, config)) if self.heuristics else ()
+        nargs = None
+        if heur is None:  # as Kernel.heuristic_values (the pre-hook sees the arguments by name, theirs included)
+            if self.heuristics or config.pre_hook:
+                nargs = named_args(self.runtime_names, args, call, config)
+                heur = run_heuristics(self.heuristics, self.heuristic_names, nargs)
+            else:
+                heur = ()
         binaries = entry.get("binaries")
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
@@ -262,7 +278,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         result = launcher.result  # one per binary, as the full path's ``Launched``
         if result is None:
             result = ColdLaunched(self, binary, config, call, device, target)
-        return launcher, config, config.launch_meta, spec, result, heur
+        return launcher, config, config.launch_meta, spec, result, heur, nargs
 
     def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
               assignment: dict[str, Any]) -> Callable[[str], bool]:

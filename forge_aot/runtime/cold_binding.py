@@ -13,10 +13,10 @@ from typing import Any
 
 from . import fastpath
 from .cold import ColdKernel
-from .host_exec import host_file_module, kernel_side, run_host_file, small_triton
+from .host_exec import bind_pre_hooks, host_file_module, kernel_side, run_host_file, small_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
-_NOT_PLAIN = ("pre_hooks", "grid_args", "pointer_ints")
+_NOT_PLAIN = ("grid_args", "pointer_ints")
 """Index entries of a kernel that only the full ``Kernel`` serves."""
 
 
@@ -25,7 +25,7 @@ def not_plain(spec: dict[str, Any]) -> str | None:
     the C path reads, tuned meta-parameters, call-site constexprs and launch options (bound as ``Kernel._bind``
     binds them, see ``ColdKernel._bind``), heuristic parameters (``@triton.heuristics``, ``ColdKernel.add_heuristics``;
     also where a call passes them, as Unsloth's do) and launch options they compute (gsplat's ``num_warps``), launch
-    attributes, nothing in ``_NOT_PLAIN``."""
+    attributes, config pre-hooks, nothing in ``_NOT_PLAIN``."""
     for k in _NOT_PLAIN:
         if spec.get(k):
             return k
@@ -97,4 +97,5 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
                            KERNEL_SIDE_HOOK: side}, builtins,
                   f"{package}._ops._local.{spec['package']}" if spec.get("package") else None,  # relative imports
                   aliases, bool(spec.get("torch_compile")))
+    bind_pre_hooks(module, filename, ((handles[fn], s.get("pre_hooks", ())) for fn, (_, s) in kernels.items()))
     return module, list(handles.values())

@@ -66,6 +66,24 @@ def run_host_file(module: types.ModuleType, bound: dict[str, Any], builtins: dic
         raise
 
 
+def bind_pre_hooks(module: types.ModuleType, filename: str, hooks: Any) -> None:
+    """Bind the config pre-hooks of a host module's kernel handles (``triton.Config(pre_hook=...)``: functions of the
+    module, by name): ``hooks`` gives (handle, its pre-hooks' names) pairs. A name that is no host function (one that
+    uses Triton, which the packaged host code leaves out) raises ``ForgeRuntimeError`` naming it."""
+    side = sys.modules.get(f"{__package__}.host_triton")  # (a file's kernel-side stand-ins exist only once loaded)
+    kernel_side_class = side.KernelSide if side is not None else ()
+    for handle, names in hooks:
+        for hook in names:
+            fn = module.__dict__.get(hook)
+            if not callable(fn) or isinstance(fn, kernel_side_class):
+                from .errors import ForgeRuntimeError
+
+                why = "uses Triton, so the packaged host code leaves it out" if callable(fn) else \
+                    "is not a function of the host module"
+                raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} {why}")
+            handle.pre_hooks[hook] = fn
+
+
 def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
     """Run a shipped module's code as ``loader.exec_module`` would; where the code names ``torch.compile`` (the
     build's word: ``compiles``) and the process has no Triton, with ``torch.compile`` giving the function back as it

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .errors import ForgeRuntimeError
-from .host_exec import host_file_module, run_host_file
+from .host_exec import bind_pre_hooks, host_file_module, run_host_file
 from .host_triton import KernelSide, host_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
@@ -51,14 +51,7 @@ def exec_host_module(module_name: str, filename: str, kernels: dict[str, Any],
 
     run_host_file(module, {**kernels, "triton": host_triton, HEURISTICS_HOOK: register_heuristics,
                            KERNEL_SIDE_HOOK: kernel_side}, builtins, package, aliases, compiles, code)
-    for handle in kernels.values():
-        for hook in getattr(handle, "spec", {}).get("pre_hooks", []):
-            fn = module.__dict__.get(hook)
-            if not callable(fn) or isinstance(fn, KernelSide):
-                why = "uses Triton, so the packaged host code leaves it out" if isinstance(fn, KernelSide) else \
-                    "is not a function of the host module"
-                raise ForgeRuntimeError(f"{filename}: config pre-hook '{hook}' of {handle.function} {why}")
-            handle.pre_hooks[hook] = fn
+    bind_pre_hooks(module, filename, ((h, getattr(h, "spec", {}).get("pre_hooks", ())) for h in kernels.values()))
     return module
 
 
