@@ -90,12 +90,26 @@ def test_an_edited_module_invalidates_the_bundle_which_is_written_again(site: Pa
     assert _run(site)["from_bundle"] == BUNDLED
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "directory"])
+@pytest.mark.parametrize("mapped", [True, False])
+def test_the_bundle_is_mapped_where_mmap_is_imported_and_read_where_not(site: Path, mapped: bool) -> None:
+    _run(site)
+    forget = "" if mapped else "del sys.modules['mmap']\n"  # (torch imports it: a process without it reads)
+    code = FIRST_CALL.replace("import forge_kernels\n", forget + "import forge_kernels\n", 1).replace(
+        "print(json.dumps({", "finder = next(f for f in sys.meta_path if type(f).__name__ == '_BundleFinder')\n"
+        "print(json.dumps({'held': sorted({type(v.obj).__name__ for v in finder.codes.values()}), ")
+    got = _run(site, code)
+    assert got["from_bundle"] == BUNDLED and got["error"] == "UnsupportedDeviceError"
+    assert got["held"] == ["mmap" if mapped else "bytes"]  # the modules not loaded yet: views of what was read
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "directory"])
 def test_a_damaged_or_unwritable_bundle_leaves_imports_to_python(site: Path, damage: str) -> None:
     _run(site)
     path = _bundle(site)
     if damage == "garbage":
         path.write_bytes(b"not a bundle")
+    elif damage == "empty":  # (a mapping of an empty file fails: read instead)
+        path.write_bytes(b"")
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:-200])
     else:  # a place that cannot be written: the bundle's name taken by a directory

@@ -245,7 +245,7 @@ def _read_bundle(path: str, fingerprint: str) -> dict[str, Any] | None:
 
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = _map(f)
         head = len(_BUNDLE_FORMAT) + len(MAGIC_NUMBER)
         if data[:head] != _BUNDLE_FORMAT + MAGIC_NUMBER:
             return None
@@ -263,6 +263,19 @@ def _read_bundle(path: str, fingerprint: str) -> dict[str, Any] | None:
         return out if set(out) == set(BUNDLED) else None
     except Exception:  # unreadable or damaged: imports stay the import system's own
         return None
+
+
+def _map(f: Any) -> Any:
+    """The bundle's bytes: mapped where torch has imported ``mmap`` already (only the pages of the modules that
+    load are read: 0.1 - 0.2 ms less than reading all 280 KB, locally), else read. The writer replaces the file,
+    never rewrites it in place, so a mapping never sees it change."""
+    mmap = sys.modules.get("mmap")
+    if mmap is not None:
+        try:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # (an empty file, a file system that cannot map)
+            pass
+    return f.read()
 
 
 def first_call_done() -> None:
