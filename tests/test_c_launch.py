@@ -14,6 +14,7 @@ import struct
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -82,6 +83,11 @@ def test_runtime_without_the_extension_or_with_it_disabled_is_pure_python(rt, tm
     out = subprocess.run([sys.executable, "-c", code, parent], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"}, check=True)
     assert out.stdout.split() == ["False", "KernelBase"]
+    # loaded straight from the file the build writes, as the import system would have loaded it
+    assert rt.fastpath.FILENAME == FILENAME
+    ext = sys.modules["forge_ctest_rt._fastlaunch"]
+    assert rt.fastpath.c is ext is rt._fastlaunch and ext.__file__ == str(Path(parent, "forge_ctest_rt", FILENAME))
+    assert type(ext.__spec__.loader).__name__ == "ExtensionFileLoader" and ext.__spec__.name == ext.__name__
 
 
 SCALARS = {

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import threading
 import weakref
 from typing import Any
@@ -42,13 +43,40 @@ returns its ``Launcher.result``; 10: FastKernel takes
 used."""
 
 
+FILENAME = "_fastlaunch.abi3.so"
+"""The extension's file beside this one, as ``forge-aot build`` writes it (forge_aot.extension.FILENAME)."""
+
+
+def _from_file() -> Any:
+    """The extension loaded straight from its file, as the import system would (its spec and loader, in
+    sys.modules and on the package) but without a trip through the finders: 0.1 - 0.15 ms less per fresh process,
+    locally. This runs while the first import of this module holds the import lock."""
+    from importlib.machinery import ExtensionFileLoader
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    name, path = f"{__package__}._fastlaunch", os.path.join(os.path.dirname(__file__), FILENAME)
+    if name in sys.modules:  # (imported before this module)
+        return sys.modules[name]
+    if not os.path.isfile(path):
+        raise ImportError(path)
+    spec = spec_from_file_location(name, path, loader=ExtensionFileLoader(name, path))
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    sys.modules[__package__]._fastlaunch = module
+    return module
+
+
 def _load() -> Any:
     if os.environ.get("FORGE_NO_C_LAUNCH", "") not in ("", "0"):
         return None
     try:
-        from . import _fastlaunch  # type: ignore[attr-defined]
+        _fastlaunch = _from_file()
     except Exception:  # absent, or built for another platform: the Python path serves every call
-        return None
+        try:  # (a copy of the runtime with the extension under another name)
+            from . import _fastlaunch  # type: ignore[attr-defined]
+        except Exception:
+            return None
     return _fastlaunch if getattr(_fastlaunch, "ABI", None) == ABI else None
 
 
