@@ -6,8 +6,9 @@ that (``cold_binding.not_plain``): runtime arguments passed by position, tuned m
 call-site constexprs and launch options (host code choosing ``BLOCK_SIZE`` and ``num_warps``) bound as
 ``Kernel._bind`` binds them, ``@triton.heuristics`` of constexpr parameters (called as ``Kernel.run`` calls them;
 the C path calls them too, and hands values it has not seen back: ``cold_launch.new_heuristic_values``), config
-pre-hooks (run after the heuristics, before the launch, as ``Kernel.run`` runs them; the C path too), no
-descriptors, integer pointers or grid arguments, on CUDA (launch attributes, ``launch_pdl=`` and
+pre-hooks (run after the heuristics, before the launch, as ``Kernel.run`` runs them; the C path too), integers
+passed to pointer parameters typed ``*i32|i32`` (flash-attn's rotary offsets), no descriptors or grid arguments,
+on CUDA (launch attributes, ``launch_pdl=`` and
 ``launch_cooperative_grid=``, are read per call as the full path reads them). ``ColdKernel`` serves it:
 the C extension reads its calls (``FastKernel``) as it reads a full ``Kernel``'s; a call the C path has not seen
 comes to ``ColdKernel.run``, which resolves it from the index with the shared ``rules`` (the variant from the dtypes
@@ -196,8 +197,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
                 if callable(grid) else grid
             values = list(runtime)
             for i in self.ptr_pos:
-                if runtime[i] is not None:  # (None: compiled in as the constant, not passed)
-                    values[i] = runtime[i].data_ptr()
+                if runtime[i] is not None and type(runtime[i]) is not int:  # (None: compiled in, not passed;
+                    values[i] = runtime[i].data_ptr()  # an integer: the binary takes it as one, see _resolve)
             launcher(dims, values)
         except (KeyError, TypeError, ValueError, OverflowError, AttributeError):  # raised before any launch: a grid
             return _MISSING  # reading arguments by name, or values the full path packs itself
@@ -218,14 +219,16 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         or the heuristic values the C path computed), or None where the full path serves it."""
         fast = self._fast
         spec = fast.spec(args, call) if fast is not None else None  # None: a call the C path does not read
-        dtypes = [None if args[i] is None else args[i].dtype for i in self.device_pos]  # (Liger's z_loss_ptr=None)
+        # (None: Liger's z_loss_ptr=None; an integer where the manifest's *i32|i32 allows one: flash-attn's offsets)
+        dtypes = [None if args[i] is None or (type(args[i]) is int and i in self.pointer_ints) else args[i].dtype
+                  for i in self.device_pos]
         by_type: dict[str, Any] = {}  # a type's dtype: its first tensor's
         for i, d in zip(self.device_pos, dtypes):
             if d is not None:
                 by_type.setdefault(self.runtime[i][1], d)
         if spec is None or SPEC_DESC in spec or not by_type:  # (a descriptor passed to a pointer: the full path's)
             return None
-        device = next(args[i] for i in self.device_pos if args[i] is not None).get_device()
+        device = next(args[i] for i, d in zip(self.device_pos, dtypes) if d is not None).get_device()
         # a type variable's dtype: its first tensor's (all None: KeyError, the full path's case)
         assignment = {tv: dtype_name(by_type[self.runtime[src][1]]) for tv, src in self.type_vars}
         if call:

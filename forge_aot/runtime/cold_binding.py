@@ -16,7 +16,7 @@ from .cold import ColdKernel
 from .host_exec import bind_pre_hooks, host_file_module, kernel_side, run_host_file, small_triton
 from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
 
-_NOT_PLAIN = ("grid_args", "pointer_ints")
+_NOT_PLAIN = ("grid_args",)
 """Index entries of a kernel that only the full ``Kernel`` serves."""
 
 
@@ -25,7 +25,8 @@ def not_plain(spec: dict[str, Any]) -> str | None:
     the C path reads, tuned meta-parameters, call-site constexprs and launch options (bound as ``Kernel._bind``
     binds them, see ``ColdKernel._bind``), heuristic parameters (``@triton.heuristics``, ``ColdKernel.add_heuristics``;
     also where a call passes them, as Unsloth's do) and launch options they compute (gsplat's ``num_warps``), launch
-    attributes, config pre-hooks, nothing in ``_NOT_PLAIN``."""
+    attributes, config pre-hooks, integers passed to pointer parameters typed ``*i32|i32``, nothing in
+    ``_NOT_PLAIN``."""
     for k in _NOT_PLAIN:
         if spec.get(k):
             return k

@@ -13,7 +13,7 @@ from typing import Any
 from . import fastpath
 from .drivers import driver
 from .packing import _STRUCT_CODES, block_layout
-from .rules import SPEC_ABSENT, SPEC_INT_ONE, SPEC_ONE, Config, scratch_buffer
+from .rules import SPEC_ABSENT, SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE, SPEC_ONE, Config, scratch_buffer
 
 DEVICES: dict[int, dict[str, Any]] = {}
 """Device index → ``driver().describe(index)``, asked once per process."""
@@ -44,10 +44,12 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
             image = f.read()
         if hashlib.sha256(image).hexdigest() != binary["sha256"]:
             return None
-    compiled_in = {pos for (pos, _), code in zip(kernel.spec_slots, binary["spec"])
-                   if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
+    codes = {pos: code for (pos, _), code in zip(kernel.spec_slots, binary["spec"])}
+    compiled_in = {pos for pos, code in codes.items() if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
     kept = tuple(i for i in range(kernel.n_runtime) if i not in compiled_in)
-    types_ = [kernel.runtime[i][1] for i in kept]
+    # (a pointer parameter this binary takes as an integer, codes i and d, is laid out as that integer)
+    types_ = [kernel.pointer_ints[i] if codes.get(i) in (SPEC_INT, SPEC_INT_DIV16) else kernel.runtime[i][1]
+              for i in kept]
     offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
     import torch
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
