@@ -260,7 +260,7 @@ def test_import_runs_the_first_call_modules_from_the_bundle_without_their_docstr
 
 
 def test_the_bundled_bytecode_runs_as_the_source_does(tmp_path: Path) -> None:
-    """What the bundle leaves out changes no behaviour: same results, same line numbers in tracebacks."""
+    """What the bundle leaves out changes no behaviour: same results, same line numbers in tracebacks (no columns)."""
     from forge_aot.runtime.bundling import module_bytecode
 
     src = tmp_path / "sample.py"
@@ -281,8 +281,15 @@ def test_the_bundled_bytecode_runs_as_the_source_does(tmp_path: Path) -> None:
         def only_a_docstring(x: int) -> None:
             """Nothing else."""
 
-        def fails() -> None:
+        def fails(x: int) -> None:
             raise ValueError("here")
+
+        def fails_within(x: int) -> None:
+            y = [x,
+                 x + 1]
+            return {"y": y,
+                    "z": 1 // (x -
+                               x)}
     '''))
     import marshal
     import traceback
@@ -297,9 +304,16 @@ def test_the_bundled_bytecode_runs_as_the_source_does(tmp_path: Path) -> None:
     assert stripped["only_a_docstring"](1) is None
     lines = []
     for ns in (plain, stripped):
-        try:
-            ns["fails"]()
-        except ValueError as exc:
-            lines.append(traceback.extract_tb(exc.__traceback__)[-1].lineno)
+        for name, error in (("fails", ValueError), ("fails_within", ZeroDivisionError)):
+            try:
+                ns[name](1)
+            except error as exc:
+                lines.append(traceback.extract_tb(exc.__traceback__)[-1].lineno)
     raised = next(i for i, line in enumerate(src.read_text().splitlines(), 1) if "raise" in line)
-    assert lines == [raised, raised]
+    divided = next(i for i, line in enumerate(src.read_text().splitlines(), 1) if "1 //" in line)
+    assert lines == [raised, divided, raised, divided]
+    # every instruction on the line it had, no columns (the carets under a traceback's line)
+    code = marshal.loads(module_bytecode(str(src)))
+    within = next(c for c in code.co_consts if getattr(c, "co_name", "") == "fails_within")
+    assert {p[2:] for p in within.co_positions()} == {(None, None), (0, 0)}  # (0, 0): the compiler's RESUME
+    assert [line for *_, line in within.co_lines()] == [line for *_, line in plain["fails_within"].__code__.co_lines()]
