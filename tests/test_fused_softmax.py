@@ -288,7 +288,7 @@ def test_what_triton_refuses_the_wheel_refuses_by_name(wheel) -> None:
 
 
 @pytest.mark.gpu
-def test_fresh_process_without_triton_runs_the_tutorial_host_code() -> None:
+def test_fresh_process_without_triton_runs_the_tutorial_host_code(realworld) -> None:  # (skips without the wheel)
     from tests.test_cold_process_gpu import NO_TRITON
 
     child = NO_TRITON + textwrap.dedent("""

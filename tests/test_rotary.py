@@ -176,7 +176,7 @@ def test_the_triton_op_is_a_package_custom_op_torch_compile_keeps_whole(wheel, o
 
 
 @pytest.mark.gpu
-def test_the_custom_op_runs_from_the_wheel_alone() -> None:
+def test_the_custom_op_runs_from_the_wheel_alone(realworld) -> None:  # (skips without the wheel)
     """A fresh process with the wheel only (Triton unimportable): its @torch.library.custom_op, defined in the
     package's namespace (forge_realworld__forge_fixture::rotary_custom), runs the packaged host code and kernel."""
     import json
