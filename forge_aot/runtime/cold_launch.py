@@ -12,8 +12,8 @@ from typing import Any
 
 from . import fastpath
 from .drivers import driver
-from .packing import _STRUCT_CODES, block_layout
-from .rules import SPEC_ABSENT, SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE, SPEC_ONE, Config, scratch_buffer
+from .packing import _STRUCT_CODES, DESC_PREFIX, block_layout
+from .rules import Config, binary_params, scratch_buffer
 
 DEVICES: dict[int, dict[str, Any]] = {}
 """Device index → ``driver().describe(index)``, asked once per process."""
@@ -44,12 +44,10 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
             image = f.read()
         if hashlib.sha256(image).hexdigest() != binary["sha256"]:
             return None
-    codes = {pos: code for (pos, _), code in zip(kernel.spec_slots, binary["spec"])}
-    compiled_in = {pos for pos, code in codes.items() if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
-    kept = tuple(i for i in range(kernel.n_runtime) if i not in compiled_in)
-    # (a pointer parameter this binary takes as an integer, codes i and d, is laid out as that integer)
-    types_ = [kernel.pointer_ints[i] if codes.get(i) in (SPEC_INT, SPEC_INT_DIV16) else kernel.runtime[i][1]
-              for i in kept]
+    kept, params = binary_params(kernel, binary)
+    types_ = [ty for _, ty in params]
+    if any(ty.startswith(DESC_PREFIX) for ty in types_):  # (descriptors: the full launcher lays them out)
+        return None
     offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
     import torch
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
@@ -72,7 +70,7 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
                                                              device_info(device)["max_shared"])
             launcher = fastpath.c.Launcher(
                 function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
-                binary["shared"], kept, bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
+                binary["shared"], tuple(kept), bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
                 *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
                 entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], attrs, entry.get("launch_ex", 0), None,
                 entry.get("tensor_map", 0))

@@ -44,7 +44,7 @@ used."""
 
 
 FILENAME = "_fastlaunch.abi3.so"
-"""The extension's file beside this one, as ``forge-aot build`` writes it (forge_aot.extension.FILENAME)."""
+"""The extension's file beside this one, under the name the build gives it."""
 
 
 def _from_file() -> Any:

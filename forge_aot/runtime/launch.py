@@ -19,13 +19,9 @@ from .errors import IntegrityError
 from .host_triton import scratch_buffer
 from .kernel import Kernel, _VariantState
 from .packing import _CTYPES, _STRUCT_CODES, DESC_PREFIX, TENSOR_MAP_ALIGN, _pack_bf16, block_layout, block_struct
+from .rules import binary_params
 from .tables import (
-    SPEC_ABSENT,
     SPEC_DESC,
-    SPEC_INT,
-    SPEC_INT_DIV16,
-    SPEC_INT_ONE,
-    SPEC_ONE,
     Config,
     ConfigTable,
     argument_spec,
@@ -203,18 +199,12 @@ class _BinaryLauncher:
         self.name = kernel.function
         self.symbol = binary["function"]
         """The function's name inside the binary."""
-        # Arguments specialized to the constant 1 or to None are compiled into the binary, not passed.
-        codes = {pos: code for (pos, _), code in zip(kernel.spec_slots, binary["spec"])}
-        compiled_in = {pos for pos, code in codes.items() if code in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)}
-        kept = [i for i in range(len(kernel.runtime)) if i not in compiled_in]
+        # Arguments specialized to the constant 1 or to None are compiled into the binary, not passed; pointers
+        # passed descriptors or integers are laid out as those (rules.binary_params, the cold launcher's too).
+        kept, params = binary_params(kernel, binary)
         self.kept = kept
         self.select = (operator.itemgetter(*kept) if len(kept) > 1 else (lambda v, k=kept: [v[i] for i in k])) \
-            if compiled_in else None
-        # A pointer parameter this binary takes as a tensor descriptor (code T) is laid out as one; one it takes as an
-        # integer (codes i, d) as that integer.
-        params = [(kernel.runtime_names[i], DESC_PREFIX + ">") if codes.get(i) == SPEC_DESC else
-                  (kernel.runtime_names[i], kernel.pointer_ints[i]) if codes.get(i) in (SPEC_INT, SPEC_INT_DIV16)
-                  else kernel.runtime[i] for i in kept]
+            if len(kept) < len(kernel.runtime) else None
         self.kinds = [fastpath.kind(ty) for _, ty in params]
         self.bf16_pos = [j for j, (_, ty) in enumerate(params) if ty == "bf16"]
         # The parameter block's C layout (each scalar aligned to its size, as ctypes lays out the Args struct

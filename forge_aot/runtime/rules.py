@@ -97,6 +97,19 @@ def best_binary(binaries: dict[str, dict[str, Any]], names: Sequence[str], heur:
     return best
 
 
+def binary_params(kernel: Any, binary: dict[str, Any]) -> tuple[list[int], list[tuple[str, str]]]:
+    """How a binary of ``kernel`` takes a call's runtime arguments (both bindings' launchers lay it out so): the
+    positions it takes (those specialized to the constant 1 or None are compiled in, not passed) and, per position,
+    (name, type) as the binary takes it: a pointer parameter passed a tensor descriptor (code T) as a descriptor,
+    one passed an integer (codes i, d) as that integer (``*i32|i32``)."""
+    codes = {pos: code for (pos, _), code in zip(kernel.spec_slots, binary["spec"])}
+    kept = [i for i in range(len(kernel.runtime)) if codes.get(i) not in (SPEC_ONE, SPEC_ABSENT, SPEC_INT_ONE)]
+    params = [(kernel.runtime_names[i], DESC_PREFIX + ">") if codes.get(i) == SPEC_DESC else
+              (kernel.runtime_names[i], kernel.pointer_ints[i]) if codes.get(i) in (SPEC_INT, SPEC_INT_DIV16)
+              else kernel.runtime[i] for i in kept]
+    return kept, params
+
+
 def named_args(runtime_names: Sequence[str], runtime: Sequence[Any], call: dict[str, Any],
                config: Config) -> dict[str, Any]:
     """What Triton's heuristics, pre-hooks and grid functions see: every argument by name, the call-site values and
