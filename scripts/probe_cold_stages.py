@@ -19,6 +19,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from probe_children import DEVICE
+
 PATCHES = [
     ("""    module = importlib.util.module_from_spec(spec)
     sys.modules[fullname] = module
@@ -43,18 +45,9 @@ PATCHES = [
     ("BUNDLE_WANTED = False\n", "BUNDLE_WANTED = False\nSTAGES = []\n"),
 ]
 
-CHILD = textwrap.dedent("""
-    import json, sys, time
-    import torch
-    if sys.argv[1] == "fake":
-        torch.Tensor.get_device = lambda self: 0
-        torch._C._cuda_getCurrentRawStream = lambda d: 0x5EED0 + d
-        dev = "cpu"
-    else:
-        dev = "cuda"
-        torch.zeros(1, device=dev); torch.cuda.synchronize()
+CHILD = DEVICE + textwrap.dedent("""
+    import json
     x = torch.randn(4096, device=dev, dtype=torch.float16); y = torch.randn(4096, device=dev, dtype=torch.float16)
-    clk = time.perf_counter
     import gc
     if sys.argv[2] == "nogc":
         gc.disable()

@@ -30,20 +30,13 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-PRELUDE = textwrap.dedent("""
-    import sys, time, torch
-    mode, root = sys.argv[1], sys.argv[2]
-    if mode == "fake":
-        torch.Tensor.get_device = lambda self: 0
-        torch._C._cuda_getCurrentRawStream = lambda d: 0x5EED0 + d
-        dev = "cpu"
-    else:
-        dev = "cuda"
-        torch.zeros(1, device=dev); torch.cuda.synchronize()
+from probe_children import DEVICE
+
+PRELUDE = DEVICE + textwrap.dedent("""
+    root = sys.argv[2]
     n = 4099  # not a table row: the nearest row is ranked
     x = torch.randn(n + 1, device=dev, dtype=torch.float16)[1:]  # misaligned by one element
     y = torch.randn(n, device=dev, dtype=torch.float16)
-    clk = time.perf_counter
 """)
 
 PLAN = PRELUDE + textwrap.dedent("""
@@ -51,21 +44,14 @@ PLAN = PRELUDE + textwrap.dedent("""
     sys.path.insert(0, root)
     import forge_kernels
     from forge_kernels._runtime import fastpath
-    from forge_kernels._runtime.packing import _STRUCT_CODES, block_layout
-    from forge_kernels._runtime.rules import binary_params, pick_cuda_target, LAUNCH_DEFAULTS, TRITON_DEFAULTS
-    from forge_kernels._runtime.cold_launch import device_info
+    from forge_kernels._runtime.rules import pick_cuda_target
+    from forge_kernels._runtime.cold_launch import block_of, device_info
     import json, os
     forge_kernels.vector_add(x, y)
     k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
     assert type(k).__name__ == "ColdKernel", type(k)
-    assert not k.call_constexprs and not k.launch_axes and not k.launch_flags and not k.heuristic_names
-    names = ()
-    fast_args = (bytes(fastpath.kind(ty) for _, ty in k.runtime), tuple(k.device_pos),
-                 tuple(p for p, _ in k.spec_slots), tuple(int(is_ptr) for _, is_ptr in k.spec_slots),
-                 tuple(src for is_rt, src in k.axis_sources if is_rt),
-                 tuple(src for is_rt, src in k.key_sources if is_rt),
-                 tuple(k.runtime_names), fastpath._type_next(k), fastpath._param_slots(k, names),
-                 tuple(k.pointer_ints), bytes(fastpath.KINDS[t] for t in k.pointer_ints.values()), k.written_pos)
+    reading = fastpath.reading(k)
+    assert not reading["names"] and not reading["heuristic_names"]  # (so FastKernel's defaults and heuristics are ())
     info = device_info(0)
     variants = {}
     for vid, v in k.variants.items():
@@ -78,19 +64,15 @@ PLAN = PRELUDE + textwrap.dedent("""
             bins = json.load(open(os.path.join(d, c["binaries_file"])))
             out = []
             for b in bins.values():
-                kept, params = binary_params(k, b)
-                types_ = [ty for _, ty in params]
-                codes = ["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_]
-                offsets, size = block_layout(codes + ["Q", "Q"])
+                kept, kinds, offsets, size = block_of(k, b)
                 out.append((b["spec"], b["path"], b["sha256"], b["function"], b["shared"],
-                            b["warp_size"] * b["num_warps"], tuple(kept), bytes(fastpath.kind(t) for t in types_),
-                            tuple(offsets), size))
+                            b["warp_size"] * b["num_warps"], kept, kinds, offsets, size))
             configs[cid] = (c["meta"], c["num_warps"], c["num_stages"], int(c.get("max_shared", 0)), tuple(out))
         with open(os.path.join(root, f"plan-{vid}-{target}.marshal"), "wb") as f:
             marshal.dump(({name: tuple((tuple(r[:-1]), str(r[-1])) for r in rows)
                            for name, rows in entry["tables"].items()}, configs), f)
     capability = {info["capability"]: pick_cuda_target(info["capability"], k.targets)}
-    plan = {"fast": fast_args, "variants": variants, "capability": capability}
+    plan = {"fast": reading, "variants": variants, "capability": capability}
     with open(os.path.join(root, "plan.marshal"), "wb") as f:
         marshal.dump(plan, f)
     print("plan written")
@@ -186,12 +168,13 @@ LEAN = PRELUDE + textwrap.dedent("""
             launcher(dims, [a.data_ptr() if isinstance(a, torch.Tensor) else a for a in args])
             fast.register(tuple(args), {}, launcher, meta, (cid, num_warps, num_stages), spec)
 
-    kinds, device_pos, spec_pos, spec_ptr, axis_rt, key_rt, runtime_names, type_next, slots, pints, pkinds, written = \\
-        plan["fast"]
+    r = plan["fast"]
     kernel = LeanKernel()
-    kernel._set_fast(c.FastKernel(kinds, device_pos, spec_pos, spec_ptr, axis_rt, key_rt, (), (), MISSING,
-                                  (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
-                                  Launches(), runtime_names, (), (), type_next, slots, pints, pkinds, written))
+    kernel._set_fast(c.FastKernel(r["kinds"], r["device_pos"], r["spec_pos"], r["spec_ptr"], r["axis_pos"],
+                                  r["key_pos"], r["names"], (), MISSING, (torch.Tensor, torch.nn.Parameter),
+                                  torch.Tensor.get_device, torch.Tensor.data_ptr, Launches(), r["runtime_names"], (),
+                                  r["heuristic_names"], r["type_next"], r["param_slots"], r["pointer_ints"],
+                                  r["pointer_int_kinds"], r["written_pos"]))
     stages.append(("handle", clk()))
 
     class SmallTriton(types.ModuleType):

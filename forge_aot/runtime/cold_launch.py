@@ -27,6 +27,18 @@ def device_info(device: int) -> dict[str, Any]:
     return info
 
 
+def block_of(kernel: Any, binary: dict[str, Any]) -> tuple[tuple[int, ...], bytes, tuple[int, ...], int] | None:
+    """A binary's parameter block as its C ``Launcher`` takes it: the runtime positions passed, their C kinds, the
+    offsets (the two scratch pointers last) and the size; None where it takes descriptors (the full launcher lays
+    those out)."""
+    kept, params = binary_params(kernel, binary)
+    types_ = [ty for _, ty in params]
+    if any(ty.startswith(DESC_PREFIX) for ty in types_):
+        return None
+    offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
+    return tuple(kept), bytes(fastpath.kind(t) for t in types_), tuple(offsets), size
+
+
 def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, attrs: int = 0) -> Any:
     """A binary of ``kernel`` (a ``ColdKernel``; ``cold``: its ``cold._Cold``) loaded on a device (its sha256
     checked: a mismatch is the full path's to report) as a C ``Launcher`` with the launch attributes ``attrs``
@@ -44,11 +56,10 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
             image = f.read()
         if hashlib.sha256(image).hexdigest() != binary["sha256"]:
             return None
-    kept, params = binary_params(kernel, binary)
-    types_ = [ty for _, ty in params]
-    if any(ty.startswith(DESC_PREFIX) for ty in types_):  # (descriptors: the full launcher lays them out)
+    layout = block_of(kernel, binary)
+    if layout is None:
         return None
-    offsets, size = block_layout(["Q" if t.startswith("*") else _STRUCT_CODES[t] for t in types_] + ["Q", "Q"])
+    kept, kinds, offsets, size = layout
     import torch
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
         (lambda d: torch.cuda.current_stream(d).cuda_stream)
@@ -70,7 +81,7 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
                                                              device_info(device)["max_shared"])
             launcher = fastpath.c.Launcher(
                 function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
-                binary["shared"], tuple(kept), bytes(fastpath.kind(t) for t in types_), tuple(offsets), size,
+                binary["shared"], kept, kinds, offsets, size,
                 *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
                 entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], attrs, entry.get("launch_ex", 0), None,
                 entry.get("tensor_map", 0))

@@ -104,17 +104,37 @@ _MISSING = object()
 """Default of a call-site constexpr that has none (a call must pass it; the Python path says so)."""
 
 
+def reading(kernel: Any) -> dict[str, Any] | None:
+    """How the C path reads a kernel's calls, as plain data (what a build could write down beside the index), or
+    None when its calls never take the C path: ``plan`` hands it to ``FastKernel`` with the process's own objects
+    (tensor types, ``LAUNCHES``, the heuristics, the defaults' missing marker). ``names``: the call-site
+    constexprs, launch options and heuristic parameters a call may pass, in the order ``plan``'s defaults follow."""
+    kinds = [kind(ty) for _, ty in kernel.runtime]
+    if None in kinds or kernel.grid_args:  # (a grid function that puts arguments in: Kernel.run reads them back)
+        return None
+    names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags, *kernel.call_heuristics)
+    return {"kinds": bytes(kinds), "device_pos": tuple(kernel.device_pos),
+            "spec_pos": tuple(p for p, _ in kernel.spec_slots),
+            "spec_ptr": tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
+            "axis_pos": tuple(src for is_rt, src in kernel.axis_sources if is_rt),
+            "key_pos": tuple(src for is_rt, src in kernel.key_sources if is_rt), "names": names,
+            "runtime_names": tuple(kernel.runtime_names), "heuristic_names": tuple(kernel.heuristic_names),
+            "type_next": _type_next(kernel), "param_slots": _param_slots(kernel, names),
+            "pointer_ints": tuple(kernel.pointer_ints),
+            "pointer_int_kinds": bytes(KINDS[t] for t in kernel.pointer_ints.values()),
+            "written_pos": kernel.written_pos}  # checked while a custom op's guard stands (guard.py)
+
+
 def plan(kernel: Any) -> Any:
     """The C reading of a kernel's calls (a ``FastKernel``), or None when its calls never take the C path."""
     if c is None:
         return None
+    read = reading(kernel)
+    if read is None:
+        return None
     from .rules import LAUNCH_DEFAULTS, TRITON_DEFAULTS
 
-    kinds = [kind(ty) for _, ty in kernel.runtime]
-    if None in kinds or kernel.grid_args:  # (a grid function that puts arguments in: Kernel.run reads them back)
-        return None
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
-    names = (*kernel.call_constexprs, *kernel.launch_axes, *kernel.launch_flags, *kernel.call_heuristics)
     defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
                 *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes),
                 *(False for _ in kernel.launch_flags), *(_MISSING for _ in kernel.call_heuristics))
@@ -125,15 +145,11 @@ def plan(kernel: Any) -> Any:
     # Heuristics, as Kernel.run calls them: in registration order, on the arguments by name.
     heuristics = tuple((name, fn) for name, fn in kernel.heuristics)
     try:
-        return c.FastKernel(bytes(kinds), tuple(kernel.device_pos), tuple(p for p, _ in kernel.spec_slots),
-                            tuple(int(is_ptr) for _, is_ptr in kernel.spec_slots),
-                            tuple(src for is_rt, src in kernel.axis_sources if is_rt),
-                            tuple(src for is_rt, src in kernel.key_sources if is_rt), names, defaults, _MISSING,
-                            (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr,
-                            LAUNCHES, tuple(kernel.runtime_names), heuristics, tuple(kernel.heuristic_names),
-                            _type_next(kernel), _param_slots(kernel, names), tuple(kernel.pointer_ints),
-                            bytes(KINDS[t] for t in kernel.pointer_ints.values()),
-                            kernel.written_pos)  # checked while a custom op's guard stands (guard.py)
+        return c.FastKernel(read["kinds"], read["device_pos"], read["spec_pos"], read["spec_ptr"], read["axis_pos"],
+                            read["key_pos"], read["names"], defaults, _MISSING, (torch.Tensor, torch.nn.Parameter),
+                            torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, read["runtime_names"],
+                            heuristics, read["heuristic_names"], read["type_next"], read["param_slots"],
+                            read["pointer_ints"], read["pointer_int_kinds"], read["written_pos"])
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 
