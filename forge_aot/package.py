@@ -14,6 +14,7 @@ import re
 import shutil
 import string
 import tempfile
+import types
 import zipfile
 from collections.abc import Sequence
 from importlib import resources
@@ -27,7 +28,16 @@ from .extension import FILENAME as EXTENSION_FILENAME
 from .extension import Extension, build_extension, native_arch
 from .index import build_index, path_component
 from .plan import BuildPlan
+from .runtime import rules
+from .runtime.cold_binding import lean_plan
+from .runtime.cold_launch import block_of
 from .runtime.host_modules import op_table
+
+
+def _block(kernel: Any, binary: dict[str, Any]) -> list[Any]:
+    """A binary's parameter block as the lean path's C ``Launcher`` takes it (``cold_launch.block_of``), as JSON."""
+    kept, kinds, offsets, size = block_of(kernel, binary)  # type: ignore[misc]  # (lean kernels take no descriptors)
+    return [list(kept), list(kinds), list(offsets), size]
 
 
 def _template(name: str) -> str:
@@ -99,6 +109,18 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         sidecar = src.with_suffix(".json")
                         dst.with_suffix(".json").write_bytes(sidecar.read_bytes())
                         binaries[rel] = b["sha256"]
+    # What lets `import <package>` serve a host module's first calls without the rest of the runtime (lean.py):
+    # a plan per module, written from the runtime's own readings of a kernel, and each binary's parameter block.
+    lean_plans = {mod: lean for mod in index["modules"]
+                  if (lean := lean_plan({"modules": index["modules"], "kernels": index["kernels"]}, mod))}
+    for kernel in sorted({kernel for lean in lean_plans.values() for kernel, _ in lean.values()}):
+        params = types.SimpleNamespace()
+        rules.read_params(params, index["kernels"][kernel])
+        for variant in index["kernels"][kernel]["variants"].values():
+            for tentry in variant["targets"].values():
+                for cfg in tentry["configs"].values():
+                    for b in cfg["binaries"].values():
+                        b["block"] = _block(params, b)
     (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
     # Per host module, the part of the index its kernels need, compact: an op's first call parses only these.
     # The configs and tables of each (kernel, variant, target) go to a file of their own
@@ -107,6 +129,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "_forge" / "modules").mkdir()
     for mod, spec in sorted(index["modules"].items()):
         shell: dict[str, Any] = {}
+        lean = lean_plans.get(mod)
         for k, kspec in sorted(index["kernels"].items()):
             if kspec["function"] not in spec["kernels"]:
                 continue
@@ -129,7 +152,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                 variants[vid] = {**variant, "targets": sorted(variant["targets"]), "target_files": files}
             shell[k] = {**kspec, "variants": variants}
         part = {**{k: v for k, v in index.items() if k not in ("modules", "kernels")}, "modules": {mod: spec},
-                "kernels": shell, "split_targets": True}
+                "kernels": shell, "split_targets": True, **({"lean": lean} if lean else {})}
         (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(_compact_json(part))
     # The index without its kernels: what binding a project module reads (which host module a name imports, the
     # import rules, torch.compile), which the whole index made a first call parse (9 ms for 62 kernels on an H200).

@@ -209,7 +209,12 @@ WHEEL = PRELUDE + textwrap.dedent("""
     if dev == "cuda":
         torch.cuda.synchronize()
     t2 = clk()
-    print(t1 - t0, t2 - t1, 1, 1)
+    ok = dev == "cpu" or bool((out.double() - (x.double() + y.double())).abs().max() < 1e-2)
+    k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
+    before = k._fast.size()
+    forge_kernels.vector_add(x, y)
+    print("KIND", type(k).__name__)
+    print(t1 - t0, t2 - t1, int(ok), int(k._fast.size() == before == 1))
 """)
 
 
@@ -228,19 +233,26 @@ def main() -> None:
     mode = "fake" if a.fake else "cuda"
     subprocess.run([sys.executable, "-c", "import torch, forge_kernels._runtime as r, forge_kernels; r.write_bundle()"],
                    env=env, check=True, cwd="/")
-    subprocess.run([sys.executable, "-c", PLAN, mode, str(root)], env=env, check=True, cwd="/")
-    children = {"lean (probe)": LEAN, "wheel": WHEEL}
+    subprocess.run([sys.executable, "-c", PLAN, mode, str(root)], env=env | {"FORGE_NO_LEAN": "1"}, check=True,
+                   cwd="/")
+    # (name: code, extra environment): the probe's bound, the wheel as it is (lean.py since session 58) and the
+    # wheel with the lean path off (the cold handles' first call, as before session 58)
+    children = {"lean (probe)": (LEAN, {}), "wheel": (WHEEL, {}), "wheel, no lean": (WHEEL, {"FORGE_NO_LEAN": "1"})}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in children}
     stages: dict[str, list[float]] = {}
+    kinds: dict[str, set[str]] = {}
     for i in range(a.runs + 1):
         for name in (list(children) if i % 2 else list(children)[::-1]):
-            out = subprocess.run([sys.executable, "-c", children[name], mode, str(root)], env=env, cwd="/",
+            code, extra = children[name]
+            out = subprocess.run([sys.executable, "-c", code, mode, str(root)], env=env | extra, cwd="/",
                                  capture_output=True, text=True)
             if out.returncode:
                 sys.exit(out.stderr)
             setup, first, ok, c_path = out.stdout.split()[-4:]
             if not (int(ok) and int(c_path)):
                 sys.exit(f"{name}: wrong result or second call off the C path: {out.stdout}")
+            kinds.setdefault(name, set()).update(line.split()[1] for line in out.stdout.splitlines()
+                                                 if line.startswith("KIND"))
             if i:  # the first round wrote bytecode caches
                 runs[name].append((float(setup), float(first)))
                 for line in out.stdout.splitlines():
@@ -256,13 +268,14 @@ def main() -> None:
                        "first_call_ms": 1e3 * statistics.median(f for _, f in rs),
                        "total_ms": 1e3 * statistics.median(tot), "min_ms": 1e3 * min(tot), "max_ms": 1e3 * max(tot)}
         t = table[name]
-        print(f"  {name:14s} setup/import {t['setup_ms']:.2f}  first call {t['first_call_ms']:.2f}  "
+        print(f"  {name:16s} setup/import {t['setup_ms']:.2f}  first call {t['first_call_ms']:.2f}  "
               f"total {t['total_ms']:.2f} ({t['min_ms']:.2f} - {t['max_ms']:.2f})")
+    print("  handles: " + ", ".join(f"{n}: {'/'.join(sorted(k))}" for n, k in kinds.items() if k))
     print("  lean setup by stage (ms, median): "
           + ", ".join(f"{k} {statistics.median(v):.3f}" for k, v in stages.items()))
     if a.json:
-        Path(a.json).write_text(json.dumps({"mode": mode, "runs": runs, "medians": table, "lean_stages": stages},
-                                           indent=1))
+        Path(a.json).write_text(json.dumps({"mode": mode, "runs": runs, "medians": table, "lean_stages": stages,
+                                            "handles": {n: sorted(k) for n, k in kinds.items()}}, indent=1))
 
 
 if __name__ == "__main__":

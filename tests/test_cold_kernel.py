@@ -147,7 +147,8 @@ def child_env(repo_site: Path, fake_libcuda: Path) -> dict[str, str]:
     if not any(repo_site.glob("forge_kernels/_runtime/_fastlaunch*.so")):
         pytest.skip("the wheel was built without its C extension (no compiler at build time)")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
-    return env | {"PYTHONPATH": str(repo_site), "LD_LIBRARY_PATH": str(fake_libcuda)}
+    # (lean handles, test_lean.py, would serve vector_add, softmax and matmul first: these tests are the cold ones')
+    return env | {"PYTHONPATH": str(repo_site), "LD_LIBRARY_PATH": str(fake_libcuda), "FORGE_NO_LEAN": "1"}
 
 
 def _child(code: str, env: dict[str, str]) -> dict:
@@ -229,28 +230,31 @@ GPU_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.gpu
-def test_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bit(tmp_path: Path) -> None:
+def test_lean_and_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bit(tmp_path: Path) -> None:
     """The installed wheel on the GPU: the first calls of vector_add, softmax and matmul (odd sizes, misaligned
-    tensors, three dtypes) run through cold handles without loading the full runtime, correct against torch in
+    tensors, three dtypes) run through lean handles (``lean.py``: no other runtime module loaded but matmul's
+    constraints), or with those off through cold handles, without loading the full runtime, correct against torch in
     float64; a process with cold handles off (the full ``Kernel``) gives the same bits."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("forge_kernels")
-    env = {k: v for k, v in os.environ.items() if k != "FORGE_NO_COLD"}
+    env = {k: v for k, v in os.environ.items() if k not in ("FORGE_NO_COLD", "FORGE_NO_LEAN")}
     results = {}
-    for mode, extra in (("cold", {}), ("full", {"FORGE_NO_COLD": "1"})):
+    for mode, extra in (("lean", {}), ("cold", {"FORGE_NO_LEAN": "1"}), ("full", {"FORGE_NO_COLD": "1"})):
         proc = subprocess.run([sys.executable, "-c", GPU_CHILD, str(tmp_path / f"{mode}.pt")], capture_output=True,
                               text=True, cwd="/", env=env | extra)
         assert proc.returncode == 0, proc.stderr
         results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(results["lean"]["kinds"].values()) == {"LeanKernel"}, results["lean"]["kinds"]
     assert set(results["cold"]["kinds"].values()) == {"ColdKernel"}, results["cold"]["kinds"]
-    assert results["cold"]["full_loaded"] == []
+    assert results["lean"]["full_loaded"] == results["cold"]["full_loaded"] == []
     assert set(results["full"]["kinds"].values()) == {"Kernel"}
-    assert max(results["cold"]["errs"]) < 2e-2, results["cold"]["errs"]
-    cold, full = torch.load(tmp_path / "cold.pt"), torch.load(tmp_path / "full.pt")
-    assert len(cold) == len(full) >= 30
-    assert all(torch.equal(a, b) for a, b in zip(cold, full))
+    for mode in ("lean", "cold"):
+        assert max(results[mode]["errs"]) < 2e-2, (mode, results[mode]["errs"])
+    lean, cold, full = (torch.load(tmp_path / f"{mode}.pt") for mode in ("lean", "cold", "full"))
+    assert len(lean) == len(cold) == len(full) >= 30
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(lean, cold, full))
 
 
 TWO_GPU_CHILD = textwrap.dedent("""
@@ -274,18 +278,20 @@ TWO_GPU_CHILD = textwrap.dedent("""
 
 
 @pytest.mark.gpu
-def test_cold_handles_launch_on_the_tensors_device() -> None:
-    """Cold handles' first calls on a GPU other than the current one: that device's binaries, context and stream,
-    then the current one's, with neither promoted."""
+@pytest.mark.parametrize("mode", ["lean", "cold"])
+def test_lean_and_cold_handles_launch_on_the_tensors_device(mode: str) -> None:
+    """Lean (or cold) handles' first calls on a GPU other than the current one: that device's binaries, context and
+    stream, then the current one's, with neither promoted."""
     torch = pytest.importorskip("torch")
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
     pytest.importorskip("forge_kernels")
-    env = {k: v for k, v in os.environ.items() if k != "FORGE_NO_COLD"}
+    env = {k: v for k, v in os.environ.items() if k not in ("FORGE_NO_COLD", "FORGE_NO_LEAN")}
+    env |= {"FORGE_NO_LEAN": "1"} if mode == "cold" else {}
     proc = subprocess.run([sys.executable, "-c", TWO_GPU_CHILD], capture_output=True, text=True, cwd="/", env=env)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["kinds"] == ["ColdKernel"] and got["current"] == 0
+    assert got["kinds"] == ["LeanKernel" if mode == "lean" else "ColdKernel"] and got["current"] == 0
     for dev in ("1", "0"):
         v_dev, p_dev, v_ok, p_err = got[dev]
         assert v_dev == p_dev == int(dev) and v_ok and p_err < 1e-5

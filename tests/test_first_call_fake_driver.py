@@ -30,11 +30,12 @@ CHILD = textwrap.dedent("""
     x = torch.randn(1000, dtype=torch.float16)
     forge_kernels.vector_add(x, x)
     forge_kernels.vector_add(x, x)  # the second call: the C path's cache where it is on, no second load
-    from forge_kernels._runtime import drivers, fastpath
+    from forge_kernels._runtime import drivers, fastpath, lean
     sys.path.append(sys.argv[1])
     from tests.launcher_bytes import FakeState
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
     print(json.dumps({"driver": type(drivers._driver).__name__, "c_path": fastpath.c is not None,
+                      "lean": type(sys.modules["forge_kernels._ops.vector_add"].add_kernel).__name__ == "LeanKernel",
                       "calls": fake.calls, "loads": fake.loads, "ctx": fake.ctx_at_launch,
                       "block": list(fake.block), "triton": sys.modules.get("triton") is not None,
                       "forge_aot": "forge_aot" in sys.modules}))
@@ -46,19 +47,25 @@ def site(repo_site: Path) -> Path:
     return repo_site
 
 
-@pytest.mark.parametrize("c_launch", [True, False], ids=["c-extension", "pure-python"])
-def test_a_first_call_loads_and_launches_through_the_runtimes_driver(site, fake_libcuda, c_launch) -> None:
+@pytest.mark.parametrize("mode", ["lean", "c-extension", "pure-python"])
+def test_a_first_call_loads_and_launches_through_the_runtimes_driver(site, fake_libcuda, mode) -> None:
+    """``lean``: the lean first call (``lean.py``: the C ``Driver`` it opened, no ``drivers`` module); ``c-extension``:
+    the cold handle's through the runtime's C driver (``FORGE_NO_LEAN=1``); ``pure-python``: ctypes."""
+    c_launch = mode != "pure-python"
     if c_launch and not any(site.glob("forge_kernels/_runtime/_fastlaunch*.so")):
         pytest.skip("the wheel was built without its C extension (no compiler at build time)")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_LEAN")}
     env |= {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(fake_libcuda)}
-    if not c_launch:
+    if mode == "pure-python":
         env["FORGE_NO_C_LAUNCH"] = "1"
+    elif mode == "c-extension":
+        env["FORGE_NO_LEAN"] = "1"
     proc = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, cwd="/",
                           env=env)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got["driver"] == ("_CudaDriverC" if c_launch else "_CudaDriver") and got["c_path"] is c_launch
+    driver = {"lean": "NoneType", "c-extension": "_CudaDriverC", "pure-python": "_CudaDriver"}[mode]
+    assert got["driver"] == driver and got["c_path"] is c_launch and got["lean"] is (mode == "lean")
     # one binary loaded, launched by both calls under GPU 0's primary context (the fake's 0xC000)
     assert got["loads"] == 1 and got["calls"] == 2 and got["ctx"] == 0xC000
     assert got["block"][0] % 32 == 0 and got["block"][1:] == [1, 1]

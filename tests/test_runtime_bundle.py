@@ -20,8 +20,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow
 
-BUNDLED = ["cold", "cold_binding", "cold_launch", "cuda", "drivers", "entry", "errors", "exports", "fastpath",
-           "host_exec", "host_modules", "host_triton", "kernel", "launch", "packing", "rules", "tables", "torch_ops"]
+BUNDLED = ["basics", "cold", "cold_binding", "cold_launch", "cuda", "drivers", "entry", "errors", "exports",
+           "fastpath", "host_exec", "host_modules", "host_triton", "kernel", "launch", "lean", "lean_kernel", "packing",
+           "rules", "tables", "torch_ops"]
 
 FIRST_CALL = textwrap.dedent("""
     import json, sys, torch
@@ -73,9 +74,9 @@ def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: P
     assert second["file"] == str(runtime / "kernel.py") and second["cached"] == first["cached"]
     # the modules' own code objects: tracebacks and inspect point at the shipped files
     probe = _run(site, "import json, inspect, forge_kernels._runtime.rules as t\n"
-                       "print(json.dumps({'src': inspect.getsource(t.rank_rows).splitlines()[0], "
-                       "'file': t.rank_rows.__code__.co_filename}))")
-    assert probe == {"src": "def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:",
+                       "print(json.dumps({'src': inspect.getsource(t.variant_id).splitlines()[0], "
+                       "'file': t.variant_id.__code__.co_filename}))")
+    assert probe == {"src": "def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:",
                      "file": str(runtime / "rules.py")}
 
 
@@ -198,7 +199,7 @@ def test_a_moved_installation_reports_its_new_paths(site: Path, tmp_path: Path) 
     shutil.copytree(site, moved)  # copy2: timestamps kept
     code = ("import json, forge_kernels._runtime.tables as t\n"
             "print(json.dumps({'file': t.resolve_table.__code__.co_filename, 'loader': type(t.__loader__).__name__}))")
-    res = _run(moved, code)
+    res = _run(moved, code, FORGE_NO_LEAN="1")  # (the lean path reads the bundle when the full runtime loads)
     assert res == {"file": str(moved / "forge_kernels" / "_runtime" / "tables.py"), "loader": "_BundleLoader"}
     runs = subprocess.run([sys.executable, "-m", "forge_kernels._runtime.errors"], capture_output=True, text=True,
                           cwd="/", env={**os.environ, "PYTHONPATH": str(moved)})
@@ -238,8 +239,9 @@ def test_pip_uninstall_removes_the_bundle(repo_wheel: Path, tmp_path: Path) -> N
 
 
 def test_import_runs_the_first_call_modules_from_the_bundle_without_their_docstrings(site: Path) -> None:
-    """With a valid bundle, ``import <package>`` runs the modules every first call needs, from the bundle; their
-    functions' and classes' docstrings and annotations are left out, each module's own docstring is kept."""
+    """With a valid bundle, ``import <package>`` runs the modules every first call needs, from the bundle, where the
+    full runtime serves the package from import on (``FORGE_NO_LEAN=1`` here; packages with autograd or exports);
+    their functions' and classes' docstrings and annotations are left out, each module's own docstring is kept."""
     _run(site)
     code = textwrap.dedent("""
         import json, sys, forge_kernels
@@ -248,11 +250,11 @@ def test_import_runs_the_first_call_modules_from_the_bundle_without_their_docstr
                   if n.startswith("forge_kernels._runtime.")}
         print(json.dumps({"loaded": loaded, "first_call": list(rt.FIRST_CALL),
                           "class_doc": rt.kernel.Kernel.__doc__, "module_doc": bool(rt.kernel.__doc__),
-                          "annotations": rt.tables.rank_rows.__annotations__,
+                          "annotations": rt.tables.resolve_table.__annotations__,
                           "on_package": all(getattr(rt, n) is sys.modules["forge_kernels._runtime." + n]
                                             for n in rt.FIRST_CALL if n != "host_triton")}))
     """)
-    res = _run(site, code)
+    res = _run(site, code, FORGE_NO_LEAN="1")
     assert {n: res["loaded"].get(n) for n in res["first_call"]} == {n: "_BundleLoader" for n in res["first_call"]}
     assert "torch_ops" not in res["loaded"]  # bundled, but imported where needed only
     assert res["class_doc"] is None and res["module_doc"] is True and res["annotations"] == {}

@@ -6,11 +6,13 @@ compiler, so every import here is relative. forge-aot imports this same package 
 its build-time checks, so the rules (table lookup, binary selection, constraints) are the same in the source
 tree and in the wheel. One module per concern:
 
+- ``lean``: ``import <package>`` (the exported ops, ``torch.ops.<package>``) and the simplest ops' first calls
+  without any other runtime module (``LeanKernel``), handing over to the rest; what every path reads alike;
 - ``errors``: the error hierarchy;      ``expressions``: the constraint language;
-- ``rules``: what every reading of the index shares (launch options, specializations, rows, targets, ``Config``);
+- ``rules``: what every reading of the index shares (launch options, ``read_params``, ``Config``);
 - ``cold``, ``cold_launch``, ``cold_binding``: plain kernels' first calls without the rest of the runtime
   (``ColdKernel``, promoted to ``Kernel``), what they launch with, and the host modules bound with them;
-- ``exports``: the exported ops (custom ops while tracing), ``torch.ops.<package>`` defining them on first need;
+- ``exports``: the full runtime's exported ops (custom ops while tracing);
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
@@ -28,18 +30,17 @@ tree and in the wheel. One module per concern:
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
 - ``bundling``: writing the bytecode bundle (below).
 
-Names are loaded on first access (PEP 562): ``import <package>`` imports this file, ``entry`` and ``exports`` only
-(also the modules of FIRST_CALL where the bundle below is valid, and ``torch_ops`` where an op's results follow an
-argument).
+Names are loaded on first access (PEP 562): ``import <package>`` imports this file and ``lean`` only (where the full
+runtime serves from import on, ``entry``, ``exports`` and the modules of FIRST_CALL where the bundle is valid).
 
-In a wheel, the modules a first call needs also load from one file, their bytecode gathered into ``_bundle.py``'s
-cache name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call where Python writes
-bytecode, or by ``write_bundle()``, less the docstrings and annotations nothing reads at run time (see
+In a wheel, the full runtime's modules also load from one file, their bytecode gathered into ``_bundle.py``'s cache
+name (``__pycache__/_bundle.<cache tag>.pyc``; see ``_bundle``) after the first call that loads them where Python
+writes bytecode, or by ``write_bundle()``, less the docstrings and annotations nothing reads at run time (see
 ``bundling``). It is used while it was written for these sources (the build's fingerprint, handed over by the
-package's ``__init__``) and every module file keeps the size and modification time it had then; the modules of
-FIRST_CALL then run at ``import <package>``. One file read instead of twelve trips through the import system's
-finders and bytecode caches: the modules' imports alone 3.8 -> 2.2 ms per fresh process on the H100 host
-(scripts/probe_runtime_bundle.py). Where there is no valid bundle, imports are the import system's own.
+package's ``__init__``) and every module file keeps the size and modification time it had then. One file read
+instead of twelve trips through the import system's finders and bytecode caches: the modules' imports alone 3.8 ->
+2.2 ms per fresh process on the H100 host (scripts/probe_runtime_bundle.py). Where there is no valid bundle, imports
+are the import system's own.
 """
 
 from __future__ import annotations
@@ -54,78 +55,31 @@ from importlib.machinery import ModuleSpec, SourceFileLoader
 from typing import Any
 
 _EXPORTS = {
-    "DriverError": "errors",
-    "ForgeRuntimeError": "errors",
-    "IntegrityError": "errors",
-    "NotBuiltError": "errors",
-    "UnsupportedDeviceError": "errors",
-    "UnsupportedDtypeError": "errors",
-    "Expression": "expressions",
-    "INDEX_FORMAT": "host_modules",
-    "bind_module": "host_modules",
-    "bind_ops": "dev_binding",
-    "exec_host_module": "host_modules",
-    "imports_first": "dev_binding",
-    "project_names_bound": "dev_binding",
-    "load_index": "host_modules",
-    "register_torch_ops": "dev_binding",
-    "register_custom_ops": "custom_ops",
-    "route_in_module": "torch_ops",
-    "ROUTING": "torch_ops",
-    "load_package": "entry",
-    "_HostTriton": "host_triton",
-    "HOST_DTYPES": "host_triton",
-    "HostDtype": "host_triton",
-    "cdiv": "host_triton",
-    "host_triton": "host_triton",
-    "next_power_of_2": "host_triton",
-    "Kernel": "kernel",
-    "TensorDescriptor": "descriptors",
-    "desc_dtype": "descriptors",
-    "desc_signature": "descriptors",
-    "PlaceholderCompiled": "compiled",
-    "launched": "fastpath",
-    "CompiledBase": "compiled",
-    "DEVICE_PROFILE": "host_driver",
-    "GPUTarget": "host_driver",
-    "BinaryBackend": "launch",
-    "_BinaryLauncher": "launch",
-    "choose_binary": "tables",
-    "_pack_bf16": "packing",
-    "_pack_fp16": "packing",
-    "dtype_name": "packing",
-    "HEURISTICS_HOOK": "tables",
-    "KERNEL_SIDE_HOOK": "tables",
-    "LAUNCH_DEFAULTS": "tables",
-    "LAUNCH_OPTIONS": "tables",
-    "COMPILE_OPTIONS": "tables",
-    "LAUNCH_FLAGS": "tables",
-    "launch_attrs": "rules",
-    "SPEC_DIV16": "tables",
-    "SPEC_ABSENT": "tables",
-    "SPEC_DESC": "tables",
-    "pointer_value": "tables",
-    "block_shapes": "descriptors",
-    "SPEC_NONE": "tables",
-    "SPEC_ONE": "tables",
+    "DriverError": "errors", "ForgeRuntimeError": "errors", "IntegrityError": "errors", "NotBuiltError": "errors",
+    "UnsupportedDeviceError": "errors", "UnsupportedDtypeError": "errors", "Expression": "expressions",
+    "INDEX_FORMAT": "host_modules", "bind_module": "host_modules", "bind_ops": "dev_binding",
+    "exec_host_module": "host_modules", "imports_first": "dev_binding", "project_names_bound": "dev_binding",
+    "load_index": "host_modules", "register_torch_ops": "dev_binding", "register_custom_ops": "custom_ops",
+    "route_in_module": "torch_ops", "ROUTING": "torch_ops", "load_package": "entry", "_HostTriton": "host_triton",
+    "HOST_DTYPES": "host_triton", "HostDtype": "host_triton", "cdiv": "host_triton", "host_triton": "host_triton",
+    "next_power_of_2": "host_triton", "Kernel": "kernel", "TensorDescriptor": "descriptors",
+    "desc_dtype": "descriptors", "desc_signature": "descriptors", "PlaceholderCompiled": "compiled",
+    "launched": "fastpath", "CompiledBase": "compiled", "DEVICE_PROFILE": "host_driver", "GPUTarget": "host_driver",
+    "BinaryBackend": "launch", "_BinaryLauncher": "launch", "choose_binary": "tables", "_pack_bf16": "packing",
+    "_pack_fp16": "packing", "dtype_name": "packing", "HEURISTICS_HOOK": "tables", "KERNEL_SIDE_HOOK": "tables",
+    "LAUNCH_DEFAULTS": "tables", "LAUNCH_OPTIONS": "tables", "COMPILE_OPTIONS": "tables", "LAUNCH_FLAGS": "tables",
+    "launch_attrs": "rules", "SPEC_DIV16": "tables", "SPEC_ABSENT": "tables", "SPEC_DESC": "tables",
+    "pointer_value": "tables", "block_shapes": "descriptors", "SPEC_NONE": "tables", "SPEC_ONE": "tables",
     "SPEC_INT": "tables", "SPEC_INT_DIV16": "tables", "SPEC_INT_ONE": "tables", "PointerInt": "tables",
-    "TRITON_DEFAULTS": "tables",
-    "Config": "tables",
-    "ConfigTable": "tables",
-    "argument_spec": "tables",
-    "pick_cuda_target": "tables",
-    "pick_hip_target": "tables",
-    "rank_rows": "tables",
-    "resolve_table": "tables",
-    "spec_fits": "tables",
-    "spec_rank": "tables",
-    "variant_id": "tables",
+    "TRITON_DEFAULTS": "tables", "Config": "tables", "ConfigTable": "tables", "argument_spec": "tables",
+    "pick_cuda_target": "tables", "pick_hip_target": "tables", "rank_rows": "tables", "resolve_table": "tables",
+    "spec_fits": "tables", "spec_rank": "tables", "variant_id": "tables"
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
                         "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports", "host_exec",
-                        "cold_launch"})
+                        "cold_launch", "lean"})
 __all__ = sorted(_EXPORTS)
 
 
@@ -160,22 +114,21 @@ sys.modules[__name__].__class__ = _Runtime
 
 # -- the bytecode bundle (wheels only) -------------------------------------------------------------------------
 
-BUNDLED = ("entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules", "tables", "drivers",
-           "cuda", "fastpath", "cold_launch", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules",
-           "host_exec", "local_imports")
-"""The modules ``import <package>`` and an op's first call import (``hip`` and ``expressions`` load as needed;
-``custom_ops`` and ``torch_ops`` when torch.compile or torch.export first trace an op, or ``torch.ops.<package>``
-is first used; ``torch_ops`` at import where the ops have a result rule; ``local_imports`` where host code imports
-project modules)."""
+BUNDLED = ("basics", "lean", "lean_kernel", "entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing",
+           "rules", "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold", "cold_binding", "exports", "kernel",
+           "launch", "host_modules", "host_exec", "local_imports", "expressions")
+"""The modules ``import <package>`` and a first call import (``hip`` loads as needed; ``custom_ops``, ``torch_ops``
+when an op is first traced or ``torch.ops.<package>`` used; ``local_imports``, ``expressions`` where needed)."""
+LEAN = ("basics", "lean", "lean_kernel")
+"""What ``import <package>`` runs from the bundle where it is valid, straight, not through the import system's
+finders: the lean first calls (``lean``) need nothing else."""
 FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold_launch", "cold",
               "host_exec", "cold_binding")
-"""The bundled modules ``import <package>`` and an op's first call import where its kernels are plain (``cold``),
-in the order they import each other: where the bundle is valid they run at ``import <package>``, straight from the
-bundle, not through the import system's finders. The others (the full ``Kernel``, its tables and launcher, the
-host modules' full binding) load from the bundle on first need."""
+"""A full-runtime first call's modules where its kernels are plain (``cold``), in the order they import each other:
+run at import from the bundle where the full runtime serves from import on (``lean.load_package``). The others
+load from the bundle on first need, as all do after a lean package's hand-over."""
 _BUNDLE_FORMAT = b"forge-aot runtime bundle 3\n"
-_IN_A_WHEEL = __name__.endswith("._runtime")
-"""Shipped as ``<package>._runtime`` (the source tree's copy, imported by the build tools, bundles nothing)."""
+_IN_A_WHEEL = __name__.endswith("._runtime")  # (the source tree's copy, imported by the build tools, bundles nothing)
 _FINGERPRINT: str | None = None
 """The build's sha256 of these modules' sources (``use_bundle``): a bundle of other sources is never used."""
 BUNDLE_WANTED = False
@@ -198,7 +151,7 @@ def _bundle_path() -> str | None:
 
 def use_bundle(fingerprint: str) -> None:
     """Called first by the package's ``__init__`` with the build's fingerprint of these sources: serve the modules
-    in BUNDLED from the bundle where it is valid, else note that the first call should write it."""
+    in BUNDLED from the bundle where it is valid (LEAN's run now), else note that the first call should write it."""
     global _FINGERPRINT, BUNDLE_WANTED
     if not _IN_A_WHEEL or _FINGERPRINT is not None:
         return
@@ -212,9 +165,14 @@ def use_bundle(fingerprint: str) -> None:
         return
     finder = _BundleFinder(__name__, codes)
     sys.meta_path.insert(0, finder)
-    package = sys.modules[__name__]
-    for name in FIRST_CALL:
-        _load_bundled(finder, package, name)
+    run_bundled(LEAN)
+
+
+def run_bundled(names: tuple[str, ...]) -> None:
+    """Run these bundled modules now (only under ``import <package>``'s import lock: see ``_load_bundled``)."""
+    finder = next((f for f in sys.meta_path if isinstance(f, _BundleFinder) and f.prefix == f"{__name__}."), None)
+    for name in names if finder is not None else ():
+        _load_bundled(finder, sys.modules[__name__], name)  # type: ignore[arg-type]
 
 
 def _load_bundled(finder: _BundleFinder, package: types.ModuleType, name: str) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fastpath
+from .basics import compile_constraints, config_fits
 from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic_values
 from .packing import check_dtypes, dtype_name
 from .rules import (
@@ -285,20 +286,10 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
 
     def _fits(self, configs: dict[str, Any], usable: set[str], keys: dict[str, int],
               assignment: dict[str, Any]) -> Callable[[str], bool]:
-        """Whether a config fits a key: ``ConfigTable._fits`` over the index's configs."""
+        """Whether a config fits a key: ``ConfigTable._fits`` over the index's configs (``basics.config_fits``)."""
         if self.constraints and isinstance(self.constraints[0], str):
-            from .expressions import Expression
-
-            self.constraints = [Expression(text) for text in self.constraints]
-
-        def fits(cid: str) -> bool:
-            if cid not in usable:
-                return False
-            c = configs[cid]
-            env = {**c["meta"], "num_warps": c["num_warps"], "num_stages": c["num_stages"],
-                   "maxnreg": c.get("maxnreg"), **keys, **assignment}
-            return all(e(env) for e in self.constraints)
-        return fits
+            self.constraints = compile_constraints(self.constraints)
+        return config_fits(self.constraints, configs, usable, keys, assignment)
 
     def _table(self, cold: _Cold, device: int, vid: str) -> tuple[Any, ...] | None:
         """What a (device, variant) resolves to, as ``tables.resolve_table``: None where the full path serves it."""
@@ -320,5 +311,10 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
 
 
 def promoted(kernel: Any) -> Any:
-    """A kernel handle as a full ``Kernel``: a cold one promoted (see ``ColdKernel``), any other as it is."""
-    return kernel._promoted() if isinstance(kernel, ColdKernel) else kernel
+    """A kernel handle as a full ``Kernel``: a lean one (``lean_kernel``'s ``LeanKernel``) or a cold one promoted (see
+    ``ColdKernel``), any other as it is."""
+    promote = getattr(type(kernel), "_promoted", None)
+    while promote is not None:  # (lean, then cold, then full)
+        kernel = promote(kernel)
+        promote = getattr(type(kernel), "_promoted", None)
+    return kernel

@@ -14,7 +14,7 @@ from typing import Any
 from . import fastpath
 from .cold import ColdKernel
 from .host_exec import bind_pre_hooks, host_file_module, kernel_side, run_host_file, small_triton
-from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK
+from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK, read_params
 
 _NOT_PLAIN = ("grid_args",)
 """Index entries of a kernel that only the full ``Kernel`` serves."""
@@ -100,3 +100,45 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
                   aliases, bool(spec.get("torch_compile")))
     bind_pre_hooks(module, filename, ((handles[fn], s.get("pre_hooks", ())) for fn, (_, s) in kernels.items()))
     return module, list(handles.values())
+
+
+def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
+    """The lean plan (``lean.py``) of a host module's part of the index (``_forge/modules/<mod>.json`` before it is
+    written), or None where a lean handle cannot serve one of its kernels or the module needs more than running its
+    file (project modules, another import name, ``torch.compile``). Kernels are read as the C path
+    (``fastpath.reading``) and the cold handles (``rules.read_params``) read them. Per kernel function: [index name,
+    {reading, n, device_pos, declared, type_vars, variants, key_pos}]."""
+    spec = part["modules"][mod]
+    if any(spec.get(k) for k in ("local_modules", "imported_as", "torch_compile")):
+        return None
+    out: dict[str, Any] = {}
+    by_function = {s["function"]: (name, s) for name, s in part["kernels"].items() if s.get("module", mod) == mod}
+    for fn in spec["kernels"]:
+        if fn not in by_function:
+            return None
+        name, kspec = by_function[fn]
+        kernel = types.SimpleNamespace()
+        read_params(kernel, kspec)
+        if (kernel.call_names or kernel.heuristic_names or kernel.pointer_ints or kernel.desc_pos
+                or kernel.grid_args or kspec.get("pre_hooks") or not all(rt for rt, _ in kernel.key_sources)):
+            return None
+        r = fastpath.reading(kernel)
+        if r is None:
+            return None
+        device_pos = list(kernel.device_pos)
+        declared = [kernel.runtime[i][1][1:] for i in device_pos]
+        # a type variable's dtype: its first tensor's, that is, the first pointer of its source's type
+        type_vars = [[tv, next(j for j, i in enumerate(device_pos) if kernel.runtime[i][1] == kernel.runtime[src][1])]
+                     for tv, src in kernel.type_vars]
+        if len(type_vars) != len(kernel.axes):
+            return None
+        variants = {}
+        for vid, variant in kspec["variants"].items():
+            assignment = variant["assign"]
+            variants[",".join(str(assignment[tv]) for tv, _ in type_vars)] = vid
+        r = {**r, "kinds": list(r["kinds"]), "pointer_int_kinds": list(r["pointer_int_kinds"])}  # (JSON)
+        out[fn] = [name, {"reading": r,
+                          "n": kernel.n_runtime, "device_pos": device_pos, "declared": declared,
+                          "type_vars": type_vars, "variants": variants,
+                          "key_pos": [src for _, src in kernel.key_sources]}]
+    return out

@@ -6,39 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-_C_FUNCTIONS = ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
-                "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
-                "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
-                "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")
-"""What the C ``Driver`` calls (the last two are CUDA 12's, and may be missing)."""
-
-
-def _symbol(ctypes_module: Any, handle: int, name: str) -> int:
-    try:
-        return ctypes_module.dlsym(handle, name)
-    except OSError:  # (a CUDA 12 function an older driver lacks: Driver takes 0 as missing)
-        return 0
-
 
 def open_driver(name: str = "libcuda.so.1") -> Any:
     """The process's NVIDIA driver: through the C extension's ``Driver`` where it is loaded (no ctypes on a first
-    launch), else through ctypes."""
-    from . import fastpath
+    launch; the one ``basics.c_driver`` opened, shared with the lean first calls), else through ctypes."""
+    from .basics import c_driver
 
-    if fastpath.c is not None and hasattr(fastpath.c, "Driver"):
-        import _ctypes
-        import ctypes
-
-        try:
-            handle = _ctypes.dlopen(name, ctypes.DEFAULT_MODE)
-        except OSError:
-            handle = None  # the ctypes path says why
-        if handle is not None:
-            points = {fn: _symbol(_ctypes, handle, fn) for fn in _C_FUNCTIONS}
-            try:
-                return _CudaDriverC(name, handle, fastpath.c.Driver(points))
-            except ValueError:  # a driver without one of the functions: the ctypes path names it
-                pass
+    opened = c_driver(name)
+    if opened is not None:
+        return _CudaDriverC(name, *opened)
     from .cuda_ctypes import _CudaDriver, _library
 
     return _CudaDriver(_library(name))

@@ -263,3 +263,21 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]],
         state.routed = {op: op in custom for op in ops}
     exported = {op: export(state.function, package, op, op in custom, ops[op]) for op in sorted(ops)}
     return exported, state.preload
+
+
+def adopt(lean: Any) -> tuple[Package, dict[str, Callable[..., Any]], _HostModuleFinder]:
+    """The full runtime taking over a package served lean so far (``lean.LeanPackage``): its ``Package``, which
+    adopts the host modules bound there and their handles (lean handles are promoted as cold ones are, see
+    ``cold.promoted``), shares its lock and custom ops, and serves every later binding; the exported ops as
+    ``load_package`` makes them (what traced calls take: custom ops); its host-module finder (which lean's own
+    finder asks). Called once, under the lean package's lock."""
+    package, ops = lean.package, lean.ops
+    state = PACKAGES[package] = Package(package, lean.root, ops)
+    state.lock = lean.lock
+    state.modules.update(lean.modules)
+    state.functions.update(lean.functions)
+    state.cold_kernels.extend(lean.kernels)
+    state.define_custom_ops = lean.define_custom_ops
+    with_schema = {op for op, spec in ops.items() if spec[1]}
+    exported = {op: export(state.function, package, op, op in with_schema, ops[op]) for op in sorted(ops)}
+    return state, exported, _HostModuleFinder(state, {spec[0] for spec in ops.values()})

@@ -4,11 +4,18 @@ first need, and how an exported op takes its host function's name, docstring and
 
 from __future__ import annotations
 
-import functools
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from .lean import (  # noqa: F401  (defined there: import <package> loads lean alone; read from here by the rest)
+    LazyCustomOps,
+    _lazy_namespace,
+    applied_function,
+    define_lazily,
+    dress_exported,
+    host_name,
+)
 
 
 def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: str,
@@ -73,12 +80,6 @@ def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, 
     return False
 
 
-def host_name(op: str, spec: tuple[Any, ...]) -> str:
-    """The host function of an op (its op table entry's last item where the package exports it under another
-    name, ``[ops.NAME] function``; see ``host_modules.op_table``)."""
-    return spec[6] if len(spec) > 6 and spec[6] else op
-
-
 def rule_of(spec: tuple[Any, ...]) -> Any:
     """An op table entry's result rule, or None."""
     return spec[3] if len(spec) > 3 else None
@@ -102,92 +103,6 @@ def custom_call(spec: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, 
     return args, kwargs
 
 
-class LazyCustomOps:
-    """A package's custom ops, defined once by ``define()``, from any thread (others wait; a look-up the defining
-    thread makes meanwhile, as ``Library.define`` makes one, sees what is defined so far)."""
-
-    def __init__(self, namespace: str, ops: dict[str, tuple[Any, ...]],
-                 function: Callable[[str], Callable[..., Any]],
-                 host_attr: Callable[[str, str], Callable[..., Any]]) -> None:
-        self.args = (namespace, ops, function, host_attr)
-        self.lock = threading.RLock()
-        self.done = self.running = False
-
-    def define(self) -> None:
-        if self.done:
-            return
-        with self.lock:
-            if self.done or self.running:
-                return
-            self.running = True
-            try:
-                from .custom_ops import register_custom_ops
-
-                register_custom_ops(*self.args)
-                self.done = True
-            finally:
-                self.running = False
-
-
-@functools.cache
-def _lazy_namespace() -> type:
-    import torch._ops
-
-    class LazyNamespace(torch._ops._OpNamespace):  # type: ignore[misc,name-defined]
-        """``torch.ops.<package>``: the package's custom ops are defined on the first look-up of an op in it."""
-
-        def __init__(self, name: str, pending: LazyCustomOps) -> None:
-            super().__init__(name)
-            self._forge_pending = pending
-
-        def __getattr__(self, op_name: str) -> Any:
-            if op_name.startswith("__"):  # introspection (copy, pickle, inspect) defines nothing
-                return super().__getattr__(op_name)
-            pending = self._forge_pending
-            pending.define()
-            with pending.lock:  # one OpOverloadPacket per op, also where threads look it up at once
-                cached = vars(self).get(op_name)
-                return cached if cached is not None else super().__getattr__(op_name)
-
-    # _OpNamespace names its ops' module after its own (torch.export writes ``torch.ops.<package>.<op>`` from it)
-    LazyNamespace.__module__ = torch._ops._OpNamespace.__module__
-    LazyNamespace.__qualname__ = "LazyNamespace"
-    return LazyNamespace
-
-
-def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Callable[[str], Callable[..., Any]],
-                  host_attr: Callable[[str, str], Callable[..., Any]]) -> tuple[set[str], Callable[[], None]]:
-    """The ops of ``ops`` (host_modules.op_table) that are custom ops (those with a schema), and what defines them now:
-    ``torch.ops.<namespace>`` defines them on first need (see ``custom_ops``) where it can be put in place, else
-    they are defined here. ``function`` and ``host_attr``: see custom_ops.register_custom_ops."""
-    with_schema = {op for op, spec in ops.items() if spec[1]}
-    if not with_schema:
-        return set(), lambda: None
-    import torch
-
-    pending = LazyCustomOps(namespace, ops, function, host_attr)
-    try:
-        placed = namespace not in vars(torch.ops)
-        if placed:
-            setattr(torch.ops, namespace, _lazy_namespace()(namespace, pending))
-            torch.ops._dir.append(namespace)  # as _Ops.__getattr__ records a namespace it makes
-    except Exception:  # a torch whose torch.ops differs: define them now
-        placed = False
-    if not placed:
-        pending.define()
-    return with_schema, pending.define
-
-
-def applied_function(fn: Any) -> type | None:
-    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
-    LayerNorm.apply``), else None."""
-    owner = getattr(fn, "__self__", None)
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(owner, type) or getattr(fn, "__name__", None) != "apply":
-        return None
-    return owner if issubclass(owner, torch.autograd.Function) else None
-
-
 def host_signature(fn: Callable[..., Any]) -> Any:
     """The parameters callers pass to a host function: for an autograd Function's ``apply``, its ``forward``'s,
     less the ``ctx`` a forward without ``setup_context`` takes first (``apply`` itself says ``*args, **kwargs``)."""
@@ -200,20 +115,3 @@ def host_signature(fn: Callable[..., Any]) -> Any:
     if owner.setup_context is sys.modules["torch"].autograd.Function.setup_context:  # forward(ctx, ...)
         sig = sig.replace(parameters=list(sig.parameters.values())[1:])
     return sig
-
-
-def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str, custom: bool = False) -> None:
-    """An exported op takes its host function's name, docstring and signature (through ``__wrapped__``); for
-    ``op = Cls.apply``, the op's name, the Function's module and docstring and its forward's parameters. A custom
-    op's leaves out Dynamo's marks (FLA's ops are ``@torch.compiler.disable``d: torch.compile then stopped at the
-    exported op, which would have traced it as its custom op)."""
-    import functools
-
-    functools.update_wrapper(exported, fn)
-    for mark in [k for k in vars(exported) if custom and k.startswith("_torchdynamo")]:
-        delattr(exported, mark)
-    owner = applied_function(fn)
-    if owner is not None:
-        exported.__name__ = exported.__qualname__ = op
-        exported.__module__, exported.__doc__ = owner.__module__, owner.__doc__
-        exported.__signature__ = host_signature(fn)  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from .rules import cdiv, next_power_of_2
+from .basics import cdiv, next_power_of_2
 
 _FUNCS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "cdiv": cdiv,
                                          "next_power_of_2": next_power_of_2}

@@ -26,72 +26,17 @@ turns the C path off for one kernel handle (its launches then pack through ctype
 from __future__ import annotations
 
 import functools
-import os
-import sys
-import threading
 import weakref
 from typing import Any
+
+from .basics import ABI, FILENAME, LAUNCHES, _LaunchState, extension  # noqa: F401  (read from here by the rest)
 
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
 """Argument kinds as _fastlaunch.c numbers them (``*`` is any pointer, ``tensordesc`` a host tensor descriptor)."""
-ABI = 13
-"""The extension's interface version (13: ``Driver``, the driver calls of a first launch, see cuda.py; 12:
-``FastKernel.last``, the result of a kernel's last C launch; 11: a launch
-returns its ``Launcher.result``; 10: FastKernel takes
-``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another version is not
-used."""
 
-
-FILENAME = "_fastlaunch.abi3.so"
-"""The extension's file beside this one, under the name the build gives it."""
-
-
-def _from_file() -> Any:
-    """The extension loaded straight from its file, as the import system would (its spec and loader, in
-    sys.modules and on the package) but without a trip through the finders: 0.1 - 0.15 ms less per fresh process,
-    locally. This runs while the first import of this module holds the import lock."""
-    from importlib.machinery import ExtensionFileLoader
-    from importlib.util import module_from_spec, spec_from_file_location
-
-    name, path = f"{__package__}._fastlaunch", os.path.join(os.path.dirname(__file__), FILENAME)
-    if name in sys.modules:  # (imported before this module)
-        return sys.modules[name]
-    if not os.path.isfile(path):
-        raise ImportError(path)
-    spec = spec_from_file_location(name, path, loader=ExtensionFileLoader(name, path))
-    module = module_from_spec(spec)
-    spec.loader.exec_module(module)
-    sys.modules[name] = module
-    sys.modules[__package__]._fastlaunch = module
-    return module
-
-
-def _load() -> Any:
-    if os.environ.get("FORGE_NO_C_LAUNCH", "") not in ("", "0"):
-        return None
-    try:
-        _fastlaunch = _from_file()
-    except Exception:  # absent, or built for another platform: the Python path serves every call
-        try:  # (a copy of the runtime with the extension under another name)
-            from . import _fastlaunch  # type: ignore[attr-defined]
-        except Exception:
-            return None
-    return _fastlaunch if getattr(_fastlaunch, "ABI", None) == ABI else None
-
-
-c: Any = _load()
-"""The extension module, or None."""
-
-
-class _LaunchState(threading.local):
-    skip: Any = False  # a class default: reading it never raises, in Python or from the C path
-    """True: calls on this thread bind and return without launching (torch_ops.call_without_launches); a
-    ``guard.Guard``: a custom op's real implementation runs, its launches checked against it (guard.py)."""
-
-
-LAUNCHES = _LaunchState()
-"""Per thread, whether launches are skipped or guarded (``kernel.LAUNCHES`` too)."""
+c: Any = extension()
+"""The extension module, or None (loaded once per process: ``basics.extension``)."""
 
 
 def kind(ty: str) -> int | None:
@@ -179,8 +124,9 @@ def use_c_launch(kernel: Any, enabled: bool = True) -> bool:
     if c is None or not isinstance(kernel, c.KernelBase):
         return False
     promote = getattr(type(kernel), "_promoted", None)
-    if promote is not None:  # a cold handle (cold.py): the full Kernel's paths are the ones chosen between
+    while promote is not None:  # a lean or cold handle: the full Kernel's paths are the ones chosen between
         kernel = promote(kernel)
+        promote = getattr(type(kernel), "_promoted", None)
     kernel._c_launch = enabled
     fast = plan(kernel) if enabled and launches_from_c(kernel) else None
     kernel._set_fast(fast)

@@ -13,7 +13,8 @@ import sys
 import types
 from typing import Any
 
-from .rules import INDEX_FORMAT, cdiv, next_power_of_2, set_allocator
+from .basics import SmallTriton, small_triton  # noqa: F401  (basics': one per process)
+from .rules import INDEX_FORMAT
 
 
 def host_file_module(module_name: str, filename: str) -> types.ModuleType | None:
@@ -111,34 +112,6 @@ def kernel_side(name: str, module: str, file: str | None = None) -> Any:
     from .host_triton import KernelSide
 
     return KernelSide(name, module, file)
-
-
-class SmallTriton(types.ModuleType):
-    """``triton`` in shipped code bound without the full ``host_triton``: ``cdiv``, ``next_power_of_2`` and
-    ``set_allocator`` here, anything else ``host_triton``'s, read from it on first use (PEP 562: a missing attribute
-    only). One per process (``small_triton``)."""
-
-    def __init__(self) -> None:
-        super().__init__("triton", "host-side helpers of Triton, provided by the forge-aot runtime")
-        self.cdiv, self.next_power_of_2, self.set_allocator = cdiv, next_power_of_2, set_allocator
-        self.__getattr__ = self._missing
-
-    def _missing(self, name: str) -> Any:
-        from .host_triton import host_triton
-
-        value = getattr(host_triton, name)
-        setattr(self, name, value)
-        return value
-
-
-_SMALL_TRITON: list[SmallTriton] = []
-
-
-def small_triton() -> SmallTriton:
-    """The process's ``SmallTriton``."""
-    if not _SMALL_TRITON:
-        _SMALL_TRITON.append(SmallTriton())
-    return _SMALL_TRITON[0]
 
 
 _MODULES: dict[str, dict[str, Any]] = {}

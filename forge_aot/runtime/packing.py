@@ -7,6 +7,8 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
+from .basics import _DTYPE_CACHE, _KNOWN, _TORCH_DTYPE_NAMES, dtype_name  # noqa: F401  (basics: shared)
+
 
 def _pack_fp16(x: float) -> int:
     return struct.unpack("<H", struct.pack("<e", x))[0]
@@ -53,29 +55,6 @@ def out_of_range(function: str, int_checks: list[tuple[int, str, str, int, int]]
             hint = f" (Triton's JIT would compile the call anew; declare {name} = \"{wider}\" in the manifest's " \
                    "signature to build for such values)" if wider else ""
             raise OverflowError(f"{function}(): {name}={values[i]} does not fit {ty}{hint}") from None
-
-
-_TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
-                      "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
-                      "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
-                      "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5",
-                      # Triton's own spellings: a reinterpreted tensor's dtype (host_triton.TensorWrapper)
-                      "float8e4nv": "fp8e4nv", "float8e5": "fp8e5", "float8e5b16": "fp8e5b16", "float8e4b8": "fp8e4b8",
-                      "float8e4b15": "fp8e4b15", "int1": "i1"}
-
-
-_KNOWN = frozenset(_TORCH_DTYPE_NAMES.values())
-"""Element types a torch dtype maps to (a ``*T`` whose variable is not in the variant checks nothing)."""
-_DTYPE_CACHE: dict[Any, str] = {}
-
-
-def dtype_name(dtype: Any) -> str:
-    """Triton's element-type name of a torch dtype (``torch.float16`` → ``fp16``)."""
-    name = _DTYPE_CACHE.get(dtype)
-    if name is None:
-        text = str(dtype).rpartition(".")[2]
-        name = _DTYPE_CACHE[dtype] = _TORCH_DTYPE_NAMES.get(text, text)
-    return name
 
 
 DESC_PREFIX = "tensordesc<"

@@ -10,11 +10,33 @@ stdlib and ``packing``'s constants.
 
 from __future__ import annotations
 
-import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
+from .basics import (  # noqa: F401  (defined there: the lean first calls read them without this module)
+    _EXACT,
+    _INTS,
+    HEURISTICS_HOOK,
+    KERNEL_SIDE_HOOK,
+    SIZE_HINTS,
+    SPEC_ABSENT,
+    SPEC_DESC,
+    SPEC_DIV16,
+    SPEC_INT,
+    SPEC_INT_DIV16,
+    SPEC_INT_ONE,
+    SPEC_NONE,
+    SPEC_ONE,
+    _fits,
+    _log2,
+    _SizeHints,
+    cdiv,
+    next_power_of_2,
+    pick_cuda_target,
+    rank_rows,
+    spec_fits,
+    spec_rank,
+)
 from .packing import _INT_RANGES, DESC_PREFIX
 
 INDEX_FORMAT = 2
@@ -32,20 +54,8 @@ grid (every program resident at once). They change how a binary launches, never 
 LAUNCH_ATTR_PDL, LAUNCH_ATTR_COOPERATIVE = 1, 2  # a launcher's ``attrs`` bits (the C launch path's too)
 TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
-HEURISTICS_HOOK = "__forge_heuristics__"
-"""Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
-KERNEL_SIDE_HOOK = "__forge_kernel_side__"
-"""Bound in host modules: ``NAME = __forge_kernel_side__("NAME", __name__)`` stands where a file defines Triton code."""
-SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT, SPEC_DESC = "x", "D", "1", "N", "T"
-"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
-divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
-constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``); a
-pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
-attention takes either and builds the descriptor in the kernel when given a pointer)."""
-SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE = "i", "d", "o"
-"""A pointer parameter passed an integer, typed as the manifest's ``*i32|i32`` says (flash-attn's rotary
-``SEQLEN_OFFSETS``, "this could be int or a pointer"): any integer, one divisible by 16, the constant 1."""
-_EXACT, _INTS = (SPEC_ABSENT, SPEC_DESC), (SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE)
+# (The specialization codes, spec_fits, rank_rows, pick_cuda_target, cdiv and next_power_of_2 are basics': the lean
+# first calls read them without this module.)
 
 
 def launch_attrs(call: dict[str, Any]) -> int:
@@ -59,26 +69,6 @@ def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
     ``axes`` is the one order used everywhere (build, index, runtime, dev mode): type variables, then
     call-site constexprs in parameter order, then call-site launch options; ``base`` when there are none."""
     return ",".join(f"{name}={assignment[name]}" for name in axes) or "base"
-
-
-def spec_fits(built: str, actual: str) -> bool:
-    """Whether a binary specialized as ``built`` is correct for a call whose arguments give ``actual``:
-    every assumption it makes must hold (an unspecialized position accepts any value but ``None``, which only a
-    binary built for it takes)."""
-    return all(_fits(b, a) for b, a in zip(built, actual))
-
-
-def _fits(b: str, a: str) -> bool:
-    if a in _EXACT or b in _EXACT:
-        return b == a
-    if a in _INTS or b in _INTS:  # an integer where a pointer goes: only such a binary (i takes any)
-        return b == a or (b == SPEC_INT and a in _INTS)
-    return b in (SPEC_NONE, a)
-
-
-def spec_rank(spec: str) -> int:
-    """How specialized a binary is (the more assumptions, the faster it usually runs)."""
-    return sum(c not in (SPEC_NONE, SPEC_INT) for c in spec)
 
 
 def best_binary(binaries: dict[str, dict[str, Any]], names: Sequence[str], heur: tuple[Any, ...], spec: str,
@@ -126,53 +116,7 @@ def run_heuristics(heuristics: Sequence[tuple[str, Any]], names: Sequence[str], 
     return tuple(nargs[n] for n in names)
 
 
-def _log2(v: float) -> float:
-    return math.log2(v) if v > 1 else 0.0
-
-
-def rank_rows(rows: Sequence[tuple[int, ...]], key: tuple[int, ...]) -> list[int]:
-    """Indices of table rows, nearest first.
-
-    The rule: an exact match first; otherwise the distance is the sum over key arguments of
-    ``|log2(max(value, 1)) - log2(max(row, 1))|`` (so 3000 is nearer 4096 than 1024); ties go to the larger
-    row (rounding up, which keeps a block big enough), then to table order.
-    """
-    lk = [_log2(v) for v in key]
-
-    def order(i: int) -> tuple[float, float, int]:
-        row = rows[i]
-        if row == key:
-            return (-1.0, 0.0, i)
-        lr = [_log2(v) for v in row]
-        return (sum(abs(a - b) for a, b in zip(lk, lr)), -sum(lr), i)
-
-    return sorted(range(len(rows)), key=order)
-
-
 # Which packaged target runs on this device
-
-def pick_cuda_target(capability: tuple[int, int], targets: dict[str, dict[str, Any]]) -> str | None:
-    """The built CUDA target for a device of compute capability (major, minor), or None.
-
-    Exact match first. Otherwise cubin compatibility: a cubin for sm_XY runs on sm_XZ with Z >= Y (same
-    major), so the highest such minor wins; arch-specific cubins (Triton builds sm_90+ as sm_90a) run only on
-    their exact GPU. PTX is never shipped, so nothing is compiled by the driver either.
-    """
-    major, minor = capability
-    best: tuple[int, str] | None = None
-    for name, info in targets.items():
-        if info["backend"] != "cuda":
-            continue
-        arch = int(info["arch"])
-        t_major, t_minor = divmod(arch, 10)
-        if (t_major, t_minor) == (major, minor):
-            return name
-        if info.get("arch_specific") or t_major != major or t_minor > minor:
-            continue
-        if best is None or arch > best[0]:
-            best = (arch, name)
-    return best[1] if best else None
-
 
 def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
     """The built HIP target for a device whose gfx name (``gfx942:sramecc+:xnack-``) is given: exact only."""
@@ -264,32 +208,6 @@ class Config:
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
         return f"Config({items}, num_warps={self.num_warps}, num_stages={self.num_stages})"
-
-
-def cdiv(x: int, y: int) -> int:
-    return (x + y - 1) // y
-
-
-def next_power_of_2(n: int) -> int:
-    if type(n) is not int:  # plain ints (every eager call) skip the thread-local read
-        hinted = SIZE_HINTS.values
-        hint = getattr(getattr(n, "node", None), "hint", None)  # a symbolic size (torch.SymInt) and its example
-        if hinted is not None and type(hint) is int:
-            value = next_power_of_2(hint * SIZE_HINTS.scale if SIZE_HINTS.scale else 1)
-            hinted.add(value)
-            return value
-        n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
-
-
-class _SizeHints(threading.local):
-    values: set[int] | None = None  # class defaults: reading them never raises
-    scale = 1
-
-
-SIZE_HINTS = _SizeHints()
-"""While a custom op's fake implementation runs the host code on symbolic sizes (``hinted_sizes``), the values
-``next_power_of_2`` computed from a size's example value instead of turning the size into a constant."""
 
 
 SCRATCH_ALLOCATOR: list[Any] = [None]
