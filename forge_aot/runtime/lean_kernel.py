@@ -37,6 +37,7 @@ from .basics import (
 _MISS = object()
 _NO_CALL: dict[str, Any] = {}
 
+
 def bind(state: Any, mod: str) -> types.ModuleType | None:
     """Run host module ``mod`` with lean handles (under the package's lock), or None where its part of the index has
     no lean plan, or the extension, the driver or the file cannot serve it here."""
@@ -60,14 +61,13 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
     if module_spec is None or module_spec.loader is None:
         return None
     module = module_from_spec(module_spec)
-    filename_side = filename
 
     def side(fn: str, of: str) -> Any:  # where the file defines a kernel (or other Triton code)
         if fn in handles:
             return handles[fn]
         from .host_exec import kernel_side
 
-        return kernel_side(fn, of, filename_side)
+        return kernel_side(fn, of, filename)
 
     def heuristics(function: str, values: Any, outermost: bool = False) -> None:  # (the full handle's to take)
         if function in handles:
