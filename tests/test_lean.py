@@ -123,6 +123,8 @@ KEYWORDS = PRELUDE + textwrap.dedent("""
     x = torch.randn(1000, dtype=torch.float16)
     forge_kernels.vector_add(x, x)
     k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
+    import forge_kernels._ops.vector_add as host  # (its parent package imported by the lean binding, as before)
+    assert host.add_kernel is k
     out = torch.empty_like(x)
     kinds = [type(k).__name__]
     k[(1,)](x, x, out, 1000)  # by position, as seen: the C path

@@ -115,24 +115,10 @@ class Package:
         return self.backend
 
     def _ops_package(self) -> None:
-        """``<package>._ops`` imported (under the lock): ``import <package>._ops.<mod> as m`` after a first call
-        reads it (a module in sys.modules counts as imported with its parents). Straight from its file, as
-        importlib's recipe for a source file does: its place is known, the finders' search is not needed."""
-        name = f"{self.package}._ops"
-        if name not in sys.modules:
-            import importlib.util
+        """``<package>._ops`` imported (under the lock): see ``lean.ops_package``."""
+        from .lean import ops_package
 
-            path = os.path.join(self.root, "_ops", "__init__.py")
-            spec = importlib.util.spec_from_file_location(name, path,
-                                                          submodule_search_locations=[os.path.dirname(path)])
-            module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-            sys.modules[name] = module
-            try:
-                spec.loader.exec_module(module)  # type: ignore[union-attr]
-            except BaseException:
-                del sys.modules[name]
-                raise
-            sys.modules[self.package]._ops = module
+        ops_package(self.package, self.root)
 
     def _bound(self) -> None:
         runtime = sys.modules[__package__]

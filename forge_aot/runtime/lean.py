@@ -290,6 +290,26 @@ class LeanPackage:
         return exported
 
 
+def ops_package(package: str, root: str) -> None:
+    """``<package>._ops`` imported (under the package's lock): ``import <package>._ops.<mod> as m`` after a first call
+    reads it (a module in sys.modules counts as imported with its parents). Straight from its file, as importlib's
+    recipe for a source file does: its place is known, the finders' search is not needed."""
+    name = f"{package}._ops"
+    if name not in sys.modules:
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        path = os.path.join(root, "_ops", "__init__.py")
+        spec = spec_from_file_location(name, path, submodule_search_locations=[os.path.dirname(path)])
+        module = module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except BaseException:
+            del sys.modules[name]
+            raise
+        sys.modules[package]._ops = module
+
+
 class _LeanFinder:
     """``import <package>._ops.<module>``: handed to the full runtime's finder (which binds the host module, or
     finds the one bound here)."""

@@ -33,6 +33,7 @@ from .basics import (
     spec_fits,
     spec_rank,
 )
+from .lean import ops_package
 
 _MISS = object()
 _NO_CALL: dict[str, Any] = {}
@@ -77,6 +78,7 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
     module.__dict__.update({"triton": small_triton(), HEURISTICS_HOOK: heuristics, KERNEL_SIDE_HOOK: side})
     if spec.get("package"):  # (as host_exec.run_host_file; with no project modules, no relative import reads it)
         module.__dict__["__package__"] = f"{state.package}._ops._local.{spec['package']}"
+    ops_package(state.package, state.root)
     sys.modules[name] = module
     try:
         exec(module_spec.loader.get_code(name), module.__dict__)  # type: ignore[attr-defined]
