@@ -1,13 +1,11 @@
-"""What every path of the runtime reads alike, and all the lean first calls (``lean``, ``lean_kernel``) need of it:
-the dtype names, the specialization codes and which binary fits a call, which table row is nearest a key, which
-built target runs on a device, whether a config fits the constraints, ``cdiv``/``next_power_of_2`` and the small
-``triton`` of host code, ``LAUNCHES``, the C extension and the NVIDIA driver opened through it. Defined once here;
-``rules``, ``packing``, ``fastpath``, ``cuda``, ``host_exec`` and ``expressions`` import them (so both the lean
-and the full paths choose alike). Imports: stdlib.
-"""
+"""What every path of the runtime reads alike, which the lean first calls (``lean``, ``lean_kernel``) need: dtype
+names, specializations and binary fit, nearest rows, targets, config fit, ``cdiv``/``next_power_of_2``, the small
+``triton``, ``LAUNCHES``, the C extension and the driver through it. Defined once here (``rules``, ``packing``,
+``fastpath``, ``cuda``, ``cold``... import them). Imports: stdlib."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -38,11 +36,9 @@ def dtype_name(dtype: Any) -> str:
 
 
 SPEC_NONE, SPEC_DIV16, SPEC_ONE, SPEC_ABSENT, SPEC_DESC = "x", "D", "1", "N", "T"
-"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer
-divisible by 16; integer equal to 1 (compiled as the constant 1); pointer passed as ``None`` (compiled as the
-constant None, as Triton does: FLA passes ``h0=None`` and its heuristics test ``args['h0'] is not None``); a
-pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the Triton tutorial's
-attention takes either and builds the descriptor in the kernel when given a pointer)."""
+"""Per-argument specialization codes, as Triton's JIT: no assumption; pointer 16-byte aligned or integer divisible
+by 16; integer equal to 1 (compiled in); pointer passed None (compiled in, as Triton does: FLA's ``h0=None``); a
+pointer parameter passed a host-side tensor descriptor (compiled as a ``tensordesc``: the tutorial's attention)."""
 SPEC_INT, SPEC_INT_DIV16, SPEC_INT_ONE = "i", "d", "o"
 """A pointer parameter passed an integer, typed as the manifest's ``*i32|i32`` says (flash-attn's rotary
 ``SEQLEN_OFFSETS``, "this could be int or a pointer"): any integer, one divisible by 16, the constant 1."""
@@ -137,8 +133,7 @@ class _SizeHints(threading.local):
 
 
 SIZE_HINTS = _SizeHints()
-"""While a custom op's fake implementation runs the host code on symbolic sizes (``hinted_sizes``), the values
-``next_power_of_2`` computed from a size's example value instead of turning the size into a constant."""
+"""While a custom op's fake implementation runs host code on symbolic sizes (``hinted_sizes``): see there."""
 
 
 class SmallTriton(types.ModuleType):
@@ -288,6 +283,43 @@ def check_cuda(driver: Any, code: int, what: str) -> None:
         from .errors import DriverError  # (loaded where an error is raised: a first launch needs none)
 
         raise DriverError(f"{what} failed: {driver.error_name(code) or 'unknown'} ({code})")
+
+
+def max_shared(config: dict[str, Any]) -> int:
+    """The most shared memory any binary of a config asks for (recorded by the build beside the binaries)."""
+    if "max_shared" in config:
+        return int(config["max_shared"])
+    return max((b["shared"] for b in config.get("binaries", {}).values()), default=0)
+
+
+def target_table(root: str, mod: str, variant: dict[str, Any], targets: dict[str, Any], info: tuple[Any, ...],
+                 ) -> tuple[Any, ...] | None:
+    """A (device ``info``: name, capability, max shared memory; variant) as ``tables.resolve_table`` resolves it:
+    (target, directory, configs, usable ids, rows, row ids), for cold and lean handles; None if no target runs."""
+    name, capability, most = info
+    target = pick_cuda_target(capability, {t: targets[t] for t in variant["targets"]})
+    if target is None:
+        return None
+    directory = os.path.join(root, "_forge", "modules", mod, variant["target_files"])
+    with open(os.path.join(directory, f"{target}.json"), "rb") as f:
+        entry = json.load(f)
+    configs = entry["configs"]
+    rows = entry["tables"].get(name, entry["tables"]["default"])
+    return (target, directory, configs, {c for c, v in configs.items() if max_shared(v) <= most},
+            [tuple(int(v) for v in r[:-1]) for r in rows], [str(r[-1]) for r in rows])
+
+
+def pick_config(table: tuple[Any, ...], key: tuple[Any, ...], fits: Callable[[], Callable[[str], bool]]) -> Any:
+    """As ``ConfigTable.lookup``: a row of this key (the build checked its config there), else the nearest row whose
+    config fits (``fits()``: the check, made only where the key misses every row), else any config that fits."""
+    _, _, configs, usable, rows, ids = table
+    cid = next((c for r, c in zip(rows, ids) if r == key and c in usable), None)
+    if cid is None:
+        check = fits()
+        cid = next((ids[i] for i in rank_rows(rows, key) if check(ids[i])), None)
+        if cid is None:
+            cid = next((c for c in configs if check(c)), None)
+    return cid
 
 
 def compile_constraints(texts: Sequence[str]) -> list[Any]:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fastpath
-from .basics import compile_constraints, config_fits
+from .basics import compile_constraints, config_fits, pick_config, target_table
 from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic_values
 from .packing import check_dtypes, dtype_name
 from .rules import (
@@ -45,10 +45,7 @@ from .rules import (
     Config,
     best_binary,
     launch_attrs,
-    max_shared,
     named_args,
-    pick_cuda_target,
-    rank_rows,
     read_params,
     run_heuristics,
     variant_id,
@@ -241,18 +238,11 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             table = cold.tables[(device, vid)] = self._table(cold, device, vid)
         if table is None:
             return None
-        target, directory, configs, usable, rows, row_ids = table
+        target, directory, configs, usable = table[:4]
         key = tuple(args[src] if is_rt else call[src] for is_rt, src in self.key_sources)
         if any(type(v) not in (int, bool) for v in key):  # (FLA keys on REVERSE, a bool)
             return None
-        # As ConfigTable.lookup: a row of this key (the build checked its config there), else the nearest row
-        # whose config fits (usable here, the constraints true for this key), else any config that fits.
-        cid = next((c for r, c in zip(rows, row_ids) if r == key and c in usable), None)
-        if cid is None:
-            fits = self._fits(configs, usable, dict(zip(self.key_names, key)), assignment)
-            cid = next((row_ids[i] for i in rank_rows(rows, key) if fits(row_ids[i])), None)
-            if cid is None:
-                cid = next((c for c in configs if fits(c)), None)
+        cid = pick_config(table, key, lambda: self._fits(configs, usable, dict(zip(self.key_names, key)), assignment))
         if cid is None:
             return None
         entry = configs[cid]
@@ -297,18 +287,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         info = device_info(device)
         if variant is None:
             return None
-        target = pick_cuda_target(info["capability"], {t: self.targets[t] for t in variant["targets"]})
-        if target is None:
-            return None
-        directory = os.path.join(cold.root, "_forge", "modules", cold.mod, variant["target_files"])
-        with open(os.path.join(directory, f"{target}.json"), "rb") as f:
-            entry = json.load(f)
-        configs = entry["configs"]
-        usable = {cid for cid, c in configs.items() if max_shared(c) <= info["max_shared"]}
-        rows = entry["tables"].get(info["name"], entry["tables"]["default"])
-        return (target, directory, configs, usable, [tuple(int(v) for v in r[:-1]) for r in rows],
-                [str(r[-1]) for r in rows])
-
+        return target_table(cold.root, cold.mod, variant, self.targets,
+                            (info["name"], info["capability"], info["max_shared"]))
 
 def promoted(kernel: Any) -> Any:
     """A kernel handle as a full ``Kernel``: a lean one (``lean_kernel``'s ``LeanKernel``) or a cold one promoted (see

@@ -27,11 +27,11 @@ from .basics import (
     config_fits,
     dtype_name,
     extension,
-    pick_cuda_target,
-    rank_rows,
+    pick_config,
     small_triton,
     spec_fits,
     spec_rank,
+    target_table,
 )
 from .lean import ops_package
 
@@ -130,21 +130,11 @@ class _Lean:
             table = self.tables[(device, vid)] = self._table(device, vid)
         if table is None:
             return _MISS
-        target, directory, configs, usable, rows, ids = table
+        target, directory, configs, usable = table[:4]
         key = tuple(args[i] for i in p["key_pos"])
         if any(type(v) not in (int, bool) for v in key):
             return _MISS
-        # As ConfigTable.lookup: a row of this key (the build checked its config there), else the nearest row whose
-        # config fits (usable here, the constraints true for this key), else any config that fits.
-        cid = next((c for r, c in zip(rows, ids) if r == key and c in usable), None)
-        if cid is None:
-            kspec = self.part["kernels"][self.name]
-            if self.constraints is None:
-                self.constraints = compile_constraints(kspec.get("constraints", ()))
-            fits = config_fits(self.constraints, configs, usable, dict(zip(kspec["key"], key)), assignment)
-            cid = next((ids[i] for i in rank_rows(rows, key) if fits(ids[i])), None)
-            if cid is None:
-                cid = next((c for c in configs if fits(c)), None)
+        cid = pick_config(table, key, lambda: self._fits(configs, usable, key, assignment))
         if cid is None:
             return _MISS
         entry = configs[cid]
@@ -192,22 +182,17 @@ class _Lean:
             info = self.state.devices[device] = (name, (got[0][1], got[1][1]), got[2][1], ctx)
         return info
 
+    def _fits(self, configs: dict[str, Any], usable: set[str], key: tuple[Any, ...],
+              assignment: dict[str, Any]) -> Any:
+        kspec = self.part["kernels"][self.name]
+        if self.constraints is None:
+            self.constraints = compile_constraints(kspec.get("constraints", ()))
+        return config_fits(self.constraints, configs, usable, dict(zip(kspec["key"], key)), assignment)
+
     def _table(self, device: int, vid: str) -> tuple[Any, ...] | None:
-        """What a (device, variant) resolves to, as ``ColdKernel._table``; None where another handle serves it."""
-        variant = self.part["kernels"][self.name]["variants"][vid]
-        name, capability, max_shared, _ = self._device(device)
-        targets = self.part["targets"]
-        target = pick_cuda_target(capability, {t: targets[t] for t in variant["targets"]})
-        if target is None:
-            return None
-        directory = os.path.join(self.state.root, "_forge", "modules", self.mod, variant["target_files"])
-        with open(os.path.join(directory, f"{target}.json"), "rb") as f:
-            entry = json.load(f)
-        configs = entry["configs"]
-        usable = {cid for cid, c in configs.items() if int(c.get("max_shared", 0)) <= max_shared}
-        rows = entry["tables"].get(name, entry["tables"]["default"])
-        return (target, directory, configs, usable, [tuple(int(v) for v in r[:-1]) for r in rows],
-                [str(r[-1]) for r in rows])
+        """What a (device, variant) resolves to (``basics.target_table``, as ``ColdKernel._table``)."""
+        return target_table(self.state.root, self.mod, self.part["kernels"][self.name]["variants"][vid],
+                            self.part["targets"], self._device(device)[:3])
 
     def _load(self, kernel: Any, binary: dict[str, Any], device: int, target: str, cid: str,
               config: dict[str, Any]) -> Any:

@@ -31,6 +31,7 @@ from .basics import (  # noqa: F401  (defined there: the lean first calls read t
     _log2,
     _SizeHints,
     cdiv,
+    max_shared,
     next_power_of_2,
     pick_cuda_target,
     rank_rows,
@@ -125,14 +126,6 @@ def pick_hip_target(gfx: str, targets: dict[str, dict[str, Any]]) -> str | None:
         if info["backend"] == "hip" and info["arch"] == base:
             return name
     return None
-
-
-def max_shared(config: dict[str, Any]) -> int:
-    """The most shared memory any binary of a config asks for (recorded by the build beside the binaries, which
-    a wheel reads only when the config launches)."""
-    if "max_shared" in config:
-        return int(config["max_shared"])
-    return max((b["shared"] for b in config.get("binaries", {}).values()), default=0)
 
 
 def read_params(kernel: Any, spec: dict[str, Any]) -> None:
