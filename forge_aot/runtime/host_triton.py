@@ -7,6 +7,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from . import names  # noqa: F401  (keeps the package's attribute host_triton this module's object: names._Runtime)
 from .errors import ForgeRuntimeError
 from .rules import (  # noqa: F401  (host helpers every path shares)
     _SCRATCH_ALIGN,

@@ -160,9 +160,9 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]],
     ops and ``preload``. Lean where it may serve (see the module's docstring), else ``entry.load_package``'s."""
     routed = bool(exports) or any(len(spec) > 2 and spec[2] for spec in ops.values())
     if routed or not _lean_wanted():
-        from . import FIRST_CALL, run_bundled
+        from .bundling import run_first_call
 
-        run_bundled(FIRST_CALL)
+        run_first_call()
         from .entry import load_package as load_full
 
         return load_full(package, root, ops, exports)
@@ -213,8 +213,10 @@ class LeanPackage:
                 if handed is None:
                     from .entry import adopt  # (with the rest of the runtime: from the bundle where it is valid)
 
-
                     handed = self.handed = adopt(self)
+                    runtime = sys.modules[__package__]
+                    if runtime.BUNDLE_WANTED:  # (a runtime module's file changed since the bundle was written)
+                        runtime.first_call_done()
         return handed[0]
 
     def full_exported(self, op: str) -> Callable[..., Any]:
