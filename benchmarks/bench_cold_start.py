@@ -290,7 +290,7 @@ CHILD_JIT = textwrap.dedent("""
 """)
 
 
-BUNDLE_PATH = "import json, forge_kernels._runtime as r; print(json.dumps({'path': r._bundle_path()}))"
+BUNDLE_PATH = "import json, forge_kernels._runtime as r; print(json.dumps({'path': r.bundle_path()}))"
 WRITE_BUNDLE = "import json, forge_kernels._runtime as r; print(json.dumps({'wrote': r.write_bundle()}))"
 
 

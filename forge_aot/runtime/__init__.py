@@ -59,6 +59,11 @@ BUNDLE_WANTED = False
 """Whether this process found no valid bundle (in a wheel): the first call then writes one."""
 _FINGERPRINT: str | None = None
 """The build's sha256 of these modules' sources (``use_bundle``): a bundle of other sources is never used."""
+FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold_launch", "cold",
+              "host_exec", "cold_binding")
+"""A full-runtime first call's modules where its kernels are plain (``cold``), in the order they import each other:
+run at import from the bundle where the full runtime serves from import on (``run_first_call``). The others load
+from the bundle on first need, as all do after a lean package's hand-over."""
 _IN_A_WHEEL = __name__.endswith("._runtime")  # (the source tree's copy, imported by the build tools, bundles nothing)
 _HERE = os.path.dirname(__file__)
 
@@ -162,6 +167,29 @@ def _run(name: str, code: Any) -> None:
     setattr(sys.modules[__name__], name, module)
 
 
+def run_first_call() -> None:
+    """Run FIRST_CALL's bundled modules now, as the import system would, without its finders and locks: only under
+    ``import <package>``'s import lock (``lean.load_package``), where no other thread imports from the package.
+    A module that fails is left to the import system, whose import then raises as it would."""
+    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
+    package = sys.modules[__name__]
+    for name in FIRST_CALL if finder is not None else ():
+        fullname = f"{__name__}.{name}"
+        found = None if fullname in sys.modules else finder.spec(name)
+        if found is None:  # imported already (by a module before), or not in the bundle
+            continue
+        from importlib.util import module_from_spec
+
+        module = module_from_spec(found)
+        sys.modules[fullname] = module
+        try:
+            found.loader.exec_module(module)
+        except Exception:
+            sys.modules.pop(fullname, None)
+            continue
+        setattr(package, name, module)
+
+
 def _map(f: Any) -> Any:
     """The bundle's bytes: mapped where torch has imported ``mmap`` already (only the pages of the modules that
     load are read: 0.1 - 0.2 ms less than reading all 280 KB, locally), else read. The writer replaces the file,
@@ -176,8 +204,8 @@ def _map(f: Any) -> Any:
 
 
 class _Finder:
-    """Finds the bundle's other modules, before the path finders (``bundling.spec``: each module's file is checked
-    once, all together, when the first of them is imported). It stays in sys.meta_path, answering None to every
+    """Finds the bundle's other modules, before the path finders (``spec``: their files are checked once, all
+    together, when the first of them is imported). It stays in sys.meta_path, answering None to every
     other name (removing it could make another thread's import skip a finder)."""
 
     def __init__(self, held: dict[str, tuple[int, int, Any]]) -> None:
@@ -186,9 +214,67 @@ class _Finder:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix) or fullname[len(self.prefix):] not in self.held:
             return None
-        from .bundling import spec
+        return self.spec(fullname[len(self.prefix):])
 
-        return spec(self, fullname[len(self.prefix):])
+    def spec(self, name: str) -> Any:
+        """The spec of bundled module ``name``, or None (the import system then finds its file): on the first ask,
+        every held module's file is checked against the size and modification time the bundle recorded; where any
+        changed, none is served and the bundle is written again (``first_call_done``)."""
+        from importlib.machinery import ModuleSpec
+
+        global BUNDLE_WANTED
+        held = self.held
+        if not self.checked:
+            try:
+                fresh = all((st.st_mtime_ns, st.st_size) == (mtime_ns, size) for st, (mtime_ns, size, _) in
+                            ((os.stat(source(n)), entry) for n, entry in held.items()))
+            except OSError:
+                fresh = False
+            if not fresh:
+                held.clear()
+                BUNDLE_WANTED = True
+            self.checked = True
+        entry = held.pop(name, None)  # taken once: the bundle's memory goes as the modules load
+        if entry is None:
+            return None
+        fullname = f"{__name__}.{name}"
+        origin = source(name)
+        spec = ModuleSpec(fullname, _loader()(fullname, origin, entry[2]), origin=origin, loader_state="bundle")
+        spec.has_location = True  # __file__ and __cached__ as for the module's own file
+        return spec
+
+
+_LOADER: list[type] = []
+
+
+def _loader() -> type:
+    """``_BundleLoader``: the import system's own loader for a module's file, with the module's code taken from the
+    bundle (its file name fixed in it, as the import system does); its own way where the bundle's bytes do not load.
+    Made on first use: a process served lean alone never loads a module through it."""
+    if not _LOADER:
+        from importlib.machinery import SourceFileLoader
+
+        class _BundleLoader(SourceFileLoader):
+            def __init__(self, fullname: str, path: str, code: Any) -> None:
+                super().__init__(fullname, path)
+                self.code = code
+
+            def get_code(self, fullname: str) -> Any:
+                data, self.code = self.code, None
+                if data is not None:
+                    import _imp
+
+                    try:
+                        code = marshal.loads(data)
+                    except (ValueError, EOFError, TypeError):
+                        code = None
+                    if code is not None:
+                        _imp._fix_co_filename(code, self.path)
+                        return code
+                return super().get_code(fullname)
+
+        _LOADER.append(_BundleLoader)
+    return _LOADER[0]
 
 
 def first_call_done() -> None:

@@ -1,5 +1,5 @@
-"""The runtime's bytecode bundle (see the package's ``__init__``, which reads it and runs LEAN's modules from it):
-serving its other modules, and writing it.
+"""The runtime's bytecode bundle (see the package's ``__init__``, which reads it, runs LEAN's modules and serves the
+others from it): what it holds, and writing it.
 
 The bundle holds the modules of ``BUNDLED`` compiled from their sources as the import system compiles them
 (``compile(..., dont_inherit=True)`` at the interpreter's optimisation level), less what no code reads at run time:
@@ -14,15 +14,12 @@ first call spends most on (scripts/probe_first_call_coverage.py).
 
 from __future__ import annotations
 
-import _imp
 import ast
 import contextlib
 import marshal
 import os
-import sys
 import threading
-from importlib.machinery import ModuleSpec, SourceFileLoader
-from importlib.util import MAGIC_NUMBER, module_from_spec
+from importlib.util import MAGIC_NUMBER
 from typing import Any
 
 from . import BUNDLE_FORMAT, LEAN, source
@@ -32,85 +29,6 @@ BUNDLED = (*LEAN, "entry", "custom_ops", "torch_ops", "errors", "host_triton", "
            "host_exec", "local_imports", "expressions", "names")
 """The modules ``import <package>`` and a first call import (``hip`` loads as needed; ``custom_ops``, ``torch_ops``
 when an op is first traced or ``torch.ops.<package>`` used; ``local_imports``, ``expressions`` where needed)."""
-FIRST_CALL = ("exports", "entry", "packing", "rules", "drivers", "fastpath", "cuda", "cold_launch", "cold",
-              "host_exec", "cold_binding")
-"""A full-runtime first call's modules where its kernels are plain (``cold``), in the order they import each other:
-run at import from the bundle where the full runtime serves from import on (``run_first_call``). The others load
-from the bundle on first need, as all do after a lean package's hand-over."""
-
-
-# -- serving -----------------------------------------------------------------------------------------------------
-
-def spec(finder: Any, name: str) -> Any:
-    """The spec of bundled module ``name`` for the package's finder (``_Finder``), or None (the import system then
-    finds its file): on the first ask, every held module's file is checked against the size and modification time
-    the bundle recorded; where any changed, none is served and the bundle is written again (``first_call_done``)."""
-    held = finder.held
-    if not finder.checked:
-        try:
-            fresh = all((st.st_mtime_ns, st.st_size) == (mtime_ns, size) for st, (mtime_ns, size, _) in
-                        ((os.stat(source(n)), entry) for n, entry in held.items()))
-        except OSError:
-            fresh = False
-        if not fresh:
-            held.clear()
-            sys.modules[__package__].BUNDLE_WANTED = True
-        finder.checked = True
-    entry = held.pop(name, None)  # taken once: the bundle's memory goes as the modules load
-    if entry is None:
-        return None
-    fullname = f"{__package__}.{name}"
-    origin = source(name)
-    found = ModuleSpec(fullname, _BundleLoader(fullname, origin, entry[2]), origin=origin, loader_state="bundle")
-    found.has_location = True  # __file__ and __cached__ as for the module's own file
-    return found
-
-
-class _BundleLoader(SourceFileLoader):
-    """The import system's own loader for a module's file, with the module's code taken from the bundle (its file
-    name fixed in it, as the import system does); its own way where the bundle's bytes do not load."""
-
-    def __init__(self, fullname: str, path: str, code: Any) -> None:
-        super().__init__(fullname, path)
-        self.code = code
-
-    def get_code(self, fullname: str) -> Any:
-        data, self.code = self.code, None
-        if data is not None:
-            try:
-                code = marshal.loads(data)
-            except (ValueError, EOFError, TypeError):
-                code = None
-            if code is not None:
-                _imp._fix_co_filename(code, self.path)
-                return code
-        return super().get_code(fullname)
-
-
-def run_first_call() -> None:
-    """Run FIRST_CALL's bundled modules now, as the import system would, without its finders and locks: only under
-    ``import <package>``'s import lock (``lean.load_package``), where no other thread imports from the package.
-    A module that fails is left to the import system, whose import then raises as it would."""
-    from . import _Finder
-
-    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
-    package = sys.modules[__package__]
-    for name in FIRST_CALL if finder is not None else ():
-        fullname = f"{__package__}.{name}"
-        found = None if fullname in sys.modules else spec(finder, name)
-        if found is None:  # imported already (by a module before), or not in the bundle
-            continue
-        module = module_from_spec(found)
-        sys.modules[fullname] = module
-        try:
-            found.loader.exec_module(module)
-        except Exception:
-            sys.modules.pop(fullname, None)
-            continue
-        setattr(package, name, module)
-
-
-# -- writing -----------------------------------------------------------------------------------------------------
 
 
 def _is_doc(node: ast.stmt) -> bool:

@@ -160,7 +160,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]],
     ops and ``preload``. Lean where it may serve (see the module's docstring), else ``entry.load_package``'s."""
     routed = bool(exports) or any(len(spec) > 2 and spec[2] for spec in ops.values())
     if routed or not _lean_wanted():
-        from .bundling import run_first_call
+        from . import run_first_call
 
         run_first_call()
         from .entry import load_package as load_full

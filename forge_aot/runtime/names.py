@@ -33,7 +33,6 @@ _EXPORTS = {
     "TRITON_DEFAULTS": "tables", "Config": "tables", "ConfigTable": "tables", "argument_spec": "tables",
     "pick_cuda_target": "tables", "pick_hip_target": "tables", "rank_rows": "tables", "resolve_table": "tables",
     "spec_fits": "tables", "spec_rank": "tables", "variant_id": "tables", "BUNDLED": "bundling",
-    "FIRST_CALL": "bundling",
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
