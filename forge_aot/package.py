@@ -71,7 +71,8 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     for mod, spec in plan.modules.items():
         # The kernel file with its Triton lines blanked, line numbers kept (see sourcesplit).
         (pkg / "_ops" / f"{mod}.py").write_text(spec["host_source"], encoding="utf-8")
-    (pkg / "_ops" / "__init__.py").write_text('"""Host code of the packaged ops."""\n', encoding="utf-8")
+    # Empty: the runtime makes the package without running it (lean.ops_package), which a first call pays for.
+    (pkg / "_ops" / "__init__.py").write_text("", encoding="utf-8")
     local = {name: src for spec in plan.modules.values() for name, src in spec.get("local_sources", {}).items()}
     if local:
         # The project's own modules the host code imports (localmods.py): the runtime sends those imports here.

@@ -28,7 +28,7 @@ tree and in the wheel. One module per concern:
 - ``torch_ops``: what the ops' torch custom ops run (Meta implementation, autograd, backward routing), ``fake_env``;
 - ``descriptors``: host-side tensor descriptors and their kernel parameters (lazy);
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
-- ``bundling``: writing the bytecode bundle (below).
+- ``bundling``: what the bytecode bundle holds, and writing it (below);      ``names``: this package's names.
 
 Names are loaded on first access (PEP 562, ``names``): ``import <package>`` runs this file and ``lean`` only (where
 the full runtime serves from import on, ``entry``, ``exports`` and the modules of ``bundling.FIRST_CALL`` too). This

@@ -294,21 +294,15 @@ class LeanPackage:
 
 def ops_package(package: str, root: str) -> None:
     """``<package>._ops`` imported (under the package's lock): ``import <package>._ops.<mod> as m`` after a first call
-    reads it (a module in sys.modules counts as imported with its parents). Straight from its file, as importlib's
-    recipe for a source file does: its place is known, the finders' search is not needed."""
+    reads it (a module in sys.modules counts as imported with its parents). Made as the import system makes it, with
+    no search and nothing run: the build writes its ``__init__.py`` empty."""
     name = f"{package}._ops"
     if name not in sys.modules:
         from importlib.util import module_from_spec, spec_from_file_location
 
         path = os.path.join(root, "_ops", "__init__.py")
         spec = spec_from_file_location(name, path, submodule_search_locations=[os.path.dirname(path)])
-        module = module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)  # type: ignore[union-attr]
-        except BaseException:
-            del sys.modules[name]
-            raise
+        sys.modules[name] = module = module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[package]._ops = module
 
 

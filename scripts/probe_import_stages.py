@@ -1,0 +1,153 @@
+"""Where a fresh process's ``import <package>`` + first ``vector_add`` go, stage by stage, for installed copies of a
+wheel: a measurement of the runtime's cold start, not product.
+
+Each DIR is a ``pip install --target`` of a forge_kernels wheel. The probe copies it, puts clock reads between the
+statements of the copy's generated ``__init__.py`` (the runtime's import, ``use_bundle``: the bytecode bundle read
+and LEAN's modules run from it, ``lean``'s import where the bundle did not run it, ``load_package``), writes the
+copy's bytecode bundle (or removes it: ``--no-bundle``), and runs fresh processes, interleaved across the copies:
+after ``import torch`` and the CUDA context (or the test suite's fake driver: ``--fake``), it times the import
+and then the first call, whose parts it reads by wrapping the lean binding's functions (``bind``, the extension's
+and the driver's loading, the index reads, the launch's table, binary load and config choice).
+
+    python scripts/probe_import_stages.py DIR [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from probe_children import DEVICE
+
+CHILD = DEVICE + textwrap.dedent("""
+    import functools, json
+    n = 4099  # not a table row: the nearest row is ranked
+    x = torch.randn(n + 1, device=dev, dtype=torch.float16)[1:]  # misaligned by one element
+    y = torch.randn(n, device=dev, dtype=torch.float16)
+    t0 = clk()
+    import forge_kernels
+    t1 = clk()
+    marks = forge_kernels._STAGES
+    stages = {"find package": marks[0] - t0}
+    names = ["runtime import", "use_bundle", "lean import", "load_package"]
+    for name, a, b in zip(names, marks, marks[1:]):
+        stages[name] = b - a
+    stages["rest of __init__"] = t1 - marks[-1]
+    lk = sys.modules.get("forge_kernels._runtime.lean_kernel")
+    parts = {}
+
+    def wrap(owner, name, label):
+        f = getattr(owner, name)
+
+        @functools.wraps(f)
+        def timed(*a, **k):
+            t = clk()
+            try:
+                return f(*a, **k)
+            finally:
+                parts[label] = parts.get(label, 0.0) + clk() - t
+        setattr(owner, name, timed)
+
+    if lk is not None:
+        for owner, name in ((lk, "bind"), (lk, "extension"), (lk, "c_driver"), (lk, "ops_package"),
+                            (lk.json, "load"), (lk._Lean, "launch"), (lk._Lean, "_table"), (lk._Lean, "_load"),
+                            (lk, "pick_config")):
+            wrap(owner, name, f"first call: {'json.load' if owner is lk.json else name}")
+    t2 = clk()
+    out = forge_kernels.vector_add(x, y)
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    t3 = clk()
+    ok = dev != "cuda" or torch.allclose(out.float(), x.float() + y.float(), atol=1e-2)  # (fake: nothing runs)
+    stages.update(parts)
+    print(json.dumps({"import": t1 - t0, "first": t3 - t2, "ok": bool(ok), "stages": stages}))
+""")
+
+MARKS = (
+    ("from ._runtime import use_bundle as _use_bundle\n",
+     "import time as _time\n_STAGES = [_time.perf_counter()]\nfrom ._runtime import use_bundle as _use_bundle\n"
+     "_STAGES.append(_time.perf_counter())\n"),
+    ("from ._runtime.lean import load_package as _load_package  # noqa: E402\n",
+     "_STAGES.append(_time.perf_counter())\nfrom ._runtime.lean import load_package as _load_package  # noqa: E402\n"
+     "_STAGES.append(_time.perf_counter())\n"),
+    ("_exported, preload = _load_package(__name__, __path__[0], _OPS, _EXPORTS)\n",
+     "_exported, preload = _load_package(__name__, __path__[0], _OPS, _EXPORTS)\n"
+     "_STAGES.append(_time.perf_counter())\n"),
+)
+
+
+def _instrumented(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, symlinks=True)
+    init = dest / "forge_kernels" / "__init__.py"
+    text = init.read_text()
+    for anchor, replacement in MARKS:
+        if anchor not in text:
+            sys.exit(f"{init}: no line {anchor.strip()!r} to time (another layout of the generated __init__)")
+        text = text.replace(anchor, replacement, 1)
+    init.write_text(text)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("--runs", type=int, default=21)
+    ap.add_argument("--fake", action="store_true")
+    ap.add_argument("--no-bundle", action="store_true")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    mode = "fake" if a.fake else "cuda"
+    work = Path(tempfile.mkdtemp(prefix="forge_stages_"))
+    copies = {str(d): _instrumented(d, work / f"copy{i}") for i, d in enumerate(a.dirs)}
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    for copy in copies.values():
+        env = base | {"PYTHONPATH": str(copy)}
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(copy)], check=True, env=env)
+        if a.no_bundle:
+            for f in (copy / "forge_kernels" / "_runtime" / "__pycache__").glob("_bundle.*"):
+                f.unlink()
+        else:
+            subprocess.run([sys.executable, "-c", "import torch, forge_kernels._runtime as r, forge_kernels; "
+                            "assert r.write_bundle()"], env=env, check=True, cwd="/")
+    runs: dict[str, list[dict]] = {name: [] for name in copies}
+    for i in range(a.runs + 1):
+        for name in (list(copies) if i % 2 else list(copies)[::-1]):
+            env = base | {"PYTHONPATH": str(copies[name])}
+            if a.no_bundle:
+                env["PYTHONDONTWRITEBYTECODE"] = "1"  # (the first call would write it)
+            out = subprocess.run([sys.executable, "-c", CHILD, mode], env=env, cwd="/", capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(out.stderr)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            if not got["ok"]:
+                sys.exit(f"{name}: wrong result")
+            if i:  # (the first round: page cache, bytecode written)
+                runs[name].append(got)
+    print(f"import + first vector_add ({mode}, {'no bundle' if a.no_bundle else 'bundle'}; {a.runs} interleaved "
+          "fresh processes; ms, median (q1 - q3))")
+    table = {}
+    for name, rs in runs.items():
+        def med(values: list[float]) -> str:
+            q = statistics.quantiles(values, n=4) if len(values) > 1 else values * 3
+            return f"{1e3 * statistics.median(values):.3f} ({1e3 * q[0]:.3f} - {1e3 * q[2]:.3f})"
+        total = [r["import"] + r["first"] for r in rs]
+        print(f"{name}\n  total {med(total)}  import {med([r['import'] for r in rs])}  "
+              f"first call {med([r['first'] for r in rs])}")
+        stages = {s for r in rs for s in r["stages"]}
+        for s in sorted(stages, key=lambda s: (s.startswith("first call"), s)):
+            print(f"    {s:32s} {med([r['stages'].get(s, 0.0) for r in rs])}")
+        table[name] = {"total_ms": 1e3 * statistics.median(total), "runs": rs}
+    if a.json:
+        a.json.write_text(json.dumps({"mode": mode, "bundle": not a.no_bundle, "copies": table}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
