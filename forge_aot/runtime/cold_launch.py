@@ -1,7 +1,7 @@
 """What a cold handle (``cold``) launches with: a binary loaded as a C ``Launcher`` (laid out as
 ``launch._BinaryLauncher`` lays it out), the devices' figures, what a launch returns, and what the C path hands back
 where a kernel's heuristics give values it has not seen. Imports: stdlib, the C extension (``fastpath``), ``drivers``,
-``packing``, ``rules``."""
+``packing``, ``rules``, ``lean_kernel`` (the C ``Launcher`` made as lean handles make it)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 from . import fastpath
 from .drivers import driver
+from .lean_kernel import new_launcher
 from .packing import _STRUCT_CODES, DESC_PREFIX, block_layout
-from .rules import Config, binary_params, scratch_buffer
+from .rules import Config, binary_params
 
 DEVICES: dict[int, dict[str, Any]] = {}
 """Device index → ``driver().describe(index)``, asked once per process."""
@@ -59,16 +60,6 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
     layout = block_of(kernel, binary)
     if layout is None:
         return None
-    kept, kinds, offsets, size = layout
-    import torch
-    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
-        (lambda d: torch.cuda.current_stream(d).cuda_stream)
-    scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
-    scratch = None
-    if any(scratch_sizes):
-        import functools
-
-        scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
     with cold.lock:
         launcher = cold.launchers.get(key)
         if launcher is None:
@@ -79,12 +70,8 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
             if function is None:  # (then the image was read above: functions are never dropped)
                 function = cold.functions[loaded] = drv.load(device, image, binary["function"], binary["shared"],
                                                              device_info(device)["max_shared"])
-            launcher = fastpath.c.Launcher(
-                function, drv.primary_context(device), binary["warp_size"] * binary["num_warps"],
-                binary["shared"], kept, kinds, offsets, size,
-                *scratch_sizes, scratch, raw_stream, device, drv.check, kernel.function, entry["launch"],
-                entry["ctx_get"], entry["ctx_push"], entry["ctx_pop"], attrs, entry.get("launch_ex", 0), None,
-                entry.get("tensor_map", 0))
+            launcher = new_launcher(function, drv.primary_context(device), binary, layout, device, drv.check,
+                                    kernel.function, entry, attrs)
             cold.launchers[key] = launcher
     return launcher
 

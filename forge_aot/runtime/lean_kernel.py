@@ -209,26 +209,34 @@ class _Lean:
             if launcher is None:
                 code, failed, fn = drv.load(ctx, image, binary["function"], binary["shared"], max_shared)
                 check_cuda(drv, code, failed or "load")
-                import torch
-
-                points = drv.entry_points()
-                kept, kinds, offsets, size = binary["block"]
-                raw_stream = torch._C._cuda_getCurrentRawStream
-                scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
-                scratch = None
-                if any(scratch_sizes):  # (Triton's persistent TMA matmul: descriptors built in the kernel)
-                    from .rules import scratch_buffer
-
-                    scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
-                launcher = extension().Launcher(
-                    fn, ctx, binary["warp_size"] * binary["num_warps"], binary["shared"], tuple(kept), bytes(kinds),
-                    tuple(offsets), size, *scratch_sizes, scratch, raw_stream, device,
-                    functools.partial(check_cuda, drv), kernel.function, points["launch"], points["ctx_get"],
-                    points["ctx_push"], points["ctx_pop"], 0, points.get("launch_ex", 0), None,
-                    points.get("tensor_map", 0))
+                launcher = new_launcher(fn, ctx, binary, binary["block"], device, functools.partial(check_cuda, drv),
+                                        kernel.function, drv.entry_points())
                 launcher.result = _LeanLaunched(kernel, binary, cid, config, device, target)
                 self.launchers[(device, binary["path"])] = launcher
         return launcher
+
+
+def new_launcher(function: int, ctx: int, binary: dict[str, Any], layout: Any, device: int, check: Any, name: str,
+                 points: dict[str, int], attrs: int = 0) -> Any:
+    """The C ``Launcher`` of a binary loaded on a device (``function``, in context ``ctx``), as lean and cold handles
+    make it: ``layout``, its parameter block (``cold_launch.block_of``); ``points``, the driver's entry points; global
+    scratch allocated per launch where the binary asks for it (Triton's persistent TMA matmul)."""
+    import torch
+
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+        (lambda d: torch.cuda.current_stream(d).cuda_stream)
+    scratch_sizes = int(binary.get("global_scratch_size", 0)), int(binary.get("profile_scratch_size", 0))
+    scratch = None
+    if any(scratch_sizes):
+        from .rules import scratch_buffer
+
+        scratch = functools.partial(scratch_buffer, torch, device, raw_stream)
+    kept, kinds, offsets, size = layout
+    return extension().Launcher(
+        function, ctx, binary["warp_size"] * binary["num_warps"], binary["shared"], tuple(kept), bytes(kinds),
+        tuple(offsets), size, *scratch_sizes, scratch, raw_stream, device, check, name, points["launch"],
+        points["ctx_get"], points["ctx_push"], points["ctx_pop"], attrs, points.get("launch_ex", 0), None,
+        points.get("tensor_map", 0))
 
 
 class _LeanLaunched:
