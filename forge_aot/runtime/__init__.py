@@ -225,9 +225,9 @@ class _Finder:
         global BUNDLE_WANTED
         held = self.held
         if not self.checked:
-            try:
+            try:  # (over a copy: another thread's import may take its module from ``held`` meanwhile)
                 fresh = all((st.st_mtime_ns, st.st_size) == (mtime_ns, size) for st, (mtime_ns, size, _) in
-                            ((os.stat(source(n)), entry) for n, entry in held.items()))
+                            ((os.stat(source(n)), entry) for n, entry in list(held.items())))
             except OSError:
                 fresh = False
             if not fresh:
