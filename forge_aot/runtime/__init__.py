@@ -30,10 +30,10 @@ tree and in the wheel. One module per concern:
 - ``fastpath``: the optional C launch path (``_fastlaunch.c``, compiled into wheels by ``forge-aot build``);
 - ``bundling``: what the bytecode bundle holds, and writing it (below);      ``names``: this package's names.
 
-Names are loaded on first access (PEP 562, ``names``): ``import <package>`` runs this file and ``lean`` only (where
-the full runtime serves from import on, ``entry``, ``exports`` and the modules of ``bundling.FIRST_CALL`` too). This
-file is what every fresh process runs first, so it holds only the bundle's reading (below); the names, the
-bundle's other modules and its writing are in ``names`` and ``bundling``, loaded when first needed.
+Names are loaded on first access (PEP 562, ``names``): ``import <package>`` runs this file and LEAN's modules only
+(where the full runtime serves from import on, the modules of ``FIRST_CALL`` too). This file is what every fresh
+process runs first, so it holds only the bundle's reading and serving (below); the package's names and the
+bundle's writing are in ``names`` and ``bundling``, loaded when first needed.
 
 In a wheel, the runtime's modules also load from one file, their bytecode gathered into ``_bundle.py``'s cache name
 (``__pycache__/_bundle.<cache tag>.pyc``) after the first call that loads them where Python writes bytecode, or by
