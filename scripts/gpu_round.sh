@@ -6,7 +6,10 @@
 #   TESTS: the test files of the tests step (default: tests). The whole GPU suite took about 10 minutes on the H100
 #   in session 25, more than one device call may run: split it, TESTS="$(ls tests/test_[a-l]*.py)", then [m-z].
 #   PYTEST_ARGS: more pytest arguments, e.g. "-n 8 --dist loadfile" with pytest-xdist's wheels in .whl/ (the device
-#   has no network; `pip download -d .whl pytest-xdist execnet` here, then carry .whl).
+#   has no network; `pip download -d .whl pytest-xdist execnet` here, then carry .whl). Not -q: the step passes it
+#   already, and -qq drops pytest's closing count line (session 59's r2 had to count progress dots).
+#   BUILD_REALWORLD=1 builds forge_realworld here (2 min on the H200's 16 cores; its 29 MB wheel and the
+#   repository together exceed the 64 MiB a device call carries).
 set -uo pipefail
 OUT=${OUT:-gpu-round}; mkdir -p "$OUT"
 STEPS=${STEPS-"tests bench-realworld bench-kernels bench-launch cold-start"}
