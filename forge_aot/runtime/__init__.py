@@ -140,54 +140,42 @@ def _read_bundle(path: str, fingerprint: str) -> dict[str, tuple[int, int, Any]]
         codes = [marshal.loads(code) for _, _, code in lean]
     except Exception:  # unreadable or damaged: imports stay the import system's own
         return None
+    import _imp
+    from importlib.util import spec_from_file_location
+
     for name, code in zip(LEAN, codes):
-        _run(name, code)
+        spec = spec_from_file_location(f"{__name__}.{name}", source(name))
+        spec.loader_state = "bundle"  # (how a module tells its code came from the bundle)
+        _imp._fix_co_filename(code, spec.origin)
+        _execute(name, spec, lambda module, code=code: exec(code, module.__dict__))
     return held
 
 
-def _run(name: str, code: Any) -> None:
-    """Run a LEAN module now, as the import system would (its spec, loader and attributes; in sys.modules and on
-    the package), without its finders and locks: this runs while ``import <package>`` holds the package's import
-    lock, so no other thread imports from it. A module that fails is left to the import system, whose import then
-    raises as it would."""
-    import _imp
-    from importlib.util import module_from_spec, spec_from_file_location
+def run_first_call() -> None:
+    """Run FIRST_CALL's bundled modules now (see ``_execute``), where the full runtime serves from import on
+    (``lean.load_package``)."""
+    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
+    for name in FIRST_CALL if finder is not None else ():
+        found = None if f"{__name__}.{name}" in sys.modules else finder.spec(name)
+        if found is not None:  # (else imported already, by a module before, or not in the bundle)
+            _execute(name, found, found.loader.exec_module)
 
-    fullname = f"{__name__}.{name}"
-    spec = spec_from_file_location(fullname, source(name))
-    spec.loader_state = "bundle"  # (how a module tells its code came from the bundle)
+
+def _execute(name: str, spec: Any, run: Any) -> None:
+    """Run a bundled module now (``run(module)``), as the import system would (its spec, loader and attributes; in
+    sys.modules and on the package), without its finders and locks: only while ``import <package>`` holds the
+    package's import lock, so no other thread imports from it. A module that fails is left to the import system,
+    whose import then raises as it would."""
+    from importlib.util import module_from_spec
+
     module = module_from_spec(spec)
-    sys.modules[fullname] = module
+    sys.modules[spec.name] = module
     try:
-        _imp._fix_co_filename(code, spec.origin)
-        exec(code, module.__dict__)
+        run(module)
     except Exception:
-        sys.modules.pop(fullname, None)
+        sys.modules.pop(spec.name, None)
         return
     setattr(sys.modules[__name__], name, module)
-
-
-def run_first_call() -> None:
-    """Run FIRST_CALL's bundled modules now, as the import system would, without its finders and locks: only under
-    ``import <package>``'s import lock (``lean.load_package``), where no other thread imports from the package.
-    A module that fails is left to the import system, whose import then raises as it would."""
-    finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)
-    package = sys.modules[__name__]
-    for name in FIRST_CALL if finder is not None else ():
-        fullname = f"{__name__}.{name}"
-        found = None if fullname in sys.modules else finder.spec(name)
-        if found is None:  # imported already (by a module before), or not in the bundle
-            continue
-        from importlib.util import module_from_spec
-
-        module = module_from_spec(found)
-        sys.modules[fullname] = module
-        try:
-            found.loader.exec_module(module)
-        except Exception:
-            sys.modules.pop(fullname, None)
-            continue
-        setattr(package, name, module)
 
 
 def _map(f: Any) -> Any:
@@ -219,7 +207,7 @@ class _Finder:
     def spec(self, name: str) -> Any:
         """The spec of bundled module ``name``, or None (the import system then finds its file): on the first ask,
         every held module's file is checked against the size and modification time the bundle recorded; where any
-        changed, none is served and the bundle is written again (``first_call_done``)."""
+        changed, none is served and the bundle is written again now (``first_call_done``), whichever path found it."""
         from importlib.machinery import ModuleSpec
 
         global BUNDLE_WANTED
@@ -230,10 +218,11 @@ class _Finder:
                             ((os.stat(source(n)), entry) for n, entry in list(held.items())))
             except OSError:
                 fresh = False
+            self.checked = True
             if not fresh:
                 held.clear()
                 BUNDLE_WANTED = True
-            self.checked = True
+                first_call_done()  # (its import of ``bundling`` finds nothing held here)
         entry = held.pop(name, None)  # taken once: the bundle's memory goes as the modules load
         if entry is None:
             return None

@@ -214,9 +214,6 @@ class LeanPackage:
                     from .entry import adopt  # (with the rest of the runtime: from the bundle where it is valid)
 
                     handed = self.handed = adopt(self)
-                    runtime = sys.modules[__package__]
-                    if runtime.BUNDLE_WANTED:  # (a runtime module's file changed since the bundle was written)
-                        runtime.first_call_done()
         return handed[0]
 
     def full_exported(self, op: str) -> Callable[..., Any]:
