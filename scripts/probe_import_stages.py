@@ -9,7 +9,10 @@ after ``import torch`` and the CUDA context (or the test suite's fake driver: ``
 and then the first call, whose parts it reads by wrapping the lean binding's functions (``bind``, the extension's
 and the driver's loading, the index reads, the launch's table, binary load and config choice).
 
-    python scripts/probe_import_stages.py DIR [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
+    python scripts/probe_import_stages.py DIR[:no-bundle] [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
+
+``DIR:no-bundle`` runs that copy without its bundle (as ``--no-bundle`` runs every copy), so one run compares a wheel
+with and without it, interleaved.
 """
 
 from __future__ import annotations
@@ -106,12 +109,14 @@ def main() -> None:
     a = ap.parse_args()
     mode = "fake" if a.fake else "cuda"
     work = Path(tempfile.mkdtemp(prefix="forge_stages_"))
-    copies = {str(d): _instrumented(d, work / f"copy{i}") for i, d in enumerate(a.dirs)}
+    plain = {str(d): Path(str(d).removesuffix(":no-bundle")) for d in a.dirs}
+    unbundled = {name for name in plain if a.no_bundle or name.endswith(":no-bundle")}
+    copies = {name: _instrumented(d, work / f"copy{i}") for i, (name, d) in enumerate(plain.items())}
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
-    for copy in copies.values():
+    for name, copy in copies.items():
         env = base | {"PYTHONPATH": str(copy)}
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(copy)], check=True, env=env)
-        if a.no_bundle:
+        if name in unbundled:
             for f in (copy / "forge_kernels" / "_runtime" / "__pycache__").glob("_bundle.*"):
                 f.unlink()
         else:
@@ -121,7 +126,7 @@ def main() -> None:
     for i in range(a.runs + 1):
         for name in (list(copies) if i % 2 else list(copies)[::-1]):
             env = base | {"PYTHONPATH": str(copies[name])}
-            if a.no_bundle:
+            if name in unbundled:
                 env["PYTHONDONTWRITEBYTECODE"] = "1"  # (the first call would write it)
             out = subprocess.run([sys.executable, "-c", CHILD, mode], env=env, cwd="/", capture_output=True, text=True)
             if out.returncode:
@@ -131,8 +136,8 @@ def main() -> None:
                 sys.exit(f"{name}: wrong result")
             if i:  # (the first round: page cache, bytecode written)
                 runs[name].append(got)
-    print(f"import + first vector_add ({mode}, {'no bundle' if a.no_bundle else 'bundle'}; {a.runs} interleaved "
-          "fresh processes; ms, median (q1 - q3))")
+    print(f"import + first vector_add ({mode}, without the bundle: {', '.join(sorted(unbundled)) or 'none'}; "
+          f"{a.runs} interleaved fresh processes; ms, median (q1 - q3))")
     table = {}
     for name, rs in runs.items():
         def med(values: list[float]) -> str:
@@ -146,7 +151,7 @@ def main() -> None:
             print(f"    {s:32s} {med([r['stages'].get(s, 0.0) for r in rs])}")
         table[name] = {"total_ms": 1e3 * statistics.median(total), "runs": rs}
     if a.json:
-        a.json.write_text(json.dumps({"mode": mode, "bundle": not a.no_bundle, "copies": table}, indent=1))
+        a.json.write_text(json.dumps({"mode": mode, "unbundled": sorted(unbundled), "copies": table}, indent=1))
 
 
 if __name__ == "__main__":

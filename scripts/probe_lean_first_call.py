@@ -5,9 +5,10 @@ the build writes). Before that much C, this probe measures what the same first c
 *Python* but everything else lean: no runtime module at all, only the C extension (``Driver``, ``FastKernel``,
 ``Launcher``) and a plan precomputed from the wheel's index (what ``fastpath.plan``, ``rules.binary_params`` and
 ``packing.block_layout`` give, the variants, target tables and binaries). The lean child does, timed from before the
-package's first byte is read to the first launch's end: load the extension from its file, read the plan (marshal),
-open the driver (dlsym of its functions), make a kernel handle (``KernelBase`` subclass + ``FastKernel``), run the
-shipped host module ``_ops/vector_add.py`` with it, and call ``vector_add``; the call's miss resolves as
+package's first byte is read to the first launch's end: import an empty package placed beside the wheel's (what
+any Python package entry costs to find and run, since session 60), load the extension from its file, read the plan
+(marshal), open the driver (dlsym of its functions), make a kernel handle (``KernelBase`` subclass + ``FastKernel``),
+run the shipped host module ``_ops/vector_add.py`` with it, and call ``vector_add``; the call's miss resolves as
 ``ColdKernel._resolve`` does (dtype -> variant, capability -> target, device name -> table, ``rank_rows``, the most
 specialized fitting binary), reads the cubin, checks its SHA-256, loads it, makes the ``Launcher``, launches and
 registers the call with the C path. Interleaved with it, the wheel as it is (``import forge_kernels`` + the call).
@@ -75,11 +76,16 @@ PLAN = PRELUDE + textwrap.dedent("""
     plan = {"fast": reading, "variants": variants, "capability": capability}
     with open(os.path.join(root, "plan.marshal"), "wb") as f:
         marshal.dump(plan, f)
+    os.makedirs(os.path.join(root, "forge_probe_entry"), exist_ok=True)
+    with open(os.path.join(root, "forge_probe_entry", "__init__.py"), "w") as f:
+        f.write("# an empty package: the probe times finding and running a package entry")
     print("plan written")
 """)
 
 LEAN = PRELUDE + textwrap.dedent("""
     t0 = clk()
+    import forge_probe_entry  # an empty package beside the wheel's: what any package entry costs to find and run
+    stages = [("package", clk())]
     import marshal, math, os, types, threading, hashlib, _ctypes, ctypes
     from importlib.machinery import ExtensionFileLoader, SourceFileLoader
     from importlib.util import spec_from_file_location, module_from_spec
@@ -88,7 +94,7 @@ LEAN = PRELUDE + textwrap.dedent("""
     loader = ExtensionFileLoader("_fastlaunch", path)
     c = module_from_spec(spec_from_file_location("_fastlaunch", path, loader=loader))
     loader.exec_module(c)
-    stages = [("extension", clk())]
+    stages.append(("extension", clk()))
     with open(os.path.join(root, "plan.marshal"), "rb") as f:
         plan = marshal.load(f)
     stages.append(("plan", clk()))
