@@ -4,7 +4,8 @@
 # (2) the library-style ops' import + first call (benchmarks/bench_cold_library.py: cold handles against the full
 # binding), last measured in session 54, before the lean path and the bundle's later formats; (3) session 57's lean
 # probe with an empty package's import in front (scripts/probe_lean_first_call.py): what the bare minimum of Python
-# costs, package entry included, beside the wheel in the same run.
+# costs, package entry included, beside the wheel in the same run; (4) benchmarks/bench_launch.py (host time per
+# call: kernel[grid], the op, torch eager, Triton's JIT, the C floor), last run in session 57.
 set -u
 OUT=${OUT:-r3}; mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONUNBUFFERED=1
@@ -17,6 +18,9 @@ head -3 "$OUT/stages.txt"; grep -A1 "^/tmp" "$OUT/stages.txt"
 python3 scripts/probe_lean_first_call.py dist/forge_kernels-*.whl --runs 9 --json "$OUT/lean_probe.json" \
   > "$OUT/lean_probe.txt" 2>&1
 tail -6 "$OUT/lean_probe.txt"
+python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_launch-*.whl 2>&1 | tail -2
+python3 benchmarks/bench_launch.py --rounds 5 --json "$OUT/launch.json" > "$OUT/bench_launch.txt" 2>&1
+head -40 "$OUT/bench_launch.txt"
 python3 benchmarks/bench_cold_library.py cold=dist/forge_coldlib-*.whl full=dist/forge_coldlib-*.whl:full --repeats 3 \
   --json "$OUT/cold_library.json" > "$OUT/cold_library.txt" 2>&1
 tail -30 "$OUT/cold_library.txt"
