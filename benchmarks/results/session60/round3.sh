@@ -19,8 +19,8 @@ python3 scripts/probe_lean_first_call.py dist/forge_kernels-*.whl --runs 9 --jso
   > "$OUT/lean_probe.txt" 2>&1
 tail -6 "$OUT/lean_probe.txt"
 python3 -m pip install -q --no-index --no-deps --force-reinstall dist/forge_launch-*.whl 2>&1 | tail -2
-python3 benchmarks/bench_launch.py --rounds 5 --json "$OUT/launch.json" > "$OUT/bench_launch.txt" 2>&1
+python3 benchmarks/bench_launch.py --rounds 3 --json "$OUT/launch.json" > "$OUT/bench_launch.txt" 2>&1
 head -40 "$OUT/bench_launch.txt"
-python3 benchmarks/bench_cold_library.py cold=dist/forge_coldlib-*.whl full=dist/forge_coldlib-*.whl:full --repeats 3 \
+timeout 170 python3 benchmarks/bench_cold_library.py cold=dist/forge_coldlib-*.whl full=dist/forge_coldlib-*.whl:full --repeats 2 \
   --json "$OUT/cold_library.json" > "$OUT/cold_library.txt" 2>&1
 tail -30 "$OUT/cold_library.txt"
