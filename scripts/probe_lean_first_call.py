@@ -11,8 +11,14 @@ any Python package entry costs to find and run, since session 60), load the exte
 run the shipped host module ``_ops/vector_add.py`` with it, and call ``vector_add``; the call's miss resolves as
 ``ColdKernel._resolve`` does (dtype -> variant, capability -> target, device name -> table, ``rank_rows``, the most
 specialized fitting binary), reads the cubin, checks its SHA-256, loads it, makes the ``Launcher``, launches and
-registers the call with the C path. Interleaved with it, the wheel as it is (``import forge_kernels`` + the call).
-The lean child checks its result against torch and that its second call took the C path.
+registers the call with the C path. The lean child's own code is compiled before its clock starts, so its bound
+leaves out the cost of loading code. Since session 60 a third contender, ``compact package``, is the same work
+written as a package for size (``scripts/compact_entry.py``, installed as ``forge_compact`` beside the wheel and
+imported from its .pyc): it adds what a product's lean import and first call must keep (exported-op wrappers, a lazy
+``torch.ops`` namespace, a lock, an ``_ops`` finder, per-device and per-binary caches), with the rare paths raising
+where a product would load its full runtime, so it measures what a lean path written for size would cost. Interleaved
+with them, the wheel as it is (``import forge_kernels`` + the call). Each child checks its result against torch and
+that its second call took the C path.
 
     python scripts/probe_lean_first_call.py dist/forge_kernels-*.whl [--runs 11] [--fake] [--json out.json]
 
@@ -73,12 +79,22 @@ PLAN = PRELUDE + textwrap.dedent("""
             marshal.dump(({name: tuple((tuple(r[:-1]), str(r[-1])) for r in rows)
                            for name, rows in entry["tables"].items()}, configs), f)
     capability = {info["capability"]: pick_cuda_target(info["capability"], k.targets)}
-    plan = {"fast": reading, "variants": variants, "capability": capability}
+    plan = {"fast": reading, "variants": variants, "capability": capability,
+            # (for the compact package: the variant by every device argument's dtype, the driver's functions)
+            "by_args": {",".join([t] * len(reading["device_pos"])): vid for t, vid in variants.items()},
+            "device_pos": reading["device_pos"], "key_pos": reading["key_pos"],
+            "functions": ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
+                          "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
+                          "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
+                          "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")}
     with open(os.path.join(root, "plan.marshal"), "wb") as f:
         marshal.dump(plan, f)
     os.makedirs(os.path.join(root, "forge_probe_entry"), exist_ok=True)
     with open(os.path.join(root, "forge_probe_entry", "__init__.py"), "w") as f:
         f.write("# an empty package: the probe times finding and running a package entry")
+    os.makedirs(os.path.join(root, "forge_compact"), exist_ok=True)
+    with open(os.path.join(root, "forge_compact", "__init__.py"), "w") as f:
+        f.write(open(sys.argv[3]).read())  # scripts/compact_entry.py
     print("plan written")
 """)
 
@@ -207,6 +223,21 @@ LEAN = PRELUDE + textwrap.dedent("""
     print(t1 - t0, t2 - t1, int(ok), int(kernel._fast.size() == before == 1))
 """)
 
+COMPACT = PRELUDE + textwrap.dedent("""
+    t0 = clk()
+    import forge_compact
+    t1 = clk()
+    out = forge_compact.vector_add(x, y)
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    t2 = clk()
+    ok = dev == "cpu" or bool((out.double() - (x.double() + y.double())).abs().max() < 1e-2)
+    k = sys.modules["forge_compact._ops.vector_add"].add_kernel
+    before = k._fast.size()
+    forge_compact.vector_add(x, y)
+    print(t1 - t0, t2 - t1, int(ok), int(k._fast.size() == before == 1))
+""")
+
 WHEEL = PRELUDE + textwrap.dedent("""
     t0 = clk()
     import forge_kernels
@@ -239,11 +270,12 @@ def main() -> None:
     mode = "fake" if a.fake else "cuda"
     subprocess.run([sys.executable, "-c", "import torch, forge_kernels._runtime as r, forge_kernels; r.write_bundle()"],
                    env=env, check=True, cwd="/")
-    subprocess.run([sys.executable, "-c", PLAN, mode, str(root)], env=env | {"FORGE_NO_LEAN": "1"}, check=True,
-                   cwd="/")
+    subprocess.run([sys.executable, "-c", PLAN, mode, str(root), str(Path(__file__).with_name("compact_entry.py"))],
+                   env=env | {"FORGE_NO_LEAN": "1"}, check=True, cwd="/")
     # (name: code, extra environment): the probe's bound, the wheel as it is (lean.py since session 58) and the
     # wheel with the lean path off (the cold handles' first call, as before session 58)
-    children = {"lean (probe)": (LEAN, {}), "wheel": (WHEEL, {}), "wheel, no lean": (WHEEL, {"FORGE_NO_LEAN": "1"})}
+    children = {"lean (probe)": (LEAN, {}), "compact package": (COMPACT, {}), "wheel": (WHEEL, {}),
+                "wheel, no lean": (WHEEL, {"FORGE_NO_LEAN": "1"})}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in children}
     stages: dict[str, list[float]] = {}
     kinds: dict[str, set[str]] = {}
