@@ -53,7 +53,8 @@ PLAN = PRELUDE + textwrap.dedent("""
     from forge_kernels._runtime import fastpath
     from forge_kernels._runtime.rules import pick_cuda_target
     from forge_kernels._runtime.cold_launch import block_of, device_info
-    import json, os
+    from forge_kernels._runtime.basics import CUDA_FUNCTIONS
+    import json, os, shutil
     forge_kernels.vector_add(x, y)
     k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
     assert type(k).__name__ == "ColdKernel", type(k)
@@ -80,21 +81,17 @@ PLAN = PRELUDE + textwrap.dedent("""
                            for name, rows in entry["tables"].items()}, configs), f)
     capability = {info["capability"]: pick_cuda_target(info["capability"], k.targets)}
     plan = {"fast": reading, "variants": variants, "capability": capability,
-            # (for the compact package: the variant by every device argument's dtype, the driver's functions)
+            # the compact package's variant by every device argument's dtype (vector_add's are all of type T); the
+            # driver functions the runtime's C Driver takes
             "by_args": {",".join([t] * len(reading["device_pos"])): vid for t, vid in variants.items()},
-            "device_pos": reading["device_pos"], "key_pos": reading["key_pos"],
-            "functions": ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
-                          "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
-                          "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
-                          "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")}
+            "device_pos": reading["device_pos"], "key_pos": reading["key_pos"], "functions": CUDA_FUNCTIONS}
     with open(os.path.join(root, "plan.marshal"), "wb") as f:
         marshal.dump(plan, f)
     os.makedirs(os.path.join(root, "forge_probe_entry"), exist_ok=True)
     with open(os.path.join(root, "forge_probe_entry", "__init__.py"), "w") as f:
         f.write("# an empty package: the probe times finding and running a package entry")
     os.makedirs(os.path.join(root, "forge_compact"), exist_ok=True)
-    with open(os.path.join(root, "forge_compact", "__init__.py"), "w") as f:
-        f.write(open(sys.argv[3]).read())  # scripts/compact_entry.py
+    shutil.copyfile(sys.argv[3], os.path.join(root, "forge_compact", "__init__.py"))  # scripts/compact_entry.py
     print("plan written")
 """)
 
@@ -114,12 +111,8 @@ LEAN = PRELUDE + textwrap.dedent("""
     with open(os.path.join(root, "plan.marshal"), "rb") as f:
         plan = marshal.load(f)
     stages.append(("plan", clk()))
-    FUNCTIONS = ("cuInit", "cuGetErrorName", "cuDeviceGet", "cuDeviceGetCount", "cuDeviceGetAttribute",
-                 "cuDeviceGetName", "cuDevicePrimaryCtxRetain", "cuCtxGetCurrent", "cuCtxPushCurrent_v2",
-                 "cuCtxPopCurrent_v2", "cuModuleLoadData", "cuModuleGetFunction", "cuFuncGetAttribute",
-                 "cuFuncSetAttribute", "cuLaunchKernel", "cuLaunchKernelEx", "cuTensorMapEncodeTiled")
     handle = _ctypes.dlopen("libcuda.so.1", ctypes.DEFAULT_MODE)
-    drv = c.Driver({fn: _ctypes.dlsym(handle, fn) for fn in FUNCTIONS})
+    drv = c.Driver({fn: _ctypes.dlsym(handle, fn) for fn in plan["functions"]})
     assert drv.init() == 0
     stages.append(("driver", clk()))
 
@@ -223,36 +216,23 @@ LEAN = PRELUDE + textwrap.dedent("""
     print(t1 - t0, t2 - t1, int(ok), int(kernel._fast.size() == before == 1))
 """)
 
-COMPACT = PRELUDE + textwrap.dedent("""
-    t0 = clk()
-    import forge_compact
-    t1 = clk()
-    out = forge_compact.vector_add(x, y)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t2 = clk()
-    ok = dev == "cpu" or bool((out.double() - (x.double() + y.double())).abs().max() < 1e-2)
-    k = sys.modules["forge_compact._ops.vector_add"].add_kernel
-    before = k._fast.size()
-    forge_compact.vector_add(x, y)
-    print(t1 - t0, t2 - t1, int(ok), int(k._fast.size() == before == 1))
-""")
-
-WHEEL = PRELUDE + textwrap.dedent("""
-    t0 = clk()
-    import forge_kernels
-    t1 = clk()
-    out = forge_kernels.vector_add(x, y)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t2 = clk()
-    ok = dev == "cpu" or bool((out.double() - (x.double() + y.double())).abs().max() < 1e-2)
-    k = sys.modules["forge_kernels._ops.vector_add"].add_kernel
-    before = k._fast.size()
-    forge_kernels.vector_add(x, y)
-    print("KIND", type(k).__name__)
-    print(t1 - t0, t2 - t1, int(ok), int(k._fast.size() == before == 1))
-""")
+def package_child(package: str) -> str:
+    """A child timing ``import <package>`` and its first ``vector_add`` (the wheel, or the compact package)."""
+    return PRELUDE + textwrap.dedent(f"""
+        t0 = clk()
+        import {package}
+        t1 = clk()
+        out = {package}.vector_add(x, y)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        t2 = clk()
+        ok = dev == "cpu" or bool((out.double() - (x.double() + y.double())).abs().max() < 1e-2)
+        k = sys.modules["{package}._ops.vector_add"].add_kernel
+        before = k._fast.size()
+        {package}.vector_add(x, y)
+        print("KIND", type(k).__name__)
+        print(t1 - t0, t2 - t1, int(ok), int(k._fast.size() == before == 1))
+    """)
 
 
 def main() -> None:
@@ -272,10 +252,11 @@ def main() -> None:
                    env=env, check=True, cwd="/")
     subprocess.run([sys.executable, "-c", PLAN, mode, str(root), str(Path(__file__).with_name("compact_entry.py"))],
                    env=env | {"FORGE_NO_LEAN": "1"}, check=True, cwd="/")
-    # (name: code, extra environment): the probe's bound, the wheel as it is (lean.py since session 58) and the
-    # wheel with the lean path off (the cold handles' first call, as before session 58)
-    children = {"lean (probe)": (LEAN, {}), "compact package": (COMPACT, {}), "wheel": (WHEEL, {}),
-                "wheel, no lean": (WHEEL, {"FORGE_NO_LEAN": "1"})}
+    # (name: code, extra environment): the probe's bound, the same work written as a package for size, the wheel as
+    # it is (lean.py since session 58) and the wheel with the lean path off (the cold handles' first call)
+    wheel = package_child("forge_kernels")
+    children = {"lean (probe)": (LEAN, {}), "compact package": (package_child("forge_compact"), {}),
+                "wheel": (wheel, {}), "wheel, no lean": (wheel, {"FORGE_NO_LEAN": "1"})}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in children}
     stages: dict[str, list[float]] = {}
     kinds: dict[str, set[str]] = {}
