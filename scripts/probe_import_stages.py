@@ -2,12 +2,13 @@
 wheel: a measurement of the runtime's cold start, not product.
 
 Each DIR is a ``pip install --target`` of a forge_kernels wheel. The probe copies it, puts clock reads between the
-statements of the copy's generated ``__init__.py`` (the runtime's import, ``use_bundle``: the bytecode bundle read
-and LEAN's modules run from it, ``lean``'s import where the bundle did not run it, ``load_package``), writes the
-copy's bytecode bundle (or removes it: ``--no-bundle``), and runs fresh processes, interleaved across the copies:
-after ``import torch`` and the CUDA context (or the test suite's fake driver: ``--fake``), it times the import
-and then the first call, whose parts it reads by wrapping the lean binding's functions (``bind``, the extension's
-and the driver's loading, the index reads, the launch's table, binary load and config choice).
+statements of the copy's generated ``__init__.py`` (the runtime package's and ``lean``'s import, ``load_package``),
+writes the copy's bytecode bundle (or removes it: ``--no-bundle``; since session 61 it serves the full runtime only,
+read at a hand-over), and runs fresh processes, interleaved across the copies: after ``import torch`` and the CUDA
+context (or the test suite's fake driver: ``--fake``), it times the import and then the first call: the import of
+its modules (``lean_kernel``, ``basics``), then the call, whose parts it reads by wrapping the lean binding's
+functions (``bind``, the extension's and the driver's loading, the index reads, the launch's table, binary load and
+config choice).
 
     python scripts/probe_import_stages.py DIR[:no-bundle] [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
 
@@ -40,12 +41,12 @@ CHILD = DEVICE + textwrap.dedent("""
     t1 = clk()
     marks = forge_kernels._STAGES
     stages = {"find package": marks[0] - t0}
-    names = ["runtime import", "use_bundle", "lean import", "load_package"]
-    for name, a, b in zip(names, marks, marks[1:]):
+    for name, a, b in zip(forge_kernels._STAGE_NAMES, marks, marks[1:]):
         stages[name] = b - a
     stages["rest of __init__"] = t1 - marks[-1]
-    lk = sys.modules.get("forge_kernels._runtime.lean_kernel")
-    parts = {}
+    t1b = clk()
+    import forge_kernels._runtime.lean_kernel as lk  # (what the first call imports first)
+    parts = {"first call: modules (lean_kernel, basics)": clk() - t1b}
 
     def wrap(owner, name, label):
         f = getattr(owner, name)
@@ -71,30 +72,38 @@ CHILD = DEVICE + textwrap.dedent("""
     t3 = clk()
     ok = dev != "cuda" or torch.allclose(out.float(), x.float() + y.float(), atol=1e-2)  # (fake: nothing runs)
     stages.update(parts)
-    print(json.dumps({"import": t1 - t0, "first": t3 - t2, "ok": bool(ok), "stages": stages}))
+    first = t3 - t2 + parts["first call: modules (lean_kernel, basics)"]
+    print(json.dumps({"import": t1 - t0, "first": first, "ok": bool(ok), "stages": stages}))
 """)
 
-MARKS = (
-    ("from ._runtime import use_bundle as _use_bundle\n",
-     "import time as _time\n_STAGES = [_time.perf_counter()]\nfrom ._runtime import use_bundle as _use_bundle\n"
-     "_STAGES.append(_time.perf_counter())\n"),
-    ("from ._runtime.lean import load_package as _load_package  # noqa: E402\n",
-     "_STAGES.append(_time.perf_counter())\nfrom ._runtime.lean import load_package as _load_package  # noqa: E402\n"
-     "_STAGES.append(_time.perf_counter())\n"),
-    ("_exported, preload = _load_package(__name__, __path__[0], _OPS, _EXPORTS)\n",
-     "_exported, preload = _load_package(__name__, __path__[0], _OPS, _EXPORTS)\n"
-     "_STAGES.append(_time.perf_counter())\n"),
+LAYOUTS = (
+    # (since session 61) the package entry imports _runtime.lean alone
+    ({"runtime + lean import": "from ._runtime.lean import load_package as _load_package\n",
+      "load_package": "_exported, preload = _load_package("}),
+    # (sessions 56 - 60) use_bundle ran the lean modules from the bytecode bundle first
+    ({"runtime import": "from ._runtime import use_bundle as _use_bundle\n",
+      "use_bundle": "_use_bundle(",
+      "lean import": "from ._runtime.lean import load_package as _load_package  # noqa: E402\n",
+      "load_package": "_exported, preload = _load_package("}),
 )
+"""Per layout of the generated ``__init__``: each stage's name and the line that starts it (a clock read goes before
+each, and one after the last stage's line)."""
 
 
 def _instrumented(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, symlinks=True)
     init = dest / "forge_kernels" / "__init__.py"
     text = init.read_text()
-    for anchor, replacement in MARKS:
-        if anchor not in text:
-            sys.exit(f"{init}: no line {anchor.strip()!r} to time (another layout of the generated __init__)")
-        text = text.replace(anchor, replacement, 1)
+    layout = next((stages for stages in LAYOUTS if all(a in text for a in stages.values())), None)
+    if layout is None:
+        sys.exit(f"{init}: not a layout of the generated __init__ this probe knows")
+    head = f"import time as _time\n_STAGES = []\n_STAGE_NAMES = {list(layout)!r}\n"
+    for anchor in layout.values():  # (each a statement on one line)
+        at = text.index(anchor)
+        text = text[:at] + "_STAGES.append(_time.perf_counter())\n" + text[at:]
+    end = text.index("\n", text.index(list(layout.values())[-1])) + 1
+    text = text[:end] + "_STAGES.append(_time.perf_counter())\n" + text[end:]
+    text = text.replace('"""\n\n', '"""\n\n' + head, 1)
     init.write_text(text)
     return dest
 

@@ -14,6 +14,8 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .lean import FILENAME
+
 _TORCH_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64",
                       "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
                       "uint16": "u16", "uint32": "u32", "uint64": "u64", "bool": "i1",
@@ -191,8 +193,6 @@ ABI = 13
 ``FastKernel.last``, the result of a kernel's last C launch; 11: a launch returns its ``Launcher.result``; 10:
 FastKernel takes ``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another
 version is not used."""
-FILENAME = "_fastlaunch.abi3.so"
-"""The extension's file beside this one, under the name the build gives it."""
 _EXTENSION: list[Any] = []
 _EXTENSION_LOCK = threading.Lock()
 

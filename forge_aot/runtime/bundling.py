@@ -1,5 +1,5 @@
-"""The runtime's bytecode bundle (see the package's ``__init__``, which reads it, runs LEAN's modules and serves the
-others from it): what it holds, and writing it.
+"""The runtime's bytecode bundle (see ``bundle``, which reads it and serves the modules from it): what it holds, and
+writing it.
 
 The bundle holds the modules of ``BUNDLED`` compiled from their sources as the import system compiles them
 (``compile(..., dont_inherit=True)`` at the interpreter's optimisation level), less what no code reads at run time:
@@ -22,12 +22,13 @@ import threading
 from importlib.util import MAGIC_NUMBER
 from typing import Any
 
-from . import BUNDLE_FORMAT, LEAN, source
+from .bundle import BUNDLE_FORMAT, source
 
-BUNDLED = (*LEAN, "entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules", "tables", "drivers",
-           "cuda", "fastpath", "cold_launch", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules",
-           "host_exec", "local_imports", "expressions", "names")
-"""The modules ``import <package>`` and a first call import (``hip`` loads as needed; ``custom_ops``, ``torch_ops``
+BUNDLED = ("basics", "lean_kernel", "entry", "custom_ops", "torch_ops", "errors", "host_triton", "packing", "rules",
+           "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold", "cold_binding", "exports", "kernel",
+           "launch", "host_modules", "host_exec", "local_imports", "expressions", "names")
+"""The modules the full runtime's first call imports (``lean``, imported before the bundle is read, is not among
+them; ``hip`` loads as needed; ``custom_ops``, ``torch_ops``
 when an op is first traced or ``torch.ops.<package>`` used; ``local_imports``, ``expressions`` where needed)."""
 
 

@@ -121,9 +121,10 @@ class Package:
         ops_package(self.package, self.root)
 
     def _bound(self) -> None:
-        runtime = sys.modules[__package__]
-        if runtime.BUNDLE_WANTED:
-            runtime.first_call_done()
+        from . import bundle
+
+        if bundle.BUNDLE_WANTED:
+            bundle.first_call_done()
 
     def _cold_part(self, mod: str) -> dict[str, Any] | None:
         """Host module ``mod``'s part of the index where cold handles may bind it (see ``cold``), else None."""

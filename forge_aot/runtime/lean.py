@@ -36,7 +36,20 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .basics import FILENAME
+FILENAME = "_fastlaunch.abi3.so"
+"""The C extension's file beside this one, under the name the build gives it (``basics.extension`` loads it)."""
+FINGERPRINT: str | None = None
+"""The build's sha256 of the runtime's sources, handed over by the package's ``__init__``: the bytecode bundle
+(``bundle``) is used only where it was written for them."""
+
+
+def full_runtime() -> None:
+    """The full runtime's modules served from the bytecode bundle from now on, where it is valid (read once, when
+    the full runtime is first needed: the lean path's own modules load without it)."""
+    if FINGERPRINT is not None:
+        from .bundle import use_bundle
+
+        use_bundle(FINGERPRINT)
 
 # -- the exported ops and torch.ops.<package> -----------------------------------------------------------------
 
@@ -154,13 +167,17 @@ def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Cal
 PACKAGES: dict[str, LeanPackage] = {}
 
 
-def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]],
-                 exports: dict[str, str] | None = None) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
-    """Entry point of a generated package (``ops``, ``exports``: as ``entry.load_package`` takes them): its exported
-    ops and ``preload``. Lean where it may serve (see the module's docstring), else ``entry.load_package``'s."""
+def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]], exports: dict[str, str] | None = None,
+                 fingerprint: str | None = None) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
+    """Entry point of a generated package (``ops``, ``exports``: as ``entry.load_package`` takes them; ``fingerprint``:
+    see FINGERPRINT): its exported ops and ``preload``. Lean where it may serve (see the module's docstring), else
+    ``entry.load_package``'s, its first call's modules run now from the bytecode bundle where it is valid."""
+    global FINGERPRINT
+    FINGERPRINT = FINGERPRINT or fingerprint
     routed = bool(exports) or any(len(spec) > 2 and spec[2] for spec in ops.values())
     if routed or not _lean_wanted():
-        from . import run_first_call
+        full_runtime()
+        from .bundle import run_first_call
 
         run_first_call()
         from .entry import load_package as load_full
@@ -211,9 +228,12 @@ class LeanPackage:
             with self.lock:
                 handed = self.handed
                 if handed is None:
-                    from .entry import adopt  # (with the rest of the runtime: from the bundle where it is valid)
+                    full_runtime()
+                    from .bundle import first_call_done
+                    from .entry import adopt
 
                     handed = self.handed = adopt(self)
+                    first_call_done()  # (writes the bundle where this process found none valid)
         return handed[0]
 
     def full_exported(self, op: str) -> Callable[..., Any]:

@@ -87,9 +87,6 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
             del sys.modules[name]
         raise
     state.kernels.extend(handles.values())
-    runtime = sys.modules[__package__]
-    if runtime.BUNDLE_WANTED:  # (the first process in an environment: later ones run LEAN's modules from it)
-        runtime.first_call_done()
     return module
 
 

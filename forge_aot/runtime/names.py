@@ -1,7 +1,7 @@
 """The runtime package's names (its ``__getattr__`` and ``dir()``): what each is exported from, loaded on first access.
 
-Apart from the package's ``__init__`` (which every fresh process runs first, so it holds only the bytecode bundle's
-reading): forge-aot and the tests read these names; a wheel's own modules import what they need by module.
+Apart from the package's ``__init__`` (which every fresh process runs first, so it holds nothing else): forge-aot
+and the tests read these names; a wheel's own modules import what they need by module.
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ _EXPORTS = {
     "TRITON_DEFAULTS": "tables", "Config": "tables", "ConfigTable": "tables", "argument_spec": "tables",
     "pick_cuda_target": "tables", "pick_hip_target": "tables", "rank_rows": "tables", "resolve_table": "tables",
     "spec_fits": "tables", "spec_rank": "tables", "variant_id": "tables", "BUNDLED": "bundling",
+    "use_bundle": "bundle", "write_bundle": "bundle", "bundle_path": "bundle", "first_call_done": "bundle",
+    "run_first_call": "bundle", "source": "bundle", "FIRST_CALL": "bundle", "BUNDLE_FORMAT": "bundle",
 }
 _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "drivers", "entry", "errors", "expressions",
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
-                        "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports", "host_exec",
-                        "cold_launch", "lean", "names", "basics", "lean_kernel"})
+                        "bundle", "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports",
+                        "host_exec", "cold_launch", "lean", "names", "basics", "lean_kernel"})
 
 
 def attribute(name: str) -> Any:
