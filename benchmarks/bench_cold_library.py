@@ -8,9 +8,16 @@ backward, a project module), fused add + RMSNorm and cross entropy (every argume
 Unsloth's cross entropy (heuristics coercing flags the call passes), the Triton tutorial's programmatic dependent
 launch (``launch_pdl=``), a cooperative grid sum (``launch_cooperative_grid=``) and gsplat's heuristic ``num_warps``.
 
+With ``--package forge_leanlib`` (``tests/fixtures/realworld/lean_manifest.toml``: a package that routes no op by
+name, so ``import`` loads the lean entry alone) the ops are its library-style ones served by lean handles: the Triton
+tutorials' LayerNorm (``num_warps``, ``num_ctas=1``), the seeded dropout, Liger's RoPE (constexprs by position), a
+GIoU loss, a guarded row absmax (``BLOCK=`` by keyword) and the tutorials' fused softmax (whose ``warmup`` hands the
+package over to the full runtime).
+
 Each contender is an install of a wheel (``pip install --target``, done here for a ``.whl``) with its runtime's
 bytecode bundle written, as a deployed wheel has it after its first process; ``NAME=PATH:full`` runs the same install
-with ``FORGE_NO_COLD=1`` (the full binding from the first call). Each child process has torch imported, the CUDA
+with ``FORGE_NO_COLD=1`` (the full binding from the first call), ``NAME=PATH:cold`` with ``FORGE_NO_LEAN=1`` (cold
+handles after the full runtime's import). Each child process has torch imported, the CUDA
 context up and its inputs allocated before the clock starts; it reports import and first-call milliseconds, the
 handle kinds that served the call and the runtime modules loaded. Printed: per op and contender the medians and the
 range over ``--repeats`` rounds (contenders rotated within each round) and each contender's median total against the
@@ -19,12 +26,15 @@ first contender's, from the same run. Needs a CUDA GPU.
     forge-aot build --manifest tests/fixtures/realworld/cold_manifest.toml --target sm_90 --out dist
     python benchmarks/bench_cold_library.py cold=dist/forge_coldlib-*.whl full=dist/forge_coldlib-*.whl:full \\
         [old=OTHER.whl] [--repeats 9] [--ops rms_norm,cross_entropy_loss] [--json cold_library.json]
+    python benchmarks/bench_cold_library.py --package forge_leanlib lean=dist/forge_leanlib-*.whl \\
+        cold=dist/forge_leanlib-*.whl:cold full=dist/forge_leanlib-*.whl:full
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -62,6 +72,26 @@ OPS = {
                     "d = torch.randn(10_001, 3, device='cuda')",
                     "lib.sh_to_color(sh, d, 1, 256)"),
 }
+LEAN_OPS = {
+    "layer_norm": ("x = torch.randn(8, 4096, device='cuda', dtype=torch.float16)\n"
+                   "w = torch.randn(4096, device='cuda', dtype=torch.float16)\n"
+                   "b = torch.randn(4096, device='cuda', dtype=torch.float16)",
+                   "lib.layer_norm(x, (4096,), w, b, 1e-5)"),
+    "seeded_dropout": ("x = torch.randn(100_003, device='cuda', dtype=torch.float16)",
+                       "lib.seeded_dropout(x, 0.5, 123)"),
+    "liger_rotary_pos_emb": ("q = torch.randn(2, 32, 61, 128, device='cuda', dtype=torch.bfloat16)\n"
+                             "k = torch.randn(2, 8, 61, 128, device='cuda', dtype=torch.bfloat16)\n"
+                             "c = torch.randn(1, 61, 128, device='cuda', dtype=torch.bfloat16)",
+                             "lib.liger_rotary_pos_emb(q, k, c, c)"),
+    "loss_with_triton": ("p = torch.rand(32, 128, 4, device='cuda', dtype=torch.bfloat16)\n"
+                         "p[..., 2:] += p[..., :2] + 0.1\n"
+                         "t = torch.rand(32, 128, 4, device='cuda')\n"
+                         "t[..., 2:] += t[..., :2] + 0.1",
+                         "lib.loss_with_triton(p, t)"),
+    "row_absmax": ("x = torch.randn(7, 4099, device='cuda', dtype=torch.float16)", "lib.row_absmax(x)"),
+    "softmax": ("x = torch.randn(4, 4096, device='cuda', dtype=torch.float16)", "lib.softmax(x)"),
+}
+PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS}
 
 CHILD = """
 import json, sys, time
@@ -75,20 +105,21 @@ t1 = time.perf_counter()
 torch.cuda.synchronize()
 t2 = time.perf_counter()
 kinds = sorted({{type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("{package}._ops.")
-                for h in vars(mod).values() if type(h).__name__ in ("ColdKernel", "Kernel")}})
+                for h in vars(mod).values() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")}})
 runtime = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("{package}._runtime."))
 print(json.dumps({{"import": t1 - t0, "first": t2 - t1, "total": t2 - t0, "kinds": kinds, "runtime": runtime}}))
 """
 
 
 def install(path: str, scratch: Path) -> str:
-    """A directory to put on PYTHONPATH: ``path`` itself, or the wheel ``path`` (a glob) installed under ``scratch``."""
+    """A directory to put on PYTHONPATH: ``path`` itself, or the wheel ``path`` (a glob) installed under ``scratch``
+    (one directory per wheel file: two builds of one package share a file name, not a directory)."""
     if not path.endswith(".whl"):
         return path
     wheels = sorted(glob.glob(path))
     if len(wheels) != 1:
         sys.exit(f"{path}: {len(wheels)} wheels match (want one)")
-    target = scratch / Path(wheels[0]).stem
+    target = scratch / hashlib.sha256(str(Path(wheels[0]).resolve()).encode()).hexdigest()[:16]
     if not target.exists():
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target",
                         str(target), wheels[0]], check=True)
@@ -96,7 +127,7 @@ def install(path: str, scratch: Path) -> str:
 
 
 def run(op: str, env: dict[str, str], package: str) -> dict | None:
-    setup, call = OPS[op]
+    setup, call = PACKAGE_OPS.get(package, OPS)[op]
     proc = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup, call=call, package=package)],
                           capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=300)
     if proc.returncode:
@@ -109,9 +140,10 @@ def run(op: str, env: dict[str, str], package: str) -> dict | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("contenders", nargs="+", help="NAME=WHEEL_OR_DIR[:full]; the first is the reference")
+    ap.add_argument("contenders", nargs="+", help="NAME=WHEEL_OR_DIR[:full|:cold]; the first is the reference")
     ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--ops", default=",".join(OPS), help=f"comma-separated, of: {', '.join(OPS)}")
+    ap.add_argument("--ops", help="comma-separated (default: every op of the package): "
+                    + "; ".join(f"{p}: {', '.join(o)}" for p, o in PACKAGE_OPS.items()))
     ap.add_argument("--package", default=PACKAGE)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -119,18 +151,20 @@ def main() -> None:
 
     if not torch.cuda.is_available():
         sys.exit("bench_cold_library.py needs a CUDA GPU")
-    ops = args.ops.split(",")
-    unknown = [op for op in ops if op not in OPS]
+    known = PACKAGE_OPS.get(args.package, OPS)
+    ops = args.ops.split(",") if args.ops else list(known)
+    unknown = [op for op in ops if op not in known]
     if unknown:
         ap.error(f"unknown ops {unknown}")
-    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_COLD")}
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_COLD", "FORGE_NO_LEAN")}
     base["PYTHONDONTWRITEBYTECODE"] = "1"  # the bundle below is written once; the children write nothing
     scratch = Path(tempfile.mkdtemp(prefix="bench_cold_library_"))
     envs: dict[str, dict[str, str]] = {}
     for item in args.contenders:
         name, _, spec = item.partition("=")
-        path, full = (spec[:-5], True) if spec.endswith(":full") else (spec, False)
-        envs[name] = dict(base, PYTHONPATH=install(path, scratch), **({"FORGE_NO_COLD": "1"} if full else {}))
+        path, _, mode = spec.rpartition(":") if spec.endswith((":full", ":cold")) else (spec, "", "")
+        off = {"full": {"FORGE_NO_COLD": "1"}, "cold": {"FORGE_NO_LEAN": "1"}}.get(mode, {})
+        envs[name] = dict(base, PYTHONPATH=install(path, scratch), **off)
         subprocess.run([sys.executable, "-c", f"import {args.package}._runtime as r; r.write_bundle()"], check=True,
                        env=envs[name], cwd=tempfile.gettempdir())
     out: dict = {"device": torch.cuda.get_device_name(0), "python": platform.python_version(),

@@ -1,8 +1,10 @@
-"""Which kernels and host modules of a manifest the first call's cold handles serve (``runtime/cold_binding``).
+"""Which kernels and host modules of a manifest the first call's cold handles serve (``runtime/cold_binding``),
+and which host modules get a lean plan (``cold_binding.lean_plan``: served by ``import <package>``'s lean path
+where the package routes no op by name).
 
 Reads the build's plan (compiles nothing: ``make_plan`` and the index as a build without binaries writes it) and
-asks the runtime's own ``plain_kernel`` / ``plain_module`` of each kernel and host module, then says why each
-other one needs the full binding. Usage::
+asks the runtime's own ``plain_kernel`` / ``plain_module`` / ``lean_plan`` of each kernel and host module, then says
+why each other one needs the full binding. Usage::
 
     python scripts/census_cold.py kernel_manifest.toml tests/fixtures/realworld/kernel_manifest.toml [--json F]
 """
@@ -34,8 +36,10 @@ def census(manifest: str) -> dict[str, Any]:
         if not why and cold_binding.plain_module(index, mod) is None:
             why.append("other")
         modules[mod] = why
+    lean = sorted(mod for mod in index["modules"] if cold_binding.lean_plan(index, mod))
     routed = any(spec.get("autograd") or spec.get("exports") for spec in index["modules"].values())
-    return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules}
+    return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules,
+            "lean": lean}
 
 
 def main() -> int:
@@ -50,6 +54,7 @@ def main() -> int:
         routed = " (ops routed by name: autograd or exports)" if c["routed"] else ""
         print(f"{c['manifest']}: {len(plain)}/{len(c['kernels'])} kernels plain, {len(cold)}/{len(c['modules'])} "
               f"host modules bind cold handles{routed}")
+        print(f"  {len(c['lean'])}/{len(c['modules'])} host modules with a lean plan: {' '.join(c['lean'])}")
         counts = collections.Counter(r for why in c["kernels"].values() for r in why)
         for reason, count in counts.most_common():
             print(f"  {count:4d} kernels: {reason}")

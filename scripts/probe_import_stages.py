@@ -5,10 +5,10 @@ Each DIR is a ``pip install --target`` of a forge_kernels wheel. The probe copie
 statements of the copy's generated ``__init__.py`` (the runtime package's and ``lean``'s import, ``load_package``),
 writes the copy's bytecode bundle (or removes it: ``--no-bundle``; since session 61 it serves the full runtime only,
 read at a hand-over), and runs fresh processes, interleaved across the copies: after ``import torch`` and the CUDA
-context (or the test suite's fake driver: ``--fake``), it times the import and then the first call: the import of
-its modules (``lean_kernel``, ``basics``), then the call, whose parts it reads by wrapping the lean binding's
-functions (``bind``, the extension's and the driver's loading, the index reads, the launch's table, binary load and
-config choice).
+context (or the test suite's fake driver: ``--fake``), it times the import and then the first call: the import of its
+modules (``lean_kernel``, ``lean_launch``, ``basics``), then the call, whose parts it reads by wrapping the lean
+binding's functions (``bind``, the extension's and the driver's loading, the index reads, the launch's table, binary
+load and config choice).
 
     python scripts/probe_import_stages.py DIR[:no-bundle] [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
 
@@ -46,6 +46,10 @@ CHILD = DEVICE + textwrap.dedent("""
     stages["rest of __init__"] = t1 - marks[-1]
     t1b = clk()
     import forge_kernels._runtime.lean_kernel as lk  # (what the first call imports first)
+    try:  # (since session 62 a lean call's resolution is lean_launch's)
+        import forge_kernels._runtime.lean_launch as ll
+    except ImportError:
+        ll = lk
     parts = {"first call: modules (lean_kernel, basics)": clk() - t1b}
 
     def wrap(owner, name, label):
@@ -60,10 +64,11 @@ CHILD = DEVICE + textwrap.dedent("""
                 parts[label] = parts.get(label, 0.0) + clk() - t
         setattr(owner, name, timed)
 
+    lean = getattr(ll, "Lean", None) or lk._Lean
     if lk is not None:
         for owner, name in ((lk, "bind"), (lk, "extension"), (lk, "c_driver"), (lk, "ops_package"),
-                            (lk.json, "load"), (lk._Lean, "launch"), (lk._Lean, "_table"), (lk._Lean, "_load"),
-                            (lk, "pick_config")):
+                            (lk.json, "load"), (lean, "launch"), (lean, "_table"), (lean, "_load"),
+                            (ll, "pick_config")):
             wrap(owner, name, f"first call: {'json.load' if owner is lk.json else name}")
     t2 = clk()
     out = forge_kernels.vector_add(x, y)

@@ -129,7 +129,9 @@ KEYWORDS = PRELUDE + textwrap.dedent("""
     kinds = [type(k).__name__]
     k[(1,)](x, x, out, 1000)  # by position, as seen: the C path
     kinds.append(type(k).__name__)
-    k[(1,)](x, x, out, n_elements=999)  # by keyword: a cold handle binds it as Kernel._bind does
+    k[(1,)](x, x, out, n_elements=999)  # by keyword: bound as Kernel._bind binds it, still lean
+    kinds.append(type(k).__name__)
+    k[(1,)](x, x, out, 998, num_ctas=1)  # a launch option at its default: read as not passed (and by the C path)
     kinds.append(type(k).__name__)
     try:
         k[(1,)](x, x, out, 997, BLOCK_SIZE=64)  # a tuned meta-parameter: the full binding refuses it
@@ -216,11 +218,12 @@ def _child(code: str, env: dict[str, str]) -> dict:
 
 def test_lean_launches_are_the_full_kernels_launches_and_load_no_other_runtime_module(child_env) -> None:
     got = _child(EQUIVALENCE, child_env)
-    # import runs the package entry alone (the first call's modules, basics and lean_kernel, load on the first call)
+    # import runs the package entry alone (the first call's modules, basics, lean_kernel and lean_launch, load on the
+    # first call)
     assert got["at_import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.lean"]
     assert got["kinds"] == ["LeanKernel"] and got["after"] == ["Kernel"]
     # (expressions: matmul's constraints, compiled where a key misses every table row)
-    assert got["loaded"] == ["_fastlaunch", "basics", "expressions", "lean", "lean_kernel"], \
+    assert got["loaded"] == ["_fastlaunch", "basics", "expressions", "lean", "lean_kernel", "lean_launch"], \
         "the lean first calls loaded more of the runtime"
     assert got["c_cached"] >= 10  # the C path took the calls over
     assert got["n"] == len(got["lean"]) == len(got["full"]) >= 30
@@ -231,7 +234,7 @@ def test_lean_launches_are_the_full_kernels_launches_and_load_no_other_runtime_m
 def test_unserved_calls_hand_over_and_report_as_before(child_env) -> None:
     got = _child(PROMOTIONS, child_env)
     assert got["first"] == "LeanKernel" and got["same_result"]
-    assert got["lean_loaded"] == ["_fastlaunch", "basics", "lean", "lean_kernel"]
+    assert got["lean_loaded"] == ["_fastlaunch", "basics", "lean", "lean_kernel", "lean_launch"]
     best, kind, config = got["best_config"]
     assert best == config and "BLOCK_SIZE" in best and kind == "Kernel"
     assert got["second"] == "Kernel" and got["softmax_first"] == "ColdKernel"
@@ -241,9 +244,10 @@ def test_unserved_calls_hand_over_and_report_as_before(child_env) -> None:
     assert got["adopted"] == ["matmul", "softmax", "vector_add"]  # bound once, lean, and adopted
 
 
-def test_keyword_calls_make_a_cold_handle_and_bad_ones_a_full_one(child_env) -> None:
+def test_keyword_calls_stay_lean_and_bad_ones_make_a_full_handle(child_env) -> None:
     got = _child(KEYWORDS, child_env)
-    assert got["kinds"] == ["LeanKernel", "LeanKernel", "ColdKernel", ["Kernel", True]] and got["launched"] == 3
+    assert got["kinds"] == ["LeanKernel", "LeanKernel", "LeanKernel", "LeanKernel", ["Kernel", True]]
+    assert got["launched"] == 4
 
 
 def test_preload_promotes_lean_handles_and_the_module_imports_by_name(child_env) -> None:
@@ -293,11 +297,22 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
 
     plain = [["x", "*T"], ["y", "*fp32"], ["n", "i32"], ["BLOCK", "meta"]]
     (name, plan), = lean_plan(_part(plain), "m").values()
-    assert name == "k" and plan["variants"] == {"fp16": "T=fp16", "fp32": "T=fp32"}
+    assert name == "k" and plan["axes"] == ["T"] and plan["defaults"] == [] and plan["reading"]["names"] == ()
     assert plan["device_pos"] == [0, 1] and plan["declared"] == ["T", "fp32"] and plan["type_vars"] == [["T", 0]]
-    assert plan["key_pos"] == [2] and plan["n"] == 3 and plan["reading"]["kinds"] == [0, 0, 3]
+    assert plan["key"] == [[True, 2]] and plan["n"] == 3 and plan["reading"]["kinds"] == [0, 0, 3]
+    assert plan["ignored"] == {"num_ctas": 1, "maxnreg": None, "enable_fp_fusion": True}
     assert json.loads(json.dumps(plan))["reading"]["spec_pos"] == [0, 2]  # (written as JSON)
-    assert lean_plan(_part([*plain, ["BLOCK_SIZE", "constexpr"]]), "m") is None  # a call-site constexpr
+    # call-site constexprs and launch options (host code choosing BLOCK_SIZE and num_warps), keyed on one of them
+    library = [*plain, ["BLOCK_SIZE", "constexpr"], ["EVEN", "constexpr"]]
+    (_, plan), = lean_plan(_part(library, axes=["T", "BLOCK_SIZE", "EVEN", "num_warps"], key=["n", "BLOCK_SIZE"],
+                                 constexpr_defaults={"EVEN": False}), "m").values()
+    assert plan["axes"] == ["T", "BLOCK_SIZE", "EVEN", "num_warps"]
+    assert plan["key"] == [[True, 2], [False, "BLOCK_SIZE"]]
+    assert plan["reading"]["names"] == ("BLOCK_SIZE", "EVEN", "num_warps")
+    assert plan["defaults"] == [["EVEN", False], ["num_warps", 4]] and plan["required"] == ["BLOCK_SIZE"]
+    assert "num_warps" not in plan["ignored"] and plan["params"] == ["x", "y", "n", "BLOCK", "BLOCK_SIZE", "EVEN"]
+    assert lean_plan(_part(library, axes=["T", "BLOCK_SIZE"]), "m") is None  # a call-site value selecting no build
+    assert lean_plan(_part(plain, launch_flags=["launch_pdl"]), "m") is None  # launch attributes: cold handles'
     assert lean_plan(_part([*plain, ["EVEN", "heuristic"]]), "m") is None  # @triton.heuristics
     assert lean_plan(_part(plain, {"local_modules": ["utils"]}), "m") is None  # project modules
     assert lean_plan(_part(plain, pre_hooks=["zero"]), "m") is None
@@ -352,5 +367,6 @@ def test_on_the_gpu_lean_first_calls_hand_over_to_torch_compile_and_cuda_graphs(
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["kinds"] == ["LeanKernel", "Kernel"]
-    assert set(got["loaded"]) <= {"_fastlaunch", "basics", "lean", "lean_kernel", "expressions"}, got["loaded"]
+    assert set(got["loaded"]) <= {"_fastlaunch", "basics", "lean", "lean_kernel", "lean_launch", "expressions"}, \
+        got["loaded"]
     assert got["eager"] < 1e-3 and got["compiled"] < 2e-3 and got["replayed"] < 1e-3 and got["mm"] < 5e-2, got

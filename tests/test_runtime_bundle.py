@@ -24,7 +24,8 @@ BUNDLED = ["cold", "cold_binding", "cold_launch", "cuda", "drivers", "entry", "e
            "host_exec", "host_modules", "host_triton", "kernel", "launch", "names", "packing", "rules", "tables",
            "torch_ops"]
 """What FIRST_CALL loads from the bundle: the full runtime's modules, read at the lean package's hand-over (here: no
-GPU), not the lean path's own (``lean``, ``lean_kernel``, ``basics``), loaded through the import system before."""
+GPU), not the lean path's own (``lean``, ``lean_kernel``, ``lean_launch``, ``basics``), loaded through the import
+system before."""
 
 FIRST_CALL = textwrap.dedent("""
     import json, sys, torch

@@ -819,6 +819,7 @@ typedef struct {
     int n_key, key_pos[MAX_KEYS];
     int n_call;
     PyObject *call_names, *call_defaults, *missing;   /* call-site names, their defaults (or `missing`) */
+    PyObject *ignored;   /* launch options a call may pass at their default, as Kernel._bind drops them (a dict) */
     PyObject *tensor_types, *get_device, *data_ptr, *launches;
     int n_heur;
     PyObject *runtime_names, *heuristics, *heuristic_names;   /* (name, function) pairs in calling order */
@@ -869,7 +870,7 @@ static int FastKernel_traverse(PyObject *self, visitproc visit, void *arg) {
     FastKernel *F = (FastKernel *)self;
     Py_VISIT(Py_TYPE(self));
     Py_VISIT(F->tensor_types); Py_VISIT(F->get_device); Py_VISIT(F->data_ptr); Py_VISIT(F->launches);
-    Py_VISIT(F->call_names); Py_VISIT(F->call_defaults); Py_VISIT(F->missing);
+    Py_VISIT(F->call_names); Py_VISIT(F->call_defaults); Py_VISIT(F->missing); Py_VISIT(F->ignored);
     Py_VISIT(F->runtime_names); Py_VISIT(F->heuristics); Py_VISIT(F->heuristic_names); Py_VISIT(F->last);
     for (size_t i = 0; i < F->cap; i++)
         if (F->table[i].used) ENTRY_REFS(F, &F->table[i], Py_VISIT);
@@ -880,7 +881,7 @@ static int FastKernel_clear(PyObject *self) {
     FastKernel *F = (FastKernel *)self;
     clear_table(F);
     Py_CLEAR(F->tensor_types); Py_CLEAR(F->get_device); Py_CLEAR(F->data_ptr); Py_CLEAR(F->launches);
-    Py_CLEAR(F->call_names); Py_CLEAR(F->call_defaults); Py_CLEAR(F->missing);
+    Py_CLEAR(F->call_names); Py_CLEAR(F->call_defaults); Py_CLEAR(F->missing); Py_CLEAR(F->ignored);
     Py_CLEAR(F->runtime_names); Py_CLEAR(F->heuristics); Py_CLEAR(F->heuristic_names); Py_CLEAR(F->last);
     return 0;
 }
@@ -898,16 +899,18 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     static char *names[] = {"kinds", "ptr_positions", "spec_positions", "spec_pointers", "type_positions",
                             "key_positions", "call_names", "call_defaults", "missing", "tensor_types", "get_device",
                             "data_ptr", "launches", "runtime_names", "heuristics", "heuristic_names", "type_next",
-                            "param_slots", "int_pointers", "int_pointer_kinds", "written", NULL};
+                            "param_slots", "int_pointers", "int_pointer_kinds", "written", "ignored", NULL};
     PyObject *kinds, *ptr_pos, *spec_pos, *spec_ptr, *tv_pos, *key_pos, *call_names, *call_defaults, *missing, *types,
         *get_device, *data_ptr, *launches, *runtime_names = NULL, *heuristics = NULL, *heuristic_names = NULL,
-        *tv_next = NULL, *param_slots = NULL, *int_ptrs = NULL, *int_ptr_kinds = NULL, *written = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
+        *tv_next = NULL, *param_slots = NULL, *int_ptrs = NULL, *int_ptr_kinds = NULL, *written = NULL,
+        *ignored = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOO!O!OOOOO|O!O!O!O!O!O!O!O!O!", names, &kinds, &ptr_pos, &spec_pos,
                                      &spec_ptr, &tv_pos, &key_pos, &PyTuple_Type, &call_names, &PyTuple_Type,
                                      &call_defaults, &missing, &types, &get_device, &data_ptr, &launches,
                                      &PyTuple_Type, &runtime_names, &PyTuple_Type, &heuristics, &PyTuple_Type,
                                      &heuristic_names, &PyTuple_Type, &tv_next, &PyTuple_Type, &param_slots,
-                                     &PyTuple_Type, &int_ptrs, &PyBytes_Type, &int_ptr_kinds, &PyTuple_Type, &written))
+                                     &PyTuple_Type, &int_ptrs, &PyBytes_Type, &int_ptr_kinds, &PyTuple_Type, &written,
+                                     &PyDict_Type, &ignored))
         return NULL;
     FastKernel *F = (FastKernel *)PyType_GenericAlloc(type, 0);
     if (!F) return NULL;
@@ -1014,6 +1017,7 @@ static PyObject *FastKernel_new(PyTypeObject *type, PyObject *args, PyObject *kw
     Py_INCREF(call_names); F->call_names = call_names;
     Py_INCREF(call_defaults); F->call_defaults = call_defaults;
     Py_INCREF(missing); F->missing = missing;
+    Py_XINCREF(ignored); F->ignored = ignored;
     Py_INCREF(types); F->tensor_types = types;
     Py_INCREF(get_device); F->get_device = get_device;
     Py_INCREF(data_ptr); F->data_ptr = data_ptr;
@@ -1098,7 +1102,7 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
     if (PyTuple_Size(args) != F->n) return 0;
     memset(k, 0, sizeof(*k));
     Py_ssize_t given = kwargs ? PyDict_Size(kwargs) : 0, matched = 0;
-    if (given > taken && !F->n_call) return 0;
+    if (given > taken && !F->n_call && !F->ignored) return 0;
     for (int c = 0; c < F->n_call; c++) {
         PyObject *v = given ? PyDict_GetItem(kwargs, PyTuple_GetItem(F->call_names, c)) : NULL;
         if (v) matched++;
@@ -1106,7 +1110,21 @@ static int read_call(FastKernel *F, PyObject *args, PyObject *kwargs, Py_ssize_t
         if (v == F->missing) return 0;                /* a required constexpr not passed: Python says so */
         k->calls[c] = v;
     }
-    if (matched + taken != given) return 0;
+    if (matched + taken != given) {
+        /* other keywords: launch options at their defaults (the tutorials' num_ctas=1) read as not passed */
+        Py_ssize_t pos = 0, extra = 0;
+        PyObject *name, *v;
+        if (!F->ignored) return 0;
+        while (PyDict_Next(kwargs, &pos, &name, &v)) {
+            PyObject *d = PyDict_GetItem(F->ignored, name);   /* borrowed */
+            if (!d) continue;
+            int eq = PyObject_RichCompareBool(v, d, Py_EQ);
+            if (eq < 0) { PyErr_Clear(); return 0; }
+            if (!eq) return 0;                        /* another value: the Python path reports it */
+            extra++;
+        }
+        if (matched + taken + extra != given) return 0;
+    }
     long device = -2;
     uint64_t nones = 0;                               /* pointers passed as None (bit per argument position) */
     uint64_t ints = 0;                                /* pointers passed an integer (bit per argument position) */
@@ -2117,7 +2135,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void) {
         || PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 || PyModule_AddIntConstant(m, "MAX_BLOCK", MAX_BLOCK) < 0
         || PyModule_AddIntConstant(m, "MAX_TYPEVARS", MAX_TYPEVARS) < 0
         || PyModule_AddIntConstant(m, "MAX_KEYS", MAX_KEYS) < 0 || PyModule_AddIntConstant(m, "MAX_CALLS", MAX_CALLS) < 0
-        || PyModule_AddIntConstant(m, "ABI", 13) < 0) {
+        || PyModule_AddIntConstant(m, "ABI", 14) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,4 +1,4 @@
-"""What every path of the runtime reads alike, which the lean first calls (``lean``, ``lean_kernel``) need: dtype
+"""What every path of the runtime reads alike, which the lean first calls (``lean``, ``lean_launch``) need: dtype
 names, specializations and binary fit, nearest rows, targets, config fit, ``cdiv``/``next_power_of_2``, the small
 ``triton``, ``LAUNCHES``, the C extension and the driver through it. Defined once here (``rules``, ``packing``,
 ``fastpath``, ``cuda``, ``cold``... import them). Imports: stdlib."""
@@ -188,11 +188,10 @@ handle checks, lean, cold or full (``fastpath.LAUNCHES``, ``kernel.LAUNCHES`` ar
 
 # -- the C extension and the driver through it ----------------------------------------------------------------
 
-ABI = 13
-"""The extension's interface version (13: ``Driver``, the driver calls of a first launch, see cuda.py; 12:
-``FastKernel.last``, the result of a kernel's last C launch; 11: a launch returns its ``Launcher.result``; 10:
-FastKernel takes ``written``; ``LAUNCHES.skip`` may hold a custom op's guard, see guard.py); an extension of another
-version is not used."""
+ABI = 14
+"""The extension's interface version (14: FastKernel takes ``ignored``, launch options passed at their defaults; 13:
+``Driver``, the driver calls of a first launch, see cuda.py; 12: ``FastKernel.last``; 11: a launch returns its
+``Launcher.result``; 10: FastKernel takes ``written``); an extension of another version is not used."""
 _EXTENSION: list[Any] = []
 _EXTENSION_LOCK = threading.Lock()
 

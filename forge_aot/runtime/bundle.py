@@ -9,9 +9,9 @@ when the first of them is imported: one file read instead of a dozen trips throu
 bytecode caches. Where there is no valid bundle, imports are the import system's own.
 
 Read only when the full runtime is first needed (``use_bundle``: at import for a package that routes ops, at the
-hand-over for a lean one). The lean path (``lean``, ``lean_kernel``, ``basics``) loads through the import system:
-reading the bundle at import, from the runtime package's ``__init__``, cost a fresh process more than it saved
-(session 61, locally: 5.2 - 5.6 ms to import and call an op with a 290-line ``__init__`` that read the bundle and
+hand-over for a lean one). The lean path (``lean``, ``lean_kernel``, ``lean_launch``, ``basics``) loads through the
+import system: reading the bundle at import, from the runtime package's ``__init__``, cost a fresh process more than it
+saved (session 61, locally: 5.2 - 5.6 ms to import and call an op with a 290-line ``__init__`` that read the bundle and
 ran the lean modules from it, 5.0 with a ten-line ``__init__`` and no bundle).
 """
 

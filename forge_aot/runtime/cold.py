@@ -37,6 +37,7 @@ from typing import Any
 from . import fastpath
 from .basics import compile_constraints, config_fits, pick_config, target_table
 from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic_values
+from .lean_launch import bind_call
 from .packing import check_dtypes, dtype_name
 from .rules import (
     LAUNCH_DEFAULTS,
@@ -44,6 +45,7 @@ from .rules import (
     TRITON_DEFAULTS,
     Config,
     best_binary,
+    ignored_options,
     launch_attrs,
     named_args,
     read_params,
@@ -52,7 +54,6 @@ from .rules import (
 )
 
 _MISSING = fastpath._MISSING  # a call-site constexpr without a default: a call must pass it
-_NO_CALL: dict[str, Any] = {}
 
 
 class _Cold:
@@ -85,11 +86,15 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
-        # (name, default) of every call-site value a call leaves out, as Kernel._bind binds them (launch flags off;
+        # (name, default) of every call-site value a call may leave out, as Kernel._bind binds them (launch flags off;
         # heuristic parameters a call may pass, Unsloth's DO_SOFTCAPPING=..., stay out: the heuristics compute them)
-        self._call_defaults = (*((n, self.constexpr_defaults.get(n, _MISSING)) for n in self.call_constexprs),
+        self._call_defaults = (*((n, self.constexpr_defaults[n]) for n in self.call_constexprs
+                                 if n in self.constexpr_defaults),
                                *((n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in self.launch_axes),
                                *((n, False) for n in self.launch_flags))
+        self._required = [n for n in self.call_constexprs if n not in self.constexpr_defaults]
+        """Call-site constexprs without a default: a call must pass them."""
+        self._ignored = ignored_options(self.launch_axes)
         self._cold = _Cold(root, mod, upgrade)
         self._set_fast(fastpath.plan(self))
 
@@ -139,29 +144,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         those it leaves out), or None where the full path binds it (and reports what is wrong): any argument by
         position or by keyword (Liger passes all by keyword), of the runtime parameters, call-site constexprs and
         launch options only."""
-        if not kwargs and len(args) == self.n_runtime and self._runtime_first:
-            if not self._call_defaults:
-                return args, _NO_CALL
-            runtime, call = args, {}
-        else:
-            if len(args) > len(self.param_names):
-                return None
-            call = dict(zip(self.param_names, args))
-            for k, v in kwargs.items():
-                if k in call:
-                    return None
-                call[k] = v
-            if any(name not in call for name in self.runtime_names):
-                return None
-            runtime = tuple(call.pop(name) for name in self.runtime_names)
-            if any(k not in self.call_names for k in call):
-                return None  # tuned parameters, other launch options, unknown names: the full path says which
-        for name, default in self._call_defaults:
-            if name not in call:
-                if default is _MISSING:
-                    return None
-                call[name] = default
-        return runtime, call
+        return bind_call(args, kwargs, self.n_runtime, self._runtime_first, self.param_names, self.runtime_names,
+                         self.call_names, self._call_defaults, self._required, self._ignored)
 
     def run(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         cold = self.__dict__.get("_cold")

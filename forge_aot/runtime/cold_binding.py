@@ -14,7 +14,15 @@ from typing import Any
 from . import fastpath
 from .cold import ColdKernel
 from .host_exec import bind_pre_hooks, host_file_module, kernel_side, run_host_file, small_triton
-from .rules import HEURISTICS_HOOK, INDEX_FORMAT, KERNEL_SIDE_HOOK, read_params
+from .rules import (
+    HEURISTICS_HOOK,
+    INDEX_FORMAT,
+    KERNEL_SIDE_HOOK,
+    LAUNCH_DEFAULTS,
+    TRITON_DEFAULTS,
+    ignored_options,
+    read_params,
+)
 
 _NOT_PLAIN = ("grid_args",)
 """Index entries of a kernel that only the full ``Kernel`` serves."""
@@ -107,7 +115,12 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
     written), or None where a lean handle cannot serve one of its kernels or the module needs more than running its
     file (project modules, another import name, ``torch.compile``). Kernels are read as the C path
     (``fastpath.reading``) and the cold handles (``rules.read_params``) read them. Per kernel function: [index name,
-    {reading, n, device_pos, declared, type_vars, variants, key_pos}]."""
+    {reading, n, device_pos, declared, type_vars, axes, key, params, runtime_first, defaults}]: ``axes`` the variant
+    axes in order (type variables, call-site constexprs, launch options), ``key`` where each key value comes from
+    ([true, runtime position] or [false, call-site name]), ``defaults`` the value ``Kernel._bind`` gives each
+    call-site name (``reading``'s ``names``) a call leaves out, as [name, value] (``required``: the constexprs
+    without a default, which a call must pass), ``ignored`` the launch options a call may pass at their default
+    (``rules.ignored_options``)."""
     spec = part["modules"][mod]
     if any(spec.get(k) for k in ("local_modules", "imported_as", "torch_compile")):
         return None
@@ -119,26 +132,30 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
         name, kspec = by_function[fn]
         kernel = types.SimpleNamespace()
         read_params(kernel, kspec)
-        if (kernel.call_names or kernel.heuristic_names or kernel.pointer_ints or kernel.desc_pos
-                or kernel.grid_args or kspec.get("pre_hooks") or not all(rt for rt, _ in kernel.key_sources)):
+        # (call-site constexprs and launch options are served; heuristics, launch flags, pre-hooks and the rest
+        # are the cold handles')
+        if (kernel.heuristic_names or kernel.launch_flags or kernel.pointer_ints or kernel.desc_pos
+                or kernel.grid_args or kspec.get("pre_hooks")):
             return None
+        tv_names = [tv for tv, _ in kernel.type_vars]
+        if kernel.axes != [*tv_names, *(a for a in kernel.axes if a in kernel.call_names)]:
+            return None  # (an axis neither a type variable nor a call-site name: the full path's)
         r = fastpath.reading(kernel)
-        if r is None:
+        if r is None or not set(r["names"]) <= set(kernel.axes):  # (every call-site value selects the build)
             return None
         device_pos = list(kernel.device_pos)
         declared = [kernel.runtime[i][1][1:] for i in device_pos]
         # a type variable's dtype: its first tensor's, that is, the first pointer of its source's type
         type_vars = [[tv, next(j for j, i in enumerate(device_pos) if kernel.runtime[i][1] == kernel.runtime[src][1])]
                      for tv, src in kernel.type_vars]
-        if len(type_vars) != len(kernel.axes):
-            return None
-        variants = {}
-        for vid, variant in kspec["variants"].items():
-            assignment = variant["assign"]
-            variants[",".join(str(assignment[tv]) for tv, _ in type_vars)] = vid
+        defaults = [[n, kernel.constexpr_defaults[n]] for n in kernel.call_constexprs if n in kernel.constexpr_defaults]
+        defaults += [[n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))] for n in kernel.launch_axes]
         r = {**r, "kinds": list(r["kinds"]), "pointer_int_kinds": list(r["pointer_int_kinds"])}  # (JSON)
         out[fn] = [name, {"reading": r,
                           "n": kernel.n_runtime, "device_pos": device_pos, "declared": declared,
-                          "type_vars": type_vars, "variants": variants,
-                          "key_pos": [src for _, src in kernel.key_sources]}]
+                          "type_vars": type_vars, "axes": kernel.axes,
+                          "key": [[is_rt, src] for is_rt, src in kernel.key_sources],
+                          "params": kernel.param_names, "runtime_first": kernel._runtime_first,
+                          "defaults": defaults, "ignored": ignored_options(kernel.launch_axes),
+                          "required": [n for n in kernel.call_constexprs if n not in kernel.constexpr_defaults]}]
     return out

@@ -1,7 +1,7 @@
 """What a cold handle (``cold``) launches with: a binary loaded as a C ``Launcher`` (laid out as
 ``launch._BinaryLauncher`` lays it out), the devices' figures, what a launch returns, and what the C path hands back
 where a kernel's heuristics give values it has not seen. Imports: stdlib, the C extension (``fastpath``), ``drivers``,
-``packing``, ``rules``, ``lean_kernel`` (the C ``Launcher`` made as lean handles make it)."""
+``packing``, ``rules``, ``lean_launch`` (the C ``Launcher`` made as lean handles make it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from . import fastpath
 from .drivers import driver
-from .lean_kernel import new_launcher
+from .lean_launch import new_launcher
 from .packing import _STRUCT_CODES, DESC_PREFIX, block_layout
 from .rules import Config, binary_params
 

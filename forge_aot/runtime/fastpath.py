@@ -77,7 +77,7 @@ def plan(kernel: Any) -> Any:
     read = reading(kernel)
     if read is None:
         return None
-    from .rules import LAUNCH_DEFAULTS, TRITON_DEFAULTS
+    from .rules import LAUNCH_DEFAULTS, TRITON_DEFAULTS, ignored_options
 
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
     defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
@@ -94,7 +94,8 @@ def plan(kernel: Any) -> Any:
                             read["key_pos"], read["names"], defaults, _MISSING, (torch.Tensor, torch.nn.Parameter),
                             torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, read["runtime_names"],
                             heuristics, read["heuristic_names"], read["type_next"], read["param_slots"],
-                            read["pointer_ints"], read["pointer_int_kinds"], read["written_pos"])
+                            read["pointer_ints"], read["pointer_int_kinds"], read["written_pos"],
+                            ignored_options(kernel.launch_axes))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 

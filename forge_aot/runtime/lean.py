@@ -22,8 +22,8 @@ and ``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module
 (autograd, ``[exports]``), ROCm, no C extension, ``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
 
 This module: the package entry (exported ops, ``torch.ops.<package>``, the hand-over); ``lean_kernel``: binding a
-host module with lean handles and their first calls; ``basics``: what every path reads alike. Imports: stdlib,
-``basics`` (torch where called).
+host module with lean handles; ``lean_launch``: their first calls; ``basics``: what every path reads alike.
+Imports: stdlib, ``basics`` (torch where called).
 """
 
 from __future__ import annotations

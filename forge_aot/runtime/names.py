@@ -40,7 +40,8 @@ _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "driv
                         "fastpath", "hip", "host_driver", "host_modules", "host_triton", "kernel", "launch",
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
                         "bundle", "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports",
-                        "host_exec", "cold_launch", "lean", "names", "basics", "lean_kernel"})
+                        "host_exec", "cold_launch", "lean", "names", "basics", "lean_kernel",
+                        "lean_launch"})
 
 
 def attribute(name: str) -> Any:

@@ -55,6 +55,13 @@ grid (every program resident at once). They change how a binary launches, never 
 LAUNCH_ATTR_PDL, LAUNCH_ATTR_COOPERATIVE = 1, 2  # a launcher's ``attrs`` bits (the C launch path's too)
 TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
+
+
+def ignored_options(launch_axes: Sequence[str]) -> dict[str, Any]:
+    """The launch options a call may pass at their default (``LAUNCH_DEFAULTS``) where the kernel does not take them
+    at the call site: read as not passed (the Triton tutorials' ``num_ctas=1``), as ``Kernel._bind`` reads them."""
+    return {k: v for k, v in LAUNCH_DEFAULTS.items() if k not in launch_axes}
+
 # (The specialization codes, spec_fits, rank_rows, pick_cuda_target, cdiv and next_power_of_2 are basics': the lean
 # first calls read them without this module.)
 
