@@ -5,21 +5,23 @@ call an op went to loading the runtime's modules (~130 KB of bytecode), not to w
 package's ``__init__`` imports this module alone. It defines the exported ops and ``torch.ops.<package>`` (its custom
 ops defined on first need, as before), and serves an op's first call itself where the build wrote a *lean plan* for
 its host module (``_forge/modules/<module>.json``'s ``lean``, see ``lean_plan``): every kernel of the module takes its
-runtime arguments by position only, its table key from them, its variant from their dtypes (no call-site constexprs,
-launch options or flags, heuristics, pre-hooks, integer pointers, descriptors), and the module imports no project
+runtime arguments and call-site values (constexprs and launch options host code chooses: ``BLOCK_SIZE=...``,
+``num_warps=...``; since session 62) by position or by keyword, its table key and variant from their values and
+dtypes (no launch flags, heuristics, pre-hooks, integer pointers, descriptors), and the module imports no project
 module. The host module then runs with ``LeanKernel`` handles; a call the C path (``_fastlaunch``) has not seen comes
-to ``LeanKernel.run``, which resolves it as ``ColdKernel._resolve`` does (dtypes -> variant, capability -> target,
+to ``LeanKernel.run``, which binds it as ``Kernel._bind`` does (``lean_launch.bind_call``) and resolves it as
+``ColdKernel._resolve`` does (dtypes and call-site values -> variant, capability -> target,
 device name -> table, the key's row or the nearest usable one, the most specialized binary that fits), loads the
 binary (sha256 checked) through the C ``Driver``, launches it through a C ``Launcher`` and registers the call with
 the C path.
 
-Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, without binding
-anything twice: the full ``Package`` adopts the modules bound here and their handles; a handle asked anything a
-lean handle does not serve (keywords, ``LAUNCHES.skip`` from a custom op's tracing or guard, another dtype, an
-attribute such as ``warmup``, a binary whose checksum is wrong: the full path reports it) becomes a ``ColdKernel``
-in place (``LeanKernel._promoted``), and then a full ``Kernel`` as cold handles do. Handed over: ``torch.compile``
-and ``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, packages that route ops
-(autograd, ``[exports]``), ROCm, no C extension, ``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
+Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, without binding anything
+twice: the full ``Package`` adopts the modules bound here and their handles; a handle asked anything a lean handle does
+not serve (keywords it does not bind, ``LAUNCHES.skip`` from a custom op's tracing or guard, another dtype, an attribute
+such as ``warmup``, a binary whose checksum is wrong: the full path reports it) becomes a ``ColdKernel`` in place
+(``LeanKernel._promoted``), and then a full ``Kernel`` as cold handles do. Handed over: ``torch.compile`` and
+``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, packages that route ops (autograd,
+``[exports]``), ROCm, no C extension, ``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
 
 This module: the package entry (exported ops, ``torch.ops.<package>``, the hand-over); ``lean_kernel``: binding a
 host module with lean handles; ``lean_launch``: their first calls; ``basics``: what every path reads alike.
