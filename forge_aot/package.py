@@ -7,6 +7,7 @@ give the same bytes.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -38,6 +39,20 @@ def _block(kernel: Any, binary: dict[str, Any]) -> list[Any]:
     """A binary's parameter block as the lean path's C ``Launcher`` takes it (``cold_launch.block_of``), as JSON."""
     kept, kinds, offsets, size = block_of(kernel, binary)  # type: ignore[misc]  # (lean kernels take no descriptors)
     return [list(kept), list(kinds), list(offsets), size]
+
+
+def reads_handle_attributes(host_source: str, kernels: Sequence[str]) -> bool:
+    """Whether host code reads an attribute of one of its kernel handles (the Triton tutorials' fused softmax:
+    ``softmax_kernel.warmup(...)``). A lean handle hands the package over to the full runtime there, in the middle of
+    its module's binding, so the lean binding was work for nothing (about 2 ms on an H200, session 62): such a module
+    gets no lean plan, and its first call binds it with the full runtime."""
+    names = set(kernels)
+    try:
+        tree = ast.parse(host_source)
+    except SyntaxError:  # (the index build parsed it already; kept conservative)
+        return True
+    return any(isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in names
+               for node in ast.walk(tree))
 
 
 def _template(name: str) -> str:
@@ -112,8 +127,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         binaries[rel] = b["sha256"]
     # What lets `import <package>` serve a host module's first calls without the rest of the runtime (lean.py):
     # a plan per module, written from the runtime's own readings of a kernel, and each binary's parameter block.
-    lean_plans = {mod: lean for mod in index["modules"]
-                  if (lean := lean_plan({"modules": index["modules"], "kernels": index["kernels"]}, mod))}
+    lean_plans = {mod: lean for mod, spec in index["modules"].items()
+                  if not reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
+                  and (lean := lean_plan({"modules": index["modules"], "kernels": index["kernels"]}, mod))}
     for kernel in sorted({kernel for lean in lean_plans.values() for kernel, _ in lean.values()}):
         params = types.SimpleNamespace()
         rules.read_params(params, index["kernels"][kernel])

@@ -20,6 +20,7 @@ from typing import Any
 from forge_aot import __version__
 from forge_aot.index import build_index
 from forge_aot.manifest import load_manifest
+from forge_aot.package import reads_handle_attributes
 from forge_aot.plan import make_plan
 from forge_aot.runtime import cold_binding
 
@@ -36,7 +37,9 @@ def census(manifest: str) -> dict[str, Any]:
         if not why and cold_binding.plain_module(index, mod) is None:
             why.append("other")
         modules[mod] = why
-    lean = sorted(mod for mod in index["modules"] if cold_binding.lean_plan(index, mod))
+    lean = sorted(mod for mod, spec in index["modules"].items()  # (as package.stage_package decides)
+                  if not reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
+                  and cold_binding.lean_plan(index, mod))
     routed = any(spec.get("autograd") or spec.get("exports") for spec in index["modules"].values())
     return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules,
             "lean": lean}
