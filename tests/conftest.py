@@ -75,6 +75,37 @@ def fake_libcuda(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def fixture_site(work: Path, manifest: Path, package: str) -> Path:
+    """A fixture manifest's wheel built here (x86_64) under ``work`` and unpacked as pip lays it out; skips where the
+    wheel was built without its C extension (no compiler at build time)."""
+    import zipfile
+
+    from forge_aot.pipeline import build
+
+    wheel = build(manifest, out_dir=work / "dist", build_dir=work / "build", platforms=["x86_64"]).wheel
+    site = work / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    if not any(site.glob(f"{package}/_runtime/_fastlaunch*.so")):
+        pytest.skip("the wheel was built without its C extension (no compiler at build time)")
+    return site
+
+
+def fake_driver_child(code: str, site: Path, fake_libcuda: Path, **extra: str) -> dict:
+    """``code`` run in a fresh process with ``site`` on its path and the fake libcuda first on its library path (the
+    runtime's switches unset, ``extra`` set); what it printed last, as JSON."""
+    import json
+    import subprocess
+    import sys
+
+    drop = ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD", "FORGE_NO_LEAN")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env |= {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(fake_libcuda), **extra}
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, cwd="/", env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="session")
 def rt(tmp_path_factory: pytest.TempPathFactory):
     """The runtime with its C launch path compiled, as a wheel ships it (tests/c_launch_support.py)."""

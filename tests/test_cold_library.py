@@ -17,11 +17,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import fake_driver_child, fixture_site
 from tests.launcher_bytes import FAKE_BASE, FAKE_SPAN
 
 pytest.importorskip("torch")
@@ -201,28 +201,11 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def coldlib_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from forge_aot.pipeline import build
-
-    work = tmp_path_factory.mktemp("coldlib")
-    wheel = build(MANIFEST, out_dir=work / "dist", build_dir=work / "build", platforms=["x86_64"]).wheel
-    site = work / "site"
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(site)
-    if not any(site.glob("forge_coldlib/_runtime/_fastlaunch*.so")):
-        pytest.skip("the wheel was built without its C extension (no compiler at build time)")
-    return site
-
-
-def _child(site: Path, fake_libcuda: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
-    env |= {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(fake_libcuda), **extra}
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, cwd="/", env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return fixture_site(tmp_path_factory.mktemp("coldlib"), MANIFEST, "forge_coldlib")
 
 
 def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldlib_site, fake_libcuda) -> None:
-    got = _child(coldlib_site, fake_libcuda)
+    got = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
     assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 15, got["kinds"]
     # flash-attn's kernel file is imported by its layers module under its package's name: one module, two names
     assert [n for n in got["names"] if "rotary" in n] == [
@@ -259,8 +242,8 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
 
 
 def test_library_style_calls_without_cold_handles_launch_the_same(coldlib_site, fake_libcuda) -> None:
-    cold = _child(coldlib_site, fake_libcuda)
-    full = _child(coldlib_site, fake_libcuda, FORGE_NO_COLD="1")
+    cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
+    full = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_COLD="1")
     assert full["kinds"] == ["Kernel"] and full["cold_paths"] == []
     assert full["full"] == cold["full"] == cold["cold"]
 

@@ -18,10 +18,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import fake_driver_child, fixture_site
 
 pytest.importorskip("torch")
 
@@ -146,25 +147,7 @@ KEYWORDS = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def leanlib_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from forge_aot.pipeline import build
-
-    work = tmp_path_factory.mktemp("leanlib")
-    wheel = build(MANIFEST, out_dir=work / "dist", build_dir=work / "build", platforms=["x86_64"]).wheel
-    site = work / "site"
-    with zipfile.ZipFile(wheel) as zf:
-        zf.extractall(site)
-    if not any(site.glob("forge_leanlib/_runtime/_fastlaunch*.so")):
-        pytest.skip("the wheel was built without its C extension (no compiler at build time)")
-    return site
-
-
-def _child(code: str, site: Path, fake_libcuda: Path, **extra: str) -> dict:
-    drop = ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD", "FORGE_NO_LEAN")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env |= {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(fake_libcuda), **extra}
-    proc = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, cwd="/", env=env)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return fixture_site(tmp_path_factory.mktemp("leanlib"), MANIFEST, "forge_leanlib")
 
 
 def test_every_host_module_of_the_fixture_has_a_lean_plan_but_one_reading_its_handle(leanlib_site: Path) -> None:
@@ -178,7 +161,7 @@ def test_every_host_module_of_the_fixture_has_a_lean_plan_but_one_reading_its_ha
 
 
 def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanlib_site, fake_libcuda) -> None:
-    got = _child(CHILD, leanlib_site, fake_libcuda)
+    got = fake_driver_child(CHILD, leanlib_site, fake_libcuda)
     assert got["at_import"] == ["forge_leanlib", "forge_leanlib._runtime", "forge_leanlib._runtime.lean"]
     assert got["kinds"] == ["LeanKernel"], got["kinds"]
     # (exports: the signature of an autograd Function's apply exported as the op, the tutorials' layer_norm)
@@ -207,7 +190,7 @@ def test_host_code_reading_a_kernel_handles_attribute_is_found() -> None:
 
 def test_keyword_and_positional_constexprs_stay_lean_and_unbuilt_values_are_reported(leanlib_site,
                                                                                      fake_libcuda) -> None:
-    got = _child(KEYWORDS, leanlib_site, fake_libcuda)
+    got = fake_driver_child(KEYWORDS, leanlib_site, fake_libcuda)
     assert got["kinds"] == ["LeanKernel", "LeanKernel", ["Kernel", "NotBuiltError", True]], got["kinds"]
     assert got["launched"] == 4
 
