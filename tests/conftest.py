@@ -91,6 +91,29 @@ def fixture_site(work: Path, manifest: Path, package: str) -> Path:
     return site
 
 
+FAKE_GPU_PRELUDE = """import ctypes, json, sys
+sys.modules["triton"] = None
+import torch
+torch.Tensor.get_device = lambda self: 0
+torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
+# flash-attn's `with torch.cuda.device(x.device.index)`: a CPU tensor's index is None, nothing to switch
+torch.cuda._exchange_device = torch.cuda._maybe_exchange_device = lambda device: -1
+sys.path.append(sys.argv[1])
+from tests.launcher_bytes import FakeLaunchEx, FakeState, canonical_block, renumber_addresses
+SEEN = renumber_addresses(torch)
+
+
+def odd(*shape, dtype, grad=False):  # misaligned by one element
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.randn(n + 1, dtype=dtype)[1:].view(*shape).requires_grad_(grad)
+
+"""
+"""The start of a ``fake_driver_child`` script: CPU tensors answer as tensors of GPU 0, launches' addresses renumbered
+per call (``SEEN``) so two runs compare, ``odd`` makes misaligned inputs."""
+
+
 def fake_driver_child(code: str, site: Path, fake_libcuda: Path, **extra: str) -> dict:
     """``code`` run in a fresh process with ``site`` on its path and the fake libcuda first on its library path (the
     runtime's switches unset, ``extra`` set); what it printed last, as JSON."""

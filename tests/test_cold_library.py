@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_driver_child, fixture_site
+from tests.conftest import FAKE_GPU_PRELUDE, fake_driver_child, fixture_site
 from tests.launcher_bytes import FAKE_BASE, FAKE_SPAN
 
 pytest.importorskip("torch")
@@ -29,17 +29,7 @@ pytest.importorskip("torch")
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "tests" / "fixtures" / "realworld" / "cold_manifest.toml"
 
-CHILD = textwrap.dedent("""
-    import ctypes, json, sys
-    sys.modules["triton"] = None
-    import torch
-    torch.Tensor.get_device = lambda self: 0
-    torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
-    # flash-attn's `with torch.cuda.device(x.device.index)`: a CPU tensor's index is None, nothing to switch
-    torch.cuda._exchange_device = torch.cuda._maybe_exchange_device = lambda device: -1
-    sys.path.append(sys.argv[1])
-    from tests.launcher_bytes import FakeLaunchEx, FakeState, canonical_block, renumber_addresses
-    SEEN = renumber_addresses(torch)
+CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     ZEROED = [0]  # Tensor.zero_ calls: what the autotune config's pre-hook does before each launch
     real_zero = torch.Tensor.zero_
 
@@ -63,12 +53,6 @@ CHILD = textwrap.dedent("""
     fake_ex = FakeLaunchEx.in_dll(ctypes.CDLL("libcuda.so.1"), "fake_ex")
     fake.block_size = -1  # the whole parameter block of every launch
     torch.manual_seed(0)
-
-    def odd(*shape, dtype, grad=False):  # misaligned by one element
-        n = 1
-        for s in shape:
-            n *= s
-        return torch.randn(n + 1, dtype=dtype)[1:].view(*shape).requires_grad_(grad)
 
     cases = []
     for dtype in (torch.float16, torch.bfloat16):

@@ -22,33 +22,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fake_driver_child, fixture_site
+from tests.conftest import FAKE_GPU_PRELUDE, fake_driver_child, fixture_site
 
 pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFEST = REPO / "tests" / "fixtures" / "realworld" / "lean_manifest.toml"
 
-CHILD = textwrap.dedent("""
-    import ctypes, json, sys
-    sys.modules["triton"] = None
-    import torch
-    torch.Tensor.get_device = lambda self: 0
-    torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
-    sys.path.append(sys.argv[1])
-    from tests.launcher_bytes import FakeState, canonical_block, renumber_addresses
-    SEEN = renumber_addresses(torch)
+CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     import forge_leanlib as lib
     at_import = sorted(m for m in sys.modules if m.startswith("forge_leanlib"))
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
     fake.block_size = -1  # the whole parameter block of every launch
     torch.manual_seed(0)
-
-    def odd(*shape, dtype, grad=False):  # misaligned by one element
-        n = 1
-        for s in shape:
-            n *= s
-        return torch.randn(n + 1, dtype=dtype)[1:].view(*shape).requires_grad_(grad)
 
     def boxes(batch, n, dtype):  # (x1, y1, x2, y2) with x2 > x1, y2 > y1
         xy = torch.rand(batch, n, 2) * 10

@@ -40,11 +40,10 @@ from .cold_launch import ColdLaunched, device_info, load_launcher, new_heuristic
 from .lean_launch import bind_call
 from .packing import check_dtypes, dtype_name
 from .rules import (
-    LAUNCH_DEFAULTS,
     SPEC_DESC,
-    TRITON_DEFAULTS,
     Config,
     best_binary,
+    call_defaults,
     ignored_options,
     launch_attrs,
     named_args,
@@ -86,14 +85,8 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
         """Their texts, compiled (``expressions``) when a key first misses every row."""
-        # (name, default) of every call-site value a call may leave out, as Kernel._bind binds them (launch flags off;
-        # heuristic parameters a call may pass, Unsloth's DO_SOFTCAPPING=..., stay out: the heuristics compute them)
-        self._call_defaults = (*((n, self.constexpr_defaults[n]) for n in self.call_constexprs
-                                 if n in self.constexpr_defaults),
-                               *((n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in self.launch_axes),
-                               *((n, False) for n in self.launch_flags))
-        self._required = [n for n in self.call_constexprs if n not in self.constexpr_defaults]
-        """Call-site constexprs without a default: a call must pass them."""
+        # what a call may leave out and what it must pass, as Kernel._bind completes a call
+        self._call_defaults, self._required = call_defaults(self)
         self._ignored = ignored_options(self.launch_axes)
         self._cold = _Cold(root, mod, upgrade)
         self._set_fast(fastpath.plan(self))

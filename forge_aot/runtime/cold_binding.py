@@ -18,8 +18,7 @@ from .rules import (
     HEURISTICS_HOOK,
     INDEX_FORMAT,
     KERNEL_SIDE_HOOK,
-    LAUNCH_DEFAULTS,
-    TRITON_DEFAULTS,
+    call_defaults,
     ignored_options,
     read_params,
 )
@@ -148,14 +147,13 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
         # a type variable's dtype: its first tensor's, that is, the first pointer of its source's type
         type_vars = [[tv, next(j for j, i in enumerate(device_pos) if kernel.runtime[i][1] == kernel.runtime[src][1])]
                      for tv, src in kernel.type_vars]
-        defaults = [[n, kernel.constexpr_defaults[n]] for n in kernel.call_constexprs if n in kernel.constexpr_defaults]
-        defaults += [[n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))] for n in kernel.launch_axes]
+        defaults, required = call_defaults(kernel)
         r = {**r, "kinds": list(r["kinds"]), "pointer_int_kinds": list(r["pointer_int_kinds"])}  # (JSON)
         out[fn] = [name, {"reading": r,
                           "n": kernel.n_runtime, "device_pos": device_pos, "declared": declared,
                           "type_vars": type_vars, "axes": kernel.axes,
                           "key": [[is_rt, src] for is_rt, src in kernel.key_sources],
                           "params": kernel.param_names, "runtime_first": kernel._runtime_first,
-                          "defaults": defaults, "ignored": ignored_options(kernel.launch_axes),
-                          "required": [n for n in kernel.call_constexprs if n not in kernel.constexpr_defaults]}]
+                          "defaults": [list(d) for d in defaults], "ignored": ignored_options(kernel.launch_axes),
+                          "required": required}]
     return out

@@ -77,12 +77,11 @@ def plan(kernel: Any) -> Any:
     read = reading(kernel)
     if read is None:
         return None
-    from .rules import LAUNCH_DEFAULTS, TRITON_DEFAULTS, ignored_options
+    from .rules import call_defaults, ignored_options
 
     # Call-site constexprs and launch options, with the defaults Kernel._bind gives those a call leaves out.
-    defaults = (*(kernel.constexpr_defaults.get(n, _MISSING) for n in kernel.call_constexprs),
-                *(LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n)) for n in kernel.launch_axes),
-                *(False for _ in kernel.launch_flags), *(_MISSING for _ in kernel.call_heuristics))
+    given = dict(call_defaults(kernel)[0])
+    defaults = tuple(given.get(n, _MISSING) for n in read["names"])
     import torch
 
     if getattr(torch.version, "hip", None):

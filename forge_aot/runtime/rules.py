@@ -57,6 +57,17 @@ TRITON_DEFAULTS: dict[str, int] = {"num_warps": 4, "num_stages": 3}
 """Triton's own defaults, for a call that leaves out a launch option the kernel takes at the call site."""
 
 
+def call_defaults(kernel: Any) -> tuple[list[tuple[str, Any]], list[str]]:
+    """A kernel's call-site values (``read_params``) as ``Kernel._bind`` completes a call: (name, default) of each a
+    call may leave out (constexpr defaults, Triton's launch option defaults, launch flags off; heuristic parameters a
+    call may pass stay out: the heuristics compute them), and the constexprs without a default, which it must pass.
+    The C path (``fastpath.plan``), cold handles and lean plans read them from here."""
+    defaults = [(n, kernel.constexpr_defaults[n]) for n in kernel.call_constexprs if n in kernel.constexpr_defaults]
+    defaults += [(n, LAUNCH_DEFAULTS.get(n, TRITON_DEFAULTS.get(n))) for n in kernel.launch_axes]
+    defaults += [(n, False) for n in kernel.launch_flags]
+    return defaults, [n for n in kernel.call_constexprs if n not in kernel.constexpr_defaults]
+
+
 def ignored_options(launch_axes: Sequence[str]) -> dict[str, Any]:
     """The launch options a call may pass at their default (``LAUNCH_DEFAULTS``) where the kernel does not take them
     at the call site: read as not passed (the Triton tutorials' ``num_ctas=1``), as ``Kernel._bind`` reads them."""
