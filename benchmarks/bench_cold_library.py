@@ -11,8 +11,11 @@ launch (``launch_pdl=``), a cooperative grid sum (``launch_cooperative_grid=``) 
 With ``--package forge_leanlib`` (``tests/fixtures/realworld/lean_manifest.toml``: a package that routes no op by
 name, so ``import`` loads the lean entry alone) the ops are its library-style ones served by lean handles: the Triton
 tutorials' LayerNorm (``num_warps``, ``num_ctas=1``), the seeded dropout, Liger's RoPE (constexprs by position), a
-GIoU loss, a guarded row absmax (``BLOCK=`` by keyword) and the tutorials' fused softmax (whose ``warmup`` hands the
-package over to the full runtime).
+GIoU loss, a guarded row absmax (``BLOCK=`` by keyword), the tutorials' fused softmax (whose ``warmup`` keeps its
+module off the lean path) and, since session 63, host modules importing project modules: Liger's fused add + RMSNorm
+and GeGLU (whose ``compare_version("triton", ...)`` imports Triton where it is installed, as Liger does), FlagGems'
+mean, bitsandbytes' row-wise quantization. ``forge_coldlib`` routes ops by name (a custom op with a backward): since
+session 63 its modules with a lean plan are bound lean too (``NAME=PATH:cold`` is the cold-handle run).
 
 Each contender is an install of a wheel (``pip install --target``, done here for a ``.whl``) with its runtime's
 bytecode bundle written, as a deployed wheel has it after its first process; ``NAME=PATH:full`` runs the same install
@@ -90,6 +93,12 @@ LEAN_OPS = {
                          "lib.loss_with_triton(p, t)"),
     "row_absmax": ("x = torch.randn(7, 4099, device='cuda', dtype=torch.float16)", "lib.row_absmax(x)"),
     "softmax": ("x = torch.randn(4, 4096, device='cuda', dtype=torch.float16)", "lib.softmax(x)"),
+    # host modules importing project modules (lean since session 63)
+    "liger_fused_add_rms_norm": OPS["liger_fused_add_rms_norm"],
+    "geglu": ("a = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)\n"
+              "b = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)", "lib.geglu(a, b)"),
+    "mean_dim": ("x = torch.randn(1024, 1000, device='cuda', dtype=torch.float16)", "lib.mean_dim(x, -1)"),
+    "quantize_rowwise": ("x = torch.randn(7, 4096, device='cuda', dtype=torch.float16)", "lib.quantize_rowwise(x)"),
 }
 PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS}
 

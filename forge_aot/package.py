@@ -273,7 +273,7 @@ def _lazy_exports(exports: dict[str, str]) -> str:
         return ""
     return """
 # Classes and functions of the host files, exported as they are: each binds its host module on first access.
-from ._runtime.entry import exported as _exported_attribute  # noqa: E402
+from ._runtime.lean import exported as _exported_attribute  # noqa: E402
 
 
 def __getattr__(name):

@@ -128,7 +128,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
 
     def handles():
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
-                for n, h in vars(mod).items() if type(h).__name__ in ("ColdKernel", "Kernel")}
+                for n, h in vars(mod).items() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")}
 
     def run_all():
         out = []
@@ -146,10 +146,17 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     index_reads = list(INDEX_READS)
     # the same calls again: the C path launches every one (a miss would reach the handle's Python run)
     from forge_coldlib._runtime.cold import ColdKernel
-    misses, cold_run = [], ColdKernel.run
-    ColdKernel.run = lambda self, grid, args, kwargs: misses.append(self.function) or cold_run(self, grid, args, kwargs)
+    misses, classes = [], [ColdKernel]
+    if "forge_coldlib._runtime.lean_kernel" in sys.modules:  # (lean handles: their Python run too)
+        from forge_coldlib._runtime.basics import extension
+        from forge_coldlib._runtime.lean_kernel import _handle_class
+        classes.append(_handle_class(extension()))
+    runs = [c.run for c in classes]
+    for c, run in zip(classes, runs):
+        c.run = lambda self, grid, args, kwargs, run=run: misses.append(self.function) or run(self, grid, args, kwargs)
     again = run_all()
-    ColdKernel.run = cold_run
+    for c, run in zip(classes, runs):
+        c.run = run
     # one binary launched with and without an attribute: one module load, as the full path's siblings share theirs
     pdl = handles()["forge_coldlib._ops.pdl_add.add_kernel"]
     x = odd(1024, dtype=torch.float32)  # (as lib.add(x, x, launch_pdl=False) above: the same binary)
@@ -161,9 +168,14 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
                     if f"forge_coldlib._runtime.{m}" in sys.modules)
     routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
     cold_paths = sorted({p for h in handles().values() if "_cold" in h.__dict__ for _, p, _ in h._cold.launchers})
+    lean_state = sys.modules["forge_coldlib._runtime.lean"].PACKAGES.get("forge_coldlib")
+    lean_modules = sorted(lean_state.modules) if lean_state is not None else []
+    # (the ops' globals of the modules bound lean: routed as the full runtime routes them, see route_in_module)
+    routed_globals = sorted(f"{m}.{n}" for m in lean_modules for n, f in vars(sys.modules[f"forge_coldlib._ops.{m}"])
+                            .items() if getattr(f, "__forge_host__", None) is not None)
+    from forge_coldlib._runtime.cold import promoted
     for h in handles().values():
-        if type(h).__name__ == "ColdKernel":
-            h._promoted()
+        promoted(h)
     full = run_all()
     backend = next(iter(handles().values())).backend
     full_paths = sorted({p for _, p in backend._loaded})
@@ -177,7 +189,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         err = [type(exc).__name__, str(exc)]
     print(json.dumps({"cold": cold, "full": full, "kinds": kinds, "n_handles": len(handles()), "loaded": loaded,
                       "routed": routed, "index_reads": index_reads, "names": sorted(handles()), "again": again,
-                      "misses": misses,
+                      "misses": misses, "lean_modules": lean_modules, "routed_globals": routed_globals,
                       "cold_paths": cold_paths, "shared_module": shared_module,
                       "full_paths": full_paths, "error": err}))
 """)
@@ -189,7 +201,9 @@ def coldlib_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldlib_site, fake_libcuda) -> None:
-    got = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
+    # (FORGE_NO_LEAN: the package's modules with lean plans are cold ones here; test_library_style_routed_package_
+    # serves_its_lean_modules_lean runs them lean)
+    got = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_LEAN="1")
     assert got["kinds"] == ["ColdKernel"] and got["n_handles"] == 15, got["kinds"]
     # flash-attn's kernel file is imported by its layers module under its package's name: one module, two names
     assert [n for n in got["names"] if "rotary" in n] == [
@@ -226,10 +240,25 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
 
 
 def test_library_style_calls_without_cold_handles_launch_the_same(coldlib_site, fake_libcuda) -> None:
-    cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
+    cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_LEAN="1")
     full = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_COLD="1")
     assert full["kinds"] == ["Kernel"] and full["cold_paths"] == []
     assert full["full"] == cold["full"] == cold["cold"]
+
+
+def test_library_style_routed_package_serves_its_lean_modules_lean(coldlib_site, fake_libcuda) -> None:
+    """The package routes ops by name (rms_norm's custom op has a backward in the manifest): since session 63 its
+    host modules with a lean plan are still bound lean, their ops' globals routed as the full runtime routes them;
+    the others hand the package over and bind cold handles. Every launch is the cold run's and the full one's."""
+    lean = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
+    cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_LEAN="1")
+    assert lean["kinds"] == ["ColdKernel", "LeanKernel"], lean["kinds"]
+    assert lean["lean_modules"] == ["fused_add_rms_norm", "liger_cross_entropy", "rms_norm", "wrap_triton_scale"]
+    assert "rms_norm.rms_norm" in lean["routed_globals"], lean["routed_globals"]
+    assert lean["routed"] and lean["loaded"] == [], lean["loaded"]
+    assert lean["misses"] == [] and lean["again"] == lean["cold"]
+    assert lean["cold"] == cold["cold"] == lean["full"]
+    assert lean["error"] == cold["error"]
 
 
 GPU_CHILD = textwrap.dedent("""
@@ -326,7 +355,7 @@ GPU_CHILD = textwrap.dedent("""
             keep(lib.total(odd(n, dtype=dtype)), atomic=True)  # (tl.atomic_add over the programs)
     torch.cuda.synchronize()
     kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
-                    for h in vars(mod).values() if type(h).__name__ in ("ColdKernel", "Kernel")})
+                    for h in vars(mod).values() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")})
     torch.save([(o.cpu(), a) for o, a in zip(outs, ATOMIC)], sys.argv[1])
     print(json.dumps({"kinds": kinds, "n": len(outs), "finite": all(bool(o.float().isfinite().all()) for o in outs)}))
 """)
@@ -336,18 +365,22 @@ GPU_CHILD = textwrap.dedent("""
 def test_library_style_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bit(coldlib_site, tmp_path) -> None:
     import torch
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "FORGE_NO_C_LAUNCH", "FORGE_NO_COLD",
+                                                            "FORGE_NO_LEAN")}
     env["PYTHONPATH"] = str(coldlib_site)
     got = {}
-    for name, extra in (("cold", {}), ("full", {"FORGE_NO_COLD": "1"})):
+    # (lean: the routed package's modules with a lean plan bound lean, since session 63; the others cold)
+    for name, extra in (("lean", {}), ("cold", {"FORGE_NO_LEAN": "1"}), ("full", {"FORGE_NO_COLD": "1"})):
         proc = subprocess.run([sys.executable, "-c", GPU_CHILD, str(tmp_path / f"{name}.pt")], capture_output=True,
                               text=True, cwd="/", env=env | extra)
         assert proc.returncode == 0, proc.stderr
         got[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["cold"]["kinds"] == ["ColdKernel"] and got["full"]["kinds"] == ["Kernel"]
-    assert got["cold"]["n"] == got["full"]["n"] >= 76 and got["cold"]["finite"]
-    cold, full = torch.load(tmp_path / "cold.pt"), torch.load(tmp_path / "full.pt")
-    for i, ((a, atomic), (b, _)) in enumerate(zip(cold, full)):
+    assert got["lean"]["kinds"] == ["ColdKernel", "LeanKernel"], got["lean"]["kinds"]
+    assert got["lean"]["n"] == got["cold"]["n"] == got["full"]["n"] >= 76 and got["cold"]["finite"]
+    full = torch.load(tmp_path / "full.pt")
+    pairs = [(a, b) for name in ("cold", "lean") for a, b in zip(torch.load(tmp_path / f"{name}.pt"), full)]
+    for i, ((a, atomic), (b, _)) in enumerate(pairs):
         assert a.dtype == b.dtype and a.shape == b.shape, f"output {i} differs"
         if atomic:  # the same binary, its atomics' order aside (the pre-hook zeroed the accumulator both times)
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), f"output {i} differs: {a} {b}"

@@ -314,7 +314,14 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     assert lean_plan(_part(library, axes=["T", "BLOCK_SIZE"]), "m") is None  # a call-site value selecting no build
     assert lean_plan(_part(plain, launch_flags=["launch_pdl"]), "m") is None  # launch attributes: cold handles'
     assert lean_plan(_part([*plain, ["EVEN", "heuristic"]]), "m") is None  # @triton.heuristics
-    assert lean_plan(_part(plain, {"local_modules": ["utils"]}), "m") is None  # project modules
+    # project modules: served (run under the package's import rules, since session 63), but not a kernel file
+    # imported by its project name, nor a package above one (imports_host): the full binding's aliases
+    assert lean_plan(_part(plain, {"local_modules": ["lib", "lib.utils"]}), "m") is not None
+    other = {"kernels": [], "path": "_ops/other.py", "imported_as": ["lib.other"]}
+    part = _part(plain, {"local_modules": ["lib", "lib.other"]})
+    assert lean_plan(part | {"modules": {**part["modules"], "other": other}}, "m") is None
+    assert lean_plan(_part(plain, {"local_modules": ["lib"], "imports_host": ["other"]}), "m") is None
+    assert lean_plan(_part(plain, {"imported_as": ["lib.m"]}), "m") is None
     assert lean_plan(_part(plain, pre_hooks=["zero"]), "m") is None
     assert lean_plan(_part(plain, pointer_ints={"x": "i32"}), "m") is None
 

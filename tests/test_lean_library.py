@@ -2,7 +2,10 @@
 and ``num_warps`` at the call site. A wheel of library-style fixtures whose host modules have lean plans
 (``tests/fixtures/realworld/lean_manifest.toml``, package ``forge_leanlib``): the Triton tutorials' LayerNorm with
 its autograd Function, ``num_warps`` and ``num_ctas=1``; the seeded dropout's ``BLOCK_SIZE=1024`` read by a grid
-function; Liger's RoPE with constexprs by position after its runtime arguments; a GIoU loss with two type variables.
+function; Liger's RoPE with constexprs by position after its runtime arguments; a GIoU loss with two type variables;
+host modules importing project modules (Liger's fused add + RMSNorm and GeGLU, FlagGems' mean, bitsandbytes' row-wise
+quantization: the lean path loads the package's copies of ``ligerlike.ops.utils`` and the rest under its import rules,
+and the full runtime keeps those rules after a hand-over).
 (The fused softmax asks the device at import and the guarded gathers fall back to torch on CPU tensors: both run on
 the GPU only.) In fresh processes against the fake libcuda (CPU tensors answer as tensors of GPU 0, addresses
 renumbered per call so two runs compare): ``import forge_leanlib`` loads the lean entry alone, every first call is a
@@ -61,13 +64,36 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
             cases.append(lambda q=q, k=k, c=cos, s=sin: sum(t.float().sum() for t in lib.liger_rotary_pos_emb(
                 q, k, c, s)).backward())
 
+    n_plain = len(cases)  # (the runtime modules loaded by then: the lean path's own)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # Liger's fused add + RMSNorm (project modules)
+        for shape in ((3, 3500), (1, 1, 4096)):  # (on no GPU the backward's rows per program are all the rows)
+            X, R, W = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True), \
+                torch.randn(shape[-1], dtype=dtype, requires_grad=True)
+            cases.append(lambda X=X, R=R, W=W: lib.liger_fused_add_rms_norm(X.detach(), R.detach(), W.detach(), 1e-6,
+                                                                            0.0, "llama"))
+            gemma = dtype == torch.bfloat16  # (Gemma's casting built in bf16 only, as the examples call it)
+            cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
+                X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
+    for dtype in (torch.float16, torch.bfloat16):  # Liger's GeGLU, forward and backward
+        for rows, cols in ((4, 1000), (3, 4096)):
+            a, b = odd(rows, cols, dtype=dtype, grad=True), odd(rows, cols, dtype=dtype, grad=True)
+            cases.append(lambda a=a, b=b: lib.geglu(a.detach(), b.detach()))
+            cases.append(lambda a=a, b=b: lib.geglu(a, b).float().sum().backward())
+
     def handles():
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_leanlib._ops.")
                 for n, h in vars(mod).items() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")}
 
+    def runtime_modules():
+        return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_leanlib._runtime."))
+
+    plain_loaded = []
+
     def run_all():
         out = []
         for case in cases:
+            if len(out) == n_plain and not plain_loaded:
+                plain_loaded.extend(runtime_modules())
             SEEN.clear()
             before = fake.calls
             case()
@@ -77,7 +103,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
 
     lean = run_all()
     kinds = sorted({type(h).__name__ for h in handles().values()})
-    loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_leanlib._runtime."))
+    loaded = runtime_modules()
     # the same calls again: the C path launches every one (a miss would reach the lean handle's Python run)
     from forge_leanlib._runtime.lean_kernel import _handle_class
     from forge_leanlib._runtime.basics import extension
@@ -93,7 +119,12 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         promoted(h)
     full = run_all()
     after = sorted({type(h).__name__ for h in handles().values()})
-    adopted = sorted(sys.modules["forge_leanlib._runtime.entry"].PACKAGES["forge_leanlib"].modules)
+    full_package = sys.modules["forge_leanlib._runtime.entry"].PACKAGES["forge_leanlib"]
+    adopted = sorted(full_package.modules)
+    # project modules: the package's copies only, their import rules the full runtime's from the hand-over on
+    project = sorted(m for m in sys.modules if "ligerlike" in m)
+    lean_package = sys.modules["forge_leanlib._runtime.lean"].PACKAGES["forge_leanlib"]
+    shared_rules = full_package.builtins is lean_package.builtins
 
     # a block size the package has no build of (more boxes than the examples'): reported by the full path
     err = None
@@ -102,8 +133,9 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     except Exception as exc:
         err = [type(exc).__name__, str(exc)]
     print(json.dumps({"at_import": at_import, "lean": lean, "again": again, "full": full, "kinds": kinds,
-                      "loaded": loaded, "misses": misses, "c_cached": c_cached,
-                      "after": after, "adopted": adopted, "error": err}))
+                      "loaded": loaded, "plain_loaded": plain_loaded, "misses": misses, "c_cached": c_cached,
+                      "after": after, "adopted": adopted, "error": err,
+                      "project": project, "shared_rules": shared_rules}))
 """)
 
 KEYWORDS = textwrap.dedent("""
@@ -140,7 +172,11 @@ def test_every_host_module_of_the_fixture_has_a_lean_plan_but_one_reading_its_ha
     parts = sorted((leanlib_site / "forge_leanlib" / "_forge" / "modules").glob("*.json"))
     lean = {p.stem: sorted(json.loads(p.read_bytes()).get("lean", {})) for p in parts}
     # (the fused softmax calls softmax_kernel.warmup: a lean handle would hand over there, its binding wasted)
+    # (Liger's, FlagGems' and bitsandbytes' host modules import project modules: lean since session 63)
     assert lean == {"dropout": ["_seeded_dropout"], "fused_softmax": [], "giou": ["giou_kernel"],
+                    "fused_add_rms_norm": ["_fused_add_rms_norm_backward_kernel", "_fused_add_rms_norm_forward_kernel"],
+                    "geglu": ["_geglu_tanh_backward_kernel", "_geglu_tanh_forward_kernel"],
+                    "gems_mean": ["mean_dim_kernel"], "quantize_rowwise": ["_quantize_rowwise"],
                     "guarded_gather": ["_row_absmax_kernel", "_scaled_gather_kernel"],
                     "layer_norm": ["_layer_norm_bwd_dwdb", "_layer_norm_bwd_dx_fused", "_layer_norm_fwd_fused"],
                     "rope": ["_triton_rope"]}
@@ -151,16 +187,25 @@ def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanli
     assert got["at_import"] == ["forge_leanlib", "forge_leanlib._runtime", "forge_leanlib._runtime.lean"]
     assert got["kinds"] == ["LeanKernel"], got["kinds"]
     # (exports: the signature of an autograd Function's apply exported as the op, the tutorials' layer_norm)
-    assert [m for m in got["loaded"] if m != "bundling"] == ["_fastlaunch", "basics", "exports", "lean",
-                                                             "lean_kernel", "lean_launch"], "they loaded more"
+    assert [m for m in got["plain_loaded"] if m != "bundling"] == ["_fastlaunch", "basics", "exports", "lean",
+                                                                   "lean_kernel", "lean_launch"], "they loaded more"
+    # Host modules importing project modules: the project modules' loader (host_exec, local_imports), and what the
+    # project code itself reads of ``triton.language`` (Liger's module-level ``tl.constexpr`` casting modes, its
+    # ``torch_to_triton_dtype``): host_triton, with what it imports. Never the full binding's modules.
+    assert [m for m in got["loaded"] if m != "bundling"] == [
+        "_fastlaunch", "basics", "errors", "exports", "host_exec", "host_triton", "lean", "lean_kernel", "lean_launch",
+        "local_imports", "names", "packing", "rules"], got["loaded"]
     assert got["misses"] == [] and got["again"] == got["lean"], got["misses"]
     assert got["c_cached"] >= 20  # the C path took the calls over (keywords, positional constexprs, defaults)
-    assert len(got["lean"]) == len(got["full"]) == 8 + 9 + 4 + 8
+    assert len(got["lean"]) == len(got["full"]) == 8 + 9 + 4 + 8 + 12 + 8
     for i, (lean, full) in enumerate(zip(got["lean"], got["full"])):
         assert lean[0] >= 1 and lean[4], f"case {i} launched nothing"
         assert lean == full, f"case {i}: lean {lean} != full {full}"
     assert got["after"] == ["Kernel"]
-    assert got["adopted"] == ["dropout", "giou", "layer_norm", "rope"]  # (bound once, lean)
+    assert got["project"] == [f"forge_leanlib._ops._local.{m}" for m in (
+        "ligerlike", "ligerlike.ops", "ligerlike.ops.utils")], got["project"]
+    assert got["shared_rules"]
+    assert got["adopted"] == ["dropout", "fused_add_rms_norm", "geglu", "giou", "layer_norm", "rope"]  # (once, lean)
     kind, message = got["error"]
     assert kind == "NotBuiltError" and "BLOCK_SIZE=100 was not built" in message, got["error"]
 
@@ -265,6 +310,47 @@ GPU_CHILD = textwrap.dedent("""
         err[f"gather {dtype}"] = rel(lib.scaled_gather(src, idx, 0.5), src[idx].float() * 0.5)
         x = odd(7, 4099, dtype=dtype)
         err[f"absmax {dtype}"] = rel(lib.row_absmax(x), x.float().abs().amax(-1))
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # Liger's fused add + RMSNorm (project modules)
+        for shape in ((3, 3500), (2, 37, 4096)):
+            X, R = odd(*shape, dtype=dtype).requires_grad_(), odd(*shape, dtype=dtype).requires_grad_()
+            W = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)
+            gemma = dtype == torch.bfloat16  # (Gemma's casting, offset 1, built in bf16 only)
+            offset = 1.0 if gemma else 0.0
+            Y, S = lib.liger_fused_add_rms_norm(X, R, W, 1e-6, offset, "gemma" if gemma else "llama")
+            dY, dS = torch.randn_like(Y), torch.randn_like(S)
+            torch.autograd.backward([Y, S], [dY, dS])
+            Xr, Rr, Wr = (t.detach().double().requires_grad_() for t in (X, R, W))
+            Sr = Xr + Rr
+            Yr = Sr * torch.rsqrt(Sr.pow(2).mean(-1, keepdim=True) + 1e-6) * (offset + Wr)
+            torch.autograd.backward([Yr, Sr], [dY.double(), dS.double()])
+            for name, got, want in (("y", Y, Yr), ("s", S, Sr), ("dx", X.grad, Xr.grad), ("dr", R.grad, Rr.grad),
+                                    ("dw", W.grad, Wr.grad)):
+                err[f"fused_add_rms_norm {dtype} {shape} {name}"] = rel(got, want)
+    for dtype in (torch.float16, torch.bfloat16):  # Liger's GeGLU, forward and backward
+        for rows, cols in ((4, 1000), (8, 4096), (2, 11008)):
+            a, b = odd(rows, cols, dtype=dtype).requires_grad_(), odd(rows, cols, dtype=dtype).requires_grad_()
+            # (before the call: Liger's backward writes its gradients over the saved inputs' memory)
+            ar, br = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+            c = lib.geglu(a, b)
+            dc = torch.randn_like(c)
+            c.backward(dc)
+            cr = F.gelu(ar, approximate="tanh") * br
+            cr.backward(dc.double())
+            for name, got, want in (("c", c, cr), ("da", a.grad, ar.grad), ("db", b.grad, br.grad)):
+                err[f"geglu {dtype} {rows}x{cols} {name}"] = rel(got, want)
+    for dtype in (torch.float16, torch.float32):  # FlagGems' mean (@libentry over @triton.autotune)
+        for shape, dim in (((1024, 1000), -1), ((8, 33, 512), 1)):
+            x = odd(*shape, dtype=dtype)
+            err[f"mean {dtype} {shape} {dim}"] = rel(lib.mean_dim(x, dim), x.double().mean(dim))
+    for rows, cols in ((7, 1000), (7, 4099)):  # bitsandbytes' row-wise int8 quantization (misaligned rows)
+        x = odd(rows, cols, dtype=torch.float16) * 3
+        q, maxs = lib.quantize_rowwise(x)
+        xd = x.double()
+        ref_max = xd.abs().amax(1)
+        ref_q = torch.round(127.0 * xd / ref_max[:, None])
+        # (the kernel scales in fp16: a value near a half-way point may round the other way)
+        err[f"quantize q {rows}x{cols}"] = max(0.0, (q.double() - ref_q).abs().max().item() - 1)
+        err[f"quantize max {rows}x{cols}"] = rel(maxs, ref_max.to(torch.float16))
     lean_kinds = handle_kinds()
     for dtype in (torch.float16, torch.float32):  # the tutorials' fused softmax: its warmup hands over
         for shape in ((4, 781), (3, 4096)):
@@ -293,7 +379,8 @@ GPU_CHILD = textwrap.dedent("""
 """)
 
 TOLERANCE = {"layer_norm": 2e-2, "dropout": 1e-2, "rope": 1e-2, "giou": 1e-2, "gather": 1e-2, "absmax": 0.0,
-             "softmax": 1e-2, "compiled": 0.0, "graph": 0.0}
+             "softmax": 1e-2, "compiled": 0.0, "graph": 0.0, "fused_add_rms_norm": 2e-2, "geglu": 2e-2, "mean": 1e-2,
+             "quantize": 0.0}
 
 
 @pytest.mark.gpu
@@ -314,4 +401,4 @@ def test_on_the_gpu_library_style_first_calls_are_lean_and_right() -> None:
     assert got["after"] == ["Kernel"]  # (preload promotes every handle)
     bad = {k: v for k, v in got["err"].items() if v > TOLERANCE[k.split()[0]]}
     assert not bad, sorted(bad.items())
-    assert len(got["err"]) >= 60
+    assert len(got["err"]) >= 60 + 30 + 12 + 4 + 4

@@ -111,8 +111,9 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
 
 def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
     """The lean plan (``lean.py``) of a host module's part of the index (``_forge/modules/<mod>.json`` before it is
-    written), or None where a lean handle cannot serve one of its kernels or the module needs more than running its
-    file (project modules, another import name, ``torch.compile``). Kernels are read as the C path
+    written; ``part``'s modules: every host module of the package), or None where a lean handle cannot serve one of
+    its kernels or the module needs more than running its file under the package's import rules (another import
+    name, a kernel file it imports by its project name, ``imports_host``). Kernels are read as the C path
     (``fastpath.reading``) and the cold handles (``rules.read_params``) read them. Per kernel function: [index name,
     {reading, n, device_pos, declared, type_vars, axes, key, params, runtime_first, defaults}]: ``axes`` the variant
     axes in order (type variables, call-site constexprs, launch options), ``key`` where each key value comes from
@@ -121,7 +122,13 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
     without a default, which a call must pass), ``ignored`` the launch options a call may pass at their default
     (``rules.ignored_options``)."""
     spec = part["modules"][mod]
-    if any(spec.get(k) for k in ("local_modules", "imported_as", "torch_compile")):
+    if spec.get("imported_as") or spec.get("imports_host"):
+        return None
+    # Project modules are served (lean_kernel.bind runs the file under the package's import rules), but not a kernel
+    # file imported by its project name, nor a package above one (``imports_host``, whose __init__ may import it):
+    # binding that file is the full runtime's (its aliases), a hand-over midway
+    project_names = {name for s in part["modules"].values() for name in s.get("imported_as", ())}
+    if project_names & set(spec.get("local_modules", ())):
         return None
     out: dict[str, Any] = {}
     by_function = {s["function"]: (name, s) for name, s in part["kernels"].items() if s.get("module", mod) == mod}

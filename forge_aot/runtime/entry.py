@@ -151,13 +151,9 @@ class Package:
     def _import_rules(self, names: Any) -> dict[str, Any]:
         """The builtins of packaged code that imports the project modules ``names`` (dotted): one namespace for
         the package, whose import rules grow with every host module bound (see local_imports.local_builtins)."""
-        with self.lock:
-            self.local_tops.update(n.partition(".")[0] for n in names)
-            if self.builtins is None:
-                from .local_imports import local_builtins
+        from .local_imports import import_rules
 
-                self.builtins = local_builtins(self.package, self.local_tops)
-            return self.builtins
+        return import_rules(self, names)
 
     def function(self, op: str) -> Callable[..., Any]:
         """The host function of an exported op."""
@@ -265,6 +261,10 @@ def adopt(lean: Any) -> tuple[Package, dict[str, Callable[..., Any]], _HostModul
     state.functions.update(lean.functions)
     state.cold_kernels.extend(lean.kernels)
     state.define_custom_ops = lean.define_custom_ops
+    state.routed = lean.routed
+    # (the import rules made there, closed over that set of names: project modules imported so far stay the ones
+    # later imports find in sys.modules)
+    state.local_tops, state.builtins, state._imported_as = lean.local_tops, lean.builtins, lean._imported_as
     with_schema = {op for op, spec in ops.items() if spec[1]}
     exported = {op: export(state.function, package, op, op in with_schema, ops[op]) for op in sorted(ops)}
     return state, exported, _HostModuleFinder(state, {spec[0] for spec in ops.values()})

@@ -1,7 +1,7 @@
 """Running a shipped file of host code (a host module, a project module) as the import system would, with what it needs
 bound before its first line, and the package index without its kernels. Both bindings (``cold_binding``, the full
 ``host_modules``) and the project modules' loader (``local_imports``) run files through here, so a first call through
-cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is written once. Imports: stdlib, ``rules``.
+cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is written once. Imports: stdlib, ``basics``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import sys
 import types
 from typing import Any
 
-from .basics import SmallTriton, small_triton  # noqa: F401  (basics': one per process)
-from .rules import INDEX_FORMAT
+from .basics import INDEX_FORMAT, SmallTriton, small_triton  # noqa: F401  (basics': one per process)
 
 
 def host_file_module(module_name: str, filename: str) -> types.ModuleType | None:

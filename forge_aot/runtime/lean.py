@@ -3,25 +3,29 @@
 Measured (session 57, ``scripts/probe_lean_first_call.py``): about 4 of a fresh process's 6 ms to import a wheel and
 call an op went to loading the runtime's modules (~130 KB of bytecode), not to what the first call does. So the
 package's ``__init__`` imports this module alone. It defines the exported ops and ``torch.ops.<package>`` (its custom
-ops defined on first need, as before), and serves an op's first call itself where the build wrote a *lean plan* for
-its host module (``_forge/modules/<module>.json``'s ``lean``, see ``lean_plan``): every kernel of the module takes its
+ops defined on first need, as before), and serves an op's first call itself where the build wrote a *lean plan* for its
+host module (``_forge/modules/<module>.json``'s ``lean``, see ``lean_plan``): every kernel of the module takes its
 runtime arguments and call-site values (constexprs and launch options host code chooses: ``BLOCK_SIZE=...``,
-``num_warps=...``; since session 62) by position or by keyword, its table key and variant from their values and
-dtypes (no launch flags, heuristics, pre-hooks, integer pointers, descriptors), and the module imports no project
-module. The host module then runs with ``LeanKernel`` handles; a call the C path (``_fastlaunch``) has not seen comes
-to ``LeanKernel.run``, which binds it as ``Kernel._bind`` does (``lean_launch.bind_call``) and resolves it as
-``ColdKernel._resolve`` does (dtypes and call-site values -> variant, capability -> target,
-device name -> table, the key's row or the nearest usable one, the most specialized binary that fits), loads the
-binary (sha256 checked) through the C ``Driver``, launches it through a C ``Launcher`` and registers the call with
-the C path.
+``num_warps=...``; since session 62) by position or by keyword, its table key and variant from their values and dtypes
+(no launch flags, heuristics, pre-hooks, integer pointers, descriptors), and the module imports no kernel file by its
+project name. Project modules it imports (Liger's ``ligerlike.ops.utils``; since session 63) load as the full runtime
+loads them, the package's copies under its import rules (``local_imports``; ``_LeanFinder`` finds them until a
+hand-over, and the full ``Package`` adopts those rules). In a package that routes ops by name (manifest autograd,
+``[exports]``; lean since session 63 too) each module bound here has its ops' globals routed as the full runtime routes
+them (``torch_ops.route_in_module``). The host module then runs with ``LeanKernel`` handles; a call
+the C path (``_fastlaunch``) has not seen comes to ``LeanKernel.run``, which binds it as ``Kernel._bind`` does
+(``lean_launch.bind_call``) and resolves it as ``ColdKernel._resolve`` does (dtypes and call-site values -> variant,
+capability -> target, device name -> table, the key's row or the nearest usable one, the most specialized binary that
+fits), loads the binary (sha256 checked) through the C ``Driver``, launches it through a C ``Launcher`` and registers
+the call with the C path.
 
 Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, without binding anything
 twice: the full ``Package`` adopts the modules bound here and their handles; a handle asked anything a lean handle does
 not serve (keywords it does not bind, ``LAUNCHES.skip`` from a custom op's tracing or guard, another dtype, an attribute
 such as ``warmup``, a binary whose checksum is wrong: the full path reports it) becomes a ``ColdKernel`` in place
 (``LeanKernel._promoted``), and then a full ``Kernel`` as cold handles do. Handed over: ``torch.compile`` and
-``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, packages that route ops (autograd,
-``[exports]``), ROCm, no C extension, ``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
+``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, ROCm, no C extension,
+``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
 
 This module: the package entry (exported ops, ``torch.ops.<package>``, the hand-over); ``lean_kernel``: binding a
 host module with lean handles; ``lean_launch``: their first calls; ``basics``: what every path reads alike.
@@ -176,8 +180,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]], expor
     ``entry.load_package``'s, its first call's modules run now from the bytecode bundle where it is valid."""
     global FINGERPRINT
     FINGERPRINT = FINGERPRINT or fingerprint
-    routed = bool(exports) or any(len(spec) > 2 and spec[2] for spec in ops.values())
-    if routed or not _lean_wanted():
+    if not _lean_wanted():
         full_runtime()
         from .bundle import run_first_call
 
@@ -189,6 +192,8 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]], expor
     if not any(isinstance(f, _LeanFinder) and f.prefix == f"{package}._ops." for f in sys.meta_path):
         sys.meta_path.insert(0, _LeanFinder(state))
     custom, state.define_custom_ops = define_lazily(package, ops, state.function, state.host_attr)
+    if exports or any(len(spec) > 2 and spec[2] for spec in ops.values()):  # host code may call ops by name
+        state.routed = {op: op in custom for op in ops}  # (as entry.load_package: see torch_ops.route_in_module)
     exported = {op: state.export(op, op in custom) for op in sorted(ops)}
     return exported, state.preload
 
@@ -222,6 +227,14 @@ class LeanPackage:
         self.define_custom_ops: Callable[[], None] = lambda: None
         self.devices: dict[int, tuple[Any, ...]] = {}
         """Device index → (name, capability, max shared memory, CUdevice), asked once."""
+        self.routed: dict[str, bool] = {}
+        """Where the package has autograd or ``[exports]``: every op (→ whether it is a custom op), which host code
+        calling it by name reaches through ``torch_ops.route_in_module`` (``entry.Package.routed``)."""
+        self.local_tops: set[str] = set()
+        """Top-level names of the project modules the host modules bound here import (``entry.Package``'s, which
+        adopts them with ``builtins``: the import rules made here keep serving)."""
+        self.builtins: dict[str, Any] | None = None
+        self._imported_as: dict[str, str] | None = None
 
     def full(self) -> Any:
         """The full runtime's ``Package`` for this package, adopting what was bound here (made once)."""
@@ -267,6 +280,10 @@ class LeanPackage:
 
                     module = bind(self, mod)
                     if module is not None:
+                        if self.routed:
+                            from .torch_ops import route_in_module
+
+                            route_in_module(module, self.package, self.routed, self.ops)
                         self.modules[mod] = module
         return module
 
@@ -311,6 +328,20 @@ class LeanPackage:
         return exported
 
 
+def exported(package: str, module: str, name: str) -> Any:
+    """``package.NAME``, a class or function exported as it is (manifest ``[exports]``), on first access: its host
+    module bound here where it has a lean plan, else by the full runtime (``entry.exported``)."""
+    state = PACKAGES.get(package)
+    bound = state is not None and state.handed is None and state.module(module)
+    if bound:
+        return getattr(bound, name)
+    if state is not None:
+        return getattr(state.full().module(module), name)
+    from .entry import exported as full_exported  # (the package went to the full runtime at import)
+
+    return full_exported(package, module, name)
+
+
 def ops_package(package: str, root: str) -> None:
     """``<package>._ops`` imported (under the package's lock): ``import <package>._ops.<mod> as m`` after a first call
     reads it (a module in sys.modules counts as imported with its parents). Made as the import system makes it, with
@@ -327,13 +358,26 @@ def ops_package(package: str, root: str) -> None:
 
 class _LeanFinder:
     """``import <package>._ops.<module>``: handed to the full runtime's finder (which binds the host module, or
-    finds the one bound here)."""
+    finds the one bound here). Before a hand-over, the project modules that host modules bound here import
+    (``<package>._ops._local.*``, shipped files) load here as the full runtime's finder loads them; a name there
+    that is a host module's project name hands over."""
 
     def __init__(self, state: LeanPackage) -> None:
         self.state, self.prefix = state, f"{state.package}._ops."
+        self.local = f"{self.prefix}_local"
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        self.state.full()
-        return self.state.handed[2].find_spec(fullname, path, target)
+        state = self.state
+        if state.handed is None and state.builtins is not None:  # (a module bound here imports project modules)
+            if fullname == self.local:
+                return None  # the directory's own __init__, found by Python's path finder (as the full runtime)
+            if fullname.startswith(self.local + "."):
+                from .local_imports import host_module_imported_as, package_local_spec
+
+                spec = package_local_spec(state, fullname)
+                if spec is not None or host_module_imported_as(state, fullname) is None:
+                    return spec
+        state.full()
+        return state.handed[2].find_spec(fullname, path, target)

@@ -53,11 +53,23 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
         if function in handles:
             handles[function]._promoted().add_heuristics(values, outermost)
 
-    module.__dict__.update(handles)
-    module.__dict__.update({"triton": small_triton(), HEURISTICS_HOOK: heuristics, KERNEL_SIDE_HOOK: side})
-    if spec.get("package"):  # (as host_exec.run_host_file; with no project modules, no relative import reads it)
-        module.__dict__["__package__"] = f"{state.package}._ops._local.{spec['package']}"
+    bound = {**handles, "triton": small_triton(), HEURISTICS_HOOK: heuristics, KERNEL_SIDE_HOOK: side}
+    package = f"{state.package}._ops._local.{spec['package']}" if spec.get("package") else None
     ops_package(state.package, state.root)
+    if spec.get("local_modules") or spec.get("torch_compile"):
+        # The file imports project modules (Liger's ``from ligerlike.ops.utils import calculate_settings``, relative
+        # imports too) or names torch.compile: run as the cold and full bindings run it, its imports under the
+        # package's import rules (``local_imports``; ``_LeanFinder`` loads those modules until a hand-over)
+        from .host_exec import run_host_file
+        from .local_imports import import_rules
+
+        builtins = import_rules(state, spec["local_modules"]) if spec.get("local_modules") else None
+        run_host_file(module, bound, builtins, package, (), bool(spec.get("torch_compile")))
+        state.kernels.extend(handles.values())
+        return module
+    module.__dict__.update(bound)
+    if package:  # (as host_exec.run_host_file; with no project modules, no relative import reads it)
+        module.__dict__["__package__"] = package
     sys.modules[name] = module
     try:
         exec(module_spec.loader.get_code(name), module.__dict__)  # type: ignore[attr-defined]

@@ -96,15 +96,24 @@ class Lean:
         if spec is None:  # (a call the C path does not read: a CPU tensor, an integer out of range...)
             return _MISS
         tensors = [runtime[i] for i in p["device_pos"]]
-        dtypes = [dtype_name(t.dtype) for t in tensors]  # (None: AttributeError, the full path's case)
-        assignment = {tv: dtypes[j] for tv, j in p["type_vars"]}
+        # (None: a pointer compiled in as absent, Liger's z_loss_ptr=None; a type's dtype is its first tensor's, as
+        # ColdKernel._resolve reads them; a type variable with no tensor: KeyError, the full path's case)
+        dtypes = [None if t is None else dtype_name(t.dtype) for t in tensors]
+        by_type: dict[str, str] = {}
+        for declared, name in zip(p["declared"], dtypes):
+            if name is not None:
+                by_type.setdefault(declared, name)
+        assignment = {tv: by_type[p["declared"][j]] for tv, j in p["type_vars"]}
         for declared, name in zip(p["declared"], dtypes):  # as packing.check_dtypes
             expected = assignment.get(declared, declared)
-            if expected in _KNOWN and name != expected:
+            if name is not None and expected in _KNOWN and name != expected:
                 return _MISS
         assignment.update(call)
         vid = ",".join(f"{a}={assignment[a]}" for a in p["axes"]) or "base"  # (rules.variant_id)
-        device = tensors[0].get_device()
+        first = next((t for t in tensors if t is not None), None)
+        if first is None:
+            return _MISS
+        device = first.get_device()
         if vid not in self.part["kernels"][self.name]["variants"] or device < 0:
             return _MISS  # (a value that was not built: the full path reports it)
         table = self.tables.get((device, vid), False)
@@ -141,7 +150,8 @@ class Lean:
         dims = grid(meta) if callable(grid) else grid
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
-            values[i] = t.data_ptr()
+            if t is not None:
+                values[i] = t.data_ptr()
         launcher(dims, values)
         fast.register(runtime, call, launcher, meta, cid, spec)
         return launcher.result

@@ -11,8 +11,8 @@ import sys
 import types
 from typing import Any
 
+from .basics import KERNEL_SIDE_HOOK
 from .host_exec import kernel_side, load_modules, run_module_code, small_triton
-from .rules import KERNEL_SIDE_HOOK
 
 
 def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
@@ -58,6 +58,17 @@ def local_builtins(package: str, tops: set[str]) -> dict[str, Any]:
     return {**vars(builtins), "__import__": __import__}
 
 
+def import_rules(package: Any, names: Any) -> dict[str, Any]:
+    """The builtins of packaged code that imports the project modules ``names`` (dotted) for ``package`` (an
+    ``entry.Package`` or a ``lean.LeanPackage``: its ``lock``, ``local_tops`` and ``builtins``): one namespace per
+    package, whose import rules grow with every host module bound (see ``local_builtins``)."""
+    with package.lock:
+        package.local_tops.update(n.partition(".")[0] for n in names)
+        if package.builtins is None:
+            package.builtins = local_builtins(package.package, package.local_tops)
+        return package.builtins
+
+
 class LocalModuleLoader(importlib.machinery.SourceFileLoader):
     """Loads a shipped project module (``<package>._ops._local.*``) as host code: the ``triton`` helpers and the
     package's import rules bound before its first line (its Triton lines are blanked, as in kernel files)."""
@@ -74,7 +85,7 @@ class LocalModuleLoader(importlib.machinery.SourceFileLoader):
 def host_module_imported_as(package: Any, fullname: str) -> str | None:
     """The host module that project code imports as ``fullname`` (``<package>._ops._local.<name>``: a kernel file
     of the package, which the wheel does not ship twice; or ``<package>._ops.<module>`` itself, for a host module
-    with no op nor export), or None. ``package``: an ``entry.Package``."""
+    with no op nor export), or None. ``package``: an ``entry.Package`` or a ``lean.LeanPackage``."""
     if package._imported_as is None:
         local, modules = f"{package.package}._ops._local.", load_modules(package.root)["modules"]
         package._imported_as = {local + name: mod for mod, spec in modules.items()
@@ -84,12 +95,12 @@ def host_module_imported_as(package: Any, fullname: str) -> str | None:
 
 
 def package_local_spec(package: Any, fullname: str) -> Any:
-    """The spec of a shipped project module (``<package>._ops._local.*``) of an ``entry.Package``: loaded as host
-    code, with the import rules of every host module (even before any op ran: ``pickle`` of an object a helper
-    defines)."""
+    """The spec of a shipped project module (``<package>._ops._local.*``) of an ``entry.Package`` (or a
+    ``lean.LeanPackage``): loaded as host code, with the import rules of every host module (even before any op ran:
+    ``pickle`` of an object a helper defines)."""
     if package.builtins is None:
-        package._import_rules(n for spec in load_modules(package.root)["modules"].values()
-                              for n in spec.get("local_modules", ()))
+        import_rules(package, (n for spec in load_modules(package.root)["modules"].values()
+                               for n in spec.get("local_modules", ())))
     # Kernels of project modules are not the package's (its kernel files bind as host modules): their names are
     # stand-ins (the build leaves their heuristics out: FLA's fla/ops/utils/csr.py decorates one). ``triton``: the
     # small one, whose other names load the full host ``triton`` on first use.

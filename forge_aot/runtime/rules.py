@@ -17,6 +17,7 @@ from .basics import (  # noqa: F401  (defined there: the lean first calls read t
     _EXACT,
     _INTS,
     HEURISTICS_HOOK,
+    INDEX_FORMAT,
     KERNEL_SIDE_HOOK,
     SIZE_HINTS,
     SPEC_ABSENT,
@@ -40,8 +41,6 @@ from .basics import (  # noqa: F401  (defined there: the lean first calls read t
 )
 from .packing import _INT_RANGES, DESC_PREFIX
 
-INDEX_FORMAT = 2
-"""Version of ``_forge/index.json``; a package refuses an index of another format."""
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion")
 """Triton launch options a call site may pass (``kernel[grid](..., num_warps=8)``); ``COMPILE_OPTIONS`` among them
 only change how a binary is compiled (accelerated-scan passes ``enable_fp_fusion=False``: no contracted FMA)."""
