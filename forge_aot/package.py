@@ -205,6 +205,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "all": ", ".join(json.dumps(op) for op in [*ops, *exports, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": "py3-none-any",
         "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),
+        "lean_modules": "".join(f"{mod!r}, " for mod in sorted(lean_plans)).rstrip(" "),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")

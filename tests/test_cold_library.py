@@ -386,3 +386,36 @@ def test_library_style_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bi
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), f"output {i} differs: {a} {b}"
         else:
             assert torch.equal(a, b), f"output {i} differs"
+
+
+NOT_LEAN_FIRST = FAKE_GPU_PRELUDE + textwrap.dedent("""
+    import forge_coldlib as lib
+    at_import = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
+    x = odd(1024, dtype=torch.float32)
+    lib.add(x, x)  # (the programmatic dependent launch's module: no lean plan)
+    kind = type(sys.modules["forge_coldlib._ops.pdl_add"].add_kernel).__name__
+    loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
+    print(json.dumps({"at_import": at_import, "kind": kind, "loaded": loaded}))
+""")
+
+
+def test_a_module_without_a_lean_plan_hands_over_at_once(coldlib_site, fake_libcuda, tmp_path) -> None:
+    """The generated ``__init__`` names the host modules with a lean plan (``_LEAN``): the first call of another
+    module's op hands over to the full runtime without loading the lean binding or reading its part for it; a
+    package with none (``_LEAN = ()``) runs the full runtime from import on, as before session 63."""
+    import re
+    import shutil
+
+    init = (coldlib_site / "forge_coldlib" / "__init__.py").read_text()
+    parts = (coldlib_site / "forge_coldlib" / "_forge" / "modules").glob("*.json")
+    planned = sorted(p.stem for p in parts if json.loads(p.read_bytes()).get("lean"))
+    assert re.search(r"^_LEAN = \((.*)\)$", init, re.M).group(1) == "".join(f"{m!r}, " for m in planned).rstrip()
+    got = fake_driver_child(NOT_LEAN_FIRST, coldlib_site, fake_libcuda)
+    assert got["at_import"] == ["lean"] and got["kind"] == "ColdKernel"
+    assert "lean_kernel" not in got["loaded"], got["loaded"]  # (lean_launch: its bind_call is cold handles' too)
+    none = tmp_path / "site"
+    shutil.copytree(coldlib_site, none)
+    path = none / "forge_coldlib" / "__init__.py"
+    path.write_text(re.sub(r"^_LEAN = \(.*\)$", "_LEAN = ()", init, flags=re.M))
+    got = fake_driver_child(NOT_LEAN_FIRST, none, fake_libcuda)
+    assert "entry" in got["at_import"] and got["kind"] == "ColdKernel", got["at_import"]
