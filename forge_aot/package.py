@@ -274,12 +274,11 @@ def _lazy_exports(exports: dict[str, str]) -> str:
         return ""
     return """
 # Classes and functions of the host files, exported as they are: each binds its host module on first access.
-from ._runtime.lean import exported as _exported_attribute  # noqa: E402
-
-
 def __getattr__(name):
     if name in _EXPORTS:
-        value = globals()[name] = _exported_attribute(__name__, _EXPORTS[name], name)
+        from ._runtime.exports import exported
+
+        value = globals()[name] = exported(__name__, _EXPORTS[name], name)
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -401,4 +401,4 @@ def test_on_the_gpu_library_style_first_calls_are_lean_and_right() -> None:
     assert got["after"] == ["Kernel"]  # (preload promotes every handle)
     bad = {k: v for k, v in got["err"].items() if v > TOLERANCE[k.split()[0]]}
     assert not bad, sorted(bad.items())
-    assert len(got["err"]) >= 60 + 30 + 12 + 4 + 4
+    assert len(got["err"]) == 62 + 30 + 18 + 4 + 4

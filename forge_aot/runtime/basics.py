@@ -169,8 +169,7 @@ def small_triton() -> SmallTriton:
     return _SMALL_TRITON[0]
 
 
-INDEX_FORMAT = 2
-"""Version of ``_forge/index.json``; a package refuses an index of another format."""
+INDEX_FORMAT = 2  # the version of ``_forge/index.json``: a package refuses an index of another format
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
 KERNEL_SIDE_HOOK = "__forge_kernel_side__"

@@ -67,6 +67,22 @@ def export(function: Callable[[str], Callable[..., Any]], namespace: str, op: st
     return exported
 
 
+def exported(package: str, module: str, name: str) -> Any:
+    """``package.NAME``, a class or function exported as it is (manifest ``[exports]``), on first access: its host
+    module bound lean where it has a lean plan (``lean.LeanPackage``), else by the full runtime's ``Package``."""
+    from . import lean
+
+    state = lean.PACKAGES.get(package)
+    bound = state is not None and state.handed is None and state.module(module)
+    if bound:
+        return getattr(bound, name)
+    if state is not None:
+        return getattr(state.full().module(module), name)
+    from .entry import exported as full_exported  # (the package went to the full runtime at import)
+
+    return full_exported(package, module, name)
+
+
 def without_grad(differentiable: bool, args: tuple[Any, ...], kwargs: dict[str, Any], op: str) -> bool:
     """Whether a traced call may take the custom op: it has a backward, or nothing needs gradients. Where not, the
     graph breaks here saying why (``fullgraph=True`` raises that), and the host code runs eagerly with its autograd."""

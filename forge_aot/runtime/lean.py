@@ -1,35 +1,27 @@
 """``import <package>`` and the first calls of its simplest ops, with no other runtime module loaded.
 
-Measured (session 57, ``scripts/probe_lean_first_call.py``): about 4 of a fresh process's 6 ms to import a wheel and
-call an op went to loading the runtime's modules (~130 KB of bytecode), not to what the first call does. So the
-package's ``__init__`` imports this module alone. It defines the exported ops and ``torch.ops.<package>`` (its custom
-ops defined on first need, as before), and serves an op's first call itself where the build wrote a *lean plan* for its
-host module (``_forge/modules/<module>.json``'s ``lean``, see ``lean_plan``): every kernel of the module takes its
-runtime arguments and call-site values (constexprs and launch options host code chooses: ``BLOCK_SIZE=...``,
-``num_warps=...``; since session 62) by position or by keyword, its table key and variant from their values and dtypes
-(no launch flags, heuristics, pre-hooks, integer pointers, descriptors), and the module imports no kernel file by its
-project name. Project modules it imports (Liger's ``ligerlike.ops.utils``; since session 63) load as the full runtime
-loads them, the package's copies under its import rules (``local_imports``; ``_LeanFinder`` finds them until a
-hand-over, and the full ``Package`` adopts those rules). In a package that routes ops by name (manifest autograd,
-``[exports]``; lean since session 63 too) each module bound here has its ops' globals routed as the full runtime routes
-them (``torch_ops.route_in_module``). The host module then runs with ``LeanKernel`` handles; a call
-the C path (``_fastlaunch``) has not seen comes to ``LeanKernel.run``, which binds it as ``Kernel._bind`` does
-(``lean_launch.bind_call``) and resolves it as ``ColdKernel._resolve`` does (dtypes and call-site values -> variant,
-capability -> target, device name -> table, the key's row or the nearest usable one, the most specialized binary that
-fits), loads the binary (sha256 checked) through the C ``Driver``, launches it through a C ``Launcher`` and registers
-the call with the C path.
+Loading the runtime's modules, not the first call's work, took most of a fresh process's import + first call (session
+57), so the package's ``__init__`` imports this module alone. It defines the exported ops and ``torch.ops.<package>``
+(custom ops defined on first need) and serves an op's first call itself where the build wrote a *lean plan* for its
+host module (``_forge/modules/<module>.json``'s ``lean``, see ``cold_binding.lean_plan``; the package's ``__init__``
+names those modules): its kernels take runtime arguments and call-site values (``BLOCK_SIZE=``, ``num_warps=``) by
+position or keyword, with no launch flags, heuristics, pre-hooks, integer pointers or descriptors, and the module
+imports no kernel file by its project name. Project modules it imports load under the package's import rules
+(``local_imports``); in a package routing ops by name (autograd, ``[exports]``) its ops' globals are routed as the full
+runtime routes them (``torch_ops.route_in_module``). The module runs with ``LeanKernel`` handles: a call the C path has
+not seen comes to ``LeanKernel.run``, bound as ``Kernel._bind`` binds it (``lean_launch.bind_call``), resolved as
+``ColdKernel._resolve`` resolves it, its binary loaded (sha256 checked) through the C ``Driver``, launched through a C
+``Launcher`` and registered with the C path.
 
-Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, without binding anything
-twice: the full ``Package`` adopts the modules bound here and their handles; a handle asked anything a lean handle does
-not serve (keywords it does not bind, ``LAUNCHES.skip`` from a custom op's tracing or guard, another dtype, an attribute
-such as ``warmup``, a binary whose checksum is wrong: the full path reports it) becomes a ``ColdKernel`` in place
-(``LeanKernel._promoted``), and then a full ``Kernel`` as cold handles do. Handed over: ``torch.compile`` and
-``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, ROCm, no C extension,
-``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
+Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, binding nothing twice:
+the full ``Package`` adopts the modules bound here, their handles and import rules; a handle asked what a lean handle
+does not serve (keywords it does not bind, ``LAUNCHES.skip``, another dtype, an attribute such as ``warmup``, a bad
+checksum: the full path reports it) becomes a ``ColdKernel`` in place, then a full ``Kernel``. Handed over:
+``torch.compile``/``torch.export`` tracing an op, ``preload``, ``import <package>._ops.<module>``, ROCm, no C
+extension, ``FORGE_NO_LEAN=1`` (or ``FORGE_NO_COLD``/``FORGE_NO_C_LAUNCH``).
 
-This module: the package entry (exported ops, ``torch.ops.<package>``, the hand-over); ``lean_kernel``: binding a
-host module with lean handles; ``lean_launch``: their first calls; ``basics``: what every path reads alike.
-Imports: stdlib, ``basics`` (torch where called).
+This module: the package entry; ``lean_kernel``: binding a host module with lean handles; ``lean_launch``: their first
+calls; ``basics``: what every path reads alike. Imports: stdlib, ``basics`` (torch where called).
 """
 
 from __future__ import annotations
@@ -45,13 +37,11 @@ from typing import Any
 FILENAME = "_fastlaunch.abi3.so"
 """The C extension's file beside this one, under the name the build gives it (``basics.extension`` loads it)."""
 FINGERPRINT: str | None = None
-"""The build's sha256 of the runtime's sources, handed over by the package's ``__init__``: the bytecode bundle
-(``bundle``) is used only where it was written for them."""
+"""The build's sha256 of the runtime's sources (the package's ``__init__``'s): the bundle is used only if for them."""
 
 
 def full_runtime() -> None:
-    """The full runtime's modules served from the bytecode bundle from now on, where it is valid (read once, when
-    the full runtime is first needed: the lean path's own modules load without it)."""
+    """The full runtime's modules served from the bytecode bundle from now on, where valid (the lean path's: not)."""
     if FINGERPRINT is not None:
         from .bundle import use_bundle
 
@@ -60,14 +50,12 @@ def full_runtime() -> None:
 # -- the exported ops and torch.ops.<package> -----------------------------------------------------------------
 
 def host_name(op: str, spec: tuple[Any, ...]) -> str:
-    """The host function of an op (its op table entry's last item where the package exports it under another
-    name, ``[ops.NAME] function``; see ``host_modules.op_table``)."""
+    """The host function of an op (the op table entry's last item: ``[ops.NAME] function``, see ``op_table``)."""
     return spec[6] if len(spec) > 6 and spec[6] else op
 
 
 def applied_function(fn: Any) -> type | None:
-    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (Triton's tutorial 05 exports ``layer_norm =
-    LayerNorm.apply``), else None."""
+    """The ``torch.autograd.Function`` whose ``apply`` ``fn`` is (tutorial 05's ``LayerNorm.apply``), else None."""
     owner = getattr(fn, "__self__", None)
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(owner, type) or getattr(fn, "__name__", None) != "apply":
@@ -93,8 +81,7 @@ def dress_exported(exported: Callable[..., Any], fn: Callable[..., Any], op: str
 
 
 class LazyCustomOps:
-    """A package's custom ops, defined once by ``define()``, from any thread (others wait; a look-up the defining
-    thread makes meanwhile, as ``Library.define`` makes one, sees what is defined so far)."""
+    """A package's custom ops, defined once by ``define()`` from any thread (the defining thread sees them so far)."""
 
     def __init__(self, namespace: str, ops: dict[str, tuple[Any, ...]],
                  function: Callable[[str], Callable[..., Any]],
@@ -147,9 +134,8 @@ def _lazy_namespace() -> type:
 
 def define_lazily(namespace: str, ops: dict[str, tuple[Any, ...]], function: Callable[[str], Callable[..., Any]],
                   host_attr: Callable[[str, str], Callable[..., Any]]) -> tuple[set[str], Callable[[], None]]:
-    """The ops of ``ops`` (host_modules.op_table) that are custom ops (those with a schema), and what defines them now:
-    ``torch.ops.<namespace>`` defines them on first need (see ``custom_ops``) where it can be put in place, else
-    they are defined here. ``function`` and ``host_attr``: see custom_ops.register_custom_ops."""
+    """The ops of ``ops`` that are custom ops (a schema), and what defines them now: ``torch.ops.<namespace>`` defines
+    them on first need where it can be put in place, else here (``function``, ``host_attr``: see ``custom_ops``)."""
     with_schema = {op for op, spec in ops.items() if spec[1]}
     if not with_schema:
         return set(), lambda: None
@@ -177,10 +163,8 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]], expor
                  fingerprint: str | None = None, lean_modules: tuple[str, ...] | None = None,
                  ) -> tuple[dict[str, Callable[..., Any]], Callable[..., int]]:
     """Entry point of a generated package (``ops``, ``exports``: as ``entry.load_package`` takes them; ``fingerprint``:
-    see FINGERPRINT; ``lean_modules``: the host modules with a lean plan, None where the build did not say, which
-    then reads each module's part to find out): its exported ops and ``preload``. Lean where it may serve (see the
-    module's docstring) and some module has a lean plan, else ``entry.load_package``'s, its first call's modules run
-    now from the bytecode bundle where it is valid."""
+    see FINGERPRINT; ``lean_modules``: the host modules with a lean plan, None: unknown): its exported ops and
+    ``preload``. Lean where it may serve and some module has a lean plan, else ``entry.load_package``'s."""
     global FINGERPRINT
     FINGERPRINT = FINGERPRINT or fingerprint
     if lean_modules == () or not _lean_wanted():  # (no lean plan: the full runtime from import on, as before)
@@ -202,8 +186,7 @@ def load_package(package: str, root: str, ops: dict[str, tuple[Any, ...]], expor
 
 
 def _lean_wanted() -> bool:
-    """Whether lean first calls may serve this process: the C extension's file is there, torch drives CUDA, and
-    none of ``FORGE_NO_LEAN``, ``FORGE_NO_COLD``, ``FORGE_NO_C_LAUNCH`` is set."""
+    """Whether lean first calls may serve: the C extension is there, torch drives CUDA, no ``FORGE_NO_*`` is set."""
     if any(os.environ.get(v, "") not in ("", "0") for v in ("FORGE_NO_LEAN", "FORGE_NO_COLD", "FORGE_NO_C_LAUNCH")):
         return False
     if not os.path.isfile(os.path.join(os.path.dirname(__file__), FILENAME)):
@@ -219,9 +202,7 @@ class LeanPackage:
     def __init__(self, package: str, root: str, ops: dict[str, tuple[Any, ...]],
                  lean_modules: tuple[str, ...] | None = None) -> None:
         self.package, self.root, self.ops = package, root, ops
-        self.lean_modules = None if lean_modules is None else frozenset(lean_modules)
-        """The host modules with a lean plan (the others hand over at once: no part read twice, no lean module
-        loaded for them; in a routed package they cost a first call about 1.5 ms on an H200, session 63 r2)."""
+        self.lean_modules = None if lean_modules is None else frozenset(lean_modules)  # (the others hand over)
         self.lock = threading.RLock()
         """Also the full ``Package``'s lock once handed over: one lock binds every host module."""
         self.modules: dict[str, types.ModuleType] = {}
@@ -234,12 +215,9 @@ class LeanPackage:
         self.define_custom_ops: Callable[[], None] = lambda: None
         self.devices: dict[int, tuple[Any, ...]] = {}
         """Device index → (name, capability, max shared memory, CUdevice), asked once."""
+        # as ``entry.Package``'s, which adopts them: ops routed by name, project modules' import rules
         self.routed: dict[str, bool] = {}
-        """Where the package has autograd or ``[exports]``: every op (→ whether it is a custom op), which host code
-        calling it by name reaches through ``torch_ops.route_in_module`` (``entry.Package.routed``)."""
         self.local_tops: set[str] = set()
-        """Top-level names of the project modules the host modules bound here import (``entry.Package``'s, which
-        adopts them with ``builtins``: the import rules made here keep serving)."""
         self.builtins: dict[str, Any] | None = None
         self._imported_as: dict[str, str] | None = None
 
@@ -336,24 +314,9 @@ class LeanPackage:
         return exported
 
 
-def exported(package: str, module: str, name: str) -> Any:
-    """``package.NAME``, a class or function exported as it is (manifest ``[exports]``), on first access: its host
-    module bound here where it has a lean plan, else by the full runtime (``entry.exported``)."""
-    state = PACKAGES.get(package)
-    bound = state is not None and state.handed is None and state.module(module)
-    if bound:
-        return getattr(bound, name)
-    if state is not None:
-        return getattr(state.full().module(module), name)
-    from .entry import exported as full_exported  # (the package went to the full runtime at import)
-
-    return full_exported(package, module, name)
-
-
 def ops_package(package: str, root: str) -> None:
-    """``<package>._ops`` imported (under the package's lock): ``import <package>._ops.<mod> as m`` after a first call
-    reads it (a module in sys.modules counts as imported with its parents). Made as the import system makes it, with
-    no search and nothing run: the build writes its ``__init__.py`` empty."""
+    """``<package>._ops`` imported (under the package's lock; ``import <package>._ops.<mod> as m`` reads it), made as
+    the import system makes it, with no search and nothing run (the build writes its ``__init__.py`` empty)."""
     name = f"{package}._ops"
     if name not in sys.modules:
         from importlib.util import module_from_spec, spec_from_file_location
@@ -366,26 +329,20 @@ def ops_package(package: str, root: str) -> None:
 
 class _LeanFinder:
     """``import <package>._ops.<module>``: handed to the full runtime's finder (which binds the host module, or
-    finds the one bound here). Before a hand-over, the project modules that host modules bound here import
-    (``<package>._ops._local.*``, shipped files) load here as the full runtime's finder loads them; a name there
-    that is a host module's project name hands over."""
+    finds the one bound here); before a hand-over, project modules load here (``local_imports.lean_local_spec``)."""
 
     def __init__(self, state: LeanPackage) -> None:
         self.state, self.prefix = state, f"{state.package}._ops."
-        self.local = f"{self.prefix}_local"
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
         state = self.state
         if state.handed is None and state.builtins is not None:  # (a module bound here imports project modules)
-            if fullname == self.local:
-                return None  # the directory's own __init__, found by Python's path finder (as the full runtime)
-            if fullname.startswith(self.local + "."):
-                from .local_imports import host_module_imported_as, package_local_spec
+            from .local_imports import lean_local_spec
 
-                spec = package_local_spec(state, fullname)
-                if spec is not None or host_module_imported_as(state, fullname) is None:
-                    return spec
+            found = lean_local_spec(state, fullname)
+            if found is not False:
+                return found
         state.full()
         return state.handed[2].find_spec(fullname, path, target)

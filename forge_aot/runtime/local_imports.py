@@ -109,6 +109,20 @@ def package_local_spec(package: Any, fullname: str) -> Any:
     return local_spec(fullname, os.path.join(package.root, "_ops", "_local"), bound, compiles)
 
 
+def lean_local_spec(package: Any, fullname: str) -> Any:
+    """What a lean package (``lean.LeanPackage``, before its hand-over) finds for ``fullname`` under
+    ``<package>._ops.``: None for ``_local`` itself (its ``__init__``, found by Python's path finder, as the full
+    runtime's finder leaves it), a shipped project module's spec, None for a missing one, or False where the full
+    runtime must answer (a kernel file imported by its project name, a host module)."""
+    local = f"{package.package}._ops._local"
+    if fullname == local:
+        return None
+    if not fullname.startswith(local + "."):
+        return False
+    spec = package_local_spec(package, fullname)
+    return spec if spec is not None or host_module_imported_as(package, fullname) is None else False
+
+
 def local_spec(fullname: str, directory: str, bound: dict[str, Any], compiles: bool = False) -> Any:
     """The module spec of ``<package>._ops._local.<dotted>`` under the package's ``_ops/_local`` directory, or None
     where there is no such file (``compiles``: its code names ``torch.compile``, see ``run_module_code``)."""
