@@ -37,12 +37,13 @@ def census(manifest: str) -> dict[str, Any]:
         if not why and cold_binding.plain_module(index, mod) is None:
             why.append("other")
         modules[mod] = why
-    lean = sorted(mod for mod, spec in index["modules"].items()  # (as package.stage_package decides)
-                  if not reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
-                  and cold_binding.lean_plan(index, mod))
+    no_lean = {mod: "reads a kernel handle's attribute"  # (as package.stage_package decides)
+               if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
+               else cold_binding.lean_blocker(index, mod) for mod, spec in index["modules"].items()}
+    lean = sorted(mod for mod, why in no_lean.items() if why is None)
     routed = any(spec.get("autograd") or spec.get("exports") for spec in index["modules"].values())
     return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules,
-            "lean": lean}
+            "lean": lean, "no_lean": {mod: why for mod, why in sorted(no_lean.items()) if why}}
 
 
 def main() -> int:
@@ -58,6 +59,8 @@ def main() -> int:
         print(f"{c['manifest']}: {len(plain)}/{len(c['kernels'])} kernels plain, {len(cold)}/{len(c['modules'])} "
               f"host modules bind cold handles{routed}")
         print(f"  {len(c['lean'])}/{len(c['modules'])} host modules with a lean plan: {' '.join(c['lean'])}")
+        for reason, count in collections.Counter(c["no_lean"].values()).most_common():
+            print(f"  {count:4d} host modules without a lean plan: {reason}")
         counts = collections.Counter(r for why in c["kernels"].values() for r in why)
         for reason, count in counts.most_common():
             print(f"  {count:4d} kernels: {reason}")

@@ -322,6 +322,16 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     assert lean_plan(part | {"modules": {**part["modules"], "other": other}}, "m") is None
     assert lean_plan(_part(plain, {"local_modules": ["lib"], "imports_host": ["other"]}), "m") is None
     assert lean_plan(_part(plain, {"imported_as": ["lib.m"]}), "m") is None
+    # why not, as scripts/census_cold.py counts it
+    from forge_aot.runtime.cold_binding import lean_blocker
+
+    assert lean_blocker(_part(plain), "m") is None
+    assert lean_blocker(_part([*plain, ["EVEN", "heuristic"]]), "m") == "heuristics"
+    assert lean_blocker(_part(plain, launch_flags=["launch_pdl"]), "m") == "launch flags"
+    assert lean_blocker(_part(plain, {"imported_as": ["lib.m"]}), "m") == "imported by its project name"
+    assert lean_blocker(part | {"modules": {**part["modules"], "other": other}}, "m") == \
+        "imports a kernel file by its project name"
+    assert lean_blocker(_part(library, axes=["T", "BLOCK_SIZE"]), "m") == "a call-site value that selects no build"
     assert lean_plan(_part(plain, pre_hooks=["zero"]), "m") is None
     assert lean_plan(_part(plain, pointer_ints={"x": "i32"}), "m") is None
 

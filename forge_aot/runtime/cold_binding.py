@@ -121,34 +121,48 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
     call-site name (``reading``'s ``names``) a call leaves out, as [name, value] (``required``: the constexprs
     without a default, which a call must pass), ``ignored`` the launch options a call may pass at their default
     (``rules.ignored_options``)."""
+    return _lean(part, mod)[0]
+
+
+def lean_blocker(part: dict[str, Any], mod: str) -> str | None:
+    """Why host module ``mod`` gets no lean plan (``lean_plan``; ``scripts/census_cold.py`` counts them), or None."""
+    plan, why = _lean(part, mod)
+    return why if plan is None else None if plan else "no kernel"
+
+
+def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(``lean_plan``'s plan, None) or (None, why not)."""
     spec = part["modules"][mod]
     if spec.get("imported_as") or spec.get("imports_host"):
-        return None
+        return None, "imported by its project name" if spec.get("imported_as") else "imports a host module's package"
     # Project modules are served (lean_kernel.bind runs the file under the package's import rules), but not a kernel
     # file imported by its project name, nor a package above one (``imports_host``, whose __init__ may import it):
     # binding that file is the full runtime's (its aliases), a hand-over midway
     project_names = {name for s in part["modules"].values() for name in s.get("imported_as", ())}
     if project_names & set(spec.get("local_modules", ())):
-        return None
+        return None, "imports a kernel file by its project name"
     out: dict[str, Any] = {}
     by_function = {s["function"]: (name, s) for name, s in part["kernels"].items() if s.get("module", mod) == mod}
     for fn in spec["kernels"]:
         if fn not in by_function:
-            return None
+            return None, f"kernel {fn}: no index entry"
         name, kspec = by_function[fn]
         kernel = types.SimpleNamespace()
         read_params(kernel, kspec)
         # (call-site constexprs and launch options are served; heuristics, launch flags, pre-hooks and the rest
         # are the cold handles')
-        if (kernel.heuristic_names or kernel.launch_flags or kernel.pointer_ints or kernel.desc_pos
-                or kernel.grid_args or kspec.get("pre_hooks")):
-            return None
+        for why, blocks in (("heuristics", kernel.heuristic_names), ("launch flags", kernel.launch_flags),
+                            ("integer pointers", kernel.pointer_ints), ("descriptors", kernel.desc_pos),
+                            ("grid arguments", kernel.grid_args), ("pre-hooks", kspec.get("pre_hooks"))):
+            if blocks:
+                return None, why
         tv_names = [tv for tv, _ in kernel.type_vars]
         if kernel.axes != [*tv_names, *(a for a in kernel.axes if a in kernel.call_names)]:
-            return None  # (an axis neither a type variable nor a call-site name: the full path's)
+            return None, "an axis neither a type variable nor a call-site value"  # (the full path's)
         r = fastpath.reading(kernel)
         if r is None or not set(r["names"]) <= set(kernel.axes):  # (every call-site value selects the build)
-            return None
+            return None, ("a call-site value that selects no build" if r is not None
+                          else "parameter types the C path does not read")
         device_pos = list(kernel.device_pos)
         declared = [kernel.runtime[i][1][1:] for i in device_pos]
         # a type variable's dtype: its first tensor's, that is, the first pointer of its source's type
@@ -163,4 +177,4 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
                           "params": kernel.param_names, "runtime_first": kernel._runtime_first,
                           "defaults": [list(d) for d in defaults], "ignored": ignored_options(kernel.launch_axes),
                           "required": required}]
-    return out
+    return out, None
