@@ -109,9 +109,25 @@ def odd(*shape, dtype, grad=False):  # misaligned by one element
         n *= s
     return torch.randn(n + 1, dtype=dtype)[1:].view(*shape).requires_grad_(grad)
 
+
+def fused_add_rms_norm_cases(lib):  # Liger's fused add + RMSNorm (a project module, a relative package)
+    cases = []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for shape in ((3, 3500), (1, 1, 4096)):  # (on no GPU the backward's rows per program are all the rows)
+            X, R, W = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True), \\
+                torch.randn(shape[-1], dtype=dtype, requires_grad=True)
+            cases.append(lambda X=X, R=R, W=W: lib.liger_fused_add_rms_norm(X.detach(), R.detach(), W.detach(), 1e-6,
+                                                                            0.0, "llama"))
+            # the backward (one program: these tensors are on no GPU), its element type a constexpr by position
+            gemma = dtype == torch.bfloat16  # (Gemma's casting built in bf16 only, as the examples call it)
+            cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
+                X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
+    return cases
+
 """
 """The start of a ``fake_driver_child`` script: CPU tensors answer as tensors of GPU 0, launches' addresses renumbered
-per call (``SEEN``) so two runs compare, ``odd`` makes misaligned inputs."""
+per call (``SEEN``) so two runs compare, ``odd`` makes misaligned inputs, ``fused_add_rms_norm_cases`` the calls of
+Liger's fused add + RMSNorm both library fixtures' tests make."""
 
 
 def fake_driver_child(code: str, site: Path, fake_libcuda: Path, **extra: str) -> dict:

@@ -71,16 +71,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
                 cases.append(lambda a=logits, t=target: lib.liger_cross_entropy(
                     a.clone(), t, label_smoothing=0.1, softcap=30.0, return_z_loss=True, lse_square_scale=1e-4,
                     reduction="none"))
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        for shape in ((3, 3500), (1, 1, 4096)):  # (on no GPU the backward's rows per program are all the rows)
-            X, R, W = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True), \\
-                torch.randn(shape[-1], dtype=dtype, requires_grad=True)
-            cases.append(lambda X=X, R=R, W=W: lib.liger_fused_add_rms_norm(X.detach(), R.detach(), W.detach(), 1e-6,
-                                                                            0.0, "llama"))
-            # the backward (one program: these tensors are on no GPU), its element type a constexpr by position
-            gemma = dtype == torch.bfloat16  # (Gemma's casting built in bf16 only, as the examples call it)
-            cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
-                X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
+    cases += fused_add_rms_norm_cases(lib)  # (conftest's prelude)
 
     for dtype in (torch.float16, torch.float32):  # torchao's wrap_triton(kernel)[grid](...) in a @triton_op
         for rows, cols in ((3, 1000), (4, 4096)):

@@ -65,15 +65,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
                 q, k, c, s)).backward())
 
     n_plain = len(cases)  # (the runtime modules loaded by then: the lean path's own)
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # Liger's fused add + RMSNorm (project modules)
-        for shape in ((3, 3500), (1, 1, 4096)):  # (on no GPU the backward's rows per program are all the rows)
-            X, R, W = odd(*shape, dtype=dtype, grad=True), odd(*shape, dtype=dtype, grad=True), \
-                torch.randn(shape[-1], dtype=dtype, requires_grad=True)
-            cases.append(lambda X=X, R=R, W=W: lib.liger_fused_add_rms_norm(X.detach(), R.detach(), W.detach(), 1e-6,
-                                                                            0.0, "llama"))
-            gemma = dtype == torch.bfloat16  # (Gemma's casting built in bf16 only, as the examples call it)
-            cases.append(lambda X=X, R=R, W=W, g=gemma: sum(t.float().sum() for t in lib.liger_fused_add_rms_norm(
-                X, R, W, 1e-6, 1.0 if g else 0.0, "gemma" if g else "llama")).backward())
+    cases += fused_add_rms_norm_cases(lib)  # (conftest's prelude)
     for dtype in (torch.float16, torch.bfloat16):  # Liger's GeGLU, forward and backward
         for rows, cols in ((4, 1000), (3, 4096)):
             a, b = odd(rows, cols, dtype=dtype, grad=True), odd(rows, cols, dtype=dtype, grad=True)

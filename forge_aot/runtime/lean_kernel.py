@@ -65,21 +65,19 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
 
         builtins = import_rules(state, spec["local_modules"]) if spec.get("local_modules") else None
         run_host_file(module, bound, builtins, package, (), bool(spec.get("torch_compile")))
-        state.kernels.extend(handles.values())
-        return module
-    module.__dict__.update(bound)
-    if package:  # (as host_exec.run_host_file; with no project modules, no relative import reads it)
-        module.__dict__["__package__"] = package
-    sys.modules[name] = module
-    try:
-        exec(module_spec.loader.get_code(name), module.__dict__)  # type: ignore[attr-defined]
-    except BaseException:
-        if sys.modules.get(name) is module:
-            del sys.modules[name]
-        raise
+    else:  # (the same, without loading host_exec: the plain module's first call loads nothing more)
+        module.__dict__.update(bound)
+        if package:  # (with no project modules, no relative import reads it)
+            module.__dict__["__package__"] = package
+        sys.modules[name] = module
+        try:
+            exec(module_spec.loader.get_code(name), module.__dict__)  # type: ignore[attr-defined]
+        except BaseException:
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+            raise
     state.kernels.extend(handles.values())
     return module
-
 
 
 @functools.cache
