@@ -127,9 +127,11 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                         binaries[rel] = b["sha256"]
     # What lets `import <package>` serve a host module's first calls without the rest of the runtime (lean.py):
     # a plan per module, written from the runtime's own readings of a kernel, and each binary's parameter block.
-    lean_plans = {mod: lean for mod, spec in index["modules"].items()
-                  if not reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
-                  and (lean := lean_plan({"modules": index["modules"], "kernels": index["kernels"]}, mod))}
+    reading = {mod for mod, spec in index["modules"].items()
+               if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])}
+    whole = {"modules": index["modules"], "kernels": index["kernels"]}
+    lean_plans = {mod: lean for mod in index["modules"]
+                  if mod not in reading and (lean := lean_plan(whole, mod, reading)) is not None}
     for kernel in sorted({kernel for lean in lean_plans.values() for kernel, _ in lean.values()}):
         params = types.SimpleNamespace()
         rules.read_params(params, index["kernels"][kernel])
@@ -169,7 +171,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
                 variants[vid] = {**variant, "targets": sorted(variant["targets"]), "target_files": files}
             shell[k] = {**kspec, "variants": variants}
         part = {**{k: v for k, v in index.items() if k not in ("modules", "kernels")}, "modules": {mod: spec},
-                "kernels": shell, "split_targets": True, **({"lean": lean} if lean else {})}
+                "kernels": shell, "split_targets": True, **({"lean": lean} if lean is not None else {})}
         (pkg / "_forge" / "modules" / f"{mod}.json").write_bytes(_compact_json(part))
     # The index without its kernels: what binding a project module reads (which host module a name imports, the
     # import rules, torch.compile), which the whole index made a first call parse (9 ms for 62 kernels on an H200).

@@ -37,9 +37,10 @@ def census(manifest: str) -> dict[str, Any]:
         if not why and cold_binding.plain_module(index, mod) is None:
             why.append("other")
         modules[mod] = why
-    no_lean = {mod: "reads a kernel handle's attribute"  # (as package.stage_package decides)
-               if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])
-               else cold_binding.lean_blocker(index, mod) for mod, spec in index["modules"].items()}
+    reading = {mod for mod, spec in index["modules"].items()  # (as package.stage_package decides)
+               if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])}
+    no_lean = {mod: "reads a kernel handle's attribute" if mod in reading
+               else cold_binding.lean_blocker(index, mod, reading) for mod in index["modules"]}
     lean = sorted(mod for mod, why in no_lean.items() if why is None)
     routed = any(spec.get("autograd") or spec.get("exports") for spec in index["modules"].values())
     return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules,

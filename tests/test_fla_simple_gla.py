@@ -11,9 +11,18 @@ kernels take the batch size as a constexpr: the examples run each batch size the
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 
-from tests.conftest import import_fixture_file, relative_error, torch_dtype
+from tests.conftest import (
+    FAKE_GPU_PRELUDE,
+    fake_driver_child,
+    fixture_site,
+    import_fixture_file,
+    relative_error,
+    torch_dtype,
+)
 
 FLA = __import__("pathlib").Path(__file__).parent / "fixtures" / "fla060"
 
@@ -48,7 +57,6 @@ def test_the_wheel_runs_flas_files_without_triton_or_fla(tmp_path) -> None:
     as FLA's own import names it), ``fla/ops/utils`` re-exports the ``@triton.jit`` helper ``softplus`` (a stand-in
     there) and imports ``csr.py``, whose kernel the manifest leaves out but decorates with heuristics; the custom
     ops' meta implementations run the files' host code on meta tensors."""
-    import textwrap
 
     from tests.test_localmods import _installed, _run_fresh
 
@@ -192,3 +200,60 @@ def test_flas_public_op_with_kwargs_compiles_fullgraph(wheel) -> None:
     torch._dynamo.reset()
     got = torch.compile(with_chunk_size)(q, k, v, g)
     assert all(torch.equal(a, b) for a, b in zip(eager_chunked, got))
+
+
+LEAN_CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
+    import warnings
+    warnings.simplefilter("ignore")  # fla.utils.hardware warns that this machine has no GPU
+    import forge_fla as lib
+    at_import = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_fla._runtime."))
+    fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
+    fake.block_size = -1  # the whole parameter block of every launch
+    torch.manual_seed(0)
+    H, K = 4, 64
+    cases = []
+    for dtype in (torch.bfloat16, torch.float32):  # FLA's public op, its files importing each other by FLA's names
+        for b, t in ((1, 100), (2, 1000)):
+            q, k, v = (odd(b, t, H, K, dtype=dtype) for _ in range(3))
+            g = torch.nn.functional.logsigmoid(torch.randn(b, t, H, dtype=dtype))
+            cases.append(lambda q=q, k=k, v=v, g=g: lib.chunk_simple_gla(q, k, v, g))
+        h0 = torch.randn(2, H, K, K)
+        cases.append(lambda q=q, k=k, v=v, g=g, h0=h0: lib.chunk_simple_gla(q, k, v, g, initial_state=h0,
+                                                                           output_final_state=True))
+        cases.append(lambda q=q, k=k, v=v: lib.chunk_simple_gla(q, k, v, g_gamma=-torch.rand(H),
+                                                               output_final_state=True))
+    out = []
+    for case in cases:
+        before = fake.calls
+        SEEN.clear()
+        case()
+        r = fake.launch_record()  # (the last launch of the op: chunk_fwd_o's)
+        out.append([fake.calls - before, r[1], r[2], r[3], canonical_block(r[6], r[7])])
+    loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_fla._runtime."))
+    kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_fla._ops.")
+                    for h in vars(mod).values() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")})
+    aliases = {m: sys.modules[m] is sys.modules.get("forge_fla._ops." + m.rsplit(".", 1)[1])  # (one module, two names)
+               for m in ("forge_fla._ops._local.fla.ops.common.chunk_h", "forge_fla._ops._local.fla.ops.common.chunk_o",
+                         "forge_fla._ops._local.fla.ops.utils.cumsum")}
+    print(json.dumps({"at_import": at_import, "out": out, "loaded": loaded, "kinds": kinds, "aliases": aliases}))
+""")
+
+
+@pytest.mark.slow
+def test_flas_op_is_served_lean_and_launches_as_the_full_runtime(tmp_path, fake_libcuda) -> None:
+    """FLA's op file imports the other kernel files by FLA's names (``from fla.ops.common.chunk_h import ...``, the
+    cumsum through ``fla.ops.utils``' re-export): since session 64 the lean path binds each (every one has a lean
+    plan), so the first call loads no full binding; against the fake libcuda its launches are the full runtime's
+    (FORGE_NO_LEAN=1: cold handles; FORGE_NO_COLD=1: full ones), and each kernel file is one module under both names."""
+    site = fixture_site(tmp_path, FLA / "kernel_manifest.toml", "forge_fla")
+    init = (site / "forge_fla" / "__init__.py").read_text()
+    assert "_LEAN = ('chunk', 'chunk_h', 'chunk_o', 'cumsum',)" in init
+    lean = fake_driver_child(LEAN_CHILD, site, fake_libcuda)
+    cold = fake_driver_child(LEAN_CHILD, site, fake_libcuda, FORGE_NO_LEAN="1")
+    full = fake_driver_child(LEAN_CHILD, site, fake_libcuda, FORGE_NO_COLD="1")
+    assert lean["at_import"] == ["lean"] and lean["kinds"] == ["LeanKernel"], (lean["at_import"], lean["kinds"])
+    assert not {"entry", "kernel", "cold", "launch", "tables"} & set(lean["loaded"]), lean["loaded"]
+    assert cold["kinds"] == ["ColdKernel"] and full["kinds"] == ["Kernel"]
+    assert [o[0] for o in lean["out"]] == [3, 3, 3, 2] * 2, lean["out"]  # (cumsum, h, o; g_gamma: no cumsum)
+    assert lean["out"] == cold["out"] == full["out"]
+    assert all(lean["aliases"].values()) and all(full["aliases"].values()), (lean["aliases"], full["aliases"])

@@ -312,25 +312,42 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     assert plan["defaults"] == [["EVEN", False], ["num_warps", 4]] and plan["required"] == ["BLOCK_SIZE"]
     assert "num_warps" not in plan["ignored"] and plan["params"] == ["x", "y", "n", "BLOCK", "BLOCK_SIZE", "EVEN"]
     assert lean_plan(_part(library, axes=["T", "BLOCK_SIZE"]), "m") is None  # a call-site value selecting no build
-    assert lean_plan(_part(plain, launch_flags=["launch_pdl"]), "m") is None  # launch attributes: cold handles'
-    assert lean_plan(_part([*plain, ["EVEN", "heuristic"]]), "m") is None  # @triton.heuristics
-    # project modules: served (run under the package's import rules, since session 63), but not a kernel file
-    # imported by its project name, nor a package above one (imports_host): the full binding's aliases
+    (_, plan), = lean_plan(_part(plain, launch_flags=["launch_pdl"]), "m").values()  # launch attributes
+    assert plan["flags"] == [["launch_pdl", 1]] and plan["defaults"] == [["launch_pdl", False]]
+    (_, plan), = lean_plan(_part([*plain, ["EVEN", "heuristic"]]), "m").values()  # @triton.heuristics
+    assert plan["reading"]["heuristic_names"] == ("EVEN",) and plan["reading"]["names"] == ()
+    # Unsloth: a heuristic parameter the call also passes (its heuristic coerces it): read, selecting no build
+    (_, plan), = lean_plan(_part([*plain, ["FLAG", "heuristic"]], call_heuristics=["FLAG"]), "m").values()
+    assert plan["reading"]["names"] == ("FLAG",) and plan["defaults"] == []
+    # project modules: served (run under the package's import rules, since session 63); kernel files imported by
+    # their project names (or through a package above one, imports_host) too, since session 64, where each of those
+    # has a lean plan of its own (the lean path binds them there: a hand-over midway is what the check avoids)
     assert lean_plan(_part(plain, {"local_modules": ["lib", "lib.utils"]}), "m") is not None
-    other = {"kernels": [], "path": "_ops/other.py", "imported_as": ["lib.other"]}
-    part = _part(plain, {"local_modules": ["lib", "lib.other"]})
-    assert lean_plan(part | {"modules": {**part["modules"], "other": other}}, "m") is None
-    assert lean_plan(_part(plain, {"local_modules": ["lib"], "imports_host": ["other"]}), "m") is None
-    assert lean_plan(_part(plain, {"imported_as": ["lib.m"]}), "m") is None
+    assert lean_plan(_part(plain, {"imported_as": ["lib.m"]}), "m") is not None
+
+    def with_other(module: dict, **other_kernel) -> dict:  # m and a kernel file "other" (lib.other)
+        part = _part(plain, module)
+        other = {"kernels": ["k2"], "path": "_ops/other.py", "imported_as": ["lib.other"]}
+        k2 = {**part["kernels"]["k"], "function": "k2", "module": "other"} | other_kernel
+        return {"modules": {**part["modules"], "other": other}, "kernels": {**part["kernels"], "k2": k2}}
+
+    imports_other = {"local_modules": ["lib", "lib.other"]}
+    assert lean_plan(with_other(imports_other), "m") is not None
+    assert lean_plan(with_other({"local_modules": ["lib"], "imports_host": ["other"]}), "m") is not None
+    assert lean_plan(with_other(imports_other, pre_hooks=["zero"]), "m") is None  # (other has no plan)
+    assert lean_plan(with_other(imports_other), "m", without={"other"}) is None  # (it reads a handle's attribute)
+    cycle = with_other(imports_other | {"imported_as": ["lib.m"]})
+    cycle["modules"]["other"]["local_modules"] = ["lib", "lib.m"]  # (each imports the other)
+    assert lean_plan(cycle, "m") is not None and lean_plan(cycle, "other") is not None
     # why not, as scripts/census_cold.py counts it
     from forge_aot.runtime.cold_binding import lean_blocker
 
     assert lean_blocker(_part(plain), "m") is None
-    assert lean_blocker(_part([*plain, ["EVEN", "heuristic"]]), "m") == "heuristics"
-    assert lean_blocker(_part(plain, launch_flags=["launch_pdl"]), "m") == "launch flags"
-    assert lean_blocker(_part(plain, {"imported_as": ["lib.m"]}), "m") == "imported by its project name"
-    assert lean_blocker(part | {"modules": {**part["modules"], "other": other}}, "m") == \
-        "imports a kernel file by its project name"
+    assert lean_blocker(_part([*plain, ["EVEN", "heuristic"]]), "m") is None
+    assert lean_blocker(_part(plain, launch_flags=["launch_pdl"]), "m") is None
+    assert lean_blocker(with_other(imports_other, pre_hooks=["zero"]), "m") == \
+        "imports a kernel file with no lean plan by its project name"
+    assert lean_blocker(with_other(imports_other, pre_hooks=["zero"]), "other") == "pre-hooks"
     assert lean_blocker(_part(library, axes=["T", "BLOCK_SIZE"]), "m") == "a call-site value that selects no build"
     assert lean_plan(_part(plain, pre_hooks=["zero"]), "m") is None
     assert lean_plan(_part(plain, pointer_ints={"x": "i32"}), "m") is None

@@ -64,7 +64,33 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
             cases.append(lambda q=q, k=k, c=cos, s=sin: sum(t.float().sum() for t in lib.liger_rotary_pos_emb(
                 q, k, c, s)).backward())
 
+    # flash-attention 2's EVEN_N heuristic over a runtime length: 1024 then 1040 columns take one C entry (same
+    # specialization, no key), the heuristic gives another value: the C path hands it back (Lean._late)
+    for dtype in (torch.float16, torch.float32):
+        for rows, n_cols in ((3, 1024), (3, 1040), (2, 1000), (5, 40), (5, 32), (4, 48)):
+            cases.append(lambda x=torch.randn(rows, n_cols, dtype=dtype): lib.even_scale(x, 0.5))
+        cases.append(lambda x=odd(3, 1000, dtype=dtype): lib.even_scale(x, 2.0))  # misaligned
     n_plain = len(cases)  # (the runtime modules loaded by then: the lean path's own)
+    # gsplat's heuristic computing num_warps (no parameter); Unsloth's coercing the flags the call passes
+    for deg, block in ((0, 128), (1, 256), (1, 64)):
+        n = 10_001 if block != 64 else 999
+        cases.append(lambda d=deg, b=block, n=n: lib.sh_to_color(torch.randn(n, (d + 1) ** 2, 3),
+                                                                 torch.randn(n, 3), d, b))
+    for dtype in (torch.float16, torch.bfloat16):
+        for cap, scale in ((0, 0), (30.0, 0), (0, 0.0625)):
+            labels = torch.randint(0, 32000, (5,))
+            labels[1] = -100
+            cases.append(lambda x=odd(5, 32000, dtype=dtype), y=labels, c=cap, s=scale: lib.cross_entropy_loss(x, y, c,
+                                                                                                               s))
+    # FLA's fused recurrent GLA: None tensors turned into flags by heuristics, every argument by keyword
+    for dtype in (torch.bfloat16, torch.float16):
+        q, k, v = (odd(2, 64, 4, 64, dtype=dtype) for _ in range(3))
+        g, h0 = torch.randn(2, 64, 4).sigmoid().log(), torch.randn(2, 4, 64, 64)
+        cases.append(lambda q=q, k=k, v=v: lib.fused_recurrent_gla(q, k, v))
+        cases.append(lambda q=q, k=k, v=v, g=g: lib.fused_recurrent_gla(q, k, v, g=g, output_final_state=True))
+        cases.append(lambda q=q, k=k, v=v, g=g, h=h0: lib.fused_recurrent_gla(q, k, v, g=g, initial_state=h,
+                                                                              output_final_state=True))
+        cases.append(lambda q=q, k=k, v=v, h=h0: lib.fused_recurrent_gla(q, k, v, initial_state=h))
     cases += fused_add_rms_norm_cases(lib)  # (conftest's prelude)
     for dtype in (torch.float16, torch.bfloat16):  # Liger's GeGLU, forward and backward
         for rows, cols in ((4, 1000), (3, 4096)):
@@ -79,7 +105,11 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     def runtime_modules():
         return sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_leanlib._runtime."))
 
-    plain_loaded = []
+    plain_loaded, late = [], []
+    import forge_leanlib._runtime.lean_launch  # (not `from ... import`: the package's __getattr__ would load names)
+    lean_launch = sys.modules["forge_leanlib._runtime.lean_launch"]
+    lean_late = lean_launch.Lean._late
+    lean_launch.Lean._late = lambda self, *a: late.append(self.name) or lean_late(self, *a)
 
     def run_all():
         out = []
@@ -94,6 +124,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         return out
 
     lean = run_all()
+    lean_launch.Lean._late = lean_late
     kinds = sorted({type(h).__name__ for h in handles().values()})
     loaded = runtime_modules()
     # the same calls again: the C path launches every one (a miss would reach the lean handle's Python run)
@@ -127,7 +158,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     print(json.dumps({"at_import": at_import, "lean": lean, "again": again, "full": full, "kinds": kinds,
                       "loaded": loaded, "plain_loaded": plain_loaded, "misses": misses, "c_cached": c_cached,
                       "after": after, "adopted": adopted, "error": err,
-                      "project": project, "shared_rules": shared_rules}))
+                      "project": project, "shared_rules": shared_rules, "late": late}))
 """)
 
 KEYWORDS = textwrap.dedent("""
@@ -171,7 +202,10 @@ def test_every_host_module_of_the_fixture_has_a_lean_plan_but_one_reading_its_ha
                     "gems_mean": ["mean_dim_kernel"], "quantize_rowwise": ["_quantize_rowwise"],
                     "guarded_gather": ["_row_absmax_kernel", "_scaled_gather_kernel"],
                     "layer_norm": ["_layer_norm_bwd_dwdb", "_layer_norm_bwd_dx_fused", "_layer_norm_fwd_fused"],
-                    "rope": ["_triton_rope"]}
+                    "rope": ["_triton_rope"],
+                    # @triton.heuristics (since session 64): flash-attention 2's, gsplat's, Unsloth's, FLA's
+                    "even_scale": ["_even_scale_kernel"], "sh_to_color": ["_sh_to_color_kernel"],
+                    "cross_entropy": ["_cross_entropy_forward"], "fused_recurrent": ["fused_recurrent_fwd_kernel"]}
 
 
 def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanlib_site, fake_libcuda) -> None:
@@ -183,13 +217,16 @@ def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanli
                                                                    "lean_kernel", "lean_launch"], "they loaded more"
     # Host modules importing project modules: the project modules' loader (host_exec, local_imports), and what the
     # project code itself reads of ``triton.language`` (Liger's module-level ``tl.constexpr`` casting modes, its
-    # ``torch_to_triton_dtype``): host_triton, with what it imports. Never the full binding's modules.
+    # ``torch_to_triton_dtype``): host_triton, with what it imports; FLA's utils asking Triton's driver for the
+    # target at import: host_driver. Never the full binding's modules.
     assert [m for m in got["loaded"] if m != "bundling"] == [
-        "_fastlaunch", "basics", "errors", "exports", "host_exec", "host_triton", "lean", "lean_kernel", "lean_launch",
-        "local_imports", "names", "packing", "rules"], got["loaded"]
+        "_fastlaunch", "basics", "errors", "exports", "host_driver", "host_exec", "host_triton", "lean", "lean_kernel",
+        "lean_launch", "local_imports", "names", "packing", "rules"], got["loaded"]
     assert got["misses"] == [] and got["again"] == got["lean"], got["misses"]
     assert got["c_cached"] >= 20  # the C path took the calls over (keywords, positional constexprs, defaults)
-    assert len(got["lean"]) == len(got["full"]) == 8 + 9 + 4 + 8 + 12 + 8
+    assert len(got["lean"]) == len(got["full"]) == 8 + 9 + 4 + 8 + 14 + 3 + 6 + 8 + 12 + 8
+    # (1040 after 1024 columns, 48 after 32, per dtype: new heuristic values for a call the C path has seen)
+    assert got["late"] == ["even_scale"] * 4, got["late"]
     for i, (lean, full) in enumerate(zip(got["lean"], got["full"])):
         assert lean[0] >= 1 and lean[4], f"case {i} launched nothing"
         assert lean == full, f"case {i}: lean {lean} != full {full}"
@@ -197,7 +234,8 @@ def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanli
     assert got["project"] == [f"forge_leanlib._ops._local.{m}" for m in (
         "ligerlike", "ligerlike.ops", "ligerlike.ops.utils")], got["project"]
     assert got["shared_rules"]
-    assert got["adopted"] == ["dropout", "fused_add_rms_norm", "geglu", "giou", "layer_norm", "rope"]  # (once, lean)
+    assert got["adopted"] == ["cross_entropy", "dropout", "even_scale", "fused_add_rms_norm", "fused_recurrent",
+                              "geglu", "giou", "layer_norm", "rope", "sh_to_color"]  # (bound once, lean)
     kind, message = got["error"]
     assert kind == "NotBuiltError" and "BLOCK_SIZE=100 was not built" in message, got["error"]
 
@@ -343,6 +381,10 @@ GPU_CHILD = textwrap.dedent("""
         # (the kernel scales in fp16: a value near a half-way point may round the other way)
         err[f"quantize q {rows}x{cols}"] = max(0.0, (q.double() - ref_q).abs().max().item() - 1)
         err[f"quantize max {rows}x{cols}"] = rel(maxs, ref_max.to(torch.float16))
+    for dtype in (torch.float16, torch.float32):  # flash-attention 2's EVEN_N heuristic (1040 after 1024: Lean._late)
+        for rows, n_cols in ((3, 1024), (3, 1040), (5, 1000), (5, 32), (5, 48)):
+            x = odd(rows, n_cols, dtype=dtype)
+            err[f"even_scale {dtype} {rows}x{n_cols}"] = rel(lib.even_scale(x, 0.5), x.double() * 0.5)
     lean_kinds = handle_kinds()
     for dtype in (torch.float16, torch.float32):  # the tutorials' fused softmax: its warmup hands over
         for shape in ((4, 781), (3, 4096)):
@@ -372,7 +414,7 @@ GPU_CHILD = textwrap.dedent("""
 
 TOLERANCE = {"layer_norm": 2e-2, "dropout": 1e-2, "rope": 1e-2, "giou": 1e-2, "gather": 1e-2, "absmax": 0.0,
              "softmax": 1e-2, "compiled": 0.0, "graph": 0.0, "fused_add_rms_norm": 2e-2, "geglu": 2e-2, "mean": 1e-2,
-             "quantize": 0.0}
+             "quantize": 0.0, "even_scale": 1e-3}
 
 
 @pytest.mark.gpu
@@ -393,4 +435,4 @@ def test_on_the_gpu_library_style_first_calls_are_lean_and_right() -> None:
     assert got["after"] == ["Kernel"]  # (preload promotes every handle)
     bad = {k: v for k, v in got["err"].items() if v > TOLERANCE[k.split()[0]]}
     assert not bad, sorted(bad.items())
-    assert len(got["err"]) == 62 + 30 + 18 + 4 + 4
+    assert len(got["err"]) == 62 + 30 + 18 + 4 + 4 + 10

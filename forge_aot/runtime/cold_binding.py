@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from . import fastpath
@@ -20,6 +20,7 @@ from .rules import (
     KERNEL_SIDE_HOOK,
     call_defaults,
     ignored_options,
+    launch_attrs,
     read_params,
 )
 
@@ -109,11 +110,12 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
     return module, list(handles.values())
 
 
-def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
+def lean_plan(part: dict[str, Any], mod: str, without: Collection[str] = ()) -> dict[str, Any] | None:
     """The lean plan (``lean.py``) of a host module's part of the index (``_forge/modules/<mod>.json`` before it is
     written; ``part``'s modules: every host module of the package), or None where a lean handle cannot serve one of
-    its kernels or the module needs more than running its file under the package's import rules (another import
-    name, a kernel file it imports by its project name, ``imports_host``). Kernels are read as the C path
+    its kernels, or where a kernel file it imports by its project name (``imported_as``; a package above one:
+    ``imports_host``) has none (``without``: the modules given none for another reason): that import would hand the
+    package over in the middle of its binding. Kernels are read as the C path
     (``fastpath.reading``) and the cold handles (``rules.read_params``) read them. Per kernel function: [index name,
     {reading, n, device_pos, declared, type_vars, axes, key, params, runtime_first, defaults}]: ``axes`` the variant
     axes in order (type variables, call-site constexprs, launch options), ``key`` where each key value comes from
@@ -121,26 +123,26 @@ def lean_plan(part: dict[str, Any], mod: str) -> dict[str, Any] | None:
     call-site name (``reading``'s ``names``) a call leaves out, as [name, value] (``required``: the constexprs
     without a default, which a call must pass), ``ignored`` the launch options a call may pass at their default
     (``rules.ignored_options``)."""
-    return _lean(part, mod)[0]
+    return _lean(part, mod, without)[0]
 
 
-def lean_blocker(part: dict[str, Any], mod: str) -> str | None:
+def lean_blocker(part: dict[str, Any], mod: str, without: Collection[str] = ()) -> str | None:
     """Why host module ``mod`` gets no lean plan (``lean_plan``; ``scripts/census_cold.py`` counts them), or None."""
-    plan, why = _lean(part, mod)
-    return why if plan is None else None if plan else "no kernel"
+    plan, why = _lean(part, mod, without)
+    return why if plan is None else None
 
 
-def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | None]:
+def _lean(part: dict[str, Any], mod: str, without: Collection[str] = (),
+          seen: frozenset[str] = frozenset()) -> tuple[dict[str, Any] | None, str | None]:
     """(``lean_plan``'s plan, None) or (None, why not)."""
     spec = part["modules"][mod]
-    if spec.get("imported_as") or spec.get("imports_host"):
-        return None, "imported by its project name" if spec.get("imported_as") else "imports a host module's package"
-    # Project modules are served (lean_kernel.bind runs the file under the package's import rules), but not a kernel
-    # file imported by its project name, nor a package above one (``imports_host``, whose __init__ may import it):
-    # binding that file is the full runtime's (its aliases), a hand-over midway
-    project_names = {name for s in part["modules"].values() for name in s.get("imported_as", ())}
-    if project_names & set(spec.get("local_modules", ())):
-        return None, "imports a kernel file by its project name"
+    # Kernel files imported by their project names: the lean path binds them too (local_imports.lean_local_spec),
+    # so each needs a plan of its own (a cycle of such imports: each checks the others once)
+    by_name = {name: m for m, s in part["modules"].items() for name in s.get("imported_as", ())}
+    deps = {by_name[n] for n in spec.get("local_modules", ()) if n in by_name} | set(spec.get("imports_host", ()))
+    for dep in sorted(deps - {mod} - seen):
+        if dep in without or _lean(part, dep, without, seen | {mod})[0] is None:
+            return None, "imports a kernel file with no lean plan by its project name"
     out: dict[str, Any] = {}
     by_function = {s["function"]: (name, s) for name, s in part["kernels"].items() if s.get("module", mod) == mod}
     for fn in spec["kernels"]:
@@ -149,10 +151,9 @@ def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | 
         name, kspec = by_function[fn]
         kernel = types.SimpleNamespace()
         read_params(kernel, kspec)
-        # (call-site constexprs and launch options are served; heuristics, launch flags, pre-hooks and the rest
-        # are the cold handles')
-        for why, blocks in (("heuristics", kernel.heuristic_names), ("launch flags", kernel.launch_flags),
-                            ("integer pointers", kernel.pointer_ints), ("descriptors", kernel.desc_pos),
+        # (call-site constexprs, launch options and flags, heuristics are served; pre-hooks and the rest are the
+        # cold handles')
+        for why, blocks in (("integer pointers", kernel.pointer_ints), ("descriptors", kernel.desc_pos),
                             ("grid arguments", kernel.grid_args), ("pre-hooks", kspec.get("pre_hooks"))):
             if blocks:
                 return None, why
@@ -160,7 +161,8 @@ def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | 
         if kernel.axes != [*tv_names, *(a for a in kernel.axes if a in kernel.call_names)]:
             return None, "an axis neither a type variable nor a call-site value"  # (the full path's)
         r = fastpath.reading(kernel)
-        if r is None or not set(r["names"]) <= set(kernel.axes):  # (every call-site value selects the build)
+        # (every call-site value selects the build, or is a heuristic's input: Unsloth's DO_SOFTCAPPING=...)
+        if r is None or not set(r["names"]) - {*kernel.call_heuristics, *kernel.launch_flags} <= set(kernel.axes):
             return None, ("a call-site value that selects no build" if r is not None
                           else "parameter types the C path does not read")
         device_pos = list(kernel.device_pos)
@@ -176,5 +178,6 @@ def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | 
                           "key": [[is_rt, src] for is_rt, src in kernel.key_sources],
                           "params": kernel.param_names, "runtime_first": kernel._runtime_first,
                           "defaults": [list(d) for d in defaults], "ignored": ignored_options(kernel.launch_axes),
-                          "required": required}]
+                          "required": required,  # launch attributes a call may ask for: their bits (rules.launch_attrs)
+                          "flags": [[f, launch_attrs({f: True})] for f in kernel.launch_flags]}]
     return out, None

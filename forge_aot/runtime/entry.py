@@ -260,6 +260,8 @@ def adopt(lean: Any) -> tuple[Package, dict[str, Callable[..., Any]], _HostModul
     state.modules.update(lean.modules)
     state.functions.update(lean.functions)
     state.cold_kernels.extend(lean.kernels)
+    # (one dict and list from here on: a lean binding the hand-over interrupted, see lean_kernel.bind, ends in them)
+    lean.modules, lean.kernels = state.modules, state.cold_kernels
     state.define_custom_ops = lean.define_custom_ops
     state.routed = lean.routed
     # (the import rules made there, closed over that set of names: project modules imported so far stay the ones

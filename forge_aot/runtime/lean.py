@@ -4,9 +4,9 @@ Loading the runtime's modules, not the first call's work, took most of a fresh p
 57), so the package's ``__init__`` imports this module alone. It defines the exported ops and ``torch.ops.<package>``
 (custom ops defined on first need) and serves an op's first call itself where the build wrote a *lean plan* for its
 host module (``_forge/modules/<module>.json``'s ``lean``, see ``cold_binding.lean_plan``; the package's ``__init__``
-names those modules): its kernels take runtime arguments and call-site values (``BLOCK_SIZE=``, ``num_warps=``) by
-position or keyword, with no launch flags, heuristics, pre-hooks, integer pointers or descriptors, and the module
-imports no kernel file by its project name. Project modules it imports load under the package's import rules
+names those modules): its kernels take runtime arguments, call-site values (``BLOCK_SIZE=``, ``num_warps=``), launch
+flags and ``@triton.heuristics``, with no pre-hooks, integer pointers or descriptors; kernel files it imports by
+their project names have plans too. Project modules it imports load under the package's import rules
 (``local_imports``); in a package routing ops by name (autograd, ``[exports]``) its ops' globals are routed as the full
 runtime routes them (``torch_ops.route_in_module``). The module runs with ``LeanKernel`` handles: a call the C path has
 not seen comes to ``LeanKernel.run``, bound as ``Kernel._bind`` binds it (``lean_launch.bind_call``), resolved as
@@ -265,7 +265,7 @@ class LeanPackage:
                     from .lean_kernel import bind
 
                     module = bind(self, mod)
-                    if module is not None:
+                    if module is not None and self.modules.get(mod) is not module:  # (not bound inside, see bind)
                         if self.routed:
                             from .torch_ops import route_in_module
 
@@ -338,7 +338,7 @@ class _LeanFinder:
         if not fullname.startswith(self.prefix):
             return None
         state = self.state
-        if state.handed is None and state.builtins is not None:  # (a module bound here imports project modules)
+        if state.handed is None:  # (project modules, kernel files by their project names: lean_local_spec)
             from .local_imports import lean_local_spec
 
             found = lean_local_spec(state, fullname)

@@ -27,10 +27,19 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
     except (OSError, ValueError):  # the full path reads it again and says what is wrong
         return None
     plan = part.get("lean")
-    c = extension() if plan else None
+    c = extension() if plan is not None else None  # (an empty plan: a module whose file defines no kernel)
     if c is None or c_driver() is None:
         return None
     spec = part["modules"][mod]
+    ops_package(state.package, state.root)
+    aliases = tuple(f"{state.package}._ops._local.{n}" for n in spec.get("imported_as", ()))
+    if aliases:  # as entry.Package.module: the parent packages first (an __init__ importing this file back binds it)
+        import importlib
+
+        for alias in aliases:
+            importlib.import_module(alias.rpartition(".")[0])
+        if mod in state.modules:
+            return state.modules[mod]
     cls = _handle_class(c)
     handles = {fn: cls(state, mod, part, name, kplan) for fn, (name, kplan) in plan.items()}
     name = f"{state.package}._ops.{mod}"
@@ -49,22 +58,26 @@ def bind(state: Any, mod: str) -> types.ModuleType | None:
 
         return kernel_side(fn, of, filename)
 
-    def heuristics(function: str, values: Any, outermost: bool = False) -> None:  # (the full handle's to take)
+    def heuristics(function: str, values: Any, outermost: bool = False) -> None:  # @triton.heuristics
         if function in handles:
-            handles[function]._promoted().add_heuristics(values, outermost)
+            handles[function].add_heuristics(values, outermost)
 
     bound = {**handles, "triton": small_triton(), HEURISTICS_HOOK: heuristics, KERNEL_SIDE_HOOK: side}
     package = f"{state.package}._ops._local.{spec['package']}" if spec.get("package") else None
-    ops_package(state.package, state.root)
-    if spec.get("local_modules") or spec.get("torch_compile"):
+    if spec.get("local_modules") or spec.get("torch_compile") or aliases:
         # The file imports project modules (Liger's ``from ligerlike.ops.utils import calculate_settings``, relative
-        # imports too) or names torch.compile: run as the cold and full bindings run it, its imports under the
-        # package's import rules (``local_imports``; ``_LeanFinder`` loads those modules until a hand-over)
+        # imports too), names torch.compile or is imported by its project name: run as the cold and full bindings
+        # run it, its imports under the package's import rules (``local_imports``; ``_LeanFinder`` loads those
+        # modules until a hand-over, kernel files imported by their project names bound here too)
         from .host_exec import run_host_file
         from .local_imports import import_rules
 
         builtins = import_rules(state, spec["local_modules"]) if spec.get("local_modules") else None
-        run_host_file(module, bound, builtins, package, (), bool(spec.get("torch_compile")))
+        run_host_file(module, bound, builtins, package, aliases, bool(spec.get("torch_compile")))
+        for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
+            parent, _, child = alias.rpartition(".")
+            if not hasattr(sys.modules[parent], child):
+                setattr(sys.modules[parent], child, module)
     else:  # (the same, without loading host_exec: the plain module's first call loads nothing more)
         module.__dict__.update(bound)
         if package:  # (with no project modules, no relative import reads it)
@@ -92,16 +105,16 @@ def _handle_class(c: Any) -> type:
                      plan: dict[str, Any]) -> None:
             self.name, self.function = name, part["kernels"][name]["function"]
             self._lean = Lean(state, mod, part, name, plan)
-            r = plan["reading"]
-            import torch
+            self._set_fast(_fast_kernel(c, plan, ()))
 
-            defaults = dict(plan["defaults"])  # (a name without one: a call must pass it)
-            self._set_fast(c.FastKernel(
-                bytes(r["kinds"]), tuple(r["device_pos"]), tuple(r["spec_pos"]), tuple(r["spec_ptr"]),
-                tuple(r["axis_pos"]), tuple(r["key_pos"]), tuple(r["names"]),
-                tuple(defaults.get(n, _MISS) for n in r["names"]), _MISS, (torch.Tensor, torch.nn.Parameter),
-                torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, tuple(r["runtime_names"]), (), (),
-                tuple(r["type_next"]), tuple(r["param_slots"]), (), b"", tuple(r["written_pos"]), plan["ignored"]))
+        def add_heuristics(self, values: dict[str, Any], outermost: bool = False) -> None:
+            """As ``Kernel.add_heuristics``; the C path calls them too (a name that is no heuristic parameter: the
+            full handle reports it)."""
+            lean = self.__dict__.get("_lean")
+            if lean is None or any(n not in lean.plan["reading"]["heuristic_names"] for n in values):
+                return self._promoted().add_heuristics(values, outermost)
+            lean.heuristics = [*values.items(), *lean.heuristics] if outermost else [*lean.heuristics, *values.items()]
+            self._set_fast(_fast_kernel(c, lean.plan, lean.heuristics))
 
         def __repr__(self) -> str:
             builds = list(self._lean.part["kernels"][self.name]["variants"])
@@ -141,8 +154,27 @@ def _handle_class(c: Any) -> type:
                 self.__class__ = ColdKernel
                 ColdKernel.__init__(self, name, part["kernels"][name], part["targets"], lean.state.root, mod,
                                     lambda n: full._upgrade(mod, n))
+                if lean.heuristics:  # registered on the lean handle: the cold one calls them as it would have
+                    from .fastpath import plan
+
+                    self.heuristics = list(lean.heuristics)
+                    self._set_fast(plan(self))
                 if isinstance(last, LeanLaunched):  # (best_config: the config the latest launch ran)
                     self._cold.last = last.cold()
             return self
 
     return LeanKernel
+
+
+def _fast_kernel(c: Any, plan: dict[str, Any], heuristics: Any) -> Any:
+    """The C reading (``FastKernel``) of a lean handle's calls, as ``fastpath.plan`` makes it from the plan's
+    ``reading``: with the heuristics registered so far ((name, function) pairs, in calling order)."""
+    import torch
+
+    r, defaults = plan["reading"], dict(plan["defaults"])  # (a name without a default: a call must pass it)
+    return c.FastKernel(
+        bytes(r["kinds"]), tuple(r["device_pos"]), tuple(r["spec_pos"]), tuple(r["spec_ptr"]), tuple(r["axis_pos"]),
+        tuple(r["key_pos"]), tuple(r["names"]), tuple(defaults.get(n, _MISS) for n in r["names"]), _MISS,
+        (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES,
+        tuple(r["runtime_names"]), tuple(heuristics), tuple(r["heuristic_names"]), tuple(r["type_next"]),
+        tuple(r["param_slots"]), (), b"", tuple(r["written_pos"]), plan["ignored"])

@@ -78,9 +78,12 @@ class Lean:
         self.state, self.mod, self.part, self.name, self.plan = state, mod, part, name, plan
         self.lock = threading.Lock()
         self.tables: dict[tuple[int, str], Any] = {}
-        self.launchers: dict[tuple[int, str], Any] = {}
+        self.launchers: dict[tuple[int, str, int], Any] = {}
+        self.functions: dict[tuple[int, str], Any] = {}  # (launchers of one binary's launch attributes share it)
         self.constraints: list[Any] | None = None
         """The kernel's constraints, compiled when a key first misses every row."""
+        self.heuristics: list[tuple[str, Any]] = []
+        """``@triton.heuristics`` values (``LeanKernel.add_heuristics``), called as ``Kernel.run`` calls them."""
 
     def launch(self, kernel: Any, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Resolve a call the C path has not seen, launch it and register it there; its result, or ``_MISS``
@@ -90,7 +93,13 @@ class Lean:
                           p["reading"]["names"], p["defaults"], p["required"], p["ignored"])
         if bound is None:
             return _MISS
-        runtime, call = bound
+        return self._launch(kernel, grid, *bound)
+
+    def _launch(self, kernel: Any, grid: Any, runtime: tuple[Any, ...], call: dict[str, Any],
+                heur: tuple[Any, ...] | None = None) -> Any:
+        """A bound call resolved, launched and registered (``heur``: None, or the heuristic values the C path
+        computed for it); its result, or ``_MISS``."""
+        p = self.plan
         fast = kernel._fast
         spec = fast.spec(runtime, call)
         if spec is None:  # (a call the C path does not read: a CPU tensor, an integer out of range...)
@@ -133,28 +142,63 @@ class Lean:
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
                 binaries = entry["binaries"] = json.load(f)
-        best = None  # as rules.best_binary for a kernel without heuristics
+        # what heuristics see of the config, as rules.Config.all_kwargs
+        kw = {**entry["meta"], "num_warps": entry["num_warps"], "num_ctas": 1, "num_stages": entry["num_stages"],
+              **({"maxnreg": entry["maxnreg"]} if entry.get("maxnreg") is not None else {})}
+        names = p["reading"]["heuristic_names"]
+        if heur is None and names:  # as rules.run_heuristics, on the arguments by name (rules.named_args)
+            nargs = {**dict(zip(p["reading"]["runtime_names"], runtime)), **call, **kw}
+            for name, fn in self.heuristics:
+                nargs[name] = fn(nargs)
+            heur = tuple(nargs[n] for n in names)
+        heur = heur or ()
+        best = None  # as rules.best_binary
         for b in binaries.values():
-            if not b.get("heur") and spec_fits(b["spec"], spec) and (best is None
-                                                                     or spec_rank(b["spec"]) > spec_rank(best["spec"])):
+            if tuple(b.get("heur", {}).get(n) for n in names) == heur and spec_fits(b["spec"], spec) and (
+                    best is None or spec_rank(b["spec"]) > spec_rank(best["spec"])):
                 best = b
         if best is None or "block" not in best:
             return _MISS
-        launcher = self.launchers.get((device, best["path"]))
+        attrs = sum(bit for flag, bit in p.get("flags", ()) if call.get(flag))  # (launch_pdl=, as rules.launch_attrs)
+        launcher = self.launchers.get((device, best["path"], attrs))
         if launcher is None:
-            launcher = self._load(kernel, best, device, target, cid, entry, call)
+            launcher = self._load(kernel, best, device, target, cid, entry, call, attrs)
             if launcher is None:
                 return _MISS
         # what a grid function sees, as rules.Config.launch_meta: meta-parameters, call-site values, warps, stages
-        meta = {**entry["meta"], **call, "num_warps": entry["num_warps"], "num_stages": entry["num_stages"]}
-        dims = grid(meta) if callable(grid) else grid
+        meta = {**entry["meta"], **{a: call[a] for a in p["axes"] if a in call}, "num_warps": entry["num_warps"],
+                "num_stages": entry["num_stages"]}
+        dims = (grid({**meta, **dict(zip(names, heur))} if heur else meta)) if callable(grid) else grid
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
             if t is not None:
                 values[i] = t.data_ptr()
         launcher(dims, values)
-        fast.register(runtime, call, launcher, meta, cid, spec)
+        if names:  # the C path runs the heuristics per call; values it has not seen come back to _late
+            fast.register(runtime, call, launcher, meta, cid, spec, heur, kw, None,
+                          functools.partial(self._late, cid, entry))
+        else:
+            fast.register(runtime, call, launcher, meta, cid, spec)
         return launcher.result
+
+    def _late(self, cid: str, entry: dict[str, Any], kernel: Any, grid: Any, runtime: tuple[Any, ...],
+              call: dict[str, Any], heur: tuple[Any, ...]) -> Any:
+        """What the C path hands a call whose heuristics gave values it has not seen (FLA's ``scale=None``, then a
+        float): launched here where this handle is still lean, else by the cold or full path for that config."""
+        if "_lean" in kernel.__dict__:
+            try:
+                result = self._launch(kernel, grid, runtime, dict(call), heur)
+            except (OSError, ValueError, LookupError, TypeError, AttributeError, OverflowError):
+                result = _MISS
+            if result is not _MISS:
+                return result
+        from .cold_launch import new_heuristic_values
+        from .rules import Config
+
+        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], call, entry.get("maxnreg"),
+                        entry.get("pre_hook"))
+        kernel = kernel._promoted() if "_lean" in kernel.__dict__ else kernel  # (lean -> cold)
+        return new_heuristic_values(config, kernel, grid, runtime, call, heur)
 
     def _device(self, device: int) -> tuple[Any, ...]:
         info = self.state.devices.get(device)
@@ -185,24 +229,32 @@ class Lean:
                             self.part["targets"], self._device(device)[:3])
 
     def _load(self, kernel: Any, binary: dict[str, Any], device: int, target: str, cid: str,
-              config: dict[str, Any], call: dict[str, Any]) -> Any:
+              config: dict[str, Any], call: dict[str, Any], attrs: int = 0) -> Any:
         """A binary loaded on a device (sha256 checked: a mismatch is the full path's to report) as a C
-        ``Launcher``, or None."""
-        with open(os.path.join(self.state.root, binary["path"]), "rb") as f:
-            image = f.read()
-        if hashlib.sha256(image).hexdigest() != binary["sha256"]:
-            return None
+        ``Launcher`` with the launch attributes ``attrs``, or None (attributes, a driver without cuLaunchKernelEx)."""
+        loaded, image = (device, binary["path"]), None
+        if loaded not in self.functions:
+            with open(os.path.join(self.state.root, binary["path"]), "rb") as f:
+                image = f.read()
+            if hashlib.sha256(image).hexdigest() != binary["sha256"]:
+                return None
         _, max_shared, ctx = self._device(device)[1:]
         _, drv = c_driver()  # type: ignore[misc]
+        points = drv.entry_points()
+        if attrs and not points.get("launch_ex"):
+            return None
         with self.lock:
-            launcher = self.launchers.get((device, binary["path"]))
+            launcher = self.launchers.get((*loaded, attrs))
             if launcher is None:
-                code, failed, fn = drv.load(ctx, image, binary["function"], binary["shared"], max_shared)
-                check_cuda(drv, code, failed or "load")
+                fn = self.functions.get(loaded)
+                if fn is None:  # (then the image was read above: functions are never dropped)
+                    code, failed, fn = drv.load(ctx, image, binary["function"], binary["shared"], max_shared)
+                    check_cuda(drv, code, failed or "load")
+                    self.functions[loaded] = fn
                 launcher = new_launcher(fn, ctx, binary, binary["block"], device, functools.partial(check_cuda, drv),
-                                        kernel.function, drv.entry_points())
+                                        kernel.function, points, attrs)
                 launcher.result = LeanLaunched(kernel, binary, cid, config, call, device, target)
-                self.launchers[(device, binary["path"])] = launcher
+                self.launchers[(*loaded, attrs)] = launcher
         return launcher
 
 

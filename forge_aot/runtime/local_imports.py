@@ -112,15 +112,36 @@ def package_local_spec(package: Any, fullname: str) -> Any:
 def lean_local_spec(package: Any, fullname: str) -> Any:
     """What a lean package (``lean.LeanPackage``, before its hand-over) finds for ``fullname`` under
     ``<package>._ops.``: None for ``_local`` itself (its ``__init__``, found by Python's path finder, as the full
-    runtime's finder leaves it), a shipped project module's spec, None for a missing one, or False where the full
-    runtime must answer (a kernel file imported by its project name, a host module)."""
+    runtime's finder leaves it), a shipped project module's spec, a kernel file's imported by its project name (bound
+    lean where it has a plan), None for a missing one, or False where the full runtime must answer."""
     local = f"{package.package}._ops._local"
     if fullname == local:
         return None
     if not fullname.startswith(local + "."):
         return False
     spec = package_local_spec(package, fullname)
-    return spec if spec is not None or host_module_imported_as(package, fullname) is None else False
+    mod = None if spec is not None else host_module_imported_as(package, fullname)
+    if mod is None:
+        return spec
+    lean = package.lean_modules is None or mod in package.lean_modules  # (else the full runtime's to bind)
+    return importlib.util.spec_from_loader(fullname, _KernelFileLoader(package, mod)) if lean else False
+
+
+class _KernelFileLoader:
+    """A kernel file imported by its project name, as ``entry._HostModuleFinder`` loads one: the host module bound
+    lean (by the full runtime where it cannot be), its own spec kept. Bound here, not by the finder: a module in
+    ``sys.modules`` when its finder returns is imported through its own spec, the plain file's."""
+
+    def __init__(self, package: Any, mod: str) -> None:
+        self.package, self.mod, self.spec = package, mod, None
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        module = self.package.module(self.mod) or self.package.full().module(self.mod)
+        self.spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = self.spec
 
 
 def local_spec(fullname: str, directory: str, bound: dict[str, Any], compiles: bool = False) -> Any:
