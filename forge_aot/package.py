@@ -30,7 +30,7 @@ from .extension import Extension, build_extension, native_arch
 from .index import build_index, path_component
 from .plan import BuildPlan
 from .runtime import rules
-from .runtime.cold_binding import lean_plan
+from .runtime.cold_binding import lean_plans
 from .runtime.cold_launch import block_of
 from .runtime.host_modules import op_table
 
@@ -129,10 +129,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     # a plan per module, written from the runtime's own readings of a kernel, and each binary's parameter block.
     reading = {mod for mod, spec in index["modules"].items()
                if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])}
-    whole = {"modules": index["modules"], "kernels": index["kernels"]}
-    lean_plans = {mod: lean for mod in index["modules"]
-                  if mod not in reading and (lean := lean_plan(whole, mod, reading)) is not None}
-    for kernel in sorted({kernel for lean in lean_plans.values() for kernel, _ in lean.values()}):
+    module_plans = {mod: lean for mod, (lean, _) in lean_plans(index, reading).items()
+                    if mod not in reading and lean is not None}
+    for kernel in sorted({kernel for lean in module_plans.values() for kernel, _ in lean.values()}):
         params = types.SimpleNamespace()
         rules.read_params(params, index["kernels"][kernel])
         for variant in index["kernels"][kernel]["variants"].values():
@@ -148,7 +147,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
     (pkg / "_forge" / "modules").mkdir()
     for mod, spec in sorted(index["modules"].items()):
         shell: dict[str, Any] = {}
-        lean = lean_plans.get(mod)
+        lean = module_plans.get(mod)
         for k, kspec in sorted(index["kernels"].items()):
             if kspec["function"] not in spec["kernels"]:
                 continue
@@ -207,7 +206,7 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
         "all": ", ".join(json.dumps(op) for op in [*ops, *exports, "preload"]),
         "ops": ", ".join(f"`{op}`" for op in ops) or "none", "wheel_tag": "py3-none-any",
         "ops_table": ", ".join(f"{op!r}: {entry!r}" for op, entry in op_table(index["modules"]).items()),
-        "lean_modules": "".join(f"{mod!r}, " for mod in sorted(lean_plans)).rstrip(" "),
+        "lean_modules": "".join(f"{mod!r}, " for mod in sorted(module_plans)).rstrip(" "),
     }
     (stage_dir / "pyproject.toml").write_text(string.Template(_template("pyproject.toml.in")).substitute(values),
                                               encoding="utf-8")

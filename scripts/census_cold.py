@@ -39,8 +39,9 @@ def census(manifest: str) -> dict[str, Any]:
         modules[mod] = why
     reading = {mod for mod, spec in index["modules"].items()  # (as package.stage_package decides)
                if reads_handle_attributes(plan.modules[mod]["host_source"], spec["kernels"])}
-    no_lean = {mod: "reads a kernel handle's attribute" if mod in reading
-               else cold_binding.lean_blocker(index, mod, reading) for mod in index["modules"]}
+    plans = cold_binding.lean_plans(index, reading)
+    no_lean = {mod: "reads a kernel handle's attribute" if mod in reading else plans[mod][1]
+               for mod in index["modules"]}
     lean = sorted(mod for mod, why in no_lean.items() if why is None)
     routed = any(spec.get("autograd") or spec.get("exports") for spec in index["modules"].values())
     return {"manifest": manifest, "forge_aot": __version__, "routed": routed, "kernels": kernels, "modules": modules,

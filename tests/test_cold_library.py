@@ -121,7 +121,8 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     import forge_coldlib._runtime.lean_kernel  # (not `from ... import`: the package's __getattr__ would load names)
     lean_kernel, bound_lean = sys.modules["forge_coldlib._runtime.lean_kernel"], set()
     lean_bind = lean_kernel.bind
-    lean_kernel.bind = lambda state, mod: (m := lean_bind(state, mod)) is not None and bound_lean.add(mod) or m
+    lean_kernel.bind = lambda state, mod, part: (m := lean_bind(state, mod, part)) is not None and bound_lean.add(
+        mod) or m
 
     def handles():
         return {f"{m}.{n}": h for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")

@@ -205,8 +205,14 @@ def test_flas_public_op_with_kwargs_compiles_fullgraph(wheel) -> None:
 LEAN_CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     import warnings
     warnings.simplefilter("ignore")  # fla.utils.hardware warns that this machine has no GPU
+    import os
     import forge_fla as lib
     at_import = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_fla._runtime."))
+    if os.environ.get("SEED_RULES"):  # another project's module bound first (a package of several projects)
+        import forge_fla._runtime.local_imports
+        sys.modules["forge_fla._runtime.local_imports"].import_rules(
+            sys.modules["forge_fla._runtime.lean"].PACKAGES["forge_fla"], ["otherproj.util"])
+        lib.chunk_local_cumsum(torch.randn(1, 100, 4), 64, scale=0.5)  # (its file first: FLA's names under no rule)
     fake = FakeState.in_dll(ctypes.CDLL("libcuda.so.1"), "fake")
     fake.block_size = -1  # the whole parameter block of every launch
     torch.manual_seed(0)
@@ -251,6 +257,10 @@ def test_flas_op_is_served_lean_and_launches_as_the_full_runtime(tmp_path, fake_
     lean = fake_driver_child(LEAN_CHILD, site, fake_libcuda)
     cold = fake_driver_child(LEAN_CHILD, site, fake_libcuda, FORGE_NO_LEAN="1")
     full = fake_driver_child(LEAN_CHILD, site, fake_libcuda, FORGE_NO_COLD="1")
+    # the package's import rules made for another project first: FLA's names still come from the package's copies
+    # (the lean binding makes the rules before it imports the parent packages of a file's project names)
+    seeded = fake_driver_child(LEAN_CHILD, site, fake_libcuda, SEED_RULES="1")
+    assert seeded["out"] == lean["out"] and seeded["kinds"] == ["LeanKernel"]
     assert lean["at_import"] == ["lean"] and lean["kinds"] == ["LeanKernel"], (lean["at_import"], lean["kinds"])
     assert not {"entry", "kernel", "cold", "launch", "tables"} & set(lean["loaded"]), lean["loaded"]
     assert cold["kinds"] == ["ColdKernel"] and full["kinds"] == ["Kernel"]

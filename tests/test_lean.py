@@ -339,6 +339,17 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     cycle = with_other(imports_other | {"imported_as": ["lib.m"]})
     cycle["modules"]["other"]["local_modules"] = ["lib", "lib.m"]  # (each imports the other)
     assert lean_plan(cycle, "m") is not None and lean_plan(cycle, "other") is not None
+    # FLA's kernel files import each other's packages: every module reaching every other, decided once per module
+    # (a search along every path took seconds at 10 modules and grew factorially)
+    many = _part(plain, imports_other)
+    names = [f"f{i}" for i in range(40)]
+    many["modules"] |= {n: {"kernels": [], "path": f"_ops/{n}.py", "imported_as": [f"lib.{n}"],
+                            "local_modules": ["lib", *(f"lib.{o}" for o in names)]} for n in names}
+    from forge_aot.runtime.cold_binding import lean_plans
+
+    assert all(plan is not None for plan, _ in lean_plans(many).values())
+    blocked = lean_plans(many, without={"f7"})
+    assert all(blocked[n][0] is None for n in names) and blocked["m"][0] is not None  # (m imports none of them)
     # why not, as scripts/census_cold.py counts it
     from forge_aot.runtime.cold_binding import lean_blocker
 

@@ -110,39 +110,47 @@ def bind(package: str, root: str, mod: str, index: dict[str, Any], upgrade: Call
     return module, list(handles.values())
 
 
+def lean_plans(part: dict[str, Any], without: Collection[str] = (),
+               ) -> dict[str, tuple[dict[str, Any] | None, str | None]]:
+    """Each host module's lean plan (``lean.py``; ``part``: the package's index, or the modules and kernels of it),
+    as (plan, None), or (None, why not): where a lean handle cannot serve one of its kernels, or where a kernel file it
+    imports by its project name (``imported_as``; a package above one: ``imports_host``) has none (``without``: the
+    modules given none for another reason), since that import would hand the package over in the middle of its
+    binding. Kernels are read as the C path (``fastpath.reading``) and the cold handles (``rules.read_params``) read
+    them. A plan, per kernel function: [index name, {reading, n, device_pos, declared, type_vars, axes, key, params,
+    runtime_first, defaults, ignored, required, flags}]: ``axes`` the variant axes in order (type variables,
+    call-site constexprs, launch options), ``key`` where each key value comes from ([true, runtime position] or
+    [false, call-site name]), ``defaults`` the value ``Kernel._bind`` gives each call-site name (``reading``'s
+    ``names``) a call leaves out, as [name, value] (``required``: the constexprs without a default, which a call must
+    pass), ``ignored`` the launch options a call may pass at their default (``rules.ignored_options``), ``flags``
+    the launch attributes a call may ask for, as [name, bit] (``rules.launch_attrs``). A module whose file defines
+    no kernel gets an empty plan."""
+    out = {mod: (None, "given none by the caller") if mod in without else _lean(part, mod) for mod in part["modules"]}
+    blocked = {mod for mod, (plan, _) in out.items() if plan is None}
+    # Kernel files imported by their project names: the lean path binds them too (local_imports.lean_local_spec),
+    # so a module importing one without a plan has none (spread to its own importers, once per module)
+    by_name = {name: m for m, s in part["modules"].items() for name in s.get("imported_as", ())}
+    deps = {m: ({by_name[n] for n in s.get("local_modules", ()) if n in by_name} | set(s.get("imports_host", ())))
+            - {m} for m, s in part["modules"].items()}
+    while grown := {m for m, d in deps.items() if m not in blocked and d & blocked}:
+        blocked |= grown
+        out.update((m, (None, "imports a kernel file with no lean plan by its project name")) for m in grown)
+    return out
+
+
 def lean_plan(part: dict[str, Any], mod: str, without: Collection[str] = ()) -> dict[str, Any] | None:
-    """The lean plan (``lean.py``) of a host module's part of the index (``_forge/modules/<mod>.json`` before it is
-    written; ``part``'s modules: every host module of the package), or None where a lean handle cannot serve one of
-    its kernels, or where a kernel file it imports by its project name (``imported_as``; a package above one:
-    ``imports_host``) has none (``without``: the modules given none for another reason): that import would hand the
-    package over in the middle of its binding. Kernels are read as the C path
-    (``fastpath.reading``) and the cold handles (``rules.read_params``) read them. Per kernel function: [index name,
-    {reading, n, device_pos, declared, type_vars, axes, key, params, runtime_first, defaults}]: ``axes`` the variant
-    axes in order (type variables, call-site constexprs, launch options), ``key`` where each key value comes from
-    ([true, runtime position] or [false, call-site name]), ``defaults`` the value ``Kernel._bind`` gives each
-    call-site name (``reading``'s ``names``) a call leaves out, as [name, value] (``required``: the constexprs
-    without a default, which a call must pass), ``ignored`` the launch options a call may pass at their default
-    (``rules.ignored_options``)."""
-    return _lean(part, mod, without)[0]
+    """Host module ``mod``'s lean plan, or None (see ``lean_plans``)."""
+    return lean_plans(part, without)[mod][0]
 
 
 def lean_blocker(part: dict[str, Any], mod: str, without: Collection[str] = ()) -> str | None:
-    """Why host module ``mod`` gets no lean plan (``lean_plan``; ``scripts/census_cold.py`` counts them), or None."""
-    plan, why = _lean(part, mod, without)
-    return why if plan is None else None
+    """Why host module ``mod`` gets no lean plan (``lean_plans``; ``scripts/census_cold.py`` counts them), or None."""
+    return lean_plans(part, without)[mod][1]
 
 
-def _lean(part: dict[str, Any], mod: str, without: Collection[str] = (),
-          seen: frozenset[str] = frozenset()) -> tuple[dict[str, Any] | None, str | None]:
-    """(``lean_plan``'s plan, None) or (None, why not)."""
+def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the plan of ``mod``'s own kernels, None) or (None, why not), its imports aside (see ``lean_plans``)."""
     spec = part["modules"][mod]
-    # Kernel files imported by their project names: the lean path binds them too (local_imports.lean_local_spec),
-    # so each needs a plan of its own (a cycle of such imports: each checks the others once)
-    by_name = {name: m for m, s in part["modules"].items() for name in s.get("imported_as", ())}
-    deps = {by_name[n] for n in spec.get("local_modules", ()) if n in by_name} | set(spec.get("imports_host", ()))
-    for dep in sorted(deps - {mod} - seen):
-        if dep in without or _lean(part, dep, without, seen | {mod})[0] is None:
-            return None, "imports a kernel file with no lean plan by its project name"
     out: dict[str, Any] = {}
     by_function = {s["function"]: (name, s) for name, s in part["kernels"].items() if s.get("module", mod) == mod}
     for fn in spec["kernels"]:
@@ -178,6 +186,5 @@ def _lean(part: dict[str, Any], mod: str, without: Collection[str] = (),
                           "key": [[is_rt, src] for is_rt, src in kernel.key_sources],
                           "params": kernel.param_names, "runtime_first": kernel._runtime_first,
                           "defaults": [list(d) for d in defaults], "ignored": ignored_options(kernel.launch_axes),
-                          "required": required,  # launch attributes a call may ask for: their bits (rules.launch_attrs)
-                          "flags": [[f, launch_attrs({f: True})] for f in kernel.launch_flags]}]
+                          "required": required, "flags": [[f, launch_attrs({f: True})] for f in kernel.launch_flags]}]
     return out, None

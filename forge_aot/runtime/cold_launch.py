@@ -78,10 +78,11 @@ def load_launcher(kernel: Any, cold: Any, binary: dict[str, Any], device: int, a
 
 def new_heuristic_values(config: Config, kernel: Any, grid: Any, runtime: tuple[Any, ...], call: dict[str, Any],
                          heur: tuple[Any, ...]) -> Any:
-    """What the C path hands a cold handle's call whose heuristics gave values it has not seen (``fastpath``'s
-    ``_launch_after_hooks`` for a full handle; the heuristics ran once, in C): the binary of those values launched by
-    the cold handle (FLA passes ``scale=None`` in one call and a float in the next), else by the full path for the
-    config the C path resolved (the handle promoted)."""
+    """What the C path hands a cold handle's call whose heuristics gave values it has not seen for a call it knows
+    (flash-attention 2's ``EVEN_N`` over a length that is neither key nor specialized; a lean handle's too, made cold
+    by ``lean_launch.Lean._late``; ``fastpath``'s ``_launch_after_hooks`` for a full handle; the heuristics ran once,
+    in C): the binary of those values launched by the cold handle, else by the full path for the config the C path
+    resolved (the handle promoted)."""
     from .cold import _MISSING, promoted
 
     cold = kernel.__dict__.get("_cold")

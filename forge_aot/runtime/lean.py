@@ -257,15 +257,15 @@ class LeanPackage:
     def module(self, mod: str) -> types.ModuleType | None:
         """Host module ``mod`` bound here, or None where it is the full runtime's to bind."""
         module = self.modules.get(mod)
-        if module is None:
+        if module is None and self.handed is None and (self.lean_modules is None or mod in self.lean_modules):
+            from .lean_kernel import bind, read_part
+
+            part = read_part(self, mod)  # (outside the lock: it may import the file's project packages)
             with self.lock:
                 module = self.modules.get(mod)
-                lean = self.lean_modules is None or mod in self.lean_modules
-                if module is None and self.handed is None and lean:
-                    from .lean_kernel import bind
-
-                    module = bind(self, mod)
-                    if module is not None and self.modules.get(mod) is not module:  # (not bound inside, see bind)
+                if module is None and self.handed is None and part is not None:
+                    module = bind(self, mod, part)
+                    if module is not None:
                         if self.routed:
                             from .torch_ops import route_in_module
 

@@ -18,28 +18,40 @@ from .lean import ops_package
 from .lean_launch import _MISS, Lean, LeanLaunched
 
 
-def bind(state: Any, mod: str) -> types.ModuleType | None:
-    """Run host module ``mod`` with lean handles (under the package's lock), or None where its part of the index has
-    no lean plan, or the extension, the driver or the file cannot serve it here."""
+def read_part(state: Any, mod: str) -> dict[str, Any] | None:
+    """Host module ``mod``'s part of the index where it has a lean plan and this process can serve it (the C extension
+    and the driver are there), else None; with what its binding needs first, as ``entry.Package.module`` does it
+    (outside the package's lock: a thread running a package ``__init__`` that imports the file back waits for that
+    lock): the package's import rules for its project modules, then the parent packages of the names project code
+    imports the file by (an ``__init__`` importing it back binds it there)."""
     try:
         with open(os.path.join(state.root, "_forge", "modules", f"{mod}.json"), "rb") as f:
             part = json.load(f)
     except (OSError, ValueError):  # the full path reads it again and says what is wrong
         return None
-    plan = part.get("lean")
-    c = extension() if plan is not None else None  # (an empty plan: a module whose file defines no kernel)
-    if c is None or c_driver() is None:
+    if part.get("lean") is None or extension() is None or c_driver() is None:  # (an empty plan: no kernel in it)
         return None
+    spec = part["modules"][mod]
+    if spec.get("imported_as"):
+        import importlib
+
+        from .local_imports import import_rules
+
+        with state.lock:
+            ops_package(state.package, state.root)
+        import_rules(state, spec.get("local_modules", ()))
+        for name in spec["imported_as"]:
+            importlib.import_module(f"{state.package}._ops._local.{name}".rpartition(".")[0])
+    return part
+
+
+def bind(state: Any, mod: str, part: dict[str, Any]) -> types.ModuleType | None:
+    """Run host module ``mod`` with lean handles (``part``: ``read_part``'s, under the package's lock), or None where
+    the file cannot be loaded."""
+    plan, c = part["lean"], extension()
     spec = part["modules"][mod]
     ops_package(state.package, state.root)
     aliases = tuple(f"{state.package}._ops._local.{n}" for n in spec.get("imported_as", ()))
-    if aliases:  # as entry.Package.module: the parent packages first (an __init__ importing this file back binds it)
-        import importlib
-
-        for alias in aliases:
-            importlib.import_module(alias.rpartition(".")[0])
-        if mod in state.modules:
-            return state.modules[mod]
     cls = _handle_class(c)
     handles = {fn: cls(state, mod, part, name, kplan) for fn, (name, kplan) in plan.items()}
     name = f"{state.package}._ops.{mod}"

@@ -1,9 +1,10 @@
 """A lean handle's calls (see ``lean``): a call the C path has not seen, bound as ``Kernel._bind`` binds it (call-site
 constexprs and launch options included), resolved from the index as ``ColdKernel._resolve`` resolves it (dtypes and
 call-site values -> variant, capability -> target, device name -> table, the key's row or the nearest usable one,
-the most specialized binary that fits), its binary loaded (sha256 checked) through the C ``Driver`` and launched
-through a C ``Launcher``, then registered with the C path. Imports: stdlib, ``basics`` (torch, the C extension where
-called).
+the most specialized binary of the ``@triton.heuristics`` values that fits), its binary loaded (sha256 checked)
+through the C ``Driver`` and launched through a C ``Launcher`` with the call's launch attributes (``launch_pdl=``),
+then registered with the C path (with a fallback for heuristic values it has not seen, ``Lean._late``). Imports:
+stdlib, ``basics`` (torch, the C extension where called; ``rules`` and ``cold_launch`` where a handle turns cold).
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class Lean:
             expected = assignment.get(declared, declared)
             if name is not None and expected in _KNOWN and name != expected:
                 return _MISS
-        assignment.update(call)
+        built = {a: call[a] for a in p["axes"] if a in call}  # (the call's build values: not flags, heuristic inputs)
+        assignment.update(built)
         vid = ",".join(f"{a}={assignment[a]}" for a in p["axes"]) or "base"  # (rules.variant_id)
         first = next((t for t in tensors if t is not None), None)
         if first is None:
@@ -162,23 +164,25 @@ class Lean:
         attrs = sum(bit for flag, bit in p.get("flags", ()) if call.get(flag))  # (launch_pdl=, as rules.launch_attrs)
         launcher = self.launchers.get((device, best["path"], attrs))
         if launcher is None:
-            launcher = self._load(kernel, best, device, target, cid, entry, call, attrs)
+            launcher = self._load(kernel, best, device, target, cid, entry, built, attrs)
             if launcher is None:
                 return _MISS
         # what a grid function sees, as rules.Config.launch_meta: meta-parameters, call-site values, warps, stages
-        meta = {**entry["meta"], **{a: call[a] for a in p["axes"] if a in call}, "num_warps": entry["num_warps"],
-                "num_stages": entry["num_stages"]}
+        meta = {**entry["meta"], **built, "num_warps": entry["num_warps"], "num_stages": entry["num_stages"]}
         dims = (grid({**meta, **dict(zip(names, heur))} if heur else meta)) if callable(grid) else grid
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
             if t is not None:
                 values[i] = t.data_ptr()
         launcher(dims, values)
-        if names:  # the C path runs the heuristics per call; values it has not seen come back to _late
-            fast.register(runtime, call, launcher, meta, cid, spec, heur, kw, None,
-                          functools.partial(self._late, cid, entry))
-        else:
-            fast.register(runtime, call, launcher, meta, cid, spec)
+        try:  # (launched: a failure to register sends the next call here again, never this one elsewhere)
+            if names:  # the C path runs the heuristics per call; values it has not seen come back to _late
+                fast.register(runtime, call, launcher, meta, cid, spec, heur, kw, None,
+                              functools.partial(self._late, cid, entry))
+            else:
+                fast.register(runtime, call, launcher, meta, cid, spec)
+        except (ValueError, TypeError, LookupError, OverflowError):
+            pass
         return launcher.result
 
     def _late(self, cid: str, entry: dict[str, Any], kernel: Any, grid: Any, runtime: tuple[Any, ...],
@@ -193,10 +197,8 @@ class Lean:
             if result is not _MISS:
                 return result
         from .cold_launch import new_heuristic_values
-        from .rules import Config
 
-        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], call, entry.get("maxnreg"),
-                        entry.get("pre_hook"))
+        config = _config(cid, entry, {a: call[a] for a in self.plan["axes"] if a in call})
         kernel = kernel._promoted() if "_lean" in kernel.__dict__ else kernel  # (lean -> cold)
         return new_heuristic_values(config, kernel, grid, runtime, call, heur)
 
@@ -295,15 +297,12 @@ class LeanLaunched:
     def cold(self) -> Any:
         if self._cold is None:
             from .cold_launch import ColdLaunched
-            from .rules import Config
 
             ref, binary, cid, entry, call, device, target = self._of
             kernel = ref()
             if kernel is None:
                 raise ReferenceError("the kernel handle this launch ran is gone")
-            config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], call, entry.get("maxnreg"),
-                            entry.get("pre_hook"))
-            self._cold = ColdLaunched(kernel, binary, config, call, device, target)
+            self._cold = ColdLaunched(kernel, binary, _config(cid, entry, call), call, device, target)
         return self._cold
 
     def __getattr__(self, name: str) -> Any:
@@ -314,3 +313,12 @@ class LeanLaunched:
 
     def __repr__(self) -> str:
         return repr(self.cold())
+
+
+def _config(cid: str, entry: dict[str, Any], built: dict[str, Any]) -> Any:
+    """The ``rules.Config`` of a config entry for a call's build values (``built``: its axes' values), as the cold
+    and full tables make it."""
+    from .rules import Config
+
+    return Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], built, entry.get("maxnreg"),
+                  entry.get("pre_hook"))
