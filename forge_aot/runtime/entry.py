@@ -85,10 +85,6 @@ class Package:
                     path = os.path.join(self.root, spec["path"])
                     module = bind_module(f"{self.package}._ops.{mod}", index, mod, self._backend(), Kernel,
                                          (path, None), builtins, local, aliases)
-                for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
-                    parent, _, child = alias.rpartition(".")
-                    if not hasattr(sys.modules[parent], child):
-                        setattr(sys.modules[parent], child, module)
                 if self.routed:
                     from .torch_ops import route_in_module
 
@@ -191,15 +187,11 @@ class _HostModuleFinder:
         self.package = package
         self.prefix, self.local_prefix = f"{package.package}._ops.", f"{package.package}._ops._local."
         self.names = modules
-        self.specs: dict[str, Any] = {}
-        self.host_modules: dict[str, str] = {}
-        """Module name being imported -> the host module it is (``<package>._ops.<mod>``, or a kernel file imported
-        by its project name)."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if not fullname.startswith(self.prefix):
             return None
-        from .local_imports import host_module_imported_as, package_local_spec
+        from .local_imports import HostModuleLoader, host_module_imported_as, package_local_spec
 
         if fullname.startswith(self.local_prefix):
             # A shipped project module, else maybe a kernel file imported by its project name (the index says)
@@ -213,16 +205,7 @@ class _HostModuleFinder:
                 return None  # not a host module (one with no op nor export, flash-attn's rotary: the index says)
         import importlib.util
 
-        self.host_modules[fullname] = mod
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec: Any) -> Any:
-        module = self.package.module(self.host_modules[spec.name])
-        self.specs[spec.name] = module.__spec__
-        return module
-
-    def exec_module(self, module: Any) -> None:  # the host file's own spec (not that of an alias imported)
-        module.__spec__ = self.specs.pop(module.__spec__.name, module.__spec__)
+        return importlib.util.spec_from_loader(fullname, HostModuleLoader(self.package, mod))
 
 
 PACKAGES: dict[str, Package] = {}

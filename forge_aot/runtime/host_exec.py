@@ -32,7 +32,8 @@ def run_host_file(module: types.ModuleType, bound: dict[str, Any], builtins: dic
     handles, ``triton``, the build's hooks). ``builtins``: the import rules of code that imports project modules
     (``local_imports.local_builtins``); ``package``: the ``__package__`` its relative imports resolve against (a kernel
     file inside a package); ``aliases``: the other names project code imports the file by, which are this module
-    from before its first line (as a module importing itself back finds it); ``compiles``: the code names
+    from before its first line (as a module importing itself back finds it), set on their packages after it;
+    ``compiles``: the code names
     ``torch.compile`` (``run_module_code``); ``code``: the code to run instead of the file's (development mode: the
     host code taken from the kernel file). On failure no name of the module stays in ``sys.modules``."""
     namespace = module.__dict__
@@ -64,6 +65,10 @@ def run_host_file(module: types.ModuleType, bound: dict[str, Any], builtins: dic
             if sys.modules.get(name) is module:
                 del sys.modules[name]
         raise
+    for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
+        parent, _, child = alias.rpartition(".")
+        if parent in sys.modules and not hasattr(sys.modules[parent], child):
+            setattr(sys.modules[parent], child, module)
 
 
 def bind_pre_hooks(module: types.ModuleType, filename: str, hooks: Any) -> None:

@@ -86,10 +86,6 @@ def bind(state: Any, mod: str, part: dict[str, Any]) -> types.ModuleType | None:
 
         builtins = import_rules(state, spec["local_modules"]) if spec.get("local_modules") else None
         run_host_file(module, bound, builtins, package, aliases, bool(spec.get("torch_compile")))
-        for alias in aliases:  # as the import system sets a submodule on its package (a.b.c)
-            parent, _, child = alias.rpartition(".")
-            if not hasattr(sys.modules[parent], child):
-                setattr(sys.modules[parent], child, module)
     else:  # (the same, without loading host_exec: the plain module's first call loads nothing more)
         module.__dict__.update(bound)
         if package:  # (with no project modules, no relative import reads it)

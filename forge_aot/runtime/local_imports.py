@@ -124,12 +124,13 @@ def lean_local_spec(package: Any, fullname: str) -> Any:
     if mod is None:
         return spec
     lean = package.lean_modules is None or mod in package.lean_modules  # (else the full runtime's to bind)
-    return importlib.util.spec_from_loader(fullname, _KernelFileLoader(package, mod)) if lean else False
+    return importlib.util.spec_from_loader(fullname, HostModuleLoader(package, mod)) if lean else False
 
 
-class _KernelFileLoader:
-    """A kernel file imported by its project name, as ``entry._HostModuleFinder`` loads one: the host module bound
-    lean (by the full runtime where it cannot be), its own spec kept. Bound here, not by the finder: a module in
+class HostModuleLoader:
+    """The loader of an import of a host module (``<package>._ops.<mod>``, or a kernel file by its project name) for
+    ``package``, an ``entry.Package`` or a lean one (``lean.LeanPackage``, which hands the module to the full runtime
+    where it cannot bind it): the module bound, its own spec kept. Bound here, not by the finder: a module in
     ``sys.modules`` when its finder returns is imported through its own spec, the plain file's."""
 
     def __init__(self, package: Any, mod: str) -> None:
