@@ -99,8 +99,28 @@ LEAN_OPS = {
               "b = torch.randn(8, 4096, device='cuda', dtype=torch.bfloat16)", "lib.geglu(a, b)"),
     "mean_dim": ("x = torch.randn(1024, 1000, device='cuda', dtype=torch.float16)", "lib.mean_dim(x, -1)"),
     "quantize_rowwise": ("x = torch.randn(7, 4096, device='cuda', dtype=torch.float16)", "lib.quantize_rowwise(x)"),
+    # @triton.heuristics and kernel files imported by their project names (lean since session 64)
+    "even_scale": ("x = torch.randn(3, 1000, device='cuda', dtype=torch.float16)", "lib.even_scale(x, 0.5)"),
+    "sh_to_color": OPS["sh_to_color"],
+    "cross_entropy_loss": ("x = torch.randn(8, 32000, device='cuda', dtype=torch.bfloat16)\n"
+                           "y = torch.randint(0, 32000, (8,), device='cuda')",
+                           "lib.cross_entropy_loss(x, y, 30.0)"),
+    "fused_recurrent_gla": ("bf = torch.bfloat16\n"
+                            "q, k, v = (torch.randn(2, 64, 4, 64, device='cuda', dtype=bf) for _ in range(3))\n"
+                            "g = torch.randn(2, 64, 4, device='cuda').sigmoid().log()",
+                            "lib.fused_recurrent_gla(q, k, v, g=g, output_final_state=True)"),
 }
-PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS}
+# FLA 0.6.0's files as FLA ships them (tests/fixtures/fla060): each kernel file imports the others by FLA's names
+FLA_OPS = {
+    "chunk_simple_gla": ("bf = torch.bfloat16\n"
+                         "q, k, v = (torch.randn(2, 1000, 4, 64, device='cuda', dtype=bf) for _ in range(3))\n"
+                         "g = torch.nn.functional.logsigmoid(torch.randn(2, 1000, 4, device='cuda', dtype=bf))\n"
+                         "h0 = torch.randn(2, 4, 64, 64, device='cuda')",
+                         "lib.chunk_simple_gla(q, k, v, g, initial_state=h0, output_final_state=True)"),
+    "chunk_local_cumsum": ("g = torch.randn(2, 1000, 4, device='cuda', dtype=torch.bfloat16)",
+                           "lib.chunk_local_cumsum(g, 64, scale=0.5)"),
+}
+PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS, "forge_fla": FLA_OPS}
 
 CHILD = """
 import json, sys, time
@@ -135,8 +155,9 @@ def install(path: str, scratch: Path) -> str:
     return str(target)
 
 
-def run(op: str, env: dict[str, str], package: str) -> dict | None:
+def run(op: str, env: dict[str, str], package: str, preimport: str = "") -> dict | None:
     setup, call = PACKAGE_OPS.get(package, OPS)[op]
+    setup = "".join(f"import {m}\n" for m in preimport.split(",") if m) + setup
     proc = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup, call=call, package=package)],
                           capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=300)
     if proc.returncode:
@@ -154,6 +175,9 @@ def main() -> None:
     ap.add_argument("--ops", help="comma-separated (default: every op of the package): "
                     + "; ".join(f"{p}: {', '.join(o)}" for p, o in PACKAGE_OPS.items()))
     ap.add_argument("--package", default=PACKAGE)
+    ap.add_argument("--preimport", default="", help="comma-separated modules imported before the clock starts, e.g. "
+                    "torch._dynamo: FLA's host files decorate with torch.compiler.disable, which imports it (a "
+                    "server using torch.compile has it already)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     import torch
@@ -177,8 +201,10 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", f"import {args.package}._runtime as r; r.write_bundle()"], check=True,
                        env=envs[name], cwd=tempfile.gettempdir())
     out: dict = {"device": torch.cuda.get_device_name(0), "python": platform.python_version(),
-                 "torch": torch.__version__, "repeats": args.repeats, "contenders": args.contenders, "ops": {}}
-    print(f"import + first call in fresh processes on {out['device']} ({args.repeats} rounds, ms, medians)")
+                 "torch": torch.__version__, "repeats": args.repeats, "contenders": args.contenders,
+                 "preimport": args.preimport, "ops": {}}
+    print(f"import + first call in fresh processes on {out['device']} ({args.repeats} rounds, ms, medians"
+          + (f"; imported before the clock: {args.preimport}" if args.preimport else "") + ")")
     versus = "vs " + next(iter(envs))
     print(f"{'op':26s} {'contender':10s} {'import':>8s} {'first':>8s} {'total':>8s} {'range':>17s} {versus:>9s}"
           "  handles")
@@ -187,7 +213,7 @@ def main() -> None:
         names = list(envs)
         for i in range(args.repeats):
             for name in names[i % len(names):] + names[:i % len(names)]:  # rotated round by round
-                r = run(op, envs[name], args.package)
+                r = run(op, envs[name], args.package, args.preimport)
                 if r is not None:
                     runs[name].append(r)
         result = out["ops"][op] = {}

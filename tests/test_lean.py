@@ -223,7 +223,8 @@ def test_lean_launches_are_the_full_kernels_launches_and_load_no_other_runtime_m
     assert got["at_import"] == ["forge_kernels", "forge_kernels._runtime", "forge_kernels._runtime.lean"]
     assert got["kinds"] == ["LeanKernel"] and got["after"] == ["Kernel"]
     # (expressions: matmul's constraints, compiled where a key misses every table row)
-    assert got["loaded"] == ["_fastlaunch", "basics", "expressions", "lean", "lean_kernel", "lean_launch"], \
+    assert got["loaded"] == ["_fastlaunch", "basics", "expressions", "host_values", "lean", "lean_kernel",
+                             "lean_launch", "selection"], \
         "the lean first calls loaded more of the runtime"
     assert got["c_cached"] >= 10  # the C path took the calls over
     assert got["n"] == len(got["lean"]) == len(got["full"]) >= 30
@@ -234,7 +235,8 @@ def test_lean_launches_are_the_full_kernels_launches_and_load_no_other_runtime_m
 def test_unserved_calls_hand_over_and_report_as_before(child_env) -> None:
     got = _child(PROMOTIONS, child_env)
     assert got["first"] == "LeanKernel" and got["same_result"]
-    assert got["lean_loaded"] == ["_fastlaunch", "basics", "lean", "lean_kernel", "lean_launch"]
+    assert got["lean_loaded"] == ["_fastlaunch", "basics", "host_values", "lean", "lean_kernel", "lean_launch",
+                                  "selection"]
     best, kind, config = got["best_config"]
     assert best == config and "BLOCK_SIZE" in best and kind == "Kernel"
     assert got["second"] == "Kernel" and got["softmax_first"] == "ColdKernel"
@@ -412,6 +414,7 @@ def test_on_the_gpu_lean_first_calls_hand_over_to_torch_compile_and_cuda_graphs(
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["kinds"] == ["LeanKernel", "Kernel"]
-    assert set(got["loaded"]) <= {"_fastlaunch", "basics", "lean", "lean_kernel", "lean_launch", "expressions"}, \
+    assert set(got["loaded"]) <= {"_fastlaunch", "basics", "lean", "lean_kernel", "lean_launch", "expressions",
+                                  "host_values", "selection"}, \
         got["loaded"]
     assert got["eager"] < 1e-3 and got["compiled"] < 2e-3 and got["replayed"] < 1e-3 and got["mm"] < 5e-2, got

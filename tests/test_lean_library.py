@@ -213,15 +213,16 @@ def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanli
     assert got["at_import"] == ["forge_leanlib", "forge_leanlib._runtime", "forge_leanlib._runtime.lean"]
     assert got["kinds"] == ["LeanKernel"], got["kinds"]
     # (exports: the signature of an autograd Function's apply exported as the op, the tutorials' layer_norm)
-    assert [m for m in got["plain_loaded"] if m != "bundling"] == ["_fastlaunch", "basics", "exports", "lean",
-                                                                   "lean_kernel", "lean_launch"], "they loaded more"
-    # Host modules importing project modules: the project modules' loader (host_exec, local_imports), and what the
+    assert [m for m in got["plain_loaded"] if m != "bundling"] == ["_fastlaunch", "basics", "exports", "host_values",
+                                                                   "lean", "lean_kernel", "lean_launch", "selection"
+                                                                   ], "they loaded more"
+    # Host modules importing project modules: the project modules' loader (host_exec, local_imports); what the
     # project code itself reads of ``triton.language`` (Liger's module-level ``tl.constexpr`` casting modes, its
-    # ``torch_to_triton_dtype``): host_triton, with what it imports; FLA's utils asking Triton's driver for the
-    # target at import: host_driver. Never the full binding's modules.
+    # ``torch_to_triton_dtype``): host_values; FLA's utils asking Triton's driver for the target at import:
+    # host_triton and host_driver, with what they import. Never the full binding's modules.
     assert [m for m in got["loaded"] if m != "bundling"] == [
-        "_fastlaunch", "basics", "errors", "exports", "host_driver", "host_exec", "host_triton", "lean", "lean_kernel",
-        "lean_launch", "local_imports", "names", "packing", "rules"], got["loaded"]
+        "_fastlaunch", "basics", "errors", "exports", "host_driver", "host_exec", "host_triton", "host_values", "lean",
+        "lean_kernel", "lean_launch", "local_imports", "names", "packing", "rules", "selection"], got["loaded"]
     assert got["misses"] == [] and got["again"] == got["lean"], got["misses"]
     assert got["c_cached"] >= 20  # the C path took the calls over (keywords, positional constexprs, defaults)
     assert len(got["lean"]) == len(got["full"]) == 8 + 9 + 4 + 8 + 14 + 3 + 6 + 8 + 12 + 8
@@ -254,6 +255,39 @@ def test_keyword_and_positional_constexprs_stay_lean_and_unbuilt_values_are_repo
     got = fake_driver_child(KEYWORDS, leanlib_site, fake_libcuda)
     assert got["kinds"] == ["LeanKernel", "LeanKernel", ["Kernel", "NotBuiltError", True]], got["kinds"]
     assert got["launched"] == 4
+
+
+MODULE_LEVEL_TRITON = textwrap.dedent("""
+    import json, sys
+    sys.modules["triton"] = None
+    import torch
+    torch.Tensor.get_device = lambda self: 0
+    torch._C._cuda_getCurrentRawStream = lambda device: 0x5EED0 + device
+    import forge_leanlib as lib
+    sh, dirs = torch.randn(1001, 4, 3), torch.randn(1001, 3)
+    lib.sh_to_color(sh, dirs, 1, 256)
+    mod = sys.modules["forge_leanlib._ops.sh_to_color"]
+    loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_leanlib._runtime."))
+    c0 = mod.C0
+    language = mod.triton.language  # (tl.float16 at module level: the element types, still no host_triton)
+    print(json.dumps({"kind": type(mod._sh_to_color_kernel).__name__, "loaded": loaded, "c0": [c0, c0.value],
+                      "fp16": [language.float16, language.float16.name, repr(language.bfloat16)],
+                      "after": sorted(m.rsplit(".", 1)[1] for m in sys.modules
+                                      if m.startswith("forge_leanlib._runtime."))}))
+""")
+
+
+def test_module_level_triton_values_bind_without_the_full_host_triton(leanlib_site, fake_libcuda) -> None:
+    """gsplat's module-level ``C0 = tl.constexpr(0.282...)`` (``triton._host_constexpr`` in the shipped file) and
+    ``tl.float16`` read at module level: the small ``triton`` has them (``host_values``), so such a module's first call
+    stays on the lean path's modules (host_triton, rules, packing, names and errors cost 1.1 ms to import here)."""
+    got = fake_driver_child(MODULE_LEVEL_TRITON, leanlib_site, fake_libcuda)
+    assert got["kind"] == "LeanKernel"
+    assert [m for m in got["loaded"] if m != "bundling"] == [
+        "_fastlaunch", "basics", "host_values", "lean", "lean_kernel", "lean_launch", "selection"], got["loaded"]
+    assert got["c0"] == [0.28209479177387814, 0.28209479177387814]
+    assert got["fp16"] == ["tl.float16", "fp16", "triton.language.bfloat16"]
+    assert "host_triton" not in got["after"]
 
 
 GPU_CHILD = textwrap.dedent("""

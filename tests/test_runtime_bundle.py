@@ -77,9 +77,9 @@ def test_first_call_writes_the_bundle_and_later_processes_import_from_it(site: P
     assert second["file"] == str(runtime / "kernel.py") and second["cached"] == first["cached"]
     # the modules' own code objects: tracebacks and inspect point at the shipped files
     probe = _run(site, "import json, inspect, forge_kernels._runtime.rules as t\n"
-                       "print(json.dumps({'src': inspect.getsource(t.variant_id).splitlines()[0], "
-                       "'file': t.variant_id.__code__.co_filename}))")
-    assert probe == {"src": "def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:",
+                       "print(json.dumps({'src': inspect.getsource(t.call_defaults).splitlines()[0], "
+                       "'file': t.call_defaults.__code__.co_filename}))")
+    assert probe == {"src": "def call_defaults(kernel: Any) -> tuple[list[tuple[str, Any]], list[str]]:",
                      "file": str(runtime / "rules.py")}
 
 

@@ -1,6 +1,6 @@
 """What every path of the runtime reads alike, which the lean first calls (``lean``, ``lean_launch``) need: dtype
-names, specializations and binary fit, nearest rows, targets, config fit, ``cdiv``/``next_power_of_2``, the small
-``triton``, ``LAUNCHES``, the C extension and the driver through it. Defined once here (``rules``, ``packing``,
+names, specializations and binary fit, nearest rows, targets, config fit, ``cdiv``/``next_power_of_2``,
+``LAUNCHES``, the C extension and the driver through it. Defined once here (``rules``, ``packing``,
 ``fastpath``, ``cuda``, ``cold``... import them). Imports: stdlib."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import math
 import os
 import sys
 import threading
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -138,37 +137,6 @@ SIZE_HINTS = _SizeHints()
 """While a custom op's fake implementation runs host code on symbolic sizes (``hinted_sizes``): see there."""
 
 
-class SmallTriton(types.ModuleType):
-    """``triton`` in shipped code bound without the full ``host_triton``: ``cdiv`` and ``next_power_of_2`` here,
-    ``set_allocator`` from ``rules``, anything else ``host_triton``'s, read on first use (PEP 562: a missing
-    attribute only). One per process (``small_triton``)."""
-
-    def __init__(self) -> None:
-        super().__init__("triton", "host-side helpers of Triton, provided by the forge-aot runtime")
-        self.cdiv, self.next_power_of_2 = cdiv, next_power_of_2
-        self.__getattr__ = self._missing
-
-    def _missing(self, name: str) -> Any:
-        if name == "set_allocator":
-            from .rules import set_allocator as value
-        else:
-            from .host_triton import host_triton
-
-            value = getattr(host_triton, name)
-        setattr(self, name, value)
-        return value
-
-
-_SMALL_TRITON: list[SmallTriton] = []
-
-
-def small_triton() -> SmallTriton:
-    """The process's ``SmallTriton``."""
-    if not _SMALL_TRITON:
-        _SMALL_TRITON.append(SmallTriton())
-    return _SMALL_TRITON[0]
-
-
 INDEX_FORMAT = 2  # the version of ``_forge/index.json``: a package refuses an index of another format
 HEURISTICS_HOOK = "__forge_heuristics__"
 """Name bound in host modules: ``@triton.heuristics`` decorators become calls of it (see sourcesplit)."""
@@ -186,6 +154,23 @@ LAUNCHES = _LaunchState()
 """Per thread, whether launches are skipped or guarded: the one object every C reading (``FastKernel``) of every
 handle checks, lean, cold or full (``fastpath.LAUNCHES``, ``kernel.LAUNCHES`` are this)."""
 
+
+
+def fast_kernel(c: Any, read: dict[str, Any], defaults: tuple[Any, ...], missing: Any, heuristics: Any,
+                ignored: Any) -> Any:
+    """The C reading of a handle's calls (``c.FastKernel``) from ``fastpath.reading``'s dict or a lean plan's
+    ``reading`` (its JSON): one call for every binding. ``defaults``: per name, the value a call leaving it out gets
+    (else ``missing``); ``heuristics``: (name, function) pairs in calling order. Raises TypeError, ValueError or
+    OverflowError for a kernel beyond the C path's limits."""
+    import torch
+
+    t = tuple
+    return c.FastKernel(
+        bytes(read["kinds"]), t(read["device_pos"]), t(read["spec_pos"]), t(read["spec_ptr"]), t(read["axis_pos"]),
+        t(read["key_pos"]), t(read["names"]), defaults, missing, (torch.Tensor, torch.nn.Parameter),
+        torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, t(read["runtime_names"]), t(map(t, heuristics)),
+        t(read["heuristic_names"]), t(read["type_next"]), t(read["param_slots"]), t(read.get("pointer_ints", ())),
+        bytes(read.get("pointer_int_kinds", b"")), t(read["written_pos"]), ignored)
 
 # -- the C extension and the driver through it ----------------------------------------------------------------
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from .bundle import BUNDLE_FORMAT, source
 
-BUNDLED = ("basics", "lean_kernel", "lean_launch", "entry", "custom_ops", "torch_ops", "errors", "host_triton",
-           "packing", "rules", "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold", "cold_binding",
-           "exports", "kernel", "launch", "host_modules", "host_exec", "local_imports", "expressions", "names")
+BUNDLED = ("basics", "selection", "lean_kernel", "lean_launch", "host_values", "entry", "custom_ops", "torch_ops",
+           "errors", "host_triton", "packing", "rules", "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold",
+           "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec", "local_imports", "expressions",
+           "names")
 """The modules the full runtime's first call imports (``lean``, imported before the bundle is read, is not among
 them; ``hip`` loads as needed; ``custom_ops``, ``torch_ops``
 when an op is first traced or ``torch.ops.<package>`` used; ``local_imports``, ``expressions`` where needed)."""

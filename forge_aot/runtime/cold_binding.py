@@ -1,5 +1,5 @@
 """Which host modules bind cold handles (``cold``), and binding them: every kernel of the module plain, run with its
-handles and a small ``triton`` (``host_exec.SmallTriton``), through ``host_exec`` as ``host_modules.exec_host_module``
+handles and a small ``triton`` (``host_values.SmallTriton``), through ``host_exec`` as ``host_modules.exec_host_module``
 runs it. ``FORGE_NO_COLD=1`` turns cold handles off. Imports: stdlib, the C extension (``fastpath``), ``rules``,
 ``cold``, ``host_exec``."""
 

@@ -29,7 +29,7 @@ import functools
 import weakref
 from typing import Any
 
-from .basics import ABI, FILENAME, LAUNCHES, _LaunchState, extension  # noqa: F401  (read from here by the rest)
+from .basics import ABI, FILENAME, LAUNCHES, _LaunchState, extension, fast_kernel  # noqa: F401  (read here by the rest)
 
 KINDS = {"*": 0, "i1": 1, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "u8": 5, "u16": 6, "u32": 7, "u64": 8,
          "fp16": 9, "bf16": 10, "fp32": 11, "fp64": 12, "tensordesc": 13}
@@ -87,14 +87,8 @@ def plan(kernel: Any) -> Any:
     if getattr(torch.version, "hip", None):
         return None  # the C launcher drives CUDA only: on ROCm every call takes the Python path
     # Heuristics, as Kernel.run calls them: in registration order, on the arguments by name.
-    heuristics = tuple((name, fn) for name, fn in kernel.heuristics)
     try:
-        return c.FastKernel(read["kinds"], read["device_pos"], read["spec_pos"], read["spec_ptr"], read["axis_pos"],
-                            read["key_pos"], read["names"], defaults, _MISSING, (torch.Tensor, torch.nn.Parameter),
-                            torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, read["runtime_names"],
-                            heuristics, read["heuristic_names"], read["type_next"], read["param_slots"],
-                            read["pointer_ints"], read["pointer_int_kinds"], read["written_pos"],
-                            ignored_options(kernel.launch_axes))
+        return fast_kernel(c, read, defaults, _MISSING, kernel.heuristics, ignored_options(kernel.launch_axes))
     except (TypeError, ValueError, OverflowError):  # beyond the C path's limits (arguments, keys, dtypes)
         return None
 

@@ -13,7 +13,8 @@ import sys
 import types
 from typing import Any
 
-from .basics import INDEX_FORMAT, SmallTriton, small_triton  # noqa: F401  (basics': one per process)
+from .basics import INDEX_FORMAT
+from .host_values import SmallTriton, small_triton  # noqa: F401  (one per process)
 
 
 def host_file_module(module_name: str, filename: str) -> types.ModuleType | None:

@@ -13,7 +13,8 @@ import sys
 import types
 from typing import Any
 
-from .basics import HEURISTICS_HOOK, KERNEL_SIDE_HOOK, LAUNCHES, c_driver, extension, small_triton
+from .basics import HEURISTICS_HOOK, KERNEL_SIDE_HOOK, LAUNCHES, c_driver, extension, fast_kernel
+from .host_values import small_triton
 from .lean import ops_package
 from .lean_launch import _MISS, Lean, LeanLaunched
 
@@ -175,14 +176,7 @@ def _handle_class(c: Any) -> type:
 
 
 def _fast_kernel(c: Any, plan: dict[str, Any], heuristics: Any) -> Any:
-    """The C reading (``FastKernel``) of a lean handle's calls, as ``fastpath.plan`` makes it from the plan's
-    ``reading``: with the heuristics registered so far ((name, function) pairs, in calling order)."""
-    import torch
-
+    """The C reading (``FastKernel``) of a lean handle's calls from the plan's ``reading``, as ``fastpath.plan`` makes
+    it: with the heuristics registered so far ((name, function) pairs, in calling order)."""
     r, defaults = plan["reading"], dict(plan["defaults"])  # (a name without a default: a call must pass it)
-    return c.FastKernel(
-        bytes(r["kinds"]), tuple(r["device_pos"]), tuple(r["spec_pos"]), tuple(r["spec_ptr"]), tuple(r["axis_pos"]),
-        tuple(r["key_pos"]), tuple(r["names"]), tuple(defaults.get(n, _MISS) for n in r["names"]), _MISS,
-        (torch.Tensor, torch.nn.Parameter), torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES,
-        tuple(r["runtime_names"]), tuple(heuristics), tuple(r["heuristic_names"]), tuple(r["type_next"]),
-        tuple(r["param_slots"]), (), b"", tuple(r["written_pos"]), plan["ignored"])
+    return fast_kernel(c, r, tuple(defaults.get(n, _MISS) for n in r["names"]), _MISS, heuristics, plan["ignored"])

@@ -4,7 +4,8 @@ call-site values -> variant, capability -> target, device name -> table, the key
 the most specialized binary of the ``@triton.heuristics`` values that fits), its binary loaded (sha256 checked)
 through the C ``Driver`` and launched through a C ``Launcher`` with the call's launch attributes (``launch_pdl=``),
 then registered with the C path (with a fallback for heuristic values it has not seen, ``Lean._late``). Imports:
-stdlib, ``basics`` (torch, the C extension where called; ``rules`` and ``cold_launch`` where a handle turns cold).
+stdlib, ``basics``, ``selection`` (torch, the C extension where called; ``rules`` and ``cold_launch`` where a
+handle turns cold).
 """
 
 from __future__ import annotations
@@ -27,10 +28,9 @@ from .basics import (
     dtype_name,
     extension,
     pick_config,
-    spec_fits,
-    spec_rank,
     target_table,
 )
+from .selection import Config, best_binary, named_args, run_heuristics, variant_id
 
 _MISS = object()
 _NO_CALL: dict[str, Any] = {}
@@ -120,7 +120,7 @@ class Lean:
                 return _MISS
         built = {a: call[a] for a in p["axes"] if a in call}  # (the call's build values: not flags, heuristic inputs)
         assignment.update(built)
-        vid = ",".join(f"{a}={assignment[a]}" for a in p["axes"]) or "base"  # (rules.variant_id)
+        vid = variant_id(assignment, p["axes"])
         first = next((t for t in tensors if t is not None), None)
         if first is None:
             return _MISS
@@ -144,21 +144,13 @@ class Lean:
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
                 binaries = entry["binaries"] = json.load(f)
-        # what heuristics see of the config, as rules.Config.all_kwargs
-        kw = {**entry["meta"], "num_warps": entry["num_warps"], "num_ctas": 1, "num_stages": entry["num_stages"],
-              **({"maxnreg": entry["maxnreg"]} if entry.get("maxnreg") is not None else {})}
+        config = _config(cid, entry, built)
         names = p["reading"]["heuristic_names"]
-        if heur is None and names:  # as rules.run_heuristics, on the arguments by name (rules.named_args)
-            nargs = {**dict(zip(p["reading"]["runtime_names"], runtime)), **call, **kw}
-            for name, fn in self.heuristics:
-                nargs[name] = fn(nargs)
-            heur = tuple(nargs[n] for n in names)
+        if heur is None and names:  # on the arguments by name, as every binding runs them
+            heur = run_heuristics(self.heuristics, names,
+                                  named_args(p["reading"]["runtime_names"], runtime, call, config))
         heur = heur or ()
-        best = None  # as rules.best_binary
-        for b in binaries.values():
-            if tuple(b.get("heur", {}).get(n) for n in names) == heur and spec_fits(b["spec"], spec) and (
-                    best is None or spec_rank(b["spec"]) > spec_rank(best["spec"])):
-                best = b
+        best = best_binary(binaries, names, heur, spec)
         if best is None or "block" not in best:
             return _MISS
         attrs = sum(bit for flag, bit in p.get("flags", ()) if call.get(flag))  # (launch_pdl=, as rules.launch_attrs)
@@ -167,8 +159,7 @@ class Lean:
             launcher = self._load(kernel, best, device, target, cid, entry, built, attrs)
             if launcher is None:
                 return _MISS
-        # what a grid function sees, as rules.Config.launch_meta: meta-parameters, call-site values, warps, stages
-        meta = {**entry["meta"], **built, "num_warps": entry["num_warps"], "num_stages": entry["num_stages"]}
+        meta = config.launch_meta  # what a grid function sees: meta-parameters, call-site values, warps, stages
         dims = (grid({**meta, **dict(zip(names, heur))} if heur else meta)) if callable(grid) else grid
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
@@ -177,7 +168,7 @@ class Lean:
         launcher(dims, values)
         try:  # (launched: a failure to register sends the next call here again, never this one elsewhere)
             if names:  # the C path runs the heuristics per call; values it has not seen come back to _late
-                fast.register(runtime, call, launcher, meta, cid, spec, heur, kw, None,
+                fast.register(runtime, call, launcher, meta, cid, spec, heur, config.all_kwargs(), None,
                               functools.partial(self._late, cid, entry))
             else:
                 fast.register(runtime, call, launcher, meta, cid, spec)
@@ -315,10 +306,8 @@ class LeanLaunched:
         return repr(self.cold())
 
 
-def _config(cid: str, entry: dict[str, Any], built: dict[str, Any]) -> Any:
-    """The ``rules.Config`` of a config entry for a call's build values (``built``: its axes' values), as the cold
-    and full tables make it."""
-    from .rules import Config
-
+def _config(cid: str, entry: dict[str, Any], built: dict[str, Any]) -> Config:
+    """The ``Config`` of a config entry for a call's build values (``built``: its axes' values), as the cold and full
+    tables make it."""
     return Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], built, entry.get("maxnreg"),
                   entry.get("pre_hook"))

@@ -20,7 +20,7 @@ _EXPORTS = {
     "exec_host_module": "host_modules", "imports_first": "dev_binding", "project_names_bound": "dev_binding",
     "load_index": "host_modules", "register_torch_ops": "dev_binding", "register_custom_ops": "custom_ops",
     "route_in_module": "torch_ops", "ROUTING": "torch_ops", "load_package": "entry", "_HostTriton": "host_triton",
-    "HOST_DTYPES": "host_triton", "HostDtype": "host_triton", "cdiv": "host_triton", "host_triton": "host_triton",
+    "HOST_DTYPES": "host_values", "HostDtype": "host_values", "cdiv": "host_triton", "host_triton": "host_triton",
     "next_power_of_2": "host_triton", "Kernel": "kernel", "TensorDescriptor": "descriptors",
     "desc_dtype": "descriptors", "desc_signature": "descriptors", "PlaceholderCompiled": "compiled",
     "launched": "fastpath", "CompiledBase": "compiled", "DEVICE_PROFILE": "host_driver", "GPUTarget": "host_driver",
@@ -41,7 +41,7 @@ _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "driv
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
                         "bundle", "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports",
                         "host_exec", "cold_launch", "lean", "names", "basics", "lean_kernel",
-                        "lean_launch"})
+                        "lean_launch", "host_values", "selection"})
 
 
 def attribute(name: str) -> Any:
