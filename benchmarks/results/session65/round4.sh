@@ -13,7 +13,7 @@ OUT="$OUT/round" STEPS="" bash scripts/gpu_round.sh > "$OUT/install.txt" 2>&1
   PYTEST_ARGS="-n 8 --dist loadfile -rfEs" bash scripts/gpu_round.sh ) > "$OUT/tests.txt" 2>&1
 tail -8 "$OUT/tests.txt"
 timeout 130 python3 benchmarks/bench_cold_library.py --package forge_leanlib --repeats "$R" \
-  --ops sh_to_color,even_scale,fused_recurrent_gla,layer_norm \
+  --ops "${LEAN_OPS:-sh_to_color,even_scale,fused_recurrent_gla,layer_norm}" \
   lean=dist/forge_leanlib-*.whl cold=dist/forge_leanlib-*.whl:cold full=dist/forge_leanlib-*.whl:full \
   --json "$OUT/lean_library.json" > "$OUT/bench_lean_library.txt" 2>&1
 grep -v "loaded:" "$OUT/bench_lean_library.txt"; grep "sh_to_color\|lean loaded" "$OUT/bench_lean_library.txt" | head -3
@@ -21,7 +21,7 @@ timeout 100 python3 benchmarks/bench_cold_library.py --package forge_fla --repea
   lean=dist/forge_fla-*.whl cold=dist/forge_fla-*.whl:cold full=dist/forge_fla-*.whl:full \
   --json "$OUT/fla.json" > "$OUT/bench_fla.txt" 2>&1
 grep -v "loaded:" "$OUT/bench_fla.txt"
-timeout 90 python3 benchmarks/bench_cold_library.py --repeats "$R" --ops sh_to_color,chunk_local_cumsum \
+timeout 90 python3 benchmarks/bench_cold_library.py --repeats "$R" --ops "${ROUTED_OPS:-sh_to_color,chunk_local_cumsum}" \
   lean=dist/forge_coldlib-*.whl cold=dist/forge_coldlib-*.whl:cold full=dist/forge_coldlib-*.whl:full \
   --json "$OUT/routed_library.json" > "$OUT/bench_routed_library.txt" 2>&1
 grep -v "loaded:" "$OUT/bench_routed_library.txt"
