@@ -102,6 +102,11 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         k = (deg + 1) ** 2
         cases.append(lambda s=odd(10_001, k, 3, dtype=torch.float32), d=odd(10_001, 3, dtype=torch.float32), g=deg,
                      b=block: lib.sh_to_color(s, d, g, b))
+    # a config pre-hook zeroes the accumulator (then EVEN, a heuristic; lean since session 65: before the rotary's
+    # hand-over)
+    for dtype in (torch.float32, torch.float16):
+        for n in (1000, 4096, 65536):
+            cases.append(lambda x=odd(n, dtype=dtype): lib.total(x))
     for dtype in (torch.float16, torch.float32):  # flash-attn's rotary: an int or a tensor to SEQLEN_OFFSETS
         x, q, xv = odd(2, 1000, 8, 128, dtype=dtype), odd(8, 1, 32, 128, dtype=dtype), odd(2000, 8, 64, dtype=dtype)
         cos, sin = torch.randn(2048, 64, dtype=dtype), torch.randn(2048, 64, dtype=dtype)
@@ -113,9 +118,6 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         cases.append(lambda x=x, p=part: lib.apply_rotary_emb(x, *p, interleaved=True, seqlen_offsets=7))
         cases.append(lambda q=q, c=cos8k, s=sin8k, o=offsets: lib.apply_rotary_emb(q, c, s, seqlen_offsets=o))
         cases.append(lambda x=xv, c=cs4k, u=cu: lib.apply_rotary_emb(x, c, c, cu_seqlens=u, max_seqlen=1388))
-    for dtype in (torch.float32, torch.float16):  # a config pre-hook zeroes the accumulator (then EVEN, a heuristic)
-        for n in (1000, 4096, 65536):
-            cases.append(lambda x=odd(n, dtype=dtype): lib.total(x))
 
     # the host modules the lean path binds (LeanPackage.modules is the full Package's dict after a hand-over)
     import forge_coldlib._runtime.lean_kernel  # (not `from ... import`: the package's __getattr__ would load names)
@@ -218,7 +220,7 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
     assert [c[6] for c in got["cold"][44 + 12:]] == [[[6, 1]]] * 2 + [[]] * 2 + [[[2, 1]]] * 2 + [[]] * 17
     # flash-attn's offsets: the integers 0 and 7 passed as integers (i32 in the block), the tensor as its address
     # (after four pointers, CU_SEQLENS=None compiled in: the fifth parameter, then the i32 seqlen)
-    rotary = got["cold"][44 + 12 + 4 + 2 + 3:][:8]
+    rotary = got["cold"][44 + 12 + 4 + 2 + 3 + 6:][:8]
     for case in (rotary[1], rotary[5]):  # seqlen_offsets=7: an i32 in the block
         block, at = bytes.fromhex(case[4]), case[5]
         assert at[5] - at[4] == 4 and block[at[4]:at[4] + 4] == (7).to_bytes(4, "little"), case
@@ -227,7 +229,9 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
         assert at[5] - at[4] == 8 and FAKE_BASE <= int.from_bytes(block[at[4]:at[4] + 8], "little") < FAKE_BASE \
             + FAKE_SPAN, case
     # the config's pre-hook ran once before each launch of the autotuned sum: cold, on the C path (again), promoted
-    assert [c[7] for c in got["cold"][-6:]] == [c[7] for c in got["again"][-6:]] == [1] * 6
+    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 6)
+    assert [c[7] for c in got["cold"][total]] == [c[7] for c in got["again"][total]] == [1] * 6
+    assert [c[7] for c in got["full"][total]] == [1] * 6
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
         assert cold == full, f"case {i}: cold {cold} != full {full}"
@@ -252,9 +256,13 @@ def test_library_style_routed_package_serves_its_lean_modules_lean(coldlib_site,
     cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_LEAN="1")
     assert lean["kinds"] == ["ColdKernel", "LeanKernel"], lean["kinds"]
     # (bound lean: those whose first call comes before layers_rotary's, which has no lean plan and hands over)
-    assert lean["lean_modules"] == ["chunk_local_cumsum", "cross_entropy", "fused_add_rms_norm", "grid_sum",
-                                    "liger_cross_entropy", "pdl_add", "rms_norm", "sh_to_color", "wrap_triton_scale"], \
-        lean["lean_modules"]
+    # (the autotuned sum's config pre-hook, since session 65: lean, on the C path after its first call, and promoted
+    # to the full Kernel, each launch after exactly one zeroing as in the cold and full runs)
+    assert lean["lean_modules"] == ["autotuned", "chunk_local_cumsum", "cross_entropy", "fused_add_rms_norm",
+                                    "grid_sum", "liger_cross_entropy", "pdl_add", "rms_norm", "sh_to_color",
+                                    "wrap_triton_scale"], lean["lean_modules"]
+    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 6)
+    assert [c[7] for c in lean["cold"][total]] == [c[7] for c in lean["again"][total]] == [1] * 6
     assert lean["shared_module"] == [0, [[6, 1]]], lean["shared_module"]  # (one module, two launch attributes)
     assert "rms_norm.rms_norm" in lean["routed_globals"], lean["routed_globals"]
     assert lean["routed"] and lean["loaded"] == [], lean["loaded"]
@@ -340,6 +348,9 @@ GPU_CHILD = textwrap.dedent("""
     for deg, block in ((0, 128), (1, 256), (1, 64)):
         k = (deg + 1) ** 2
         keep(lib.sh_to_color(odd(10_001, k, 3, dtype=torch.float32), odd(10_001, 3, dtype=torch.float32), deg, block))
+    for dtype in (torch.float32, torch.float16):  # (the pre-hook's module: lean before the rotary's hand-over)
+        for n in (1000, 4096, 65536):
+            keep(lib.total(odd(n, dtype=dtype)), atomic=True)  # (tl.atomic_add over the programs)
     for dtype in (torch.float16, torch.float32):  # flash-attn's rotary: an int or a tensor to SEQLEN_OFFSETS
         x, q, xv = odd(2, 1000, 8, 128, dtype=dtype), odd(8, 1, 32, 128, dtype=dtype), odd(2000, 8, 64, dtype=dtype)
         cos, sin = torch.randn(2048, 64, device="cuda", dtype=dtype), torch.randn(2048, 64, device="cuda", dtype=dtype)
@@ -352,9 +363,6 @@ GPU_CHILD = textwrap.dedent("""
         keep(lib.apply_rotary_emb(x, *part, interleaved=True, seqlen_offsets=7))
         keep(lib.apply_rotary_emb(q, cos8k, sin8k, seqlen_offsets=offsets))
         keep(lib.apply_rotary_emb(xv, cs4k, cs4k, cu_seqlens=cu, max_seqlen=1388))
-    for dtype in (torch.float32, torch.float16):
-        for n in (1000, 4096, 65536):
-            keep(lib.total(odd(n, dtype=dtype)), atomic=True)  # (tl.atomic_add over the programs)
     torch.cuda.synchronize()
     kinds = sorted({type(h).__name__ for m, mod in list(sys.modules.items()) if m.startswith("forge_coldlib._ops.")
                     for h in vars(mod).values() if type(h).__name__ in ("LeanKernel", "ColdKernel", "Kernel")})
@@ -393,8 +401,9 @@ def test_library_style_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bi
 NOT_LEAN_FIRST = FAKE_GPU_PRELUDE + textwrap.dedent("""
     import forge_coldlib as lib
     at_import = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
-    lib.total(odd(1000, dtype=torch.float32))  # (the autotuned sum's module: a config pre-hook, no lean plan)
-    kind = type(sys.modules["forge_coldlib._ops.autotuned"].sum_kernel).__name__
+    x, c = odd(2, 1000, 8, 128, dtype=torch.float16), torch.randn(2048, 64, dtype=torch.float16)
+    lib.apply_rotary_emb(x, c, c)  # (flash-attn's rotary: its kernel file takes integer pointers, no lean plan)
+    kind = type(sys.modules["forge_coldlib._ops.triton_rotary"].rotary_kernel).__name__
     loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
     print(json.dumps({"at_import": at_import, "kind": kind, "loaded": loaded}))
 """)

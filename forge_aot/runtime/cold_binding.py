@@ -159,10 +159,10 @@ def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | 
         name, kspec = by_function[fn]
         kernel = types.SimpleNamespace()
         read_params(kernel, kspec)
-        # (call-site constexprs, launch options and flags, heuristics are served; pre-hooks and the rest are the
+        # (call-site constexprs, launch options and flags, heuristics and pre-hooks are served; the rest are the
         # cold handles')
         for why, blocks in (("integer pointers", kernel.pointer_ints), ("descriptors", kernel.desc_pos),
-                            ("grid arguments", kernel.grid_args), ("pre-hooks", kspec.get("pre_hooks"))):
+                            ("grid arguments", kernel.grid_args)):
             if blocks:
                 return None, why
         tv_names = [tv for tv, _ in kernel.type_vars]

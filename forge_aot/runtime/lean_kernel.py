@@ -98,6 +98,11 @@ def bind(state: Any, mod: str, part: dict[str, Any]) -> types.ModuleType | None:
             if sys.modules.get(name) is module:
                 del sys.modules[name]
             raise
+    hooks = [(h, part["kernels"][h.name].get("pre_hooks", ())) for h in handles.values()]
+    if any(names for _, names in hooks):  # triton.Config(pre_hook=...): functions of the module, by name
+        from .host_exec import bind_pre_hooks
+
+        bind_pre_hooks(module, filename, hooks)
     state.kernels.extend(handles.values())
     return module
 
@@ -113,6 +118,7 @@ def _handle_class(c: Any) -> type:
         def __init__(self, state: Any, mod: str, part: dict[str, Any], name: str,
                      plan: dict[str, Any]) -> None:
             self.name, self.function = name, part["kernels"][name]["function"]
+            self.pre_hooks: dict[str, Any] = {}  # (bound after the host file ran; the C path reads them here too)
             self._lean = Lean(state, mod, part, name, plan)
             self._set_fast(_fast_kernel(c, plan, ()))
 
@@ -158,11 +164,12 @@ def _handle_class(c: Any) -> type:
                 from .cold import ColdKernel
 
                 last = self._fast.last if self._fast is not None else None
-                name, mod, part = self.name, lean.mod, lean.part
+                name, mod, part, hooks = self.name, lean.mod, lean.part, self.pre_hooks
                 self.__dict__.clear()
                 self.__class__ = ColdKernel
                 ColdKernel.__init__(self, name, part["kernels"][name], part["targets"], lean.state.root, mod,
                                     lambda n: full._upgrade(mod, n))
+                self.pre_hooks.update(hooks)  # bound from the host module already
                 if lean.heuristics:  # registered on the lean handle: the cold one calls them as it would have
                     from .fastpath import plan
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from .basics import (
     _KNOWN,
+    SPEC_DESC,
     c_driver,
     check_cuda,
     compile_constraints,
@@ -103,8 +104,8 @@ class Lean:
         p = self.plan
         fast = kernel._fast
         spec = fast.spec(runtime, call)
-        if spec is None:  # (a call the C path does not read: a CPU tensor, an integer out of range...)
-            return _MISS
+        if spec is None or SPEC_DESC in spec:  # (a call the C path does not read: a CPU tensor, an integer out of
+            return _MISS  # range...; a descriptor passed to a pointer, the tutorial attention's: the full path's)
         tensors = [runtime[i] for i in p["device_pos"]]
         # (None: a pointer compiled in as absent, Liger's z_loss_ptr=None; a type's dtype is its first tensor's, as
         # ColdKernel._resolve reads them; a type variable with no tensor: KeyError, the full path's case)
@@ -146,9 +147,10 @@ class Lean:
                 binaries = entry["binaries"] = json.load(f)
         config = _config(cid, entry, built)
         names = p["reading"]["heuristic_names"]
-        if heur is None and names:  # on the arguments by name, as every binding runs them
-            heur = run_heuristics(self.heuristics, names,
-                                  named_args(p["reading"]["runtime_names"], runtime, call, config))
+        hook, nargs = (config.pre_hook, {}) if heur is None else (None, None)  # (from the C path: it ran both)
+        if heur is None and (names or hook):  # on the arguments by name, as every binding runs them
+            nargs = named_args(p["reading"]["runtime_names"], runtime, call, config)
+            heur = run_heuristics(self.heuristics, names, nargs)
         heur = heur or ()
         best = best_binary(binaries, names, heur, spec)
         if best is None or "block" not in best:
@@ -159,6 +161,11 @@ class Lean:
             launcher = self._load(kernel, best, device, target, cid, entry, built, attrs)
             if launcher is None:
                 return _MISS
+        if hook:  # as Kernel.run: after the heuristics, before the grid and the launch (split-K's zeroed output)
+            fn = kernel.pre_hooks.get(hook)
+            if fn is None:
+                return _MISS
+            fn(nargs)
         meta = config.launch_meta  # what a grid function sees: meta-parameters, call-site values, warps, stages
         dims = (grid({**meta, **dict(zip(names, heur))} if heur else meta)) if callable(grid) else grid
         values = list(runtime)
@@ -167,8 +174,8 @@ class Lean:
                 values[i] = t.data_ptr()
         launcher(dims, values)
         try:  # (launched: a failure to register sends the next call here again, never this one elsewhere)
-            if names:  # the C path runs the heuristics per call; values it has not seen come back to _late
-                fast.register(runtime, call, launcher, meta, cid, spec, heur, config.all_kwargs(), None,
+            if names or config.pre_hook:  # the C path runs them per call; values it has not seen come back to _late
+                fast.register(runtime, call, launcher, meta, cid, spec, heur, config.all_kwargs(), config.pre_hook,
                               functools.partial(self._late, cid, entry))
             else:
                 fast.register(runtime, call, launcher, meta, cid, spec)
