@@ -35,10 +35,12 @@ from .runtime.cold_launch import block_of
 from .runtime.host_modules import op_table
 
 
-def _block(kernel: Any, binary: dict[str, Any]) -> list[Any]:
-    """A binary's parameter block as the lean path's C ``Launcher`` takes it (``cold_launch.block_of``), as JSON."""
-    kept, kinds, offsets, size = block_of(kernel, binary)  # type: ignore[misc]  # (lean kernels take no descriptors)
-    return [list(kept), list(kinds), list(offsets), size]
+def _block(kernel: Any, binary: dict[str, Any]) -> list[Any] | None:
+    """A binary's parameter block as the lean path's C ``Launcher`` takes it (``cold_launch.block_of``), as JSON; None
+    for a binary taking descriptors (host code passing one to a pointer parameter, the tutorial attention's on Hopper:
+    the lean path hands such a call over)."""
+    block = block_of(kernel, binary)
+    return None if block is None else [list(block[0]), list(block[1]), list(block[2]), block[3]]
 
 
 def reads_handle_attributes(host_source: str, kernels: Sequence[str]) -> bool:
@@ -138,7 +140,9 @@ def stage_package(plan: BuildPlan, report: CompileReport, binaries_dir: Path, st
             for tentry in variant["targets"].values():
                 for cfg in tentry["configs"].values():
                     for b in cfg["binaries"].values():
-                        b["block"] = _block(params, b)
+                        block = _block(params, b)
+                        if block is not None:  # (none: Lean._launch's ``"block" not in best``)
+                            b["block"] = block
     (pkg / "_forge" / "index.json").write_bytes(_json_bytes(index))
     # Per host module, the part of the index its kernels need, compact: an op's first call parses only these.
     # The configs and tables of each (kernel, variant, target) go to a file of their own

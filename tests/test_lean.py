@@ -419,3 +419,22 @@ def test_on_the_gpu_lean_first_calls_hand_over_to_torch_compile_and_cuda_graphs(
                                   "host_values", "selection"}, \
         got["loaded"]
     assert got["eager"] < 1e-3 and got["compiled"] < 2e-3 and got["replayed"] < 1e-3 and got["mm"] < 5e-2, got
+
+
+def test_a_binary_taking_a_descriptor_gets_no_lean_parameter_block() -> None:
+    """A module with pre-hooks gets a lean plan since session 65: the tutorial attention's, whose host code passes
+    host descriptors to pointer parameters on Hopper (binaries specialized ``T``). The build writes the lean path's
+    parameter block of every other binary and none for those (its first call hands over: ``"block" not in best``);
+    it raised at packaging before."""
+    import types
+
+    from forge_aot.package import _block
+    from forge_aot.runtime import rules
+
+    spec = {"function": "k", "module": "m", "params": [["x", "*fp16"], ["y", "*fp16"], ["n", "i32"]], "axes": [],
+            "dtype_args": {}, "key": ["n"], "spec_params": ["x", "y", "n"], "variants": {}}
+    kernel = types.SimpleNamespace()
+    rules.read_params(kernel, spec)
+    assert _block(kernel, {"spec": "DDD"}) == [[0, 1, 2], [0, 0, 3], [0, 8, 16, 24, 32], 40]
+    assert _block(kernel, {"spec": "DD1"}) == [[0, 1], [0, 0], [0, 8, 16, 24], 32]  # (n == 1 compiled in)
+    assert _block(kernel, {"spec": "TDD"}) is None
