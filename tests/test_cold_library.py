@@ -103,7 +103,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         cases.append(lambda s=odd(10_001, k, 3, dtype=torch.float32), d=odd(10_001, 3, dtype=torch.float32), g=deg,
                      b=block: lib.sh_to_color(s, d, g, b))
     # a config pre-hook zeroes the accumulator (then EVEN, a heuristic; lean since session 65: before the rotary's
-    # hand-over)
+    # hand-over); its grid reads n by name: after the hook on every path, never a second zeroing
     for dtype in (torch.float32, torch.float16):
         for n in (1000, 4096, 65536):
             cases.append(lambda x=odd(n, dtype=dtype): lib.total(x))

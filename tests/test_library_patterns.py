@@ -1802,7 +1802,7 @@ def test_vllms_triton_utils_with_its_flag_and_an_argument_always_none(tmp_path: 
         '''), site)
     # the flag is the build's answer (its ``find_spec("triton")``: True, since session 44), its Triton the runtime's
     # (the small one of project modules, host_values.SmallTriton: host_triton's other names on first use)
-    assert res == {"shape": [3000], "flag": True, "triton": "forge_vllmstyle._runtime.basics", "cdiv": 3}
+    assert res == {"shape": [3000], "flag": True, "triton": "forge_vllmstyle._runtime.host_values", "cdiv": 3}
 
 
 INT64_ANNOTATION = '''\

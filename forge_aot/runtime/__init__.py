@@ -9,7 +9,9 @@ tree and in the wheel. One module per concern:
 - ``lean``: ``import <package>`` (the exported ops, ``torch.ops.<package>``) and the simplest ops' first calls
   without any other runtime module (``LeanKernel``), handing over to the rest; what every path reads alike;
 - ``errors``: the error hierarchy;      ``expressions``: the constraint language;
-- ``rules``: what every reading of the index shares (launch options, ``read_params``, ``Config``);
+- ``basics``, ``host_values``, ``selection``, ``lean_kernel``, ``lean_launch``: what every path reads alike (the
+  small ``triton`` of host code, the choice of a config's binary, ``Config``) and the lean handles;
+- ``rules``: what every reading of the index shares (launch options, ``read_params``);
 - ``cold``, ``cold_launch``, ``cold_binding``: plain kernels' first calls without the rest of the runtime
   (``ColdKernel``, promoted to ``Kernel``), what they launch with, and the host modules bound with them;
 - ``exports``: the full runtime's exported ops (custom ops while tracing);

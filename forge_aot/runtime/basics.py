@@ -1,7 +1,8 @@
 """What every path of the runtime reads alike, which the lean first calls (``lean``, ``lean_launch``) need: dtype
 names, specializations and binary fit, nearest rows, targets, config fit, ``cdiv``/``next_power_of_2``,
-``LAUNCHES``, the C extension and the driver through it. Defined once here (``rules``, ``packing``,
-``fastpath``, ``cuda``, ``cold``... import them). Imports: stdlib."""
+``LAUNCHES``, the C extension and the driver through it, the C reading of a handle's calls (``fast_kernel``). Defined
+once here (``rules``, ``packing``, ``fastpath``, ``cuda``, ``cold``... import them). Imports: stdlib (torch where
+``fast_kernel`` is called)."""
 
 from __future__ import annotations
 
@@ -155,7 +156,6 @@ LAUNCHES = _LaunchState()
 handle checks, lean, cold or full (``fastpath.LAUNCHES``, ``kernel.LAUNCHES`` are this)."""
 
 
-
 def fast_kernel(c: Any, read: dict[str, Any], defaults: tuple[Any, ...], missing: Any, heuristics: Any,
                 ignored: Any) -> Any:
     """The C reading of a handle's calls (``c.FastKernel``) from ``fastpath.reading``'s dict or a lean plan's
@@ -171,6 +171,7 @@ def fast_kernel(c: Any, read: dict[str, Any], defaults: tuple[Any, ...], missing
         torch.Tensor.get_device, torch.Tensor.data_ptr, LAUNCHES, t(read["runtime_names"]), t(map(t, heuristics)),
         t(read["heuristic_names"]), t(read["type_next"]), t(read["param_slots"]), t(read.get("pointer_ints", ())),
         bytes(read.get("pointer_int_kinds", b"")), t(read["written_pos"]), ignored)
+
 
 # -- the C extension and the driver through it ----------------------------------------------------------------
 

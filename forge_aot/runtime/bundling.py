@@ -24,7 +24,7 @@ from typing import Any
 
 from .bundle import BUNDLE_FORMAT, source
 
-BUNDLED = ("basics", "selection", "lean_kernel", "lean_launch", "host_values", "entry", "custom_ops", "torch_ops",
+BUNDLED = ("basics", "host_values", "selection", "lean_launch", "lean_kernel", "entry", "custom_ops", "torch_ops",
            "errors", "host_triton", "packing", "rules", "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold",
            "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec", "local_imports", "expressions",
            "names")

@@ -21,8 +21,9 @@ reference), which then serves every call as before: keywords of other parameters
 cannot read (a CPU tensor, another dtype, an integer out of range: the full path reports it), call-site values
 that were not built, ``LAUNCHES.skip`` (custom ops' tracing, guards), a binary or device the rules find nothing for,
 and any attribute only a full handle has (``warmup``, ``spec``...). A host module runs with these handles where all
-its kernels are plain (``cold_binding.bind``), with a small ``triton``: ``cdiv`` and ``next_power_of_2``, the rest
-read from ``host_triton`` on first use. ``FORGE_NO_COLD=1`` turns it off.
+its kernels are plain (``cold_binding.bind``), with a small ``triton`` (``host_values.SmallTriton``: ``cdiv``,
+``next_power_of_2``, module-level constexprs, element types; the rest read from ``host_triton`` on first use).
+``FORGE_NO_COLD=1`` turns it off.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from .rules import (
     run_heuristics,
     variant_id,
 )
+from .selection import grid_dims
 
 _MISSING = fastpath._MISSING  # a call-site constexpr without a default: a call must pass it
 
@@ -75,12 +77,12 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
     """A plain kernel's handle until something needs the full ``Kernel`` (see the module's docstring)."""
 
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]], root: str, mod: str,
-                 upgrade: Callable[[str], Any]) -> None:
+                 upgrade: Callable[[str], Any], pre_hooks: dict[str, Any] | None = None) -> None:
         self.name, self.function, self.targets, self.variants = name, spec["function"], targets, spec["variants"]
         read_params(self, spec)
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """``@triton.heuristics`` values (``add_heuristics``), called as ``Kernel.run`` calls them."""
-        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = dict(pre_hooks or {})
         """Config pre-hooks by name, bound from the host module (``host_exec.bind_pre_hooks``), as ``Kernel``'s."""
         self.key_names = tuple(spec["key"])
         self.constraints: list[Any] = list(spec.get("constraints", ()))
@@ -122,8 +124,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             name, heuristics, pre_hooks = self.name, self.heuristics, self.pre_hooks
             self.__dict__.clear()
             self.__class__ = kernel_class
-            kernel_class.__init__(self, name, spec, targets, backend)
-            self.pre_hooks.update(pre_hooks)  # bound from the host module already
+            kernel_class.__init__(self, name, spec, targets, backend, pre_hooks=pre_hooks)  # (bound already)
             if heuristics:  # registered on the cold handle: the full one calls them as it would have
                 self.heuristics = heuristics
                 if self._fast is not None:
@@ -131,6 +132,10 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
             if last is not None:  # best_config: the config the latest launch ran
                 self._last_config = last.config
         return self
+
+    def named_args(self, runtime: Any, call: dict[str, Any], config: Any) -> dict[str, Any]:
+        """As ``Kernel.named_args`` (the C path's, for a grid function reading an argument by name: no promotion)."""
+        return named_args(self.runtime_names, runtime, call, config)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """A call's runtime arguments (in order) and call-site values as ``Kernel._bind`` binds them (defaults for
@@ -162,21 +167,30 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         if found is None:
             return _MISSING
         launcher, config, launch_meta, spec, result, heur, nargs = found
-        if config.pre_hook and not from_c:  # as Kernel.run: after the heuristics, before the grid and the launch
+        hooked = bool(config.pre_hook and not from_c)
+        if hooked:  # as Kernel.run: after the heuristics, before the grid and the launch
             hook = self.pre_hooks.get(config.pre_hook)
             if hook is None:
                 return _MISSING
             hook(nargs)
-        try:  # (the grid function sees the heuristic values too, as Kernel.run's does)
-            dims = grid({**launch_meta, **dict(zip(self.heuristic_names, heur))} if heur else launch_meta) \
-                if callable(grid) else grid
+        try:  # (the grid function sees the heuristic values, else the arguments by name, as Kernel.run's does)
+            dims = grid_dims(grid, launch_meta, self.heuristic_names, heur, lambda: nargs if nargs is not None
+                             else named_args(self.runtime_names, runtime, call, config))
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+            if hooked:  # the grid function's error, raised as Kernel.run raises it: the hook ran once
+                raise
+            return _MISSING
+        try:
             values = list(runtime)
             for i in self.ptr_pos:
                 if runtime[i] is not None and type(runtime[i]) is not int:  # (None: compiled in, not passed;
                     values[i] = runtime[i].data_ptr()  # an integer: the binary takes it as one, see _resolve)
             launcher(dims, values)
-        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):  # raised before any launch: a grid
-            return _MISSING  # reading arguments by name, or values the full path packs itself
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError):  # raised before any launch: values
+            if hooked:  # the full launcher packs itself; launched there, the hook not run again
+                full = promoted(self)
+                return full.backend.launch(full, full._state(runtime, call), config, dims, runtime, call, heur)
+            return _MISSING
         self._fast.last = None
         cold.last = result
         launcher.result = result
@@ -223,9 +237,7 @@ class ColdKernel(fastpath.c.KernelBase if fastpath.c is not None else object):  
         if cid is None:
             return None
         entry = configs[cid]
-        config = Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"],
-                        {a: v for a, v in assignment.items() if a in self.call_names}, entry.get("maxnreg"),
-                        entry.get("pre_hook"))
+        config = Config.from_entry(cid, entry, {a: v for a, v in assignment.items() if a in self.call_names})
         nargs = None
         if heur is None:  # as Kernel.heuristic_values (the pre-hook sees the arguments by name, theirs included)
             if self.heuristics or config.pre_hook:

@@ -1,7 +1,8 @@
 """Running a shipped file of host code (a host module, a project module) as the import system would, with what it needs
 bound before its first line, and the package index without its kernels. Both bindings (``cold_binding``, the full
 ``host_modules``) and the project modules' loader (``local_imports``) run files through here, so a first call through
-cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is written once. Imports: stdlib, ``basics``.
+cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is written once. Imports: stdlib, ``basics``,
+``host_values``.
 """
 
 from __future__ import annotations

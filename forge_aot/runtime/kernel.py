@@ -66,7 +66,7 @@ class Kernel(KernelBase):
     best_config = property(fastpath.best_config)
 
     def __init__(self, name: str, spec: dict[str, Any], targets: dict[str, dict[str, Any]],
-                 backend: Any) -> None:
+                 backend: Any, pre_hooks: dict[str, Any] | None = None) -> None:
         self.name = name
         self.function = spec["function"]
         self.spec = spec
@@ -77,7 +77,7 @@ class Kernel(KernelBase):
         self.variants = spec["variants"]
         self.heuristics: list[tuple[str, Callable[[dict[str, Any]], Any]]] = []
         """(name, function) in Triton's order of evaluation, registered by the host module's decorators."""
-        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = {}
+        self.pre_hooks: dict[str, Callable[[dict[str, Any]], Any]] = dict(pre_hooks or {})
         """Config pre-hooks by name, bound from the host module (``triton.Config(pre_hook=...)``)."""
         # The common call: runtime parameters first, passed positionally, nothing chosen at the call site.
         self._plain = self._runtime_first and not self.call_names

@@ -5,7 +5,7 @@ Loading the runtime's modules, not the first call's work, took most of a fresh p
 (custom ops defined on first need) and serves an op's first call itself where the build wrote a *lean plan* for its
 host module (``_forge/modules/<module>.json``'s ``lean``, see ``cold_binding.lean_plan``; the package's ``__init__``
 names those modules): its kernels take runtime arguments, call-site values (``BLOCK_SIZE=``, ``num_warps=``), launch
-flags and ``@triton.heuristics``, with no pre-hooks, integer pointers or descriptors; kernel files it imports by
+flags, ``@triton.heuristics`` and config pre-hooks, no integer pointers or descriptors; kernel files it imports by
 their project names have plans too. Project modules it imports load under the package's import rules
 (``local_imports``); in a package routing ops by name (autograd, ``[exports]``) its ops' globals are routed as the full
 runtime routes them (``torch_ops.route_in_module``). The module runs with ``LeanKernel`` handles: a call the C path has

@@ -1,7 +1,7 @@
 """Lean handles (see ``lean``): binding a host module with ``LeanKernel`` handles (``bind``); a handle's first calls
 are resolved and launched by ``lean_launch``; anything else makes the handle a ``ColdKernel`` in place, after the
-full runtime took the package over. Imports: stdlib, ``basics``, ``lean_launch`` (torch, the C extension where
-called).
+full runtime took the package over. Imports: stdlib, ``basics``, ``host_values``, ``lean_launch`` (torch, the C
+extension where called; ``host_exec`` for modules importing project modules or binding pre-hooks).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 from .basics import HEURISTICS_HOOK, KERNEL_SIDE_HOOK, LAUNCHES, c_driver, extension, fast_kernel
 from .host_values import small_triton
 from .lean import ops_package
-from .lean_launch import _MISS, Lean, LeanLaunched
+from .lean_launch import _MISS, AfterHook, Lean, LeanLaunched
+from .selection import named_args
 
 
 def read_part(state: Any, mod: str) -> dict[str, Any] | None:
@@ -131,6 +132,10 @@ def _handle_class(c: Any) -> type:
             lean.heuristics = [*values.items(), *lean.heuristics] if outermost else [*lean.heuristics, *values.items()]
             self._set_fast(_fast_kernel(c, lean.plan, lean.heuristics))
 
+        def named_args(self, runtime: Any, call: dict[str, Any], config: Any) -> dict[str, Any]:
+            """As ``Kernel.named_args`` (the C path's, for a grid function reading an argument by name)."""
+            return named_args(self._lean.plan["reading"]["runtime_names"], runtime, call, config)
+
         def __repr__(self) -> str:
             builds = list(self._lean.part["kernels"][self.name]["variants"])
             return f"<forge-aot kernel {self.name} ({self.function}), builds: {builds}>"
@@ -140,6 +145,8 @@ def _handle_class(c: Any) -> type:
             if lean is not None and LAUNCHES.skip is False:
                 try:
                     result = lean.launch(self, grid, args, kwargs)
+                except AfterHook as exc:  # (the grid function's error after the pre-hook ran: the caller's)
+                    raise exc.__cause__ from None  # type: ignore[misc]
                 except (OSError, ValueError, LookupError, TypeError, AttributeError, OverflowError):
                     result = _MISS  # raised before any launch: the cold or full path serves it and says what is wrong
                 if result is not _MISS:
@@ -168,8 +175,7 @@ def _handle_class(c: Any) -> type:
                 self.__dict__.clear()
                 self.__class__ = ColdKernel
                 ColdKernel.__init__(self, name, part["kernels"][name], part["targets"], lean.state.root, mod,
-                                    lambda n: full._upgrade(mod, n))
-                self.pre_hooks.update(hooks)  # bound from the host module already
+                                    lambda n: full._upgrade(mod, n), hooks)  # (pre-hooks bound from the module)
                 if lean.heuristics:  # registered on the lean handle: the cold one calls them as it would have
                     from .fastpath import plan
 

@@ -1,8 +1,9 @@
 """A lean handle's calls (see ``lean``): a call the C path has not seen, bound as ``Kernel._bind`` binds it (call-site
 constexprs and launch options included), resolved from the index as ``ColdKernel._resolve`` resolves it (dtypes and
 call-site values -> variant, capability -> target, device name -> table, the key's row or the nearest usable one,
-the most specialized binary of the ``@triton.heuristics`` values that fits), its binary loaded (sha256 checked)
-through the C ``Driver`` and launched through a C ``Launcher`` with the call's launch attributes (``launch_pdl=``),
+the most specialized binary of the ``@triton.heuristics`` values that fits; a descriptor hands over), its binary
+loaded (sha256 checked) through the C ``Driver``, the config's pre-hook run (after which nothing hands the call over:
+``AfterHook``), launched through a C ``Launcher`` with the call's launch attributes (``launch_pdl=``),
 then registered with the C path (with a fallback for heuristic values it has not seen, ``Lean._late``). Imports:
 stdlib, ``basics``, ``selection`` (torch, the C extension where called; ``rules`` and ``cold_launch`` where a
 handle turns cold).
@@ -31,7 +32,7 @@ from .basics import (
     pick_config,
     target_table,
 )
-from .selection import Config, best_binary, named_args, run_heuristics, variant_id
+from .selection import Config, best_binary, grid_dims, named_args, run_heuristics, variant_id
 
 _MISS = object()
 _NO_CALL: dict[str, Any] = {}
@@ -147,7 +148,8 @@ class Lean:
                 binaries = entry["binaries"] = json.load(f)
         config = _config(cid, entry, built)
         names = p["reading"]["heuristic_names"]
-        hook, nargs = (config.pre_hook, {}) if heur is None else (None, None)  # (from the C path: it ran both)
+        hook = config.pre_hook if heur is None else None  # (from the C path: it ran both)
+        nargs = None
         if heur is None and (names or hook):  # on the arguments by name, as every binding runs them
             nargs = named_args(p["reading"]["runtime_names"], runtime, call, config)
             heur = run_heuristics(self.heuristics, names, nargs)
@@ -161,24 +163,37 @@ class Lean:
             launcher = self._load(kernel, best, device, target, cid, entry, built, attrs)
             if launcher is None:
                 return _MISS
+        meta = config.launch_meta  # what a grid function sees: meta-parameters, call-site values, warps, stages
         if hook:  # as Kernel.run: after the heuristics, before the grid and the launch (split-K's zeroed output)
             fn = kernel.pre_hooks.get(hook)
             if fn is None:
                 return _MISS
             fn(nargs)
-        meta = config.launch_meta  # what a grid function sees: meta-parameters, call-site values, warps, stages
-        dims = (grid({**meta, **dict(zip(names, heur))} if heur else meta)) if callable(grid) else grid
+            try:  # (from here on nothing hands the call over: the full path would run the hook again)
+                dims = grid_dims(grid, meta, names, heur, lambda: nargs)
+            except Exception as exc:  # the grid function's error: the handle raises it (LeanKernel.run)
+                raise AfterHook from exc
+        else:  # (a grid function reading an argument by name: on the arguments by name, as Kernel.run)
+            dims = grid_dims(grid, meta, names, heur, lambda: nargs if nargs is not None else named_args(
+                p["reading"]["runtime_names"], runtime, call, config))
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
             if t is not None:
                 values[i] = t.data_ptr()
-        launcher(dims, values)
+        try:
+            launcher(dims, values)
+        except (TypeError, ValueError, OverflowError):  # raised before the launch: a grid the full launcher takes
+            if not hook:
+                raise
+            from .cold_launch import new_heuristic_values  # (its hook ran: the rest of Kernel.run, as the C path's)
+
+            return new_heuristic_values(config, kernel, dims, runtime, call, heur)
         try:  # (launched: a failure to register sends the next call here again, never this one elsewhere)
             if names or config.pre_hook:  # the C path runs them per call; values it has not seen come back to _late
-                fast.register(runtime, call, launcher, meta, cid, spec, heur, config.all_kwargs(), config.pre_hook,
+                fast.register(runtime, call, launcher, meta, config, spec, heur, config.all_kwargs(), config.pre_hook,
                               functools.partial(self._late, cid, entry))
             else:
-                fast.register(runtime, call, launcher, meta, cid, spec)
+                fast.register(runtime, call, launcher, meta, config, spec)
         except (ValueError, TypeError, LookupError, OverflowError):
             pass
         return launcher.result
@@ -314,7 +329,10 @@ class LeanLaunched:
 
 
 def _config(cid: str, entry: dict[str, Any], built: dict[str, Any]) -> Config:
-    """The ``Config`` of a config entry for a call's build values (``built``: its axes' values), as the cold and full
-    tables make it."""
-    return Config(cid, entry["meta"], entry["num_warps"], entry["num_stages"], built, entry.get("maxnreg"),
-                  entry.get("pre_hook"))
+    """The ``Config`` of a config entry for a call's build values (``built``: its axes' values)."""
+    return Config.from_entry(cid, entry, built)
+
+
+class AfterHook(Exception):
+    """Raised from an error after a call's config pre-hook ran (its grid function's, the cause): ``LeanKernel.run``
+    raises the cause, as ``Kernel.run`` would, rather than hand the call over to a path that runs the hook again."""

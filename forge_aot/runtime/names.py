@@ -20,7 +20,7 @@ _EXPORTS = {
     "exec_host_module": "host_modules", "imports_first": "dev_binding", "project_names_bound": "dev_binding",
     "load_index": "host_modules", "register_torch_ops": "dev_binding", "register_custom_ops": "custom_ops",
     "route_in_module": "torch_ops", "ROUTING": "torch_ops", "load_package": "entry", "_HostTriton": "host_triton",
-    "HOST_DTYPES": "host_values", "HostDtype": "host_values", "cdiv": "host_triton", "host_triton": "host_triton",
+    "HOST_DTYPES": "host_triton", "HostDtype": "host_triton", "cdiv": "host_triton", "host_triton": "host_triton",
     "next_power_of_2": "host_triton", "Kernel": "kernel", "TensorDescriptor": "descriptors",
     "desc_dtype": "descriptors", "desc_signature": "descriptors", "PlaceholderCompiled": "compiled",
     "launched": "fastpath", "CompiledBase": "compiled", "DEVICE_PROFILE": "host_driver", "GPUTarget": "host_driver",

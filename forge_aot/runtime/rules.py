@@ -1,11 +1,12 @@
 """The rules every reading of the package index shares, and the host helpers every call path shares.
 
-Launch options, specialization codes, variant ids, how binaries fit a call, which table row is nearest a key, which
-built target runs on a device, how a kernel's parameters read (``read_params``), ``Config``; ``triton.cdiv``,
-``next_power_of_2``, ``set_allocator`` and the launches' global scratch. Kept apart from ``tables`` (config
-tables, constraints) and ``host_triton`` (the rest of ``triton`` in host code) because the first calls of plain
-kernels (``cold``) need these and nothing else: one definition for both paths, so they choose alike. Imports:
-stdlib and ``packing``'s constants.
+Launch options, specialization codes, which table row is nearest a key, which built target runs on a device, how a
+kernel's parameters read (``read_params``); ``triton.cdiv``, ``next_power_of_2``, ``set_allocator`` and the launches'
+global scratch; re-exported from ``basics`` and ``selection`` (variant ids, how binaries fit a call, ``Config``), which
+the lean first calls read without this module. Kept apart from ``tables`` (config tables, constraints) and
+``host_triton`` (the rest of ``triton`` in host code) because the first calls of plain kernels (``cold``) need these
+and nothing else: one definition for every path, so they choose alike. Imports: stdlib, ``basics``, ``selection`` and
+``packing``'s constants.
 """
 
 from __future__ import annotations

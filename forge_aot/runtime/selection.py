@@ -19,9 +19,10 @@ def variant_id(assignment: dict[str, Any], axes: Sequence[str]) -> str:
 
 def best_binary(binaries: dict[str, dict[str, Any]], names: Sequence[str], heur: tuple[Any, ...], spec: str,
                 keep: Any = None) -> dict[str, Any] | None:
-    """The binary of a config serving a call (both bindings choose so): the heuristic values ``heur`` (of the
-    parameters ``names``), every specialization assumption true for the call (``spec``), ``keep(binary)`` where given,
-    the most specialized such (the generic one assumes nothing, so it always fits); None where none is."""
+    """The binary of a config serving a call (every binding chooses so: full, cold, lean): the heuristic values
+    ``heur`` (of the parameters ``names``), every specialization assumption true for the call (``spec``),
+    ``keep(binary)`` where given, the most specialized such (the generic one assumes nothing, so it always fits);
+    None where none is."""
     best: dict[str, Any] | None = None
     for b in binaries.values():
         if tuple(b.get("heur", {}).get(n) for n in names) != heur or not spec_fits(b["spec"], spec):
@@ -65,6 +66,13 @@ class Config:
         # What a grid function sees, as with Triton: meta-parameters, call-site constexprs, warps, stages.
         self.launch_meta = {**meta, **call_constexprs, "num_warps": num_warps, "num_stages": num_stages}
 
+    @classmethod
+    def from_entry(cls, cid: str, entry: dict[str, Any], call_values: dict[str, Any]) -> Config:
+        """The config of an index entry (its meta-parameters, warps, stages, maxnreg, pre-hook) for a call's build
+        values (``call_values``: its call-site constexprs and launch options), as every binding makes it."""
+        return cls(cid, entry["meta"], entry["num_warps"], entry["num_stages"], call_values, entry.get("maxnreg"),
+                   entry.get("pre_hook"))
+
     def all_kwargs(self) -> dict[str, Any]:
         """As ``triton.Config.all_kwargs()``: what heuristics and pre-hooks see of the config."""
         out = {**self.meta, "num_warps": self.num_warps, "num_ctas": 1, "num_stages": self.num_stages}
@@ -75,3 +83,15 @@ class Config:
     def __repr__(self) -> str:
         items = ", ".join(f"{k}={v}" for k, v in self.meta.items())
         return f"Config({items}, num_warps={self.num_warps}, num_stages={self.num_stages})"
+
+
+def grid_dims(grid: Any, meta: dict[str, Any], names: Sequence[str], heur: tuple[Any, ...], nargs: Any) -> Any:
+    """A launch's grid as ``Kernel.run`` computes it: a grid function called with the config's launch meta and the
+    heuristic values, or, where it raises KeyError (it reads an argument by name, as Triton allows), with the
+    arguments by name (``nargs()``)."""
+    if not callable(grid):
+        return grid
+    try:
+        return grid({**meta, **dict(zip(names, heur))} if heur else meta)
+    except KeyError:
+        return grid(nargs())

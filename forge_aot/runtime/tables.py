@@ -188,9 +188,7 @@ def resolve_table(kernel: Kernel, variant: dict[str, Any], assignment: dict[str,
             variant["not_built"][missed] if missed else "")
     entry = variant["targets"][target]
     call_values = {k: v for k, v in assignment.items() if k in kernel.call_names}
-    configs = {cid: Config(cid, c["meta"], c["num_warps"], c["num_stages"], call_values, c.get("maxnreg"),
-                           c.get("pre_hook"))
-               for cid, c in entry["configs"].items()}
+    configs = {cid: Config.from_entry(cid, c, call_values) for cid, c in entry["configs"].items()}
     # A binary for an older GPU of the same major may ask for more shared memory than this one has.
     usable = {cid for cid, c in entry["configs"].items() if max_shared(c) <= info["max_shared"]}
     rows = entry["tables"].get(info["name"], entry["tables"]["default"])
