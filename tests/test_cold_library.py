@@ -55,6 +55,7 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     torch.manual_seed(0)
 
     cases = []
+    triton_cdiv = lambda a, b: (a + b - 1) // b
     for dtype in (torch.float16, torch.bfloat16):
         for rows, cols in ((3, 1000), (4, 4096), (5, 5000)):
             x, w = odd(rows, cols, dtype=dtype), torch.randn(cols, dtype=dtype)
@@ -103,10 +104,15 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
         cases.append(lambda s=odd(10_001, k, 3, dtype=torch.float32), d=odd(10_001, 3, dtype=torch.float32), g=deg,
                      b=block: lib.sh_to_color(s, d, g, b))
     # a config pre-hook zeroes the accumulator (then EVEN, a heuristic; lean since session 65: before the rotary's
-    # hand-over); its grid reads n by name: after the hook on every path, never a second zeroing
+    # hand-over)
     for dtype in (torch.float32, torch.float16):
         for n in (1000, 4096, 65536):
             cases.append(lambda x=odd(n, dtype=dtype): lib.total(x))
+    # the same kernel under a grid reading the argument n by name, as Triton allows: called after the hook on every
+    # path (with the arguments by name), never a second zeroing
+    for dtype, n in ((torch.float32, 2000), (torch.float16, 5000)):  # (sizes the C path has not seen)
+        cases.append(lambda x=odd(n, dtype=dtype), n=n: sys.modules["forge_coldlib._ops.autotuned"].sum_kernel[
+            lambda meta: (triton_cdiv(meta["n"], meta["BLOCK"]),)](x, torch.empty(1), n))
     for dtype in (torch.float16, torch.float32):  # flash-attn's rotary: an int or a tensor to SEQLEN_OFFSETS
         x, q, xv = odd(2, 1000, 8, 128, dtype=dtype), odd(8, 1, 32, 128, dtype=dtype), odd(2000, 8, 64, dtype=dtype)
         cos, sin = torch.randn(2048, 64, dtype=dtype), torch.randn(2048, 64, dtype=dtype)
@@ -215,12 +221,12 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
     assert got["index_reads"] == [], got["index_reads"]
     # Liger's keywords, mamba's positional constexprs, defaults left out: the second calls are the C path's
     assert got["misses"] == [] and got["again"] == got["cold"], got["misses"]
-    assert len(got["cold"]) == len(got["full"]) == 44 + 12 + 4 + 2 + 3 + 8 + 6
+    assert len(got["cold"]) == len(got["full"]) == 44 + 12 + 4 + 2 + 3 + 8 + 8
     # launch attributes as the full path sets them (cuLaunchKernelEx: 6 programmatic serialization, 2 cooperative)
-    assert [c[6] for c in got["cold"][44 + 12:]] == [[[6, 1]]] * 2 + [[]] * 2 + [[[2, 1]]] * 2 + [[]] * 17
+    assert [c[6] for c in got["cold"][44 + 12:]] == [[[6, 1]]] * 2 + [[]] * 2 + [[[2, 1]]] * 2 + [[]] * 19
     # flash-attn's offsets: the integers 0 and 7 passed as integers (i32 in the block), the tensor as its address
     # (after four pointers, CU_SEQLENS=None compiled in: the fifth parameter, then the i32 seqlen)
-    rotary = got["cold"][44 + 12 + 4 + 2 + 3 + 6:][:8]
+    rotary = got["cold"][44 + 12 + 4 + 2 + 3 + 8:][:8]
     for case in (rotary[1], rotary[5]):  # seqlen_offsets=7: an i32 in the block
         block, at = bytes.fromhex(case[4]), case[5]
         assert at[5] - at[4] == 4 and block[at[4]:at[4] + 4] == (7).to_bytes(4, "little"), case
@@ -229,9 +235,9 @@ def test_library_style_first_calls_are_cold_and_launch_as_the_full_kernel(coldli
         assert at[5] - at[4] == 8 and FAKE_BASE <= int.from_bytes(block[at[4]:at[4] + 8], "little") < FAKE_BASE \
             + FAKE_SPAN, case
     # the config's pre-hook ran once before each launch of the autotuned sum: cold, on the C path (again), promoted
-    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 6)
-    assert [c[7] for c in got["cold"][total]] == [c[7] for c in got["again"][total]] == [1] * 6
-    assert [c[7] for c in got["full"][total]] == [1] * 6
+    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 8)  # (the last two: a grid reading n by name)
+    assert [c[7] for c in got["cold"][total]] == [c[7] for c in got["again"][total]] == [1] * 8
+    assert [c[7] for c in got["full"][total]] == [1] * 8
     for i, (cold, full) in enumerate(zip(got["cold"], got["full"])):
         assert cold[0] >= 1 and cold[4], f"case {i} launched nothing"
         assert cold == full, f"case {i}: cold {cold} != full {full}"
@@ -261,8 +267,8 @@ def test_library_style_routed_package_serves_its_lean_modules_lean(coldlib_site,
     assert lean["lean_modules"] == ["autotuned", "chunk_local_cumsum", "cross_entropy", "fused_add_rms_norm",
                                     "grid_sum", "liger_cross_entropy", "pdl_add", "rms_norm", "sh_to_color",
                                     "wrap_triton_scale"], lean["lean_modules"]
-    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 6)
-    assert [c[7] for c in lean["cold"][total]] == [c[7] for c in lean["again"][total]] == [1] * 6
+    total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 8)  # (the last two: a grid reading n by name)
+    assert [c[7] for c in lean["cold"][total]] == [c[7] for c in lean["again"][total]] == [1] * 8
     assert lean["shared_module"] == [0, [[6, 1]]], lean["shared_module"]  # (one module, two launch attributes)
     assert "rms_norm.rms_norm" in lean["routed_globals"], lean["routed_globals"]
     assert lean["routed"] and lean["loaded"] == [], lean["loaded"]
