@@ -146,7 +146,7 @@ class Lean:
         if binaries is None:
             with open(os.path.join(directory, entry["binaries_file"]), "rb") as f:
                 binaries = entry["binaries"] = json.load(f)
-        config = _config(cid, entry, built)
+        config = Config.from_entry(cid, entry, built)
         names = p["reading"]["heuristic_names"]
         hook = config.pre_hook if heur is None else None  # (from the C path: it ran both)
         nargs = None
@@ -211,7 +211,7 @@ class Lean:
                 return result
         from .cold_launch import new_heuristic_values
 
-        config = _config(cid, entry, {a: call[a] for a in self.plan["axes"] if a in call})
+        config = Config.from_entry(cid, entry, {a: call[a] for a in self.plan["axes"] if a in call})
         kernel = kernel._promoted() if "_lean" in kernel.__dict__ else kernel  # (lean -> cold)
         return new_heuristic_values(config, kernel, grid, runtime, call, heur)
 
@@ -315,7 +315,7 @@ class LeanLaunched:
             kernel = ref()
             if kernel is None:
                 raise ReferenceError("the kernel handle this launch ran is gone")
-            self._cold = ColdLaunched(kernel, binary, _config(cid, entry, call), call, device, target)
+            self._cold = ColdLaunched(kernel, binary, Config.from_entry(cid, entry, call), call, device, target)
         return self._cold
 
     def __getattr__(self, name: str) -> Any:
@@ -326,11 +326,6 @@ class LeanLaunched:
 
     def __repr__(self) -> str:
         return repr(self.cold())
-
-
-def _config(cid: str, entry: dict[str, Any], built: dict[str, Any]) -> Config:
-    """The ``Config`` of a config entry for a call's build values (``built``: its axes' values)."""
-    return Config.from_entry(cid, entry, built)
 
 
 class AfterHook(Exception):
