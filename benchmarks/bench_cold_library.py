@@ -70,6 +70,10 @@ OPS = {
                            "t = torch.randint(0, 32000, (8,), device='cuda')",
                            "lib.cross_entropy_loss(x, t, 30.0, 0)"),
     "add": ("x = torch.rand(98432, device='cuda')", "lib.add(x, x, launch_pdl=True)"),
+    # flash-attn's rotary, an integer to its SEQLEN_OFFSETS pointer (lean since session 66)
+    "apply_rotary_emb": ("x = torch.randn(2, 1000, 8, 128, device='cuda', dtype=torch.float16)\n"
+                         "c = torch.randn(2048, 64, device='cuda', dtype=torch.float16)",
+                         "lib.apply_rotary_emb(x, c, c, seqlen_offsets=7)"),
     "grid_sum": ("x = torch.randn(100_003, device='cuda')", "lib.grid_sum(x)"),
     "sh_to_color": ("sh = torch.randn(10_001, 4, 3, device='cuda')\n"
                     "d = torch.randn(10_001, 3, device='cuda')",
@@ -120,7 +124,11 @@ FLA_OPS = {
     "chunk_local_cumsum": ("g = torch.randn(2, 1000, 4, device='cuda', dtype=torch.bfloat16)",
                            "lib.chunk_local_cumsum(g, 64, scale=0.5)"),
 }
-PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS, "forge_fla": FLA_OPS}
+KERNELS_OPS = {  # the repository's own wheel (kernel_manifest.toml): one wheel against another
+    "vector_add": ("x = torch.randn(1 << 20, device='cuda', dtype=torch.float16)\n"
+                   "y = torch.randn(1 << 20, device='cuda', dtype=torch.float16)", "lib.vector_add(x, y)"),
+}
+PACKAGE_OPS = {"forge_coldlib": OPS, "forge_leanlib": LEAN_OPS, "forge_fla": FLA_OPS, "forge_kernels": KERNELS_OPS}
 
 CHILD = """
 import json, sys, time

@@ -172,7 +172,6 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     kinds = sorted({type(h).__name__ for h in handles().values()})
     loaded = sorted(m for m in ("kernel", "launch", "tables", "host_modules")
                     if f"forge_coldlib._runtime.{m}" in sys.modules)
-    routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
     cold_paths = sorted({p for h in handles().values() if "_cold" in h.__dict__ for _, p, _ in h._cold.launchers})
     lean_state = sys.modules["forge_coldlib._runtime.lean"].PACKAGES.get("forge_coldlib")
     lean_modules = sorted(bound_lean) if lean_state is not None else []
@@ -182,6 +181,8 @@ CHILD = FAKE_GPU_PRELUDE + textwrap.dedent("""
     from forge_coldlib._runtime.cold import promoted
     for h in handles().values():
         promoted(h)
+    # (read after the promotion: a package served lean to the end has not handed over before it)
+    routed = bool(sys.modules["forge_coldlib._runtime.entry"].PACKAGES["forge_coldlib"].routed)
     full = run_all()
     backend = next(iter(handles().values())).backend
     full_paths = sorted({p for _, p in backend._loaded})
@@ -260,13 +261,13 @@ def test_library_style_routed_package_serves_its_lean_modules_lean(coldlib_site,
     the others hand the package over and bind cold handles. Every launch is the cold run's and the full one's."""
     lean = fake_driver_child(CHILD, coldlib_site, fake_libcuda)
     cold = fake_driver_child(CHILD, coldlib_site, fake_libcuda, FORGE_NO_LEAN="1")
-    assert lean["kinds"] == ["ColdKernel", "LeanKernel"], lean["kinds"]
-    # (bound lean: those whose first call comes before layers_rotary's, which has no lean plan and hands over)
+    assert lean["kinds"] == ["LeanKernel"], lean["kinds"]
+    # (every module bound lean: since session 66 flash-attn's rotary, an integer or a tensor to one pointer, too)
     # (the autotuned sum's config pre-hook, since session 65: lean, on the C path after its first call, and promoted
     # to the full Kernel, each launch after exactly one zeroing as in the cold and full runs)
     assert lean["lean_modules"] == ["autotuned", "chunk_local_cumsum", "cross_entropy", "fused_add_rms_norm",
-                                    "grid_sum", "liger_cross_entropy", "pdl_add", "rms_norm", "sh_to_color",
-                                    "wrap_triton_scale"], lean["lean_modules"]
+                                    "grid_sum", "layers_rotary", "liger_cross_entropy", "pdl_add", "rms_norm",
+                                    "sh_to_color", "triton_rotary", "wrap_triton_scale"], lean["lean_modules"]
     total = slice(44 + 12 + 4 + 2 + 3, 44 + 12 + 4 + 2 + 3 + 8)  # (the last two: a grid reading n by name)
     assert [c[7] for c in lean["cold"][total]] == [c[7] for c in lean["again"][total]] == [1] * 8
     assert lean["shared_module"] == [0, [[6, 1]]], lean["shared_module"]  # (one module, two launch attributes)
@@ -392,7 +393,7 @@ def test_library_style_cold_handles_on_the_gpu_match_the_full_kernels_bit_for_bi
         assert proc.returncode == 0, proc.stderr
         got[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["cold"]["kinds"] == ["ColdKernel"] and got["full"]["kinds"] == ["Kernel"]
-    assert got["lean"]["kinds"] == ["ColdKernel", "LeanKernel"], got["lean"]["kinds"]
+    assert got["lean"]["kinds"] == ["LeanKernel"], got["lean"]["kinds"]
     assert got["lean"]["n"] == got["cold"]["n"] == got["full"]["n"] >= 76 and got["cold"]["finite"]
     full = torch.load(tmp_path / "full.pt")
     pairs = [(a, b) for name in ("cold", "lean") for a, b in zip(torch.load(tmp_path / f"{name}.pt"), full)]
@@ -408,7 +409,7 @@ NOT_LEAN_FIRST = FAKE_GPU_PRELUDE + textwrap.dedent("""
     import forge_coldlib as lib
     at_import = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
     x, c = odd(2, 1000, 8, 128, dtype=torch.float16), torch.randn(2048, 64, dtype=torch.float16)
-    lib.apply_rotary_emb(x, c, c)  # (flash-attn's rotary: its kernel file takes integer pointers, no lean plan)
+    lib.apply_rotary_emb(x, c, c)  # (flash-attn's rotary: its modules left out of _LEAN by the test)
     kind = type(sys.modules["forge_coldlib._ops.triton_rotary"].rotary_kernel).__name__
     loaded = sorted(m.rsplit(".", 1)[1] for m in sys.modules if m.startswith("forge_coldlib._runtime."))
     print(json.dumps({"at_import": at_import, "kind": kind, "loaded": loaded}))
@@ -424,9 +425,15 @@ def test_a_module_without_a_lean_plan_hands_over_at_once(coldlib_site, fake_libc
 
     init = (coldlib_site / "forge_coldlib" / "__init__.py").read_text()
     parts = (coldlib_site / "forge_coldlib" / "_forge" / "modules").glob("*.json")
-    planned = sorted(p.stem for p in parts if json.loads(p.read_bytes()).get("lean"))
+    planned = sorted(p.stem for p in parts if json.loads(p.read_bytes()).get("lean") is not None)  # ({}: no kernel)
     assert re.search(r"^_LEAN = \((.*)\)$", init, re.M).group(1) == "".join(f"{m!r}, " for m in planned).rstrip()
-    got = fake_driver_child(NOT_LEAN_FIRST, coldlib_site, fake_libcuda)
+    # (every module of this package has a plan since session 66: the rotary's two left out of _LEAN in a copy)
+    some = tmp_path / "some"
+    shutil.copytree(coldlib_site, some)
+    (some / "forge_coldlib" / "__init__.py").write_text(re.sub(
+        r"^_LEAN = .*$", lambda m: m.group(0).replace("'layers_rotary', ", "").replace("'triton_rotary', ", ""), init,
+        flags=re.M))
+    got = fake_driver_child(NOT_LEAN_FIRST, some, fake_libcuda)
     assert got["at_import"] == ["lean"] and got["kind"] == "ColdKernel"
     assert "lean_kernel" not in got["loaded"], got["loaded"]  # (lean_launch: its bind_call is cold handles' too)
     none = tmp_path / "site"

@@ -336,7 +336,7 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     imports_other = {"local_modules": ["lib", "lib.other"]}
     assert lean_plan(with_other(imports_other), "m") is not None
     assert lean_plan(with_other({"local_modules": ["lib"], "imports_host": ["other"]}), "m") is not None
-    assert lean_plan(with_other(imports_other, pointer_ints={"x": "i32"}), "m") is None  # (other has no plan)
+    assert lean_plan(with_other(imports_other, grid_args=["n"]), "m") is None  # (other has no plan)
     assert lean_plan(with_other(imports_other), "m", without={"other"}) is None  # (it reads a handle's attribute)
     cycle = with_other(imports_other | {"imported_as": ["lib.m"]})
     cycle["modules"]["other"]["local_modules"] = ["lib", "lib.m"]  # (each imports the other)
@@ -358,13 +358,15 @@ def test_the_build_writes_a_lean_plan_only_where_a_lean_handle_serves_every_kern
     assert lean_blocker(_part(plain), "m") is None
     assert lean_blocker(_part([*plain, ["EVEN", "heuristic"]]), "m") is None
     assert lean_blocker(_part(plain, launch_flags=["launch_pdl"]), "m") is None
-    assert lean_blocker(with_other(imports_other, pointer_ints={"x": "i32"}), "m") == \
+    assert lean_blocker(with_other(imports_other, grid_args=["n"]), "m") == \
         "imports a kernel file with no lean plan by its project name"
-    assert lean_blocker(with_other(imports_other, pointer_ints={"x": "i32"}), "other") == "integer pointers"
+    assert lean_blocker(with_other(imports_other, grid_args=["n"]), "other") == "grid arguments"
     assert lean_blocker(with_other(imports_other, pre_hooks=["zero"]), "other") is None  # (since session 65)
     assert lean_blocker(_part(library, axes=["T", "BLOCK_SIZE"]), "m") == "a call-site value that selects no build"
     assert lean_plan(_part(plain, pre_hooks=["zero"]), "m") is not None  # (the lean binding binds and runs them)
-    assert lean_plan(_part(plain, pointer_ints={"x": "i32"}), "m") is None
+    # an integer or a tensor to one pointer (flash-attn's rotary SEQLEN_OFFSETS, ``*i32|i32``): served since session 66
+    (_, plan), = lean_plan(_part(plain, pointer_ints={"x": "i32"}), "m").values()
+    assert list(plan["reading"]["pointer_ints"]) == [0] and plan["device_pos"] == [0, 1]
 
 
 GPU_HAND_OVER = textwrap.dedent("""

@@ -218,10 +218,11 @@ def test_library_style_first_calls_are_lean_and_launch_as_the_full_kernel(leanli
                                                                    ], "they loaded more"
     # Host modules importing project modules: the project modules' loader (host_exec, local_imports); what the
     # project code itself reads of ``triton.language`` (Liger's module-level ``tl.constexpr`` casting modes, its
-    # ``torch_to_triton_dtype``): host_values; FLA's utils asking Triton's driver for the target at import:
+    # ``torch_to_triton_dtype``): host_language; FLA's utils asking Triton's driver for the target at import:
     # host_triton and host_driver, with what they import. Never the full binding's modules.
     assert [m for m in got["loaded"] if m != "bundling"] == [
-        "_fastlaunch", "basics", "errors", "exports", "host_driver", "host_exec", "host_triton", "host_values", "lean",
+        "_fastlaunch", "basics", "errors", "exports", "host_driver", "host_exec", "host_language", "host_triton",
+        "host_values", "lean",
         "lean_kernel", "lean_launch", "local_imports", "names", "packing", "rules", "selection"], got["loaded"]
     assert got["misses"] == [] and got["again"] == got["lean"], got["misses"]
     assert got["c_cached"] >= 20  # the C path took the calls over (keywords, positional constexprs, defaults)
@@ -279,12 +280,14 @@ MODULE_LEVEL_TRITON = textwrap.dedent("""
 
 def test_module_level_triton_values_bind_without_the_full_host_triton(leanlib_site, fake_libcuda) -> None:
     """gsplat's module-level ``C0 = tl.constexpr(0.282...)`` (``triton._host_constexpr`` in the shipped file) and
-    ``tl.float16`` read at module level: the small ``triton`` has them (``host_values``), so such a module's first call
-    stays on the lean path's modules (host_triton, rules, packing, names and errors cost 1.1 ms to import here)."""
+    ``tl.float16`` read at module level: the small ``triton`` reads them from ``host_language`` (a plain module's first
+    call does not load it), so such a module's first call stays on the lean path's modules (host_triton, rules, packing,
+    names and errors cost 1.1 ms to import here)."""
     got = fake_driver_child(MODULE_LEVEL_TRITON, leanlib_site, fake_libcuda)
     assert got["kind"] == "LeanKernel"
     assert [m for m in got["loaded"] if m != "bundling"] == [
-        "_fastlaunch", "basics", "host_values", "lean", "lean_kernel", "lean_launch", "selection"], got["loaded"]
+        "_fastlaunch", "basics", "host_language", "host_values", "lean", "lean_kernel", "lean_launch", "selection"
+    ], got["loaded"]
     assert got["c0"] == [0.28209479177387814, 0.28209479177387814]
     assert got["fp16"] == ["tl.float16", "fp16", "triton.language.bfloat16"]
     assert "host_triton" not in got["after"]

@@ -21,8 +21,8 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 BUNDLED = ["cold", "cold_binding", "cold_launch", "cuda", "drivers", "entry", "errors", "exports", "fastpath",
-           "host_exec", "host_modules", "host_triton", "kernel", "launch", "names", "packing", "rules", "tables",
-           "torch_ops"]
+           "host_exec", "host_language", "host_modules", "host_triton", "kernel", "launch", "names", "packing", "rules",
+           "tables", "torch_ops"]
 """What FIRST_CALL loads from the bundle: the full runtime's modules, read at the lean package's hand-over (here: no
 GPU), not the lean path's own (``lean``, ``lean_kernel``, ``lean_launch``, ``basics``), loaded through the import
 system before."""

@@ -16,6 +16,7 @@ tree and in the wheel. One module per concern:
   (``ColdKernel``, promoted to ``Kernel``), what they launch with, and the host modules bound with them;
 - ``exports``: the full runtime's exported ops (custom ops while tracing);
 - ``host_triton``: ``triton`` in host code;      ``tables``: variants, specializations, configs, targets;
+- ``host_language``: ``triton.language``'s element types and ``tl.constexpr`` values in host code (lazy);
 - ``host_driver``: ``triton.runtime.driver`` and torch.library's Triton entry points in host code (lazy);
 - ``compiled``: what ``kernel.warmup(...)`` returns (lazy);
 - ``host_decorators``: ``triton.heuristics``, ``triton.Config`` and ``triton.autotune`` in host code (lazy);

@@ -25,9 +25,9 @@ from typing import Any
 from .bundle import BUNDLE_FORMAT, source
 
 BUNDLED = ("basics", "host_values", "selection", "lean_launch", "lean_kernel", "entry", "custom_ops", "torch_ops",
-           "errors", "host_triton", "packing", "rules", "tables", "drivers", "cuda", "fastpath", "cold_launch", "cold",
-           "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec", "local_imports", "expressions",
-           "names")
+           "errors", "host_language", "host_triton", "packing", "rules", "tables", "drivers", "cuda", "fastpath",
+           "cold_launch", "cold", "cold_binding", "exports", "kernel", "launch", "host_modules", "host_exec",
+           "local_imports", "expressions", "names")
 """The modules the full runtime's first call imports (``lean``, imported before the bundle is read, is not among
 them; ``hip`` loads as needed; ``custom_ops``, ``torch_ops``
 when an op is first traced or ``torch.ops.<package>`` used; ``local_imports``, ``expressions`` where needed)."""

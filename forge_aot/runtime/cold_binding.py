@@ -159,10 +159,9 @@ def _lean(part: dict[str, Any], mod: str) -> tuple[dict[str, Any] | None, str | 
         name, kspec = by_function[fn]
         kernel = types.SimpleNamespace()
         read_params(kernel, kspec)
-        # (call-site constexprs, launch options and flags, heuristics and pre-hooks are served; the rest are the
-        # cold handles')
-        for why, blocks in (("integer pointers", kernel.pointer_ints), ("descriptors", kernel.desc_pos),
-                            ("grid arguments", kernel.grid_args)):
+        # (call-site constexprs, launch options and flags, heuristics, pre-hooks and integers passed to pointers are
+        # served; the rest are the cold handles')
+        for why, blocks in (("descriptors", kernel.desc_pos), ("grid arguments", kernel.grid_args)):
             if blocks:
                 return None, why
         tv_names = [tv for tv, _ in kernel.type_vars]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import types
 from collections.abc import Iterator
 from typing import Any
 
 from . import names  # noqa: F401  (keeps the package's attribute host_triton this module's object: names._Runtime)
 from .errors import ForgeRuntimeError
-from .host_values import HOST_DTYPES, HostDtype, _HostLanguage, host_constexpr, host_language  # noqa: F401
+from .host_language import HOST_DTYPES, HostDtype, _HostLanguage, host_constexpr, host_language  # noqa: F401
+from .host_values import SmallTriton
 from .rules import (  # noqa: F401  (host helpers every path shares)
     _SCRATCH_ALIGN,
     SCRATCH_ALLOCATOR,
@@ -110,8 +110,10 @@ def reinterpret(tensor: Any, dtype: Any) -> Any:
     return TensorWrapper(tensor, dtype)
 
 
-class _HostTriton(types.ModuleType):
-    """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton."""
+class _HostTriton(SmallTriton):
+    """Bound to ``triton`` in packaged host code, so ``triton.cdiv`` works and nothing imports Triton: the small
+    ``triton`` (``cdiv``, ``next_power_of_2``, ``language``, ``_host_constexpr``, ``set_allocator``) with the rest of
+    its host helpers, the rarer ones loaded where first read (``_other``)."""
 
     HOST_HELPERS = ("cdiv", "next_power_of_2", "runtime", "set_allocator", "__version__", "heuristics", "Config",
                     "autotune", "reinterpret", "TensorWrapper")
@@ -122,41 +124,25 @@ class _HostTriton(types.ModuleType):
     Triton entry points (see sourcesplit.TORCH_TRITON), which most host code never touches."""
 
     def __init__(self) -> None:
-        super().__init__("triton", "host-side helpers of Triton, provided by the forge-aot runtime")
-        self.cdiv = cdiv
-        self.next_power_of_2 = next_power_of_2
-        self.set_allocator = set_allocator
-        self._host_constexpr = host_constexpr
+        super().__init__()
+        self.set_allocator, self._host_constexpr = set_allocator, host_constexpr
         self.reinterpret, self.TensorWrapper = reinterpret, TensorWrapper
-        # A module's own ``__getattr__`` (PEP 562), read only where an attribute is missing: defined on the class, it
-        # would put a Python hook in front of every read (``triton.cdiv`` in a grid function: 0.27 -> 0.10 us locally,
-        # timing loop included).
-        self.__getattr__ = self._missing
 
-    def _missing(self, name: str) -> Any:
-        if name == "language":  # tl.<type> in host code (rare: made where first read)
-            self.language = host_language()
-            return self.language
+    def _other(self, name: str) -> Any:
         if name == "tools":  # ``from triton.tools.tensor_descriptor import TensorDescriptor`` (see sourcesplit)
             from .descriptors import tools_module
 
-            self.tools = tools_module()
-            return self.tools
+            return tools_module()
         if name == "__version__":  # FLA's version checks: the Triton the package's binaries were compiled with
-            self.__version__ = _built_with()
-            return self.__version__
+            return _built_with()
         if name in ("heuristics", "Config", "autotune"):  # a kernel's decorators applied in host code
             from . import host_decorators
 
-            value = getattr(host_decorators, "HostConfig" if name == "Config" else name)
-            setattr(self, name, value)
-            return value
+            return getattr(host_decorators, "HostConfig" if name == "Config" else name)
         if name in self.LAZY:
             from . import host_driver
 
-            value = host_driver.HOST_RUNTIME if name == "runtime" else getattr(host_driver, name)
-            setattr(self, name, value)
-            return value
+            return host_driver.HOST_RUNTIME if name == "runtime" else getattr(host_driver, name)
         helpers = ", ".join("triton." + h for h in self.HOST_HELPERS if h != "runtime")
         raise AttributeError(f"packaged host code may use {helpers} only (and triton.runtime.driver, "
                              f"triton.language's element types, triton.tools.tensor_descriptor), not triton.{name}")

@@ -5,13 +5,13 @@ Loading the runtime's modules, not the first call's work, took most of a fresh p
 (custom ops defined on first need) and serves an op's first call itself where the build wrote a *lean plan* for its
 host module (``_forge/modules/<module>.json``'s ``lean``, see ``cold_binding.lean_plan``; the package's ``__init__``
 names those modules): its kernels take runtime arguments, call-site values (``BLOCK_SIZE=``, ``num_warps=``), launch
-flags, ``@triton.heuristics`` and config pre-hooks, no integer pointers or descriptors; kernel files it imports by
-their project names have plans too. Project modules it imports load under the package's import rules
-(``local_imports``); in a package routing ops by name (autograd, ``[exports]``) its ops' globals are routed as the full
-runtime routes them (``torch_ops.route_in_module``). The module runs with ``LeanKernel`` handles: a call the C path has
-not seen comes to ``LeanKernel.run``, bound as ``Kernel._bind`` binds it (``lean_launch.bind_call``), resolved as
-``ColdKernel._resolve`` resolves it, its binary loaded (sha256 checked) through the C ``Driver``, launched through a C
-``Launcher`` and registered with the C path.
+flags, ``@triton.heuristics``, config pre-hooks and integers passed to pointer parameters (``*i32|i32``), no
+descriptors; kernel files it imports by their project names have plans too. Project modules it imports load under
+the package's import rules (``local_imports``); in a package routing ops by name (autograd, ``[exports]``) its ops'
+globals are routed as the full runtime routes them (``torch_ops.route_in_module``). The module runs with
+``LeanKernel`` handles: a call the C path has not seen comes to ``LeanKernel.run``, bound as ``Kernel._bind`` binds it
+(``lean_launch.bind_call``), resolved as ``ColdKernel._resolve`` resolves it, its binary loaded (sha256 checked)
+through the C ``Driver``, launched through a C ``Launcher`` and registered with the C path.
 
 Everything else hands over to the full runtime (``LeanPackage.full``: ``entry.adopt``), once, binding nothing twice:
 the full ``Package`` adopts the modules bound here, their handles and import rules; a handle asked what a lean handle

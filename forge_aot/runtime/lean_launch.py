@@ -107,9 +107,10 @@ class Lean:
         spec = fast.spec(runtime, call)
         if spec is None or SPEC_DESC in spec:  # (a call the C path does not read: a CPU tensor, an integer out of
             return _MISS  # range...; a descriptor passed to a pointer, the tutorial attention's: the full path's)
-        tensors = [runtime[i] for i in p["device_pos"]]
-        # (None: a pointer compiled in as absent, Liger's z_loss_ptr=None; a type's dtype is its first tensor's, as
-        # ColdKernel._resolve reads them; a type variable with no tensor: KeyError, the full path's case)
+        ints = p["reading"]["pointer_ints"]  # (an integer where the manifest's *i32|i32 allows one: flash-attn's
+        tensors = [None if type(runtime[i]) is int and i in ints else runtime[i] for i in p["device_pos"]]  # offsets)
+        # (None: a pointer compiled in as absent, Liger's z_loss_ptr=None, or an integer; a type's dtype is its first
+        # tensor's, as ColdKernel._resolve reads them; a type variable with no tensor: KeyError, the full path's case)
         dtypes = [None if t is None else dtype_name(t.dtype) for t in tensors]
         by_type: dict[str, str] = {}
         for declared, name in zip(p["declared"], dtypes):
@@ -178,7 +179,7 @@ class Lean:
                 p["reading"]["runtime_names"], runtime, call, config))
         values = list(runtime)
         for i, t in zip(p["device_pos"], tensors):
-            if t is not None:
+            if t is not None:  # (an integer is passed as it is: the binary built for one takes it, see best_binary)
                 values[i] = t.data_ptr()
         try:
             launcher(dims, values)

@@ -41,7 +41,7 @@ _SUBMODULES = frozenset({"compiled", "cuda", "cuda_ctypes", "descriptors", "driv
                         "local_imports", "packing", "tables", "torch_ops", "fake_env", "bundling", "custom_ops",
                         "bundle", "dev_binding", "host_decorators", "rules", "cold", "cold_binding", "exports",
                         "host_exec", "cold_launch", "lean", "names", "basics", "lean_kernel",
-                        "lean_launch", "host_values", "selection"})
+                        "lean_launch", "host_values", "host_language", "selection"})
 
 
 def attribute(name: str) -> Any:
