@@ -206,3 +206,75 @@ def test_runtime_package_is_self_contained_and_split_by_concern() -> None:
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 assert node.module.split(".")[0] not in ("triton", "forge_aot"), module
         assert len(text.splitlines()) < 350, f"{module.name} holds more than one concern"
+
+
+LAZY_DISABLE = '''
+import json, sys, types
+import torch
+from forge_aot.runtime.host_exec import run_module_code
+
+SOURCE = """
+import torch
+seen = []
+
+@torch.compiler.disable
+def dispatch(x):
+    seen.append(torch.compiler.is_compiling())
+    return x + 1
+
+@torch.compiler.disable(recursive=False)
+def shallow(x):
+    return x * 2
+
+disable_bound = torch.compiler.disable  # (read while the file runs: the lazy one, kept)
+"""
+
+
+class Loader:  # what run_module_code reads: the code of a shipped file
+    name = "shipped"
+
+    def get_code(self, name):
+        return compile(SOURCE, "shipped.py", "exec")
+
+
+module = types.ModuleType("shipped")
+run_module_code(Loader(), module, True)
+out = {"restored": torch.compiler.disable.__module__, "marked": module.dispatch._torchdynamo_disable,
+       "name": module.dispatch.__name__, "eager": module.dispatch(torch.ones(2)).tolist(),
+       "shallow": module.shallow(torch.ones(2)).tolist(), "dynamo_before": "torch._dynamo" in sys.modules}
+
+
+def f(x):
+    return module.dispatch(x * 3) - 1
+
+
+got = torch.compile(f, backend="eager")(torch.ones(2))  # (imports torch._dynamo: the real disable from now on)
+out |= {"compiled": got.tolist(), "seen": module.seen, "kept": module.disable_bound.__name__}
+try:
+    torch.compile(f, backend="eager", fullgraph=True)(torch.ones(3))
+    out["fullgraph"] = "traced"
+except Exception as exc:  # as the real one: a compiler.disable'd function is never traced
+    out["fullgraph"] = type(exc).__name__
+print(json.dumps(out))
+'''
+
+
+def test_compiler_disable_in_shipped_code_imports_no_dynamo_until_it_is() -> None:
+    """FLA marks its ops and its backend dispatch ``@torch.compiler.disable`` at import; the real decorator imports
+    torch._dynamo (and Triton through it where installed: 4.4 s of an FLA op's first call on an H200). While a shipped
+    file runs it is ``host_exec.lazy_disable``: called eagerly the function runs as it is, torch._dynamo never
+    imported; once it is (torch.compile), the real ``torch._dynamo.disable`` of the function: a compiled caller runs it
+    eagerly (``is_compiling()`` False inside), ``fullgraph=True`` refuses it as it refuses the real one."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-c", LAZY_DISABLE], capture_output=True, text=True, cwd=str(REPO))
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["restored"] == "torch.compiler" and got["marked"] is True and got["name"] == "dispatch"
+    assert got["eager"] == [2.0, 2.0] and got["shallow"] == [2.0, 2.0] and got["dynamo_before"] is False
+    assert got["compiled"] == [3.0, 3.0] and got["seen"] == [False, False], got
+    assert got["kept"] == "lazy_disable" and got["fullgraph"] != "traced", got

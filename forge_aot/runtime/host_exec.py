@@ -7,6 +7,7 @@ cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is wr
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -92,24 +93,57 @@ def bind_pre_hooks(module: types.ModuleType, filename: str, hooks: Any) -> None:
 
 
 def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
-    """Run a shipped module's code as ``loader.exec_module`` would; where the code names ``torch.compile`` (the
-    build's word: ``compiles``) and the process has no Triton, with ``torch.compile`` giving the function back as it
-    is while it runs (as a decorator too): Cut Cross-Entropy's ``@torch.compile(fullgraph=True)`` helpers, in a host
-    module or a project module, would need Triton for the GPU (Inductor's code generation) at their first call, in
-    the backward, and the wheel runs without Triton, so they run eagerly. With Triton installed they stay compiled
-    helpers. (The global swap is seen by other threads while that module's code runs.)"""
+    """Run a shipped module's code as ``loader.exec_module`` would, with two of torch's compiler entry points swapped
+    while it runs (a global swap: other threads see it meanwhile). ``torch.compiler.disable``, where ``torch._dynamo``
+    is not imported yet, is ``lazy_disable``: FLA marks its ops and its backend dispatch so at import, and the real one
+    imports ``torch._dynamo``, with Triton through it where installed (4.4 s of an FLA op's first call on an H200,
+    session 65). Where the code names ``torch.compile`` (the build's word: ``compiles``) and the process has no
+    Triton, ``torch.compile`` gives the function back as it is (as a decorator too): Cut Cross-Entropy's
+    ``@torch.compile(fullgraph=True)`` helpers, in a host module or a project module, would need Triton for the GPU
+    (Inductor's code generation) at their first call, in the backward, and the wheel runs without Triton, so they run
+    eagerly. With Triton installed they stay compiled helpers."""
     code = loader.get_code(getattr(loader, "name", module.__name__))  # (the spec's name: see run_host_file)
-    if not compiles or importlib.util.find_spec("triton") is not None:
-        exec(code, module.__dict__)
-        return
-    import torch
+    torch = sys.modules.get("torch")
+    swaps: list[tuple[Any, str, Any]] = []
+    compiler = getattr(torch, "compiler", None) if "torch._dynamo" not in sys.modules else None
+    if getattr(compiler, "disable", None) is not None:
+        swaps.append((compiler, "disable", lazy_disable))
+    if compiles and importlib.util.find_spec("triton") is None:
+        import torch
 
-    real = torch.compile
-    torch.compile = lambda model=None, **options: (lambda fn: fn) if model is None else model  # type: ignore
+        swaps.append((torch, "compile", lambda model=None, **options: (lambda fn: fn) if model is None else model))
+    real = [getattr(owner, name) for owner, name, _ in swaps]
+    for owner, name, value in swaps:
+        setattr(owner, name, value)
     try:
         exec(code, module.__dict__)
     finally:
-        torch.compile = real
+        for (owner, name, _), value in zip(swaps, real):
+            setattr(owner, name, value)
+
+
+def lazy_disable(fn: Any = None, recursive: bool = True, **options: Any) -> Any:
+    """``torch.compiler.disable`` in shipped code run before ``torch._dynamo`` is imported (``run_module_code``):
+    ``fn`` wrapped without importing it. The wrapper carries Dynamo's mark (a compiled caller does not inline it, as
+    it would not the real one); called while ``torch._dynamo`` is still not imported (so nothing can be compiling), it
+    calls ``fn``; from the first call after, the real ``torch._dynamo.disable`` of ``fn``, made then."""
+    if fn is None:  # (``@torch.compiler.disable(recursive=False)``)
+        return lambda f: lazy_disable(f, recursive, **options)
+    made: list[Any] = []
+
+    def disabled(*args: Any, **kwargs: Any) -> Any:
+        if not made:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            import torch._dynamo
+
+            made.append(torch._dynamo.disable(fn, recursive, **options))
+        return made[0](*args, **kwargs)
+
+    functools.update_wrapper(disabled, fn)
+    disabled._torchdynamo_disable = True  # type: ignore[attr-defined]
+    disabled._torchdynamo_disable_msg = options.get("reason")  # type: ignore[attr-defined]
+    return disabled
 
 
 def kernel_side(name: str, module: str, file: str | None = None) -> Any:
