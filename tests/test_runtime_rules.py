@@ -226,6 +226,7 @@ def dispatch(x):
 def shallow(x):
     return x * 2
 
+many = [torch.compiler.disable(lambda x, i=i: x + i) for i in range(12)]
 disable_bound = torch.compiler.disable  # (read while the file runs: the lazy one, kept)
 """
 
@@ -233,19 +234,26 @@ disable_bound = torch.compiler.disable  # (read while the file runs: the lazy on
 class Loader:  # what run_module_code reads: the code of a shipped file
     name = "shipped"
 
+    def __init__(self, source):
+        self.source = source
+
     def get_code(self, name):
-        return compile(SOURCE, "shipped.py", "exec")
+        return compile(self.source, "shipped.py", "exec")
 
 
 module = types.ModuleType("shipped")
-run_module_code(Loader(), module, True)
+run_module_code(Loader(SOURCE), module, True)
+try:  # a file that raises: the swap is undone all the same
+    run_module_code(Loader("raise KeyError(1)"), types.ModuleType("failing"), False)
+except KeyError:
+    pass
 out = {"restored": torch.compiler.disable.__module__, "marked": module.dispatch._torchdynamo_disable,
        "name": module.dispatch.__name__, "eager": module.dispatch(torch.ones(2)).tolist(),
        "shallow": module.shallow(torch.ones(2)).tolist(), "dynamo_before": "torch._dynamo" in sys.modules}
 
 
 def f(x):
-    return module.dispatch(x * 3) - 1
+    return module.shallow(module.dispatch(x * 3) - 1)
 
 
 got = torch.compile(f, backend="eager")(torch.ones(2))  # (imports torch._dynamo: the real disable from now on)
@@ -254,7 +262,23 @@ try:
     torch.compile(f, backend="eager", fullgraph=True)(torch.ones(3))
     out["fullgraph"] = "traced"
 except Exception as exc:  # as the real one: a compiler.disable'd function is never traced
-    out["fullgraph"] = type(exc).__name__
+    out["fullgraph"] = str(exc).splitlines()[0]
+from torch._dynamo.utils import counters
+
+real = [torch.compiler.disable(lambda x, i=i: x + i) for i in range(12)]  # (torch._dynamo imported: the real one)
+frames = {}
+for name, fns in (("lazy", module.many), ("real", real), ("again", module.many)):
+    torch._dynamo.reset()
+    counters.clear()
+
+    def g(x, fns=fns):
+        for fn in fns:
+            x = fn(x) * 1
+        return x
+
+    value = torch.compile(g, backend="eager")(torch.ones(2)).tolist()
+    frames[name] = [counters["frames"]["total"], value]
+out["frames"] = frames
 print(json.dumps(out))
 '''
 
@@ -276,5 +300,11 @@ def test_compiler_disable_in_shipped_code_imports_no_dynamo_until_it_is() -> Non
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["restored"] == "torch.compiler" and got["marked"] is True and got["name"] == "dispatch"
     assert got["eager"] == [2.0, 2.0] and got["shallow"] == [2.0, 2.0] and got["dynamo_before"] is False
-    assert got["compiled"] == [3.0, 3.0] and got["seen"] == [False, False], got
-    assert got["kept"] == "lazy_disable" and got["fullgraph"] != "traced", got
+    assert got["compiled"] == [6.0, 6.0] and got["seen"] == [False, False], got
+    assert got["kept"] == "lazy_disable" and "torch.compiler.disable" in got["fullgraph"], got
+    # Dynamo never compiles the wrapper's own frame (one code object for every wrapper: it was recompiled per
+    # function, 21 frames for these 12, past Dynamo's limit of 8): the first compile, which makes the real wrappers,
+    # counts a fixed two frames more than around really disabled functions, the next as many
+    frames = got["frames"]
+    assert frames["lazy"][0] <= frames["real"][0] + 2 and frames["again"] == frames["real"], frames
+    assert frames["lazy"][1] == frames["real"][1] == [67.0, 67.0], frames

@@ -7,12 +7,15 @@ cold handles loads neither ``host_modules`` nor ``tables``, and the set-up is wr
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
 import os
 import sys
+import threading
 import types
+from collections.abc import Iterator
 from typing import Any
 
 from .basics import INDEX_FORMAT
@@ -94,41 +97,69 @@ def bind_pre_hooks(module: types.ModuleType, filename: str, hooks: Any) -> None:
 
 def run_module_code(loader: Any, module: types.ModuleType, compiles: bool) -> None:
     """Run a shipped module's code as ``loader.exec_module`` would, with two of torch's compiler entry points swapped
-    while it runs (a global swap: other threads see it meanwhile). ``torch.compiler.disable``, where ``torch._dynamo``
-    is not imported yet, is ``lazy_disable``: FLA marks its ops and its backend dispatch so at import, and the real one
-    imports ``torch._dynamo``, with Triton through it where installed (4.4 s of an FLA op's first call on an H200,
-    session 65). Where the code names ``torch.compile`` (the build's word: ``compiles``) and the process has no
-    Triton, ``torch.compile`` gives the function back as it is (as a decorator too): Cut Cross-Entropy's
+    while it runs (``swapped``: a global swap, which other threads see meanwhile). ``torch.compiler.disable``, where
+    ``torch._dynamo`` is not imported yet, is ``lazy_disable``: FLA marks its ops and its backend dispatch so at import,
+    and the real one imports ``torch._dynamo``, with Triton through it where installed (4.1 - 4.4 s of an FLA op's
+    first call on an H200). Where the code names ``torch.compile`` (the build's word: ``compiles``) and the process
+    has no Triton, ``torch.compile`` gives the function back as it is (as a decorator too): Cut Cross-Entropy's
     ``@torch.compile(fullgraph=True)`` helpers, in a host module or a project module, would need Triton for the GPU
     (Inductor's code generation) at their first call, in the backward, and the wheel runs without Triton, so they run
     eagerly. With Triton installed they stay compiled helpers."""
     code = loader.get_code(getattr(loader, "name", module.__name__))  # (the spec's name: see run_host_file)
     torch = sys.modules.get("torch")
-    swaps: list[tuple[Any, str, Any]] = []
-    compiler = getattr(torch, "compiler", None) if "torch._dynamo" not in sys.modules else None
-    if getattr(compiler, "disable", None) is not None:
-        swaps.append((compiler, "disable", lazy_disable))
-    if compiles and importlib.util.find_spec("triton") is None:
-        import torch
+    with contextlib.ExitStack() as swaps:
+        compiler = getattr(torch, "compiler", None) if "torch._dynamo" not in sys.modules else None
+        if getattr(compiler, "disable", None) is not None:
+            swaps.enter_context(swapped(compiler, "disable", lazy_disable))
+        if compiles and importlib.util.find_spec("triton") is None:
+            import torch
 
-        swaps.append((torch, "compile", lambda model=None, **options: (lambda fn: fn) if model is None else model))
-    real = [getattr(owner, name) for owner, name, _ in swaps]
-    for owner, name, value in swaps:
-        setattr(owner, name, value)
-    try:
+            swaps.enter_context(swapped(torch, "compile", _eager_compile))
         exec(code, module.__dict__)
-    finally:
-        for (owner, name, _), value in zip(swaps, real):
+
+
+def _eager_compile(model: Any = None, **options: Any) -> Any:
+    return (lambda fn: fn) if model is None else model
+
+
+_SWAPS: dict[tuple[int, str], list[Any]] = {}
+_SWAP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def swapped(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` while any thread runs inside (nested or at once: the first in swaps it, the last
+    out puts the original back, so two threads never restore each other's swap)."""
+    key = (id(owner), name)
+    with _SWAP_LOCK:
+        entry = _SWAPS.get(key)
+        if entry is None:
+            entry = _SWAPS[key] = [0, getattr(owner, name)]
             setattr(owner, name, value)
+        entry[0] += 1
+    try:
+        yield
+    finally:
+        with _SWAP_LOCK:
+            entry[0] -= 1
+            if entry[0] == 0:
+                setattr(owner, name, entry[1])
+                del _SWAPS[key]
 
 
 def lazy_disable(fn: Any = None, recursive: bool = True, **options: Any) -> Any:
-    """``torch.compiler.disable`` in shipped code run before ``torch._dynamo`` is imported (``run_module_code``):
-    ``fn`` wrapped without importing it. The wrapper carries Dynamo's mark (a compiled caller does not inline it, as
-    it would not the real one); called while ``torch._dynamo`` is still not imported (so nothing can be compiling), it
-    calls ``fn``; from the first call after, the real ``torch._dynamo.disable`` of ``fn``, made then."""
+    """``torch.compiler.disable`` in shipped code run before ``torch._dynamo`` is imported (``run_module_code``): a
+    function wrapped without importing it (anything else, or once ``torch._dynamo`` is imported: the real one). The
+    wrapper carries Dynamo's marks (a compiled caller does not inline it, ``fullgraph=True`` refuses it, as with the
+    real one) and Dynamo never compiles its frame (``_skipped_by_dynamo``); called while ``torch._dynamo`` is still
+    not imported (so nothing can be compiling), it calls the function; from the first call after, the real
+    ``torch._dynamo.disable`` of it, made then."""
     if fn is None:  # (``@torch.compiler.disable(recursive=False)``)
         return lambda f: lazy_disable(f, recursive, **options)
+    if "torch._dynamo" in sys.modules or not isinstance(fn, types.FunctionType):  # (a class, a module: the real one)
+        import torch._dynamo
+
+        return torch._dynamo.disable(fn, recursive, **options)
     made: list[Any] = []
 
     def disabled(*args: Any, **kwargs: Any) -> Any:
@@ -140,10 +171,26 @@ def lazy_disable(fn: Any = None, recursive: bool = True, **options: Any) -> Any:
             made.append(torch._dynamo.disable(fn, recursive, **options))
         return made[0](*args, **kwargs)
 
+    _skipped_by_dynamo(disabled.__code__)
     functools.update_wrapper(disabled, fn)
     disabled._torchdynamo_disable = True  # type: ignore[attr-defined]
     disabled._torchdynamo_disable_msg = options.get("reason")  # type: ignore[attr-defined]
+    disabled._torchdynamo_disable_recursive = recursive  # type: ignore[attr-defined]
     return disabled
+
+
+@functools.cache
+def _skipped_by_dynamo(code: types.CodeType) -> None:
+    """Dynamo never compiles ``lazy_disable``'s wrapper (one code object for every wrapper: compiled, it would be
+    recompiled per function, past Dynamo's limit), as the real wrapper's code is skipped; through torch's C module,
+    which does not import ``torch._dynamo`` (``torch._dynamo.eval_frame.skip_code`` does this)."""
+    try:
+        from torch._C._dynamo import eval_frame
+
+        strategy = eval_frame._FrameExecStrategy(eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT)
+        eval_frame.set_code_exec_strategy(code, strategy)
+    except (ImportError, AttributeError, TypeError):  # (a torch without it: compiled per function, still correct)
+        pass
 
 
 def kernel_side(name: str, module: str, file: str | None = None) -> Any:
