@@ -5,10 +5,10 @@ Each DIR is a ``pip install --target`` of a forge_kernels wheel. The probe copie
 statements of the copy's generated ``__init__.py`` (the runtime package's and ``lean``'s import, ``load_package``),
 writes the copy's bytecode bundle (or removes it: ``--no-bundle``; since session 61 it serves the full runtime only,
 read at a hand-over), and runs fresh processes, interleaved across the copies: after ``import torch`` and the CUDA
-context (or the test suite's fake driver: ``--fake``), it times the import and then the first call: the import of its
-modules (``lean_kernel``, ``lean_launch``, ``basics``), then the call, whose parts it reads by wrapping the lean
-binding's functions (``bind``, the extension's and the driver's loading, the index reads, the launch's table, binary
-load and config choice).
+context (or the test suite's fake driver, compiled and put first on the library path: ``--fake``), it times the
+import and then the first call: the import of its modules (``lean_kernel``, ``lean_launch``, ``basics``), then the
+call, whose parts it reads by wrapping the lean binding's functions (``bind``, the extension's and the driver's
+loading, the index reads, the launch's table, binary load and config choice).
 
     python scripts/probe_import_stages.py DIR[:no-bundle] [DIR ...] [--runs 21] [--fake] [--no-bundle] [--json out.json]
 
@@ -127,6 +127,11 @@ def main() -> None:
     unbundled = {name for name in plain if a.no_bundle or name.endswith(":no-bundle")}
     copies = {name: _instrumented(d, work / f"copy{i}") for i, (name, d) in enumerate(plain.items())}
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPATH")}
+    if a.fake:  # the test suite's fake driver, compiled here, first on the library path (as probe_first_call_fake)
+        from probe_first_call_fake import fake_driver
+
+        lib = fake_driver(work)
+        base["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, (str(lib), base.get("LD_LIBRARY_PATH"))))
     for name, copy in copies.items():
         env = base | {"PYTHONPATH": str(copy)}
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(copy)], check=True, env=env)
